@@ -1,0 +1,508 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Version is reported by the category hosts' micro services.
+const Version = "0.1.0"
+
+// Defaults of a category host.
+const (
+	DefaultCallTimeout   = 2 * time.Minute
+	DefaultMaxConcurrent = 64
+)
+
+// HostConfig configures the host of one tool category on one node.
+type HostConfig struct {
+	Category string
+	Tools    []*toolbus.Tool
+	Conn     *nats.Conn
+	Node     string
+	// Home, when set, is every agent's home (a single-user node). Otherwise
+	// HomeRoot holds the agents' homes: a call of agent A runs with Call.Home =
+	// HomeRoot/A. The home never comes from the bus.
+	Home     string
+	HomeRoot string
+	// MaxConcurrent bounds the calls executing at once; more wait for a slot,
+	// within their deadline.
+	MaxConcurrent int
+	// DefaultTimeout bounds a call whose tool sets no Timeout and whose request
+	// carries no deadline.
+	DefaultTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// hostCall is a tool request handed from the micro handler to the host actor.
+type hostCall struct {
+	tool *toolbus.Tool
+	req  micro.Request
+}
+
+// hostAbort is an abort message for a turn, handed to the host actor.
+type hostAbort struct{ turn string }
+
+// hostDone tells the host actor a call has finished.
+type hostDone struct {
+	turn, call string
+}
+
+// host is the actor that serves one category on one node. It owns the micro
+// service and the table of calls in flight; each call runs on a goroutine of
+// its own, because micro handlers run one at a time per endpoint.
+type host struct {
+	cfg      HostConfig
+	log      *slog.Logger
+	svc      micro.Service
+	abortSub *nats.Subscription
+	slots    chan struct{}
+	// inflight maps turn → call → cancel. Only the actor touches it.
+	inflight map[string]map[string]context.CancelFunc
+	wg       sync.WaitGroup
+	stats    map[string]*endpointStats
+}
+
+// endpointStats are kept by the host because replies are sent after the micro
+// handler returns, which micro's own stats do not see.
+type endpointStats struct {
+	inflight atomic.Int64
+	ok       atomic.Int64
+	errors   atomic.Int64
+	nanos    atomic.Int64
+}
+
+// NewHostProps returns the props of a category host actor.
+func NewHostProps(cfg HostConfig) (*actor.Props, error) {
+	if !bus.ValidToken(cfg.Category) {
+		return nil, fmt.Errorf("category host: invalid category %q", cfg.Category)
+	}
+	if cfg.Conn == nil {
+		return nil, fmt.Errorf("category host %s: no connection", cfg.Category)
+	}
+	if len(cfg.Tools) == 0 {
+		return nil, fmt.Errorf("category host %s: no tools", cfg.Category)
+	}
+	for _, t := range cfg.Tools {
+		if t.Category != cfg.Category {
+			return nil, fmt.Errorf("category host %s: tool %s belongs to category %q", cfg.Category, t.Name, t.Category)
+		}
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = DefaultCallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return actor.PropsFromProducer(func() actor.Actor {
+		// The stats table is filled before the service exists and only read
+		// after, so micro's STATS handler may read it without a lock.
+		stats := make(map[string]*endpointStats, len(cfg.Tools))
+		for _, t := range cfg.Tools {
+			stats[t.Name] = &endpointStats{}
+		}
+		return &host{
+			cfg:      cfg,
+			log:      cfg.Logger.With("category", cfg.Category),
+			slots:    make(chan struct{}, cfg.MaxConcurrent),
+			inflight: make(map[string]map[string]context.CancelFunc),
+			stats:    stats,
+		}
+	}), nil
+}
+
+func (h *host) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		if err := h.start(ctx); err != nil {
+			// Without its service the host is useless; failing makes the
+			// supervisor see it.
+			panic(fmt.Errorf("category host %s: %w", h.cfg.Category, err))
+		}
+	case *hostCall:
+		h.begin(ctx, m)
+	case *hostAbort:
+		for _, cancel := range h.inflight[m.turn] {
+			cancel()
+		}
+	case *hostDone:
+		calls := h.inflight[m.turn]
+		delete(calls, m.call)
+		if len(calls) == 0 {
+			delete(h.inflight, m.turn)
+		}
+	case *actor.Stopping:
+		h.stop()
+	case *actor.Restarting:
+		h.stop()
+	}
+}
+
+func (h *host) start(ctx actor.Context) error {
+	sys, self := ctx.ActorSystem(), ctx.Self()
+	cat := h.cfg.Category
+	svc, err := micro.AddService(h.cfg.Conn, micro.Config{
+		Name:        bus.CategoryService(cat),
+		Version:     Version,
+		Description: "toolbus tool category " + cat,
+		QueueGroup:  bus.CategoryQueue(cat),
+		Metadata:    map[string]string{"category": cat, "node": h.cfg.Node},
+		StatsHandler: func(e *micro.Endpoint) any {
+			s := h.stats[e.Name]
+			if s == nil {
+				return nil
+			}
+			return map[string]int64{
+				"inflight": s.inflight.Load(), "ok": s.ok.Load(), "errors": s.errors.Load(),
+				"execute_ns": s.nanos.Load(),
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("add micro service: %w", err)
+	}
+	h.svc = svc
+	for _, t := range h.cfg.Tools {
+		tool := t
+		handler := micro.HandlerFunc(func(r micro.Request) {
+			sys.Root.Send(self, &hostCall{tool: tool, req: r})
+		})
+		if err := svc.AddEndpoint(t.Name, handler,
+			micro.WithEndpointSubject(bus.ToolSubject(cat, t.Name)),
+			micro.WithEndpointMetadata(endpointMetadata(t)),
+			micro.WithEndpointPendingLimits(-1, -1),
+		); err != nil {
+			_ = svc.Stop()
+			return fmt.Errorf("add endpoint %s: %w", t.Name, err)
+		}
+	}
+	sub, err := h.cfg.Conn.Subscribe(bus.AllAborts, func(m *nats.Msg) {
+		if ts, ok := bus.ParseTurnSubject(m.Subject); ok {
+			sys.Root.Send(self, &hostAbort{turn: ts.Turn})
+		}
+	})
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("subscribe to aborts: %w", err)
+	}
+	h.abortSub = sub
+	// Interest must reach the server before anyone is told the host is up.
+	return h.cfg.Conn.Flush()
+}
+
+// endpointMetadata is what `nats micro info` shows for a tool.
+func endpointMetadata(t *toolbus.Tool) map[string]string {
+	md := map[string]string{
+		"mode":        t.Mode.String(),
+		"read_only":   strconv.FormatBool(t.ReadOnly),
+		"destructive": strconv.FormatBool(t.Destructive),
+		"strict":      strconv.FormatBool(t.Strict),
+		"description": t.Description,
+		"schema":      string(t.Params.JSON()),
+	}
+	if t.Namespace != "" {
+		md["namespace"] = t.Namespace
+	}
+	if t.Timeout > 0 {
+		md["timeout"] = t.Timeout.String()
+	}
+	return md
+}
+
+func (h *host) stop() {
+	if h.abortSub != nil {
+		_ = h.abortSub.Unsubscribe()
+		h.abortSub = nil
+	}
+	if h.svc != nil {
+		_ = h.svc.Stop()
+		h.svc = nil
+	}
+	for _, calls := range h.inflight {
+		for _, cancel := range calls {
+			cancel()
+		}
+	}
+	h.inflight = make(map[string]map[string]context.CancelFunc)
+	// Calls see their contexts cancelled and their replies still go out; a
+	// tool that ignores its context is not waited for forever.
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(stopGrace):
+		h.log.Warn("calls still running after stop; abandoning them", "grace", stopGrace)
+	}
+}
+
+// stopGrace bounds how long a stopping host waits for cancelled calls.
+const stopGrace = 5 * time.Second
+
+// begin registers a call and starts it on its own goroutine.
+func (h *host) begin(ctx actor.Context, m *hostCall) {
+	hdr := m.req.Headers()
+	call := toolbus.Call{
+		Turn:  hdr.Get(bus.HeaderTurn),
+		ID:    hdr.Get(bus.HeaderCall),
+		Tool:  m.tool.Name,
+		Agent: hdr.Get(bus.HeaderAgent),
+		Task:  hdr.Get(bus.HeaderTask),
+	}
+	now := time.Now()
+	timeout := m.tool.Timeout
+	if timeout <= 0 {
+		timeout = h.cfg.DefaultTimeout
+	}
+	call.Deadline = now.Add(timeout)
+	var badHeader error
+	if d := hdr.Get(bus.HeaderDeadline); d != "" {
+		if dl, err := bus.ParseDeadline(d); err != nil {
+			badHeader = fmt.Errorf("bad %s header %q: %w", bus.HeaderDeadline, d, err)
+		} else if dl.Before(call.Deadline) {
+			call.Deadline = dl
+		}
+	}
+	if call.ID == "" {
+		call.ID = bus.NewID() // a direct request, e.g. `nats req`
+	}
+	switch {
+	case call.Turn != "" && !bus.ValidToken(call.Turn):
+		badHeader = fmt.Errorf("bad %s header %q", bus.HeaderTurn, call.Turn)
+	case !bus.ValidToken(call.ID):
+		badHeader = fmt.Errorf("bad %s header %q", bus.HeaderCall, call.ID)
+	case call.Agent != "" && !validAgent(call.Agent):
+		badHeader = fmt.Errorf("bad %s header %q: want letters, digits, '_' or '-'", bus.HeaderAgent, call.Agent)
+	}
+	if badHeader != nil {
+		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
+		return
+	}
+	switch {
+	case h.cfg.Home != "":
+		call.Home = h.cfg.Home
+	case h.cfg.HomeRoot != "":
+		agent := call.Agent
+		if agent == "" {
+			agent = "default"
+		}
+		call.Home = filepath.Join(h.cfg.HomeRoot, agent)
+	}
+
+	cctx, cancel := context.WithDeadline(context.Background(), call.Deadline)
+	if call.Turn != "" {
+		calls := h.inflight[call.Turn]
+		if calls == nil {
+			calls = make(map[string]context.CancelFunc)
+			h.inflight[call.Turn] = calls
+		}
+		calls[call.ID] = cancel
+	}
+	sys, self := ctx.ActorSystem(), ctx.Self()
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		defer cancel()
+		h.run(cctx, call, m)
+		if call.Turn != "" {
+			sys.Root.Send(self, &hostDone{turn: call.Turn, call: call.ID})
+		}
+	}()
+}
+
+// validAgent accepts agent ids that are safe as one path element and one KV key.
+func validAgent(s string) bool {
+	if len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// run executes one call and replies. It never panics.
+func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
+	tool := m.tool
+	st := h.stats[tool.Name]
+	reply := bus.ToolReply{Call: call.ID, Tool: tool.Name}
+
+	args := m.req.Data()
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	// Anyone on the bus can publish here: validate again, and never repair.
+	if err := tool.Params.Validate(args); err != nil {
+		reply.Outcome, reply.Error = bus.OutcomeInvalid, "invalid arguments for "+tool.Name+": "+err.Error()
+		st.errors.Add(1)
+		h.reply(m.req, reply)
+		return
+	}
+	call.Args = args
+
+	select {
+	case h.slots <- struct{}{}:
+		defer func() { <-h.slots }()
+	case <-ctx.Done():
+		reply.Outcome, reply.Error = h.cancelOutcome(ctx), "cancelled while waiting for an execution slot: "+context.Cause(ctx).Error()
+		st.errors.Add(1)
+		h.reply(m.req, reply)
+		return
+	}
+
+	emit := func(kind bus.EventKind, label string) {
+		if call.Turn == "" {
+			return
+		}
+		ev := bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Label: label, Time: time.Now()}
+		b, err := json.Marshal(ev)
+		if err == nil {
+			err = h.cfg.Conn.Publish(bus.EventSubject(call.Turn, call.ID, kind), b)
+		}
+		if err != nil {
+			h.log.Warn("publish event", "turn", call.Turn, "call", call.ID, "kind", kind, "err", err)
+		}
+	}
+	call.Progress = func(label string) { emit(bus.EventProgress, label) }
+	emit(bus.EventStarted, tool.ActivityLabel(args))
+
+	st.inflight.Add(1)
+	start := time.Now()
+	res, err, panicked := execute(ctx, tool, call)
+	reply.Duration = time.Since(start)
+	st.inflight.Add(-1)
+	st.nanos.Add(int64(reply.Duration))
+
+	switch {
+	case panicked != nil:
+		h.log.Error("tool panicked", "tool", tool.Name, "turn", call.Turn, "call", call.ID, "panic", panicked.value, "stack", string(panicked.stack))
+		reply.Outcome, reply.Error = bus.OutcomePanic, fmt.Sprintf("tool %s failed internally: %v", tool.Name, panicked.value)
+	case ctx.Err() != nil:
+		// Whatever execute returned, its context ended first: say why.
+		reply.Outcome = h.cancelOutcome(ctx)
+		reply.Error = "call " + string(reply.Outcome) + ": " + context.Cause(ctx).Error()
+		if err != nil {
+			reply.Error += " (" + err.Error() + ")"
+		}
+		fillReply(&reply, res)
+	case err != nil:
+		reply.Outcome, reply.Error = bus.OutcomeError, err.Error()
+		fillReply(&reply, res)
+	default:
+		reply.Outcome = bus.OutcomeOK
+		if res.IsError {
+			reply.Outcome = bus.OutcomeError
+		}
+		fillReply(&reply, res)
+	}
+	if reply.Outcome == bus.OutcomeOK {
+		st.ok.Add(1)
+	} else {
+		st.errors.Add(1)
+	}
+	emit(bus.EventCompleted, completedLabel(tool, args, res, reply))
+	h.reply(m.req, reply)
+}
+
+// cancelOutcome tells a deadline from an abort.
+func (h *host) cancelOutcome(ctx context.Context) bus.Outcome {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return bus.OutcomeTimeout
+	}
+	return bus.OutcomeStopped
+}
+
+func completedLabel(t *toolbus.Tool, args json.RawMessage, res toolbus.Result, reply bus.ToolReply) string {
+	if reply.Outcome == bus.OutcomePanic {
+		return t.ActivityLabel(args) + " (failed)"
+	}
+	label := t.CompletedLabel(args, res)
+	if reply.Outcome != bus.OutcomeOK {
+		label += " (" + string(reply.Outcome) + ")"
+	}
+	return label
+}
+
+type panicValue struct {
+	value any
+	stack []byte
+}
+
+// execute runs the tool, turning a panic into a value.
+func execute(ctx context.Context, t *toolbus.Tool, call toolbus.Call) (res toolbus.Result, err error, p *panicValue) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = &panicValue{value: r, stack: debug.Stack()}
+		}
+	}()
+	res, err = t.Execute(ctx, call)
+	return res, err, nil
+}
+
+func (h *host) reply(r micro.Request, reply bus.ToolReply) {
+	if r.Reply() == "" {
+		return // published without a reply subject: nobody to tell
+	}
+	b, err := json.Marshal(reply)
+	if err != nil {
+		b, _ = json.Marshal(bus.ToolReply{Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Error: "encode reply: " + err.Error()})
+	}
+	if err := r.Respond(b); err != nil {
+		h.log.Warn("reply", "tool", reply.Tool, "call", reply.Call, "err", err)
+	}
+}
+
+// fillReply copies a result into a reply.
+func fillReply(reply *bus.ToolReply, res toolbus.Result) {
+	reply.Content = toBusContent(res.Content)
+	reply.Details = res.Details
+	reply.Terminate = res.Terminate
+	for _, e := range res.Events {
+		reply.Events = append(reply.Events, bus.Event{Call: reply.Call, Tool: reply.Tool, Kind: bus.EventPresentation, Label: e.Label, Data: e.Data})
+	}
+	if c := res.Completion; c != nil {
+		reply.Completion = &bus.Event{Call: reply.Call, Tool: reply.Tool, Kind: bus.EventCompleted, Label: c.Label, Data: c.Data}
+	}
+}
+
+func toBusContent(parts []toolbus.ContentPart) []bus.ContentPart {
+	if parts == nil {
+		return nil
+	}
+	out := make([]bus.ContentPart, len(parts))
+	for i, p := range parts {
+		out[i] = bus.ContentPart(p)
+	}
+	return out
+}
+
+func fromBusContent(parts []bus.ContentPart) []toolbus.ContentPart {
+	if parts == nil {
+		return nil
+	}
+	out := make([]toolbus.ContentPart, len(parts))
+	for i, p := range parts {
+		out[i] = toolbus.ContentPart(p)
+	}
+	return out
+}

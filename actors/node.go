@@ -1,0 +1,453 @@
+package actors
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/computer"
+)
+
+// NodeConfig configures a node: which categories it hosts and whether it runs turns.
+type NodeConfig struct {
+	// Name identifies the node on the bus (a valid token).
+	Name string
+	// Connect opens a named connection to the bus: in-process to an embedded
+	// server, or over TCP to a cluster.
+	Connect func(name string) (*nats.Conn, error)
+	// Categories are the built-in tool categories (toolsets.Categories) to host.
+	Categories []string
+	// Turns makes the node take StartTurn requests, on its own subject and on
+	// the shared queue.
+	Turns bool
+	// Home, when set, is every agent's home (a single-user node); otherwise
+	// agent A's home is HomeRoot/A.
+	Home     string
+	HomeRoot string
+	Computer computer.Config
+	// Gateway configures the model gateways that turns started over the bus use.
+	Gateway gateway.Config
+	// TurnTools assembles a turn's tool set; nil means toolsets.TextTurn.
+	TurnTools func(agent string) (*toolbus.Set, error)
+	// Replicas of the node's buckets and streams (capped by the cluster size).
+	Replicas    int
+	MaxSteps    int
+	CallTimeout time.Duration
+	AbortGrace  time.Duration
+	Logger      *slog.Logger
+}
+
+// Node is the supervisor of one process: it hosts tool categories and runs
+// turns, each as a child actor.
+type Node struct {
+	cfg   NodeConfig
+	log   *slog.Logger
+	sys   *actor.ActorSystem
+	pid   *actor.PID
+	nc    *nats.Conn // turns, control
+	js    jetstream.JetStream
+	todos jetstream.KeyValue
+	conns []*nats.Conn
+	subs  []*nats.Subscription
+}
+
+// node actor messages.
+type (
+	spawnHost struct{ cfg HostConfig }
+	spawnTurn struct{ cfg *TurnConfig }
+)
+
+// nodeActor spawns hosts and turns as its children, so stopping the node
+// stops them.
+type nodeActor struct{}
+
+func (nodeActor) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *spawnHost:
+		props, err := NewHostProps(m.cfg)
+		if err != nil {
+			ctx.Respond(err)
+			return
+		}
+		pid, err := ctx.SpawnNamed(props, "host-"+m.cfg.Category)
+		if err != nil {
+			ctx.Respond(fmt.Errorf("spawn host %s: %w", m.cfg.Category, err))
+			return
+		}
+		ctx.Respond(pid)
+	case *spawnTurn:
+		props, err := NewTurnProps(m.cfg)
+		if err != nil {
+			ctx.Respond(err)
+			return
+		}
+		pid, err := ctx.SpawnNamed(props, "turn-"+m.cfg.ID)
+		if err != nil {
+			ctx.Respond(fmt.Errorf("spawn turn %s: %w", m.cfg.ID, err))
+			return
+		}
+		ctx.Respond(pid)
+	}
+}
+
+// StartNode starts a node: its actor system, its hosts and, if asked, its
+// turn intake.
+func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
+	if !bus.ValidToken(cfg.Name) {
+		return nil, fmt.Errorf("start node: invalid name %q", cfg.Name)
+	}
+	if cfg.Connect == nil {
+		return nil, fmt.Errorf("start node %s: no Connect function", cfg.Name)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
+	n.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
+		// protoactor logs supervision and dead letters at INFO in colour;
+		// only its warnings are worth the node's log.
+		return slog.New(levelFilter{min: slog.LevelWarn, h: n.log.With("lib", "protoactor").Handler()})
+	}))
+	var err error
+	if n.nc, err = n.connect("turns"); err != nil {
+		return nil, err
+	}
+	if n.js, err = jetstream.New(n.nc); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("start node %s: jetstream: %w", cfg.Name, err)
+	}
+	if n.todos, err = bus.KeyValue(ctx, n.js, bus.BucketTodos, cfg.Replicas); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+	}
+	if _, err = bus.Stream(ctx, n.js, bus.TranscriptStreamConfig(cfg.Replicas)); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+	}
+	n.pid, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return nodeActor{} }), "node")
+	if err != nil {
+		n.Close()
+		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+	}
+	tc := n.turnContext("")
+	for _, cat := range cfg.Categories {
+		tools, err := toolsets.ForCategory(cat, tc)
+		if err == nil {
+			err = n.Host(ctx, cat, tools)
+		}
+		if err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: host %s: %w", cfg.Name, cat, err)
+		}
+	}
+	if cfg.Turns {
+		if err := n.listenForTurns(); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) connect(role string) (*nats.Conn, error) {
+	nc, err := n.cfg.Connect("toolbus-" + role + "@" + n.cfg.Name)
+	if err != nil {
+		return nil, fmt.Errorf("node %s: connect %s: %w", n.cfg.Name, role, err)
+	}
+	n.conns = append(n.conns, nc)
+	return nc, nil
+}
+
+func (n *Node) turnContext(agent string) toolsets.TurnContext {
+	return toolsets.TurnContext{Agent: agent, Todos: n.todos, Computer: n.cfg.Computer}
+}
+
+// Name is the node's name.
+func (n *Node) Name() string { return n.cfg.Name }
+
+// Conn is the node's own connection (turns and control).
+func (n *Node) Conn() *nats.Conn { return n.nc }
+
+// JetStream is the node's JetStream handle.
+func (n *Node) JetStream() jetstream.JetStream { return n.js }
+
+// Host starts a host for a category with the given tools, on a connection of
+// its own, and returns once it serves them.
+func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool) error {
+	nc, err := n.connect("host-" + category)
+	if err != nil {
+		return err
+	}
+	cfg := HostConfig{
+		Category: category, Tools: tools, Conn: nc, Node: n.cfg.Name,
+		Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot, Logger: n.log,
+	}
+	if _, err := n.request(ctx, &spawnHost{cfg: cfg}); err != nil {
+		return err
+	}
+	// The host subscribes in Started; a ping proves the service answers.
+	return waitForService(ctx, n.nc, bus.CategoryService(category), n.cfg.Name)
+}
+
+// waitForService waits until a category service of the node answers PING.
+func waitForService(ctx context.Context, nc *nats.Conn, service, node string) error {
+	subj := "$SRV.PING." + service
+	for {
+		inbox := nc.NewRespInbox()
+		sub, err := nc.SubscribeSync(inbox)
+		if err != nil {
+			return err
+		}
+		if err := nc.PublishRequest(subj, inbox, nil); err != nil {
+			_ = sub.Unsubscribe()
+			return err
+		}
+		deadline := time.Now().Add(50 * time.Millisecond)
+		for {
+			m, err := sub.NextMsg(time.Until(deadline))
+			if err != nil {
+				break
+			}
+			var p struct {
+				Metadata map[string]string `json:"metadata"`
+			}
+			if json.Unmarshal(m.Data, &p) == nil && p.Metadata["node"] == node {
+				_ = sub.Unsubscribe()
+				return nil
+			}
+		}
+		_ = sub.Unsubscribe()
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("wait for service %s: %w", service, err)
+		}
+	}
+}
+
+// request asks the node actor and returns its answer.
+func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	res, err := n.sys.Root.RequestFuture(n.pid, msg, timeout).Result()
+	if err != nil {
+		return nil, fmt.Errorf("node %s: %w", n.cfg.Name, err)
+	}
+	switch v := res.(type) {
+	case *actor.PID:
+		return v, nil
+	case error:
+		return nil, v
+	}
+	return nil, fmt.Errorf("node %s: unexpected answer %T", n.cfg.Name, res)
+}
+
+// TurnTools assembles the tool set of a turn of agent.
+func (n *Node) TurnTools(agent string) (*toolbus.Set, error) {
+	if n.cfg.TurnTools != nil {
+		return n.cfg.TurnTools(agent)
+	}
+	return toolsets.TextTurn(n.turnContext(agent))
+}
+
+// Spawn starts a turn with cfg; Conn, JS, Node and the defaults come from
+// the node where cfg leaves them empty. The result reaches cfg.Done.
+func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
+	if cfg.Conn == nil {
+		cfg.Conn = n.nc
+	}
+	if cfg.JS == nil {
+		cfg.JS = n.js
+	}
+	if cfg.Node == "" {
+		cfg.Node = n.cfg.Name
+	}
+	if cfg.MaxSteps == 0 {
+		cfg.MaxSteps = n.cfg.MaxSteps
+	}
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = n.cfg.CallTimeout
+	}
+	if cfg.AbortGrace == 0 {
+		cfg.AbortGrace = n.cfg.AbortGrace
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = n.log
+	}
+	if cfg.Tools == nil {
+		tools, err := n.TurnTools(cfg.Agent)
+		if err != nil {
+			return "", fmt.Errorf("assemble tools: %w", err)
+		}
+		cfg.Tools = tools
+	}
+	if cfg.ID == "" {
+		cfg.ID = bus.NewID()
+	}
+	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
+		return "", err
+	}
+	return cfg.ID, nil
+}
+
+// Run runs a turn to its end. Cancelling ctx aborts the turn, which still
+// ends with an honest record of every call.
+func (n *Node) Run(ctx context.Context, cfg TurnConfig) (TurnResult, error) {
+	done := make(chan TurnResult, 1)
+	cfg.Done = func(r TurnResult) { done <- r }
+	if cfg.ID == "" {
+		cfg.ID = bus.NewID()
+	}
+	id, err := n.Spawn(context.WithoutCancel(ctx), cfg)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	select {
+	case r := <-done:
+		return r, nil
+	case <-ctx.Done():
+	}
+	if err := Abort(n.nc, id, "cancelled by the caller"); err != nil {
+		return TurnResult{}, err
+	}
+	return <-done, nil
+}
+
+// Abort publishes an abort for a turn. Every node hosting one of its calls
+// and the turn itself listen on the subject.
+func Abort(nc *nats.Conn, turn, reason string) error {
+	if !bus.ValidToken(turn) {
+		return fmt.Errorf("abort: invalid turn id %q", turn)
+	}
+	b, err := json.Marshal(bus.Abort{Turn: turn, Reason: reason})
+	if err != nil {
+		return err
+	}
+	if err := nc.Publish(bus.AbortSubject(turn), b); err != nil {
+		return fmt.Errorf("abort %s: %w", turn, err)
+	}
+	return nc.Flush()
+}
+
+// listenForTurns takes StartTurn requests on the node's own subject and on the
+// shared queue.
+func (n *Node) listenForTurns() error {
+	handle := func(m *nats.Msg) {
+		reply := n.startFromBus(m.Data)
+		b, _ := json.Marshal(reply)
+		if err := m.Respond(b); err != nil {
+			n.log.Warn("answer start turn", "err", err)
+		}
+	}
+	sub, err := n.nc.Subscribe(bus.NodeStartTurnSubject(n.cfg.Name), handle)
+	if err != nil {
+		return fmt.Errorf("subscribe start turn: %w", err)
+	}
+	n.subs = append(n.subs, sub)
+	if sub, err = n.nc.QueueSubscribe(bus.AnyNodeStartTurn, bus.StartTurnQueue, handle); err != nil {
+		return fmt.Errorf("subscribe start turn: %w", err)
+	}
+	n.subs = append(n.subs, sub)
+	return n.nc.Flush()
+}
+
+// startFromBus starts a turn described by a StartTurn envelope.
+func (n *Node) startFromBus(data []byte) bus.StartTurnReply {
+	var req bus.StartTurn
+	if err := json.Unmarshal(data, &req); err != nil {
+		return bus.StartTurnReply{Node: n.cfg.Name, Error: "start turn: malformed request: " + err.Error()}
+	}
+	id, err := n.StartTurn(context.Background(), req)
+	if err != nil {
+		return bus.StartTurnReply{Turn: req.Turn, Node: n.cfg.Name, Error: err.Error()}
+	}
+	return bus.StartTurnReply{Turn: id, Node: n.cfg.Name}
+}
+
+// StartTurn starts a turn described by a StartTurn envelope; its progress
+// and end are published on the turn's subjects.
+func (n *Node) StartTurn(ctx context.Context, req bus.StartTurn) (string, error) {
+	if req.Turn != "" && !bus.ValidToken(req.Turn) {
+		return "", fmt.Errorf("start turn: invalid turn id %q", req.Turn)
+	}
+	if req.Prompt == "" {
+		return "", errors.New("start turn: the prompt is empty")
+	}
+	model, err := n.model(req)
+	if err != nil {
+		return "", fmt.Errorf("start turn: %w", err)
+	}
+	return n.Spawn(ctx, TurnConfig{
+		ID: req.Turn, Agent: req.Agent, Task: req.Task, Instructions: req.Instructions,
+		Input: []gateway.Item{gateway.UserMessage(req.Prompt)}, Model: model, MaxSteps: req.MaxSteps,
+	})
+}
+
+func (n *Node) model(req bus.StartTurn) (gateway.Model, error) {
+	if len(req.Script) > 0 {
+		var s gateway.Script
+		dec := json.NewDecoder(bytes.NewReader(req.Script))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&s); err != nil {
+			return nil, fmt.Errorf("inline script: %w", err)
+		}
+		return gateway.NewScripted(s)
+	}
+	if req.Model == "" {
+		return nil, errors.New("no model given")
+	}
+	return gateway.Open(req.Model, n.cfg.Gateway)
+}
+
+// Close stops every turn and host of the node, then its connections.
+func (n *Node) Close() {
+	for _, s := range n.subs {
+		_ = s.Unsubscribe()
+	}
+	n.subs = nil
+	if n.pid != nil {
+		// Stopping the node actor stops its children first.
+		_ = n.sys.Root.StopFuture(n.pid).Wait()
+		n.pid = nil
+	}
+	// The actors are gone; what they published must still reach the server.
+	for _, nc := range n.conns {
+		_ = nc.FlushTimeout(time.Second)
+		nc.Close()
+	}
+	n.conns = nil
+	n.sys.Shutdown()
+}
+
+// levelFilter drops records below min.
+type levelFilter struct {
+	min slog.Level
+	h   slog.Handler
+}
+
+func (f levelFilter) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= f.min && f.h.Enabled(ctx, l)
+}
+func (f levelFilter) Handle(ctx context.Context, r slog.Record) error { return f.h.Handle(ctx, r) }
+func (f levelFilter) WithAttrs(a []slog.Attr) slog.Handler {
+	return levelFilter{min: f.min, h: f.h.WithAttrs(a)}
+}
+func (f levelFilter) WithGroup(g string) slog.Handler {
+	return levelFilter{min: f.min, h: f.h.WithGroup(g)}
+}
+
+// DiscardLogger is a logger that drops everything.
+func DiscardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

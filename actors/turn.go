@@ -1,0 +1,657 @@
+package actors
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Defaults of a turn.
+const (
+	DefaultMaxSteps   = 32
+	DefaultAbortGrace = 2 * time.Second
+	// replyGrace is how long past a call's deadline the turn waits for the
+	// host's reply before it gives up on it: the host enforces the deadline
+	// itself and needs a moment to say so.
+	replyGrace = 500 * time.Millisecond
+)
+
+// TurnConfig configures one turn.
+type TurnConfig struct {
+	ID           string // a valid subject token; empty picks one
+	Node         string
+	Agent        string
+	Task         string
+	Instructions string
+	// Input is the transcript the turn starts from, usually one user message.
+	Input []gateway.Item
+	Model gateway.Model
+	Tools *toolbus.Set
+	Conn  *nats.Conn
+	// JS, when set, receives the transcript on bus.TranscriptSubject(ID).
+	JS         jetstream.JetStream
+	MaxSteps   int
+	AbortGrace time.Duration
+	// CallTimeout is the deadline of a call whose tool sets no Timeout.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+	// Done receives the result once, from the actor, when the turn ends.
+	Done func(TurnResult)
+}
+
+// TurnResult is the outcome of a turn.
+type TurnResult struct {
+	Turn       string
+	State      bus.TurnState
+	Text       string // the model's final text
+	Error      string
+	Steps      int
+	Calls      []bus.CallRecord
+	Transcript []gateway.Item
+}
+
+// callState is where a call of the current batch stands.
+type callState uint8
+
+const (
+	callWaiting callState = iota
+	callRunning
+	callDone
+)
+
+// pendingCall is one function call of the current batch.
+type pendingCall struct {
+	item   gateway.Item
+	wireID string // the call id on the bus (the model's when it is a valid token)
+	tool   *toolbus.Tool
+	args   json.RawMessage
+	state  callState
+	timer  *time.Timer
+	start  time.Time
+	record bus.CallRecord
+	output toolbus.Result
+}
+
+// Messages the turn actor receives besides *nats.Msg.
+type (
+	turnStep    struct{}
+	modelReply  struct {
+		step int
+		resp *gateway.Response
+		err  error
+	}
+	callExpired    struct{ wireID string }
+	abortGraceOver struct{}
+)
+
+// turn is the actor that runs one agent turn: model step, calls, results,
+// until the model stops calling tools.
+type turn struct {
+	cfg   TurnConfig
+	log   *slog.Logger
+	trace string // W3C trace id shared by the turn's calls
+
+	sys  *actor.ActorSystem
+	self *actor.PID
+	subs []*nats.Subscription
+
+	transcript []gateway.Item
+	step       int
+	text       string
+	records    []bus.CallRecord
+	acks       []jetstream.PubAckFuture
+
+	modelCtx    context.Context
+	modelCancel context.CancelFunc
+	waiting     bool // a model call is out
+
+	batch      []*pendingCall
+	byWire     map[string]*pendingCall
+	next       int  // first batch call not yet dispatched or resolved
+	running    int  // calls in flight
+	seqRunning bool // the call in flight is sequential
+
+	aborted    bool
+	abortTimer *time.Timer
+	finished   bool
+}
+
+// NewTurnProps returns the props of a turn actor. cfg.ID is filled in when empty.
+func NewTurnProps(cfg *TurnConfig) (*actor.Props, error) {
+	if cfg.ID == "" {
+		cfg.ID = bus.NewID()
+	}
+	switch {
+	case !bus.ValidToken(cfg.ID):
+		return nil, fmt.Errorf("turn: invalid id %q", cfg.ID)
+	case cfg.Model == nil:
+		return nil, fmt.Errorf("turn %s: no model", cfg.ID)
+	case cfg.Conn == nil:
+		return nil, fmt.Errorf("turn %s: no connection", cfg.ID)
+	case cfg.Tools == nil:
+		return nil, fmt.Errorf("turn %s: no tool set", cfg.ID)
+	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = DefaultMaxSteps
+	}
+	if cfg.AbortGrace <= 0 {
+		cfg.AbortGrace = DefaultAbortGrace
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := *cfg
+	return actor.PropsFromProducer(func() actor.Actor {
+		return &turn{cfg: c, log: c.Logger.With("turn", c.ID)}
+	}, actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, stopDecider))), nil
+}
+
+// stopDecider stops a turn that panics instead of restarting it with fresh
+// state, which would replay the model.
+func stopDecider(reason any) actor.Directive { return actor.StopDirective }
+
+func (t *turn) Receive(ctx actor.Context) {
+	switch m := ctx.Message().(type) {
+	case *actor.Started:
+		t.start(ctx)
+	case *turnStep:
+		t.callModel()
+	case *modelReply:
+		t.onModelReply(m)
+	case *nats.Msg:
+		t.onMsg(m)
+	case *callExpired:
+		t.onExpired(m.wireID)
+	case *abortGraceOver:
+		t.abandonRunning()
+	case *actor.Stopping:
+		t.cleanup()
+	}
+	if t.finished {
+		t.finished = false // stop once
+		ctx.Stop(ctx.Self())
+	}
+}
+
+func (t *turn) start(ctx actor.Context) {
+	t.sys, t.self = ctx.ActorSystem(), ctx.Self()
+	t.trace = randomHex(16)
+	t.modelCtx, t.modelCancel = context.WithCancel(context.Background())
+	t.byWire = make(map[string]*pendingCall)
+	t.transcript = append(t.transcript, t.cfg.Input...)
+
+	forward := func(m *nats.Msg) { t.sys.Root.Send(t.self, m) }
+	for _, subj := range []string{
+		bus.ResultSubject(t.cfg.ID, "*"),
+		bus.AbortSubject(t.cfg.ID),
+	} {
+		sub, err := t.cfg.Conn.Subscribe(subj, forward)
+		if err == nil {
+			err = sub.SetPendingLimits(-1, -1)
+		}
+		if err != nil {
+			t.fail(fmt.Errorf("subscribe %s: %w", subj, err))
+			return
+		}
+		t.subs = append(t.subs, sub)
+	}
+	if err := t.cfg.Conn.Flush(); err != nil {
+		t.fail(fmt.Errorf("flush subscriptions: %w", err))
+		return
+	}
+	t.appendTranscript(t.cfg.Input)
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning})
+	t.sys.Root.Send(t.self, &turnStep{})
+}
+
+// callModel asks the model for the next step without blocking the mailbox.
+func (t *turn) callModel() {
+	if t.aborted || t.finished {
+		return
+	}
+	if t.step >= t.cfg.MaxSteps {
+		t.finish(bus.TurnStepLimit, fmt.Sprintf("step limit of %d reached", t.cfg.MaxSteps))
+		return
+	}
+	req := &gateway.Request{
+		Instructions:      t.cfg.Instructions,
+		Input:             append([]gateway.Item(nil), t.transcript...),
+		Tools:             t.cfg.Tools.Tools(),
+		ParallelToolCalls: true,
+		Step:              t.step,
+	}
+	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
+	sys, self := t.sys, t.self
+	t.waiting = true
+	go func() {
+		resp, err := model.Respond(ctx, req)
+		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
+	}()
+}
+
+func (t *turn) onModelReply(m *modelReply) {
+	t.waiting = false
+	if t.aborted {
+		t.finish(bus.TurnAborted, "")
+		return
+	}
+	t.step++
+	if m.err != nil {
+		t.fail(fmt.Errorf("model step %d: %w", m.step, m.err))
+		return
+	}
+	resp := m.resp
+	t.transcript = append(t.transcript, resp.Items...)
+	t.appendTranscript(resp.Items)
+	t.text = resp.Text()
+	calls := resp.Calls()
+	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
+	if len(calls) == 0 {
+		t.finish(bus.TurnCompleted, "")
+		return
+	}
+	t.prepare(calls, resp.Truncated)
+	t.schedule()
+}
+
+// prepare resolves each call's tool and arguments, in the model's order.
+func (t *turn) prepare(calls []gateway.Item, truncated bool) {
+	t.batch = t.batch[:0]
+	clear(t.byWire)
+	t.next, t.running, t.seqRunning = 0, 0, false
+	for _, it := range calls {
+		pc := &pendingCall{item: it, wireID: it.CallID}
+		if !bus.ValidToken(pc.wireID) || len(pc.wireID) > 128 {
+			pc.wireID = bus.NewID()
+		}
+		if _, dup := t.byWire[pc.wireID]; dup {
+			pc.wireID = bus.NewID()
+		}
+		t.byWire[pc.wireID] = pc
+		pc.record = bus.CallRecord{Call: it.CallID, Tool: it.Name, Namespace: it.Namespace}
+		t.batch = append(t.batch, pc)
+
+		tool, ok := t.cfg.Tools.Lookup(it.Name)
+		if !ok || (it.Namespace != "" && tool.Namespace != it.Namespace) {
+			pc.resolve(bus.OutcomeInvalid, t.unknownTool(it))
+			continue
+		}
+		pc.tool = tool
+		strict := tool.Strict && tool.Params.Strict().Err == nil
+		args, err := tool.Params.Parse(it.Arguments, schema.ParseOptions{
+			Strict:      strict,
+			Truncated:   truncated || it.Truncated,
+			Destructive: tool.Destructive,
+		})
+		for _, r := range args.Rungs {
+			pc.record.Rungs = append(pc.record.Rungs, string(r))
+		}
+		pc.record.Truncated = args.Truncated
+		if err != nil {
+			var ae *schema.ArgumentError
+			if errors.As(err, &ae) {
+				for _, r := range ae.Rungs {
+					pc.record.Rungs = append(pc.record.Rungs, string(r))
+				}
+			}
+			pc.resolve(bus.OutcomeInvalid, fmt.Sprintf("invalid arguments for %s: %v", it.Name, err))
+			continue
+		}
+		pc.args = args.JSON
+	}
+}
+
+func (t *turn) unknownTool(it gateway.Item) string {
+	name := it.Name
+	if it.Namespace != "" {
+		name = it.Namespace + "." + it.Name
+	}
+	return fmt.Sprintf("unknown tool %q; the tools available are: %s", name, strings.Join(t.cfg.Tools.Names(), ", "))
+}
+
+// resolve settles a call that never ran.
+func (pc *pendingCall) resolve(o bus.Outcome, msg string) {
+	pc.state = callDone
+	pc.record.Outcome, pc.record.Error = o, msg
+	pc.output = toolbus.ErrorResult(msg)
+}
+
+// schedule dispatches what the execution modes allow: a run of parallel
+// calls goes out together; a sequential call waits until nothing is in
+// flight and holds every call after it.
+func (t *turn) schedule() {
+	for !t.aborted && t.next < len(t.batch) && !t.seqRunning {
+		pc := t.batch[t.next]
+		if pc.state == callDone {
+			t.next++
+			continue
+		}
+		if pc.tool.Mode == toolbus.Sequential && t.running > 0 {
+			break
+		}
+		t.dispatch(pc)
+		t.next++
+	}
+	if t.running == 0 && (t.next == len(t.batch) || t.aborted) {
+		t.completeBatch()
+	}
+}
+
+func (t *turn) dispatch(pc *pendingCall) {
+	timeout := pc.tool.Timeout
+	if timeout <= 0 {
+		timeout = t.cfg.CallTimeout
+	}
+	pc.start = time.Now()
+	deadline := pc.start.Add(timeout)
+	m := &nats.Msg{
+		Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
+		Reply:   bus.ResultSubject(t.cfg.ID, pc.wireID),
+		Data:    pc.args,
+		Header:  make(nats.Header, 6),
+	}
+	m.Header.Set(bus.HeaderTurn, t.cfg.ID)
+	m.Header.Set(bus.HeaderCall, pc.wireID)
+	m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(deadline))
+	m.Header.Set(bus.HeaderTraceparent, "00-"+t.trace+"-"+randomHex(8)+"-01")
+	if t.cfg.Agent != "" {
+		m.Header.Set(bus.HeaderAgent, t.cfg.Agent)
+	}
+	if t.cfg.Task != "" {
+		m.Header.Set(bus.HeaderTask, t.cfg.Task)
+	}
+	if pc.record.Truncated {
+		m.Header.Set(bus.HeaderTruncated, "true")
+	}
+	if err := t.cfg.Conn.PublishMsg(m); err != nil {
+		pc.resolve(bus.OutcomeUnavailable, fmt.Sprintf("dispatch %s: %v", pc.tool.Name, err))
+		return
+	}
+	pc.state = callRunning
+	t.running++
+	t.seqRunning = pc.tool.Mode == toolbus.Sequential
+	sys, self, id := t.sys, t.self, pc.wireID
+	pc.timer = time.AfterFunc(timeout+replyGrace, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
+}
+
+func (t *turn) onMsg(m *nats.Msg) {
+	ts, ok := bus.ParseTurnSubject(m.Subject)
+	if !ok || ts.Turn != t.cfg.ID {
+		return
+	}
+	switch ts.Kind {
+	case bus.KindAbort:
+		t.abort(m.Data)
+	case bus.KindResult:
+		t.onResult(ts.Call, m)
+	}
+}
+
+func (t *turn) onResult(wireID string, m *nats.Msg) {
+	pc := t.byWire[wireID]
+	if pc == nil || pc.state != callRunning {
+		return // late or duplicate reply
+	}
+	if m.Header.Get("Status") == "503" {
+		t.settle(pc, bus.OutcomeUnavailable, fmt.Sprintf(
+			"tool %s is unavailable: no host serves category %q (no responders)", pc.tool.Name, pc.tool.Category), toolbus.Result{})
+		return
+	}
+	var r bus.ToolReply
+	if err := json.Unmarshal(m.Data, &r); err != nil || !r.Outcome.Valid() {
+		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
+		return
+	}
+	res := toolbus.Result{
+		Content:   fromBusContent(r.Content),
+		Details:   r.Details,
+		Terminate: r.Terminate,
+		IsError:   r.Outcome != bus.OutcomeOK,
+	}
+	pc.record.Duration = r.Duration
+	if r.Completion != nil {
+		pc.record.Label = r.Completion.Label
+	}
+	t.settle(pc, r.Outcome, r.Error, res)
+}
+
+// settle records a call that was in flight and moves the batch on.
+func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Result) {
+	if pc.timer != nil {
+		pc.timer.Stop()
+	}
+	pc.state = callDone
+	pc.record.Outcome, pc.record.Error = o, msg
+	if pc.record.Duration == 0 {
+		pc.record.Duration = time.Since(pc.start)
+	}
+	if o != bus.OutcomeOK && msg != "" {
+		// The model must learn why; keep whatever the tool produced after it.
+		res.Content = append([]toolbus.ContentPart{toolbus.Text(msg)}, res.Content...)
+		res.IsError = true
+	}
+	pc.output = res
+	t.running--
+	if t.seqRunning && pc.tool.Mode == toolbus.Sequential {
+		t.seqRunning = false
+	}
+	if t.aborted {
+		if t.running == 0 {
+			t.completeBatch()
+		}
+		return
+	}
+	t.schedule()
+}
+
+func (t *turn) onExpired(wireID string) {
+	pc := t.byWire[wireID]
+	if pc == nil || pc.state != callRunning {
+		return
+	}
+	if t.aborted {
+		t.settle(pc, bus.OutcomeAbandoned, abandonedMsg(t.cfg.AbortGrace), toolbus.Result{})
+		return
+	}
+	t.settle(pc, bus.OutcomeTimeout, fmt.Sprintf("tool %s did not answer before its deadline", pc.tool.Name), toolbus.Result{})
+}
+
+func abandonedMsg(grace time.Duration) string {
+	return fmt.Sprintf("call abandoned: the turn was aborted and the call did not stop within %s; it may still be running", grace)
+}
+
+// abort stops the turn: no new model call, no new tool call; calls in flight
+// were cancelled by their hosts, which listen on the same subject, and get
+// the grace period to say so.
+func (t *turn) abort(data []byte) {
+	if t.aborted || t.finished {
+		return
+	}
+	t.aborted = true
+	t.modelCancel()
+	reason := "aborted"
+	var a bus.Abort
+	if json.Unmarshal(data, &a) == nil && a.Reason != "" {
+		reason = "aborted: " + a.Reason
+	}
+	for _, pc := range t.batch[t.next:] {
+		if pc.state == callWaiting {
+			pc.resolve(bus.OutcomeNotStarted, "call not started: the turn was "+reason)
+		}
+	}
+	t.next = len(t.batch)
+	switch {
+	case t.running > 0:
+		sys, self := t.sys, t.self
+		t.abortTimer = time.AfterFunc(t.cfg.AbortGrace, func() { sys.Root.Send(self, &abortGraceOver{}) })
+	case t.waiting:
+		// The model call returns with ctx's error; onModelReply finishes.
+	default:
+		t.completeBatch()
+	}
+}
+
+// abandonRunning gives up on calls that did not stop within the grace.
+func (t *turn) abandonRunning() {
+	for _, pc := range t.batch {
+		if pc.state == callRunning {
+			t.settle(pc, bus.OutcomeAbandoned, abandonedMsg(t.cfg.AbortGrace), toolbus.Result{})
+		}
+	}
+}
+
+// completeBatch appends every call's output in the model's order and moves
+// the turn on.
+func (t *turn) completeBatch() {
+	if len(t.batch) == 0 {
+		if t.aborted {
+			t.finish(bus.TurnAborted, "")
+		}
+		return
+	}
+	outputs := make([]gateway.Item, 0, len(t.batch))
+	terminate := false
+	records := make([]bus.CallRecord, 0, len(t.batch))
+	for _, pc := range t.batch {
+		outputs = append(outputs, gateway.Item{
+			Kind:      gateway.KindCallOutput,
+			CallID:    pc.item.CallID,
+			Name:      pc.item.Name,
+			Namespace: pc.item.Namespace,
+			Output:    pc.output.Content,
+			IsError:   pc.output.IsError,
+		})
+		terminate = terminate || pc.output.Terminate
+		records = append(records, pc.record)
+	}
+	t.batch = t.batch[:0]
+	t.transcript = append(t.transcript, outputs...)
+	t.appendTranscript(outputs)
+	t.records = append(t.records, records...)
+	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
+	switch {
+	case t.aborted:
+		t.finish(bus.TurnAborted, "")
+	case terminate:
+		t.finish(bus.TurnTerminated, "")
+	default:
+		t.callModel()
+	}
+}
+
+func (t *turn) fail(err error) {
+	t.log.Warn("turn failed", "err", err)
+	// Calls still waiting get an output, so the transcript stays valid.
+	for _, pc := range t.batch {
+		if pc.state != callDone {
+			pc.resolve(bus.OutcomeNotStarted, "call not finished: the turn failed")
+		}
+	}
+	t.finish(bus.TurnFailed, err.Error())
+}
+
+func (t *turn) finish(state bus.TurnState, msg string) {
+	if t.finished {
+		return
+	}
+	t.finished = true
+	t.modelCancel()
+	res := TurnResult{
+		Turn: t.cfg.ID, State: state, Text: t.text, Error: msg, Steps: t.step,
+		Calls: t.records, Transcript: t.transcript,
+	}
+	if err := t.waitTranscript(); err != nil && res.Error == "" {
+		res.Error = err.Error()
+	}
+	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.Error})
+	if t.cfg.Done != nil {
+		t.cfg.Done(res)
+	}
+}
+
+func (t *turn) cleanup() {
+	for _, s := range t.subs {
+		_ = s.Unsubscribe()
+	}
+	t.subs = nil
+	for _, pc := range t.batch {
+		if pc.timer != nil {
+			pc.timer.Stop()
+		}
+	}
+	if t.abortTimer != nil {
+		t.abortTimer.Stop()
+	}
+	if t.modelCancel != nil {
+		t.modelCancel()
+	}
+}
+
+// status publishes a turn status message.
+func (t *turn) status(kind string, st bus.TurnStatus) {
+	st.Turn, st.Node, st.Agent, st.Step, st.Time = t.cfg.ID, t.cfg.Node, t.cfg.Agent, t.step, time.Now()
+	b, err := json.Marshal(st)
+	if err == nil {
+		err = t.cfg.Conn.Publish(bus.TurnStatusSubject(t.cfg.ID, kind), b)
+	}
+	if err != nil {
+		t.log.Warn("publish status", "kind", kind, "err", err)
+	}
+}
+
+// appendTranscript stores items in the transcript stream without waiting.
+func (t *turn) appendTranscript(items []gateway.Item) {
+	if t.cfg.JS == nil || len(items) == 0 {
+		return
+	}
+	b, err := json.Marshal(items)
+	if err != nil {
+		t.log.Warn("encode transcript", "err", err)
+		return
+	}
+	ack, err := t.cfg.JS.PublishAsync(bus.TranscriptSubject(t.cfg.ID), b)
+	if err != nil {
+		t.log.Warn("append transcript", "err", err)
+		return
+	}
+	t.acks = append(t.acks, ack)
+}
+
+// waitTranscript waits, briefly, for the transcript to be stored.
+func (t *turn) waitTranscript() error {
+	timeout := time.After(5 * time.Second)
+	for _, a := range t.acks {
+		select {
+		case <-a.Ok():
+		case err := <-a.Err():
+			return fmt.Errorf("store transcript: %w", err)
+		case <-timeout:
+			return errors.New("store transcript: no acknowledgement within 5s")
+		}
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

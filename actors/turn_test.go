@@ -1,0 +1,643 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+)
+
+// harness is a node on a real embedded server with test categories.
+type harness struct {
+	t    *testing.T
+	srv  *bus.Server
+	node *Node
+}
+
+func newHarness(t *testing.T, tools ...*toolbus.Tool) *harness {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	n, err := StartNode(ctx, NodeConfig{
+		Name:       "n1",
+		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Logger:     DiscardLogger(),
+		AbortGrace: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	byCat := map[string][]*toolbus.Tool{}
+	var cats []string
+	for _, tl := range tools {
+		if byCat[tl.Category] == nil {
+			cats = append(cats, tl.Category)
+		}
+		byCat[tl.Category] = append(byCat[tl.Category], tl)
+	}
+	for _, c := range cats {
+		if err := n.Host(ctx, c, byCat[c]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &harness{t: t, srv: srv, node: n}
+}
+
+// run plays a script against a tool set and returns the result.
+func (h *harness) run(ctx context.Context, tools []*toolbus.Tool, steps ...gateway.ScriptStep) TurnResult {
+	h.t.Helper()
+	set, err := toolbus.NewSet(tools...)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	model, err := gateway.NewScripted(gateway.Script{Responses: steps})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	res, err := h.node.Run(ctx, TurnConfig{
+		Agent: "tester", Model: model, Tools: set,
+		Input: []gateway.Item{gateway.UserMessage("go")},
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return res
+}
+
+type noArgs struct{}
+
+type idArgs struct {
+	ID string `json:"id"`
+}
+
+// recorder logs the start and end of calls and counts how many run at once.
+type recorder struct {
+	mu     sync.Mutex
+	log    []string
+	active int
+	peak   int
+}
+
+func (r *recorder) enter(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, "start "+id)
+	r.active++
+	r.peak = max(r.peak, r.active)
+}
+
+func (r *recorder) exit(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.log = append(r.log, "end "+id)
+	r.active--
+}
+
+func (r *recorder) entries() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.log)
+}
+
+// barrier releases its waiters once n have arrived. A waiter that is not
+// joined by the others within its context fails, which is how a test proves
+// that calls ran at the same time rather than one after the other.
+type barrier struct {
+	n       int
+	mu      sync.Mutex
+	arrived int
+	open    chan struct{}
+}
+
+func newBarrier(n int) *barrier { return &barrier{n: n, open: make(chan struct{})} }
+
+func (b *barrier) wait(ctx context.Context) error {
+	b.mu.Lock()
+	b.arrived++
+	if b.arrived == b.n {
+		close(b.open)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.open:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("barrier: only %d of %d calls arrived", b.arrived, b.n)
+	}
+}
+
+func call(name, args string) gateway.ScriptCall {
+	return gateway.ScriptCall{Name: name, Arguments: args}
+}
+
+func outputs(res TurnResult) map[string]gateway.Item {
+	out := map[string]gateway.Item{}
+	for _, it := range res.Transcript {
+		if it.Kind == gateway.KindCallOutput {
+			out[it.CallID] = it
+		}
+	}
+	return out
+}
+
+func outputText(it gateway.Item) string {
+	var parts []string
+	for _, p := range it.Output {
+		parts = append(parts, p.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+func outcomes(res TurnResult) []string {
+	var out []string
+	for _, c := range res.Calls {
+		out = append(out, c.Tool+":"+string(c.Outcome))
+	}
+	return out
+}
+
+func TestParallelCallsRunTogether(t *testing.T) {
+	const n = 4
+	b := newBarrier(n)
+	rec := &recorder{}
+	meet := toolbus.MustDefine(toolbus.Def[idArgs]{
+		Name: "meet", Category: "test", Mode: toolbus.Parallel, Timeout: 10 * time.Second,
+		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
+			rec.enter(a.ID)
+			defer rec.exit(a.ID)
+			if err := b.wait(ctx); err != nil {
+				return toolbus.Result{}, err
+			}
+			return toolbus.TextResult("met " + a.ID), nil
+		},
+	})
+	h := newHarness(t, meet)
+	var calls []gateway.ScriptCall
+	for i := range n {
+		calls = append(calls, call("meet", fmt.Sprintf(`{"id":"m%d"}`, i)))
+	}
+	res := h.run(context.Background(), []*toolbus.Tool{meet},
+		gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "done"})
+	if res.State != bus.TurnCompleted || res.Text != "done" {
+		t.Fatalf("state %s text %q err %q", res.State, res.Text, res.Error)
+	}
+	for _, c := range res.Calls {
+		if c.Outcome != bus.OutcomeOK {
+			t.Errorf("call %s: %s %s", c.Call, c.Outcome, c.Error)
+		}
+	}
+	if rec.peak != n {
+		t.Errorf("peak concurrency %d, want %d", rec.peak, n)
+	}
+}
+
+func TestSequentialCallsNeverOverlapAndKeepOrder(t *testing.T) {
+	rec := &recorder{}
+	step := toolbus.MustDefine(toolbus.Def[idArgs]{
+		Name: "step", Category: "test", Mode: toolbus.Sequential,
+		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
+			rec.enter(a.ID)
+			defer rec.exit(a.ID)
+			time.Sleep(5 * time.Millisecond) // long enough for a wrongly dispatched next call to arrive
+			return toolbus.TextResult(a.ID), nil
+		},
+	})
+	h := newHarness(t, step)
+	var calls []gateway.ScriptCall
+	var want []string
+	for i := range 5 {
+		id := fmt.Sprintf("s%d", i)
+		calls = append(calls, call("step", `{"id":"`+id+`"}`))
+		want = append(want, "start "+id, "end "+id)
+	}
+	res := h.run(context.Background(), []*toolbus.Tool{step}, gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "ok"})
+	if res.State != bus.TurnCompleted {
+		t.Fatalf("state %s: %s", res.State, res.Error)
+	}
+	if got := rec.entries(); !slices.Equal(got, want) {
+		t.Errorf("execution order\n got %v\nwant %v", got, want)
+	}
+	if rec.peak != 1 {
+		t.Errorf("peak concurrency %d, want 1", rec.peak)
+	}
+}
+
+// TestMixedBatchBarriers checks P P S P P: the first two run together, the
+// sequential call runs alone after both, and the last two run together after it.
+func TestMixedBatchBarriers(t *testing.T) {
+	rec := &recorder{}
+	first, last := newBarrier(2), newBarrier(2)
+	par := toolbus.MustDefine(toolbus.Def[idArgs]{
+		Name: "par", Category: "test", Mode: toolbus.Parallel, Timeout: 10 * time.Second,
+		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
+			rec.enter(a.ID)
+			defer rec.exit(a.ID)
+			b := first
+			if a.ID >= "p3" {
+				b = last
+			}
+			return toolbus.TextResult(a.ID), b.wait(ctx)
+		},
+	})
+	seq := toolbus.MustDefine(toolbus.Def[idArgs]{
+		Name: "seq", Category: "test", Mode: toolbus.Sequential,
+		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
+			rec.enter(a.ID)
+			defer rec.exit(a.ID)
+			time.Sleep(5 * time.Millisecond)
+			return toolbus.TextResult(a.ID), nil
+		},
+	})
+	h := newHarness(t, par, seq)
+	res := h.run(context.Background(), []*toolbus.Tool{par, seq}, gateway.ScriptStep{Calls: []gateway.ScriptCall{
+		call("par", `{"id":"p1"}`), call("par", `{"id":"p2"}`), call("seq", `{"id":"s"}`),
+		call("par", `{"id":"p3"}`), call("par", `{"id":"p4"}`),
+	}}, gateway.ScriptStep{Text: "ok"})
+	if got := outcomes(res); !slices.Equal(got, []string{"par:ok", "par:ok", "seq:ok", "par:ok", "par:ok"}) {
+		t.Fatalf("outcomes %v (%+v)", got, res.Calls)
+	}
+	log := rec.entries()
+	idx := func(e string) int { return slices.Index(log, e) }
+	// s starts after both p1 and p2 ended, and ends before p3 and p4 start.
+	if idx("start s") < idx("end p1") || idx("start s") < idx("end p2") {
+		t.Errorf("sequential call started before the parallel run ended: %v", log)
+	}
+	if idx("end s") > idx("start p3") || idx("end s") > idx("start p4") {
+		t.Errorf("calls after the sequential call started before it ended: %v", log)
+	}
+	if rec.peak != 2 {
+		t.Errorf("peak concurrency %d, want 2", rec.peak)
+	}
+}
+
+func TestResultsInModelOrder(t *testing.T) {
+	// Each call waits for the one after it to finish, so they finish in
+	// reverse order of the model's.
+	const n = 4
+	done := make([]chan struct{}, n+1)
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	close(done[n])
+	type posArgs struct {
+		Pos int `json:"pos"`
+	}
+	wait := toolbus.MustDefine(toolbus.Def[posArgs]{
+		Name: "wait", Category: "test", Timeout: 10 * time.Second,
+		Execute: func(ctx context.Context, c toolbus.Call, a posArgs) (toolbus.Result, error) {
+			select {
+			case <-done[a.Pos+1]:
+			case <-ctx.Done():
+				return toolbus.Result{}, ctx.Err()
+			}
+			close(done[a.Pos])
+			return toolbus.TextResult(fmt.Sprint("result ", a.Pos)), nil
+		},
+	})
+	h := newHarness(t, wait)
+	var calls []gateway.ScriptCall
+	for i := range n {
+		calls = append(calls, gateway.ScriptCall{ID: fmt.Sprintf("c%d", i), Name: "wait", Arguments: fmt.Sprintf(`{"pos":%d}`, i)})
+	}
+	res := h.run(context.Background(), []*toolbus.Tool{wait}, gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "ok"})
+	var got []string
+	for _, it := range res.Transcript {
+		if it.Kind == gateway.KindCallOutput {
+			got = append(got, it.CallID+"="+outputText(it))
+		}
+	}
+	want := []string{"c0=result 0", "c1=result 1", "c2=result 2", "c3=result 3"}
+	if !slices.Equal(got, want) {
+		t.Errorf("outputs %v, want %v", got, want)
+	}
+}
+
+func TestBadCallsReachTheModelAndTheTurnGoesOn(t *testing.T) {
+	type pathArgs struct {
+		Path string `json:"path" jsonschema:"minLength=1"`
+	}
+	ran := atomic.Int32{}
+	read := toolbus.MustDefine(toolbus.Def[pathArgs]{
+		Name: "read", Category: "test", ReadOnly: true,
+		Execute: func(ctx context.Context, c toolbus.Call, a pathArgs) (toolbus.Result, error) {
+			ran.Add(1)
+			return toolbus.TextResult("content of " + a.Path), nil
+		},
+	})
+	h := newHarness(t, read)
+	res := h.run(context.Background(), []*toolbus.Tool{read},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{
+			{ID: "unknown", Name: "delete_everything", Arguments: `{}`},
+			{ID: "invalid", Name: "read", Arguments: `{"path": 7}`},
+			{ID: "repaired", Name: "read", Arguments: "```json\n{'path': 'a.txt',}\n```"},
+		}},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "again", Name: "read", Arguments: `{"path":"b.txt"}`}}},
+		gateway.ScriptStep{Text: "finished"},
+	)
+	if res.State != bus.TurnCompleted || res.Text != "finished" || res.Steps != 3 {
+		t.Fatalf("state %s text %q steps %d: %s", res.State, res.Text, res.Steps, res.Error)
+	}
+	out := outputs(res)
+	if it := out["unknown"]; !it.IsError || !strings.Contains(outputText(it), `unknown tool "delete_everything"`) || !strings.Contains(outputText(it), "read") {
+		t.Errorf("unknown tool output: %+v", it)
+	}
+	if it := out["invalid"]; !it.IsError || !strings.Contains(outputText(it), "/path") {
+		t.Errorf("invalid args output: %+v", it)
+	}
+	if it := out["repaired"]; it.IsError || outputText(it) != "content of a.txt" {
+		t.Errorf("repaired call output: %+v", it)
+	}
+	if it := out["again"]; it.IsError || outputText(it) != "content of b.txt" {
+		t.Errorf("second step output: %+v", it)
+	}
+	if n := ran.Load(); n != 2 {
+		t.Errorf("tool ran %d times, want 2", n)
+	}
+	var rungs []string
+	for _, c := range res.Calls {
+		if c.Call == "repaired" {
+			rungs = c.Rungs
+		}
+	}
+	if !slices.Contains(rungs, "extract") || !slices.Contains(rungs, "repair") {
+		t.Errorf("repaired call rungs %v, want extract and repair", rungs)
+	}
+}
+
+func TestHostRefusesInvalidDirectRequest(t *testing.T) {
+	type countArgs struct {
+		N int `json:"n" jsonschema:"minimum=1"`
+	}
+	ran := atomic.Int32{}
+	count := toolbus.MustDefine(toolbus.Def[countArgs]{
+		Name: "count", Category: "test",
+		Execute: func(ctx context.Context, c toolbus.Call, a countArgs) (toolbus.Result, error) {
+			ran.Add(1)
+			return toolbus.TextResult(fmt.Sprint(a.N)), nil
+		},
+	})
+	h := newHarness(t, count)
+	nc, err := h.srv.Connect("direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for _, tc := range []struct {
+		args    string
+		outcome bus.Outcome
+		errPart string
+	}{
+		{`{"n":0}`, bus.OutcomeInvalid, "/n"},
+		{`{"n":"3"}`, bus.OutcomeInvalid, "/n"},
+		{`not json`, bus.OutcomeInvalid, "invalid arguments"},
+		{`{"n":3}`, bus.OutcomeOK, ""},
+	} {
+		m, err := nc.Request(bus.ToolSubject("test", "count"), []byte(tc.args), 5*time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.args, err)
+		}
+		var r bus.ToolReply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Outcome != tc.outcome || !strings.Contains(r.Error, tc.errPart) {
+			t.Errorf("%s: outcome %s error %q, want %s containing %q", tc.args, r.Outcome, r.Error, tc.outcome, tc.errPart)
+		}
+	}
+	if n := ran.Load(); n != 1 {
+		t.Errorf("tool ran %d times, want 1", n)
+	}
+}
+
+func TestDeadlineCancelsCall(t *testing.T) {
+	var sawCancel atomic.Bool
+	slow := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "slow", Category: "test", Timeout: 100 * time.Millisecond,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			<-ctx.Done()
+			sawCancel.Store(true)
+			return toolbus.Result{}, ctx.Err()
+		},
+	})
+	h := newHarness(t, slow)
+	res := h.run(context.Background(), []*toolbus.Tool{slow},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("slow", `{}`)}}, gateway.ScriptStep{Text: "ok"})
+	if got := outcomes(res); !slices.Equal(got, []string{"slow:timeout"}) {
+		t.Fatalf("outcomes %v: %+v", got, res.Calls)
+	}
+	if !sawCancel.Load() {
+		t.Error("execute never saw its context cancelled")
+	}
+	if res.State != bus.TurnCompleted {
+		t.Errorf("state %s", res.State)
+	}
+}
+
+func TestAbortRecordsHonestOutcomes(t *testing.T) {
+	started := newBarrier(3) // the three in-flight calls, plus the test
+	release := make(chan struct{})
+	var stopped atomic.Int32
+	coop := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "coop", Category: "test", Timeout: time.Minute,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			_ = started.wait(context.Background())
+			<-ctx.Done()
+			stopped.Add(1)
+			return toolbus.TextResult("partial work"), ctx.Err()
+		},
+	})
+	stubborn := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "stubborn", Category: "test", Timeout: time.Minute,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			_ = started.wait(context.Background())
+			<-release // ignores its context
+			return toolbus.TextResult("late"), nil
+		},
+	})
+	later := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "later", Category: "test", Mode: toolbus.Sequential,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			t.Error("a call after the abort ran")
+			return toolbus.Result{}, nil
+		},
+	})
+	h := newHarness(t, coop, stubborn, later)
+	defer close(release)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_ = started.wait(context.Background())
+		cancel() // node.Run turns this into an abort on the bus
+	}()
+	res := h.run(ctx, []*toolbus.Tool{coop, stubborn, later},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{
+			{ID: "a", Name: "coop", Arguments: `{}`},
+			{ID: "b", Name: "stubborn", Arguments: `{}`},
+			{ID: "c", Name: "later", Arguments: `{}`},
+		}},
+		gateway.ScriptStep{Text: "must not be reached"},
+	)
+	if res.State != bus.TurnAborted {
+		t.Fatalf("state %s: %s", res.State, res.Error)
+	}
+	want := []string{"coop:stopped", "stubborn:abandoned", "later:not_started"}
+	if got := outcomes(res); !slices.Equal(got, want) {
+		t.Errorf("outcomes %v, want %v", got, want)
+	}
+	out := outputs(res)
+	for _, id := range []string{"a", "b", "c"} {
+		if it, ok := out[id]; !ok || !it.IsError {
+			t.Errorf("call %s has no error output: %+v", id, it)
+		}
+	}
+	if !strings.Contains(outputText(out["a"]), "partial work") {
+		t.Errorf("stopped call lost its partial output: %q", outputText(out["a"]))
+	}
+	if stopped.Load() != 1 {
+		t.Errorf("cooperative call saw no cancellation")
+	}
+	if res.Steps != 1 {
+		t.Errorf("the model was called %d times, want 1", res.Steps)
+	}
+}
+
+func TestAbortWhileWaitingForModel(t *testing.T) {
+	h := newHarness(t)
+	set, _ := toolbus.NewSet()
+	entered := make(chan struct{})
+	model := modelFunc(func(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
+		close(entered)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-entered; cancel() }()
+	res, err := h.node.Run(ctx, TurnConfig{Model: model, Tools: set, Input: []gateway.Item{gateway.UserMessage("hi")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != bus.TurnAborted {
+		t.Errorf("state %s (%s), want aborted", res.State, res.Error)
+	}
+}
+
+type modelFunc func(ctx context.Context, req *gateway.Request) (*gateway.Response, error)
+
+func (f modelFunc) Respond(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
+	return f(ctx, req)
+}
+
+func TestCategoryWithoutHostFailsFast(t *testing.T) {
+	orphan := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "orphan", Category: "nobody", Timeout: time.Hour,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			return toolbus.Result{}, nil
+		},
+	})
+	h := newHarness(t) // hosts nothing
+	res := h.run(context.Background(), []*toolbus.Tool{orphan},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "x", Name: "orphan", Arguments: `{}`}}},
+		gateway.ScriptStep{Text: "ok"})
+	if got := outcomes(res); !slices.Equal(got, []string{"orphan:unavailable"}) {
+		t.Fatalf("outcomes %v", got)
+	}
+	if txt := outputText(outputs(res)["x"]); !strings.Contains(txt, `no host serves category "nobody"`) {
+		t.Errorf("output %q", txt)
+	}
+	if res.State != bus.TurnCompleted {
+		t.Errorf("state %s", res.State)
+	}
+}
+
+func TestTerminateAndStepLimit(t *testing.T) {
+	stop := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "stop", Category: "test",
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			r := toolbus.TextResult("stopping")
+			r.Terminate = true
+			return r, nil
+		},
+	})
+	h := newHarness(t, stop)
+	res := h.run(context.Background(), []*toolbus.Tool{stop},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("stop", `{}`)}},
+		gateway.ScriptStep{Text: "must not be reached"})
+	if res.State != bus.TurnTerminated || res.Steps != 1 {
+		t.Errorf("state %s steps %d", res.State, res.Steps)
+	}
+
+	set, _ := toolbus.NewSet(stop)
+	loop := modelFunc(func(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
+		return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindFunctionCall, CallID: fmt.Sprint("l", req.Step), Name: "nothing", Arguments: "{}"}}}, nil
+	})
+	res, err := h.node.Run(context.Background(), TurnConfig{Model: loop, Tools: set, MaxSteps: 3, Input: []gateway.Item{gateway.UserMessage("loop")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != bus.TurnStepLimit || res.Steps != 3 {
+		t.Errorf("state %s steps %d", res.State, res.Steps)
+	}
+}
+
+func TestTruncatedDestructiveCallIsRefused(t *testing.T) {
+	type writeArgs struct {
+		Path    string `json:"path"`
+		Content string `json:"content"`
+	}
+	wrote := atomic.Int32{}
+	write := toolbus.MustDefine(toolbus.Def[writeArgs]{
+		Name: "write", Category: "test", Destructive: true, Mode: toolbus.Sequential,
+		Execute: func(ctx context.Context, c toolbus.Call, a writeArgs) (toolbus.Result, error) {
+			wrote.Add(1)
+			return toolbus.TextResult("written"), nil
+		},
+	})
+	h := newHarness(t, write)
+	res := h.run(context.Background(), []*toolbus.Tool{write},
+		gateway.ScriptStep{Truncated: true, Calls: []gateway.ScriptCall{{ID: "w", Name: "write", Arguments: `{"path":"a.txt","content":"hel`}}},
+		gateway.ScriptStep{Text: "ok"})
+	if wrote.Load() != 0 {
+		t.Error("a truncated destructive call ran")
+	}
+	if it := outputs(res)["w"]; !it.IsError || !strings.Contains(outputText(it), "re-issue") {
+		t.Errorf("output %+v", it)
+	}
+}
+
+func TestTranscriptIsStored(t *testing.T) {
+	echo := toolbus.MustDefine(toolbus.Def[idArgs]{
+		Name: "echo", Category: "test",
+		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
+			return toolbus.TextResult(a.ID), nil
+		},
+	})
+	h := newHarness(t, echo)
+	res := h.run(context.Background(), []*toolbus.Tool{echo},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("echo", `{"id":"x"}`)}}, gateway.ScriptStep{Text: "bye"})
+	items, err := ReadTranscript(context.Background(), h.node.JetStream(), res.Turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := json.Marshal(items)
+	want, _ := json.Marshal(res.Transcript)
+	if string(got) != string(want) {
+		t.Errorf("stored transcript\n%s\nwant\n%s", got, want)
+	}
+}

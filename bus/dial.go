@@ -1,0 +1,44 @@
+package bus
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Credentials authenticate a client connecting over the network.
+type Credentials struct {
+	User     string
+	Password string
+	// CredsFile is a NATS credentials file (JWT and nkey seed).
+	CredsFile string
+}
+
+// Dial connects to a NATS server or cluster at url (comma-separated URLs for
+// a cluster), named name, and keeps reconnecting for as long as the process
+// runs. It fails fast, with the server's own words, when the first connection
+// is refused.
+func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.Option) (*nats.Conn, error) {
+	all := []nats.Option{
+		nats.Name(name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.Timeout(5 * time.Second),
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		all = append(all, nats.Timeout(time.Until(dl)))
+	}
+	switch {
+	case cred.CredsFile != "":
+		all = append(all, nats.UserCredentials(cred.CredsFile))
+	case cred.User != "":
+		all = append(all, nats.UserInfo(cred.User, cred.Password))
+	}
+	nc, err := nats.Connect(url, append(all, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	return nc, nil
+}

@@ -1,0 +1,105 @@
+package bus
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The JSON envelopes exchanged on the bus. They are the wire contract that
+// tool workers in any language implement, so field names are snake_case and
+// stable. A tool request carries the validated arguments object as its body
+// and its identity in headers (HeaderTurn, HeaderCall, HeaderDeadline, ...);
+// the replies and events below carry the rest.
+
+// Outcome is how a tool call ended.
+type Outcome string
+
+const (
+	OutcomeOK          Outcome = "ok"          // the tool returned a result
+	OutcomeError       Outcome = "error"       // the tool returned an error or an error result
+	OutcomeInvalid     Outcome = "invalid"     // the arguments were refused; the tool did not run
+	OutcomeNotStarted  Outcome = "not_started" // aborted before the call was dispatched
+	OutcomeStopped     Outcome = "stopped"     // execute returned after its context was cancelled
+	OutcomeAbandoned   Outcome = "abandoned"   // execute did not return within the grace period; it may still run
+	OutcomeTimeout     Outcome = "timeout"     // the call's deadline passed
+	OutcomeUnavailable Outcome = "unavailable" // no host serves the tool's category
+	OutcomePanic       Outcome = "panic"       // execute panicked
+)
+
+// Valid reports whether o is one of the defined outcomes. Replies come from
+// anyone on the bus, so receivers check before trusting one.
+func (o Outcome) Valid() bool {
+	switch o {
+	case OutcomeOK, OutcomeError, OutcomeInvalid, OutcomeNotStarted, OutcomeStopped,
+		OutcomeAbandoned, OutcomeTimeout, OutcomeUnavailable, OutcomePanic:
+		return true
+	}
+	return false
+}
+
+// Content part types.
+const (
+	ContentText  = "text"
+	ContentImage = "image"
+)
+
+// ContentPart is one piece of what the model sees: text, or an image given
+// inline (Data, base64 in JSON) or by URL.
+type ContentPart struct {
+	Type      string `json:"type"`
+	Text      string `json:"text,omitempty"`
+	MediaType string `json:"media_type,omitempty"`
+	Data      []byte `json:"data,omitempty"`
+	URL       string `json:"url,omitempty"`
+}
+
+// EventKind is the kind of a tool call's activity event, and the last token
+// of its [EventSubject].
+type EventKind string
+
+const (
+	EventStarted      EventKind = "started"      // Label: the tool's DescribeActivity
+	EventProgress     EventKind = "progress"     // intermediate progress reported by execute
+	EventCompleted    EventKind = "completed"    // Label: the tool's DescribeCompletedActivity
+	EventPresentation EventKind = "presentation" // something for a UI to show, never sent to the model
+)
+
+// Event is an activity event of one tool call, published on [EventSubject]
+// and also carried in a [ToolReply] (presentations and completion).
+type Event struct {
+	Turn  string          `json:"turn_id"`
+	Call  string          `json:"call_id"`
+	Tool  string          `json:"tool"`
+	Kind  EventKind       `json:"kind"`
+	Label string          `json:"label,omitempty"`
+	Data  json.RawMessage `json:"data,omitempty"`
+	Time  time.Time       `json:"time"`
+}
+
+// ToolReply is the result of one tool call, sent by a category host to the
+// request's reply subject ([ResultSubject]).
+type ToolReply struct {
+	Call    string        `json:"call_id"`
+	Tool    string        `json:"tool"`
+	Outcome Outcome       `json:"outcome"`
+	Content []ContentPart `json:"content,omitempty"`
+	// Details is structured output for logs and UIs; it is never sent to the model.
+	Details json.RawMessage `json:"details,omitempty"`
+	// Events are the presentation events the tool attached to its result.
+	Events []Event `json:"events,omitempty"`
+	// Completion is the tool's completion event, if it made one.
+	Completion *Event `json:"completion,omitempty"`
+	// Terminate asks the turn to end after the current batch of calls.
+	Terminate bool `json:"terminate,omitempty"`
+	// Error explains a non-ok outcome.
+	Error string `json:"error,omitempty"`
+	// Duration is how long execute ran, in nanoseconds on the wire.
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Abort asks a turn to stop; it is published on [AbortSubject].
+type Abort struct {
+	Turn   string `json:"turn_id"`
+	Reason string `json:"reason,omitempty"`
+	By     string `json:"by,omitempty"`
+}

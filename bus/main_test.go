@@ -1,0 +1,71 @@
+package bus
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testTimeout bounds every wait in these tests. It is a liveness guard, not
+// a speed assertion: a healthy run needs a small fraction of it.
+const testTimeout = 30 * time.Second
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startServer starts a server that is closed when the test ends; its log
+// goes to the returned recorder.
+func startServer(t testing.TB, cfg Config) (*Server, *logRecorder) {
+	t.Helper()
+	rec := &logRecorder{}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(rec)
+	}
+	s, err := Start(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s, rec
+}
+
+// logRecorder is a slog.Handler that keeps every record.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+
+// find returns the messages at level or above that contain substr.
+func (r *logRecorder) find(level slog.Level, substr string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.records {
+		if rec.Level >= level && strings.Contains(rec.Message, substr) {
+			out = append(out, rec.Message)
+		}
+	}
+	return out
+}

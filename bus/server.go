@@ -1,0 +1,408 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Defaults for the JetStream limits. The server's own defaults are 75% of
+// RAM and the whole free disk, which an embedded bus must not claim.
+const (
+	DefaultMaxMemory int64 = 256 << 20
+	DefaultMaxStore  int64 = 1 << 30
+)
+
+// Config configures an embedded server. The zero value is a valid
+// in-process server with no port and a temporary store.
+type Config struct {
+	// Name is the server name, unique in a cluster. Default "toolbus-<random>".
+	Name string
+	// StoreDir holds JetStream data (under StoreDir/jetstream). If empty, the
+	// Server makes a fresh temporary directory and removes it on Close, so
+	// nothing survives a restart.
+	StoreDir string
+	// MaxMemory and MaxStore limit JetStream; zero or less means
+	// DefaultMaxMemory and DefaultMaxStore.
+	MaxMemory int64
+	MaxStore  int64
+	// Listen is the client listener, "host:port"; port 0 or -1 picks a free
+	// one. Empty means no listener: in-process connections only.
+	Listen string
+	// Users may connect through the listener; required when Listen is set.
+	Users []User
+	// Cluster joins a cluster through routes.
+	Cluster *ClusterConfig
+	// Logger receives the server's log. Nil means slog.Default() for
+	// warnings and errors only (debug too when Debug is set).
+	Logger *slog.Logger
+	// Debug makes the server log debug messages (at slog.LevelDebug).
+	Debug bool
+}
+
+// User is a listener user. Password may be plain text or a bcrypt hash
+// ("$2a$..."); the server warns about plain text ones.
+type User struct {
+	Name     string
+	Password string
+	// Permissions restrict the user; nil allows everything. See
+	// TurnPermissions, ToolPermissions, ControlPermissions, AdminPermissions.
+	Permissions *server.Permissions
+}
+
+// ClusterConfig joins the server to a cluster.
+type ClusterConfig struct {
+	// Name is the cluster name, the same on every node.
+	Name string
+	// Listen is the route listener, "host:port".
+	Listen string
+	// Routes are the other nodes' route listeners, "nats://host:port" or
+	// "host:port". The same list may be given to every node: a route to
+	// itself is ignored.
+	Routes []string
+	// Username and Password authenticate routes in both directions and must
+	// be the same on every node. They are required unless Listen is on a
+	// loopback address.
+	Username string
+	Password string
+}
+
+// Errors returned by Start and Connect.
+var (
+	ErrNoUsers = errors.New("bus: a client listener requires at least one user")
+	ErrClosed  = errors.New("bus: server closed")
+)
+
+// inProcessOnly restricts a user to in-process connections
+// (jwt.ConnectionTypeInProcess).
+var inProcessOnly = map[string]struct{}{"IN_PROCESS": {}}
+
+// Server is an embedded nats-server with JetStream.
+type Server struct {
+	ns        *server.Server
+	log       *serverLogger
+	name      string
+	clientURL string // "" when the caller asked for no listener
+	storeDir  string
+	ownedDir  bool          // storeDir is ours to remove
+	started   chan struct{} // closed when ns.Start returns
+
+	// In-process connections authenticate as an nkey user that exists only
+	// in this process and may not connect over the network.
+	userKey nkeys.KeyPair
+	userPub string
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	closed    bool
+	conns     []*nats.Conn // made by Connect, closed by Close
+}
+
+// Start starts a server and waits, bounded by ctx, until it accepts
+// connections and JetStream is usable. In a cluster, JetStream is usable
+// once a meta leader is elected, which needs a quorum of nodes: start the
+// nodes concurrently.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	name := cfg.Name
+	if name == "" {
+		name = "toolbus-" + strings.ToLower(rand.Text()[:8])
+	}
+	opts, clientURLWanted, err := serverOptions(name, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("configure nats server %q: %w", name, err)
+	}
+
+	s := &Server{name: name, storeDir: cfg.StoreDir, started: make(chan struct{})}
+	if s.userKey, err = nkeys.CreateUser(); err != nil {
+		return nil, fmt.Errorf("create in-process user key: %w", err)
+	}
+	if s.userPub, err = s.userKey.PublicKey(); err != nil {
+		return nil, fmt.Errorf("create in-process user key: %w", err)
+	}
+	opts.Nkeys = []*server.NkeyUser{{Nkey: s.userPub, AllowedConnectionTypes: inProcessOnly}}
+
+	if s.storeDir == "" {
+		if s.storeDir, err = os.MkdirTemp("", "toolbus-"+name+"-"); err != nil {
+			return nil, fmt.Errorf("create store dir: %w", err)
+		}
+		s.ownedDir = true
+	}
+	opts.StoreDir = s.storeDir
+
+	if s.ns, err = server.NewServer(opts); err != nil {
+		s.removeStoreDir()
+		return nil, fmt.Errorf("create nats server %q: %w", name, err)
+	}
+	logger, minLevel := cfg.Logger, slog.Level(math.MinInt) // a given logger's handler decides
+	if logger == nil {
+		logger, minLevel = slog.Default(), slog.LevelWarn
+		if cfg.Debug {
+			minLevel = slog.LevelDebug
+		}
+	}
+	s.log = newServerLogger(logger.With(slog.String("server", name)), minLevel)
+	s.ns.SetLoggerV2(s.log, cfg.Debug, false, false)
+
+	go func() {
+		defer close(s.started)
+		s.ns.Start()
+	}()
+	if err := s.waitReady(ctx); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("start nats server %q: %w", name, err)
+	}
+	if clientURLWanted {
+		s.clientURL = s.ns.ClientURL()
+	}
+	return s, nil
+}
+
+// serverOptions translates cfg; it reports whether the caller asked for a
+// client listener.
+func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
+	o := &server.Options{
+		ServerName:         name,
+		JetStream:          true,
+		JetStreamMaxMemory: orDefault(cfg.MaxMemory, DefaultMaxMemory),
+		JetStreamMaxStore:  orDefault(cfg.MaxStore, DefaultMaxStore),
+		NoSigs:             true,
+		Debug:              cfg.Debug,
+	}
+
+	switch {
+	case cfg.Listen != "":
+		if len(cfg.Users) == 0 {
+			return nil, false, fmt.Errorf("listen on %q: %w", cfg.Listen, ErrNoUsers)
+		}
+		host, port, err := splitListen(cfg.Listen)
+		if err != nil {
+			return nil, false, fmt.Errorf("client listener: %w", err)
+		}
+		o.Host, o.Port = host, port
+	case cfg.Cluster != nil:
+		// Routes start only after the client accept loop is up, which
+		// DontListen skips: such a server never becomes ready. Listen on
+		// loopback instead; only in-process connections can log in unless
+		// Users are configured.
+		o.Host, o.Port = "127.0.0.1", server.RANDOM_PORT
+	default:
+		o.DontListen = true
+	}
+
+	seen := make(map[string]bool, len(cfg.Users))
+	for _, u := range cfg.Users {
+		if u.Name == "" || u.Password == "" {
+			return nil, false, fmt.Errorf("user %q: name and password are required", u.Name)
+		}
+		if seen[u.Name] {
+			return nil, false, fmt.Errorf("user %q defined twice", u.Name)
+		}
+		seen[u.Name] = true
+		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: u.Permissions})
+	}
+
+	if c := cfg.Cluster; c != nil {
+		if err := clusterOptions(o, c); err != nil {
+			return nil, false, fmt.Errorf("cluster: %w", err)
+		}
+	}
+	return o, cfg.Listen != "", nil
+}
+
+func clusterOptions(o *server.Options, c *ClusterConfig) error {
+	if c.Name == "" {
+		return errors.New("a cluster name is required")
+	}
+	host, port, err := splitListen(c.Listen)
+	if err != nil {
+		return fmt.Errorf("route listener: %w", err)
+	}
+	if (c.Username == "") != (c.Password == "") {
+		return errors.New("route username and password go together")
+	}
+	if c.Username == "" && !isLoopback(host) {
+		return fmt.Errorf("route listener %q is not on loopback: route credentials are required", c.Listen)
+	}
+	o.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.Username, Password: c.Password}
+	for _, r := range c.Routes {
+		if !strings.Contains(r, "://") {
+			r = "nats://" + r
+		}
+		u, err := url.Parse(r)
+		if err != nil {
+			return fmt.Errorf("route %q: %w", r, err)
+		}
+		if u.Host == "" {
+			return fmt.Errorf("route %q: no host", r)
+		}
+		if u.User == nil && c.Username != "" {
+			u.User = url.UserPassword(c.Username, c.Password)
+		}
+		o.Routes = append(o.Routes, u)
+	}
+	return nil
+}
+
+// splitListen parses "host:port"; port 0 means a free port, as -1 does for
+// the server (which reads 0 as "the default port").
+func splitListen(hostport string) (string, int, error) {
+	host, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", 0, fmt.Errorf("address %q: %w", hostport, err)
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < -1 || port > 65535 {
+		return "", 0, fmt.Errorf("address %q: bad port", hostport)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	return host, port, nil
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func orDefault(v, def int64) int64 {
+	if v <= 0 {
+		return def
+	}
+	return v
+}
+
+// waitReady waits in short steps rather than one long ReadyForConnections
+// so that a fatal startup error or ctx ends the wait at once.
+func (s *Server) waitReady(ctx context.Context) error {
+	// ReadyForConnections sleeps 25ms between checks when given more than
+	// 25ms, and spins otherwise.
+	for !s.ns.ReadyForConnections(50 * time.Millisecond) {
+		if err := s.startFailed(ctx, "accept connections"); err != nil {
+			return err
+		}
+	}
+	// Immediate on a single node; in a cluster it holds once this node
+	// follows (or is) an elected meta leader.
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for !s.ns.JetStreamIsCurrent() {
+		if err := s.startFailed(ctx, "elect a JetStream meta leader"); err != nil {
+			return err
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// startFailed reports a fatal server error or the end of ctx, if any.
+func (s *Server) startFailed(ctx context.Context, waitingTo string) error {
+	select {
+	case msg := <-s.log.fatal:
+		return errors.New(msg)
+	default:
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("waiting to %s: %w", waitingTo, context.Cause(ctx))
+	}
+	return nil
+}
+
+// Connect opens an in-process connection named name (shown by `nats server
+// report connections` and in message traces). It authenticates as the
+// server's in-process user, which has no restrictions; do not pass
+// credential options. Close closes the connection if the caller has not:
+// in-process clients cannot outlive their server anyway.
+func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	all := append([]nats.Option{
+		nats.InProcessServer(s.ns),
+		nats.Name(name),
+		nats.Nkey(s.userPub, s.userKey.Sign),
+	}, opts...)
+	nc, err := nats.Connect("", all...)
+	if err != nil {
+		return nil, fmt.Errorf("connect %q in-process: %w", name, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		nc.Close()
+		return nil, ErrClosed
+	}
+	s.conns = slices.DeleteFunc(s.conns, (*nats.Conn).IsClosed)
+	s.conns = append(s.conns, nc)
+	return nc, nil
+}
+
+// ClientURL is the client listener's URL, or "" when Config.Listen was
+// empty. (A cluster node always has a loopback listener, but only
+// configured users may log in through it.)
+func (s *Server) ClientURL() string { return s.clientURL }
+
+// Name is the server name.
+func (s *Server) Name() string { return s.name }
+
+// StoreDir is the JetStream store directory in use.
+func (s *Server) StoreDir() string { return s.storeDir }
+
+// NATS is the underlying server, for what this package does not wrap.
+func (s *Server) NATS() *server.Server { return s.ns }
+
+// Close closes the connections made by Connect, shuts the server down and
+// waits for it, and removes the store directory if the Server made it.
+// Callers that need pending messages delivered drain their connections
+// first. Close is idempotent.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		conns := s.conns
+		s.conns = nil
+		s.mu.Unlock()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		// Shut down only after Start has returned, so it cannot start
+		// anything on a server that is going away.
+		<-s.started
+		s.ns.Shutdown()
+		s.ns.WaitForShutdown()
+		s.removeStoreDir()
+	})
+}
+
+func (s *Server) removeStoreDir() {
+	if !s.ownedDir {
+		return
+	}
+	if err := os.RemoveAll(s.storeDir); err != nil && s.log != nil {
+		s.log.Warnf("remove store dir %s: %v", s.storeDir, err)
+	}
+}

@@ -1,0 +1,150 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// JetStream buckets and streams of toolbus.
+const (
+	BucketTodos       = "toolbus_todos"
+	StreamTranscripts = "TOOLBUS_TRANSCRIPTS"
+)
+
+// KeyValue opens the key-value bucket, creating it with file storage and
+// the given number of replicas if it does not exist. An existing bucket is
+// opened as it is: its configuration is not changed. Replicas are capped by
+// the number of JetStream servers (see EnsureKeyValue).
+func KeyValue(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.KeyValue, error) {
+	return EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:   bucket,
+		Storage:  jetstream.FileStorage,
+		Replicas: replicas,
+	})
+}
+
+// EnsureKeyValue opens the bucket cfg.Bucket, creating it from cfg if it
+// does not exist; concurrent callers on several nodes all get the bucket.
+// If cfg.Replicas is more than the cluster can place, the bucket is created
+// with as many as there are JetStream servers (1 on a single server).
+func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err == nil {
+		return kv, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open key-value bucket %q: %w", cfg.Bucket, err)
+	}
+	err = capReplicas(cfg.Replicas, func(r int) error {
+		cfg.Replicas = r
+		kv, err = js.CreateKeyValue(ctx, cfg)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		// Created meanwhile by someone else, with another configuration.
+		kv, err = js.KeyValue(ctx, cfg.Bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create key-value bucket %q: %w", cfg.Bucket, err)
+	}
+	return kv, nil
+}
+
+// ObjectStore opens the object store bucket, creating it with file storage
+// and the given number of replicas (capped as for KeyValue) if it does not
+// exist.
+func ObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.ObjectStore, error) {
+	obs, err := js.ObjectStore(ctx, bucket)
+	if err == nil {
+		return obs, nil
+	}
+	if !errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("open object store %q: %w", bucket, err)
+	}
+	cfg := jetstream.ObjectStoreConfig{Bucket: bucket, Storage: jetstream.FileStorage}
+	err = capReplicas(replicas, func(r int) error {
+		cfg.Replicas = r
+		obs, err = js.CreateObjectStore(ctx, cfg)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrBucketExists) {
+		obs, err = js.ObjectStore(ctx, bucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create object store %q: %w", bucket, err)
+	}
+	return obs, nil
+}
+
+// Stream creates the stream or updates it to cfg, with cfg.Replicas capped
+// as for EnsureKeyValue.
+func Stream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	var stream jetstream.Stream
+	err := capReplicas(cfg.Replicas, func(r int) error {
+		cfg.Replicas = r
+		var err error
+		stream, err = js.CreateOrUpdateStream(ctx, cfg)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create or update stream %q: %w", cfg.Name, err)
+	}
+	return stream, nil
+}
+
+// TranscriptStreamConfig is the configuration of [StreamTranscripts]: every
+// turn appends to [TranscriptSubject], and the messages are kept under the
+// stream's limits (none set here; add MaxAge or MaxBytes as the deployment
+// needs).
+func TranscriptStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamTranscripts,
+		Description: "toolbus turn transcripts, one subject per turn",
+		Subjects:    []string{AllTranscripts},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		AllowDirect: true,
+	}
+}
+
+// JetStream API error codes and the placement error that capReplicas reads
+// (nats-server's JSStreamReplicasNotSupportedErr and JSClusterNoPeersErrF).
+const (
+	errCodeReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 on a server that is not clustered
+	errCodeNoPeers              jetstream.ErrorCode = 10005
+	// The placement error carries no reason when the cluster simply has
+	// fewer JetStream servers than replicas; offline peers, storage or tags
+	// add one, and those are not capped away.
+	noSuitablePeers = "no suitable peers for placement"
+)
+
+// capReplicas calls create with replicas, and again with fewer while the
+// server answers that it cannot place that many: 1 on a server that is not
+// clustered, one less each time in a cluster that is too small. The
+// JetStream API does not tell an ordinary account how many servers the
+// cluster has, but these refusals say exactly that there are too few.
+func capReplicas(replicas int, create func(replicas int) error) error {
+	r := max(replicas, 1)
+	for {
+		err := create(r)
+		if err == nil || r == 1 {
+			return err
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) {
+			return err
+		}
+		switch {
+		case apiErr.ErrorCode == errCodeReplicasNotSupported:
+			r = 1
+		case apiErr.ErrorCode == errCodeNoPeers && apiErr.Description == noSuitablePeers:
+			r--
+		default:
+			return err
+		}
+	}
+}

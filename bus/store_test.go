@@ -1,0 +1,213 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func testJetStream(t *testing.T, s *Server, name string) jetstream.JetStream {
+	t.Helper()
+	nc, err := s.Connect(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func streamReplicas(ctx context.Context, t *testing.T, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config.Replicas
+}
+
+func TestKeyValueOnSingleServer(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	ctx := testContext(t)
+	js := testJetStream(t, s, "kv")
+
+	// Three replicas asked of one server: capped to one.
+	kv, err := KeyValue(ctx, js, BucketTodos, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := streamReplicas(ctx, t, js, "KV_"+BucketTodos); r != 1 {
+		t.Errorf("replicas = %d, want 1", r)
+	}
+	rev, err := kv.Put(ctx, "agent1.list", []byte(`["a"]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Opening again is idempotent and sees the data.
+	again, err := KeyValue(ctx, js, BucketTodos, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := again.Get(ctx, "agent1.list")
+	if err != nil || string(e.Value()) != `["a"]` || e.Revision() != rev {
+		t.Fatalf("get through second handle: %v, %v", e, err)
+	}
+}
+
+func TestEnsureKeyValueConcurrently(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	ctx := testContext(t)
+	js := testJetStream(t, s, "kv")
+
+	const n = 8
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Go(func() {
+			kv, err := EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{Bucket: "shared", History: 5})
+			if err == nil {
+				_, err = kv.Put(ctx, fmt.Sprintf("k%d", i), []byte("v"))
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	kv, err := js.KeyValue(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.History() != 5 || st.Values() != n {
+		t.Errorf("history %d, values %d; want 5, %d", st.History(), st.Values(), n)
+	}
+}
+
+func TestKeyValueRejectsBadBucket(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	js := testJetStream(t, s, "kv")
+	if _, err := KeyValue(testContext(t), js, "bad.name", 1); !errors.Is(err, jetstream.ErrInvalidBucketName) {
+		t.Errorf("KeyValue(bad.name): %v, want ErrInvalidBucketName", err)
+	}
+}
+
+func TestObjectStore(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	ctx := testContext(t)
+	js := testJetStream(t, s, "obj")
+
+	obs, err := ObjectStore(ctx, js, "toolbus_outputs", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("output "), 100_000)
+	if _, err := obs.PutBytes(ctx, "t1/c1", big); err != nil {
+		t.Fatal(err)
+	}
+	again, err := ObjectStore(ctx, js, "toolbus_outputs", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := again.GetBytes(ctx, "t1/c1")
+	if err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("get: %d bytes, %v; want %d bytes", len(got), err, len(big))
+	}
+}
+
+func TestTranscriptStream(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	ctx := testContext(t)
+	js := testJetStream(t, s, "transcripts")
+
+	st, err := Stream(ctx, js, TranscriptStreamConfig(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := st.CachedInfo(); info.Config.Replicas != 1 || info.Config.Subjects[0] != AllTranscripts {
+		t.Errorf("stream config: replicas %d, subjects %v", info.Config.Replicas, info.Config.Subjects)
+	}
+	for _, entry := range []string{"model: hi", "call: read", "result: ok"} {
+		if _, err := js.Publish(ctx, TranscriptSubject("t1"), []byte(entry)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, TranscriptSubject("t2"), []byte("other turn")); err != nil {
+		t.Fatal(err)
+	}
+	last, err := st.GetLastMsgForSubject(ctx, TranscriptSubject("t1"))
+	if err != nil || string(last.Data) != "result: ok" {
+		t.Fatalf("last entry of t1: %v, %v", last, err)
+	}
+
+	// Stream updates an existing stream to the new configuration.
+	cfg := TranscriptStreamConfig(1)
+	cfg.MaxMsgsPerSubject = 100
+	st, err = Stream(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st.CachedInfo().Config.MaxMsgsPerSubject; got != 100 {
+		t.Errorf("MaxMsgsPerSubject after update = %d, want 100", got)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 4 {
+		t.Errorf("messages after update = %d, want 4", n)
+	}
+}
+
+func TestCapReplicas(t *testing.T) {
+	noPeers := &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: noSuitablePeers}
+	offline := &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: noSuitablePeers + ", peer offline"}
+	single := &jetstream.APIError{Code: 500, ErrorCode: errCodeReplicasNotSupported, Description: "replicas > 1 not supported in non-clustered mode"}
+	other := errors.New("connection closed")
+
+	tests := []struct {
+		name     string
+		replicas int
+		accept   int   // the largest replica count the fake server accepts
+		refusal  error // its answer to more
+		tries    []int
+		wantErr  error
+	}{
+		{"fits", 3, 3, noPeers, []int{3}, nil},
+		{"zero means one", 0, 1, noPeers, []int{1}, nil},
+		{"single server", 3, 1, single, []int{3, 1}, nil},
+		{"small cluster", 5, 3, noPeers, []int{5, 4, 3}, nil},
+		{"offline peers are not capped away", 3, 1, offline, []int{3}, offline},
+		{"other errors are returned", 3, 1, other, []int{3}, other},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var tries []int
+			err := capReplicas(tt.replicas, func(r int) error {
+				tries = append(tries, r)
+				if r > tt.accept {
+					return tt.refusal
+				}
+				return nil
+			})
+			if !errors.Is(err, tt.wantErr) {
+				t.Errorf("error %v, want %v", err, tt.wantErr)
+			}
+			if !slices.Equal(tries, tt.tries) {
+				t.Errorf("tried %v, want %v", tries, tt.tries)
+			}
+		})
+	}
+}

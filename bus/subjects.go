@@ -1,0 +1,235 @@
+package bus
+
+import (
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/nats-io/nuid"
+)
+
+// Every subject, queue group, service and header name used on the bus is
+// defined in this file and nowhere else, so that the wire contract has a
+// single source. Arguments that become subject tokens (categories, tools,
+// turn and call ids, node names) must satisfy [ValidToken]; the builders do
+// not check, because they sit on the hot path and ids are validated where
+// they enter the system.
+
+// Prefix is the first token of every toolbus subject.
+const Prefix = "toolbus"
+
+const (
+	toolPrefix       = Prefix + ".tool."
+	turnPrefix       = Prefix + ".turn."
+	nodePrefix       = Prefix + ".node."
+	transcriptPrefix = Prefix + ".transcript."
+)
+
+// Subject wildcards for subscriptions and permissions.
+const (
+	AllTools       = Prefix + ".tool.>"       // every tool request
+	AllTurns       = Prefix + ".turn.>"       // every turn-scoped message
+	AllAborts      = Prefix + ".turn.*.abort" // every abort
+	AllResults     = Prefix + ".turn.*.res.>" // every tool result
+	AllEvents      = Prefix + ".turn.*.evt.>" // every activity event
+	AllStatuses    = Prefix + ".turn.*.status.>"
+	AllTranscripts = Prefix + ".transcript.>"
+	AllNodeStarts  = Prefix + ".node.*.turn.start"
+)
+
+// AnyNodeStartTurn is the subject on which any turn-hosting node may take a
+// new turn; subscribers join [StartTurnQueue] so exactly one node answers.
+const AnyNodeStartTurn = Prefix + ".nodes.turn.start"
+
+// StartTurnQueue is the queue group of the [AnyNodeStartTurn] subscribers.
+const StartTurnQueue = Prefix + ".turns"
+
+// Turn subject kinds: the token after the turn id.
+const (
+	KindResult = "res"
+	KindEvent  = "evt"
+	KindAbort  = "abort"
+	KindStatus = "status"
+)
+
+// Turn status kinds, the last token of [TurnStatusSubject].
+const (
+	StatusStarted = "started"
+	StatusStep    = "step"
+	StatusDone    = "done"
+)
+
+// ToolSubject is the request subject of one tool: "toolbus.tool.<category>.<tool>".
+func ToolSubject(category, tool string) string {
+	return toolPrefix + category + "." + tool
+}
+
+// CategorySubjects matches every tool of a category: "toolbus.tool.<category>.>".
+func CategorySubjects(category string) string {
+	return toolPrefix + category + ".>"
+}
+
+// TurnSubjects matches every message of one turn: "toolbus.turn.<turn>.>".
+func TurnSubjects(turn string) string {
+	return turnPrefix + turn + ".>"
+}
+
+// ResultSubject is where a tool call's result is sent, the reply subject of
+// the tool request: "toolbus.turn.<turn>.res.<call>".
+func ResultSubject(turn, call string) string {
+	return turnPrefix + turn + "." + KindResult + "." + call
+}
+
+// EventSubject carries a call's activity events:
+// "toolbus.turn.<turn>.evt.<call>.<kind>".
+func EventSubject(turn, call string, kind EventKind) string {
+	return turnPrefix + turn + "." + KindEvent + "." + call + "." + string(kind)
+}
+
+// AbortSubject is where anyone may ask a turn to stop: "toolbus.turn.<turn>.abort".
+func AbortSubject(turn string) string {
+	return turnPrefix + turn + "." + KindAbort
+}
+
+// TurnStatusSubject carries turn-level progress ([StatusStarted],
+// [StatusStep], [StatusDone]): "toolbus.turn.<turn>.status.<kind>".
+func TurnStatusSubject(turn, kind string) string {
+	return turnPrefix + turn + "." + KindStatus + "." + kind
+}
+
+// NodeStartTurnSubject asks one specific node to run a turn:
+// "toolbus.node.<node>.turn.start".
+func NodeStartTurnSubject(node string) string {
+	return nodePrefix + node + ".turn.start"
+}
+
+// TranscriptSubject is the subject a turn appends its transcript to, stored
+// in [StreamTranscripts]: "toolbus.transcript.<turn>".
+func TranscriptSubject(turn string) string {
+	return transcriptPrefix + turn
+}
+
+// QueuePrefix starts every queue group name of a tool category.
+const QueuePrefix = Prefix + "."
+
+// CategoryQueue is the queue group the hosts of a category join, so each
+// tool request reaches exactly one of them: "toolbus.<category>".
+func CategoryQueue(category string) string {
+	return QueuePrefix + category
+}
+
+// CategoryService is the nats micro service name of a category:
+// "toolbus-<category>" (micro names allow no dots).
+func CategoryService(category string) string {
+	return Prefix + "-" + category
+}
+
+// TurnSubject is a parsed turn-scoped subject. Its strings share memory with
+// the parsed subject.
+type TurnSubject struct {
+	Turn   string
+	Kind   string    // KindResult, KindEvent, KindAbort or KindStatus
+	Call   string    // set for KindResult and KindEvent
+	Event  EventKind // set for KindEvent
+	Status string    // set for KindStatus
+}
+
+// ParseTurnSubject splits a subject under [AllTurns]. It reports false for
+// any other subject, an unknown kind, a wrong number of tokens or an empty
+// token. It does not allocate.
+func ParseTurnSubject(subject string) (TurnSubject, bool) {
+	rest, ok := strings.CutPrefix(subject, turnPrefix)
+	if !ok {
+		return TurnSubject{}, false
+	}
+	var ts TurnSubject
+	ts.Turn, rest, ok = strings.Cut(rest, ".")
+	if !ok || ts.Turn == "" {
+		return TurnSubject{}, false
+	}
+	kind, rest, more := strings.Cut(rest, ".")
+	switch kind {
+	case KindAbort:
+		if more {
+			return TurnSubject{}, false
+		}
+		ts.Kind = KindAbort
+	case KindResult:
+		if !more || !lastToken(rest) {
+			return TurnSubject{}, false
+		}
+		ts.Kind, ts.Call = KindResult, rest
+	case KindStatus:
+		if !more || !lastToken(rest) {
+			return TurnSubject{}, false
+		}
+		ts.Kind, ts.Status = KindStatus, rest
+	case KindEvent:
+		if !more {
+			return TurnSubject{}, false
+		}
+		call, evt, ok := strings.Cut(rest, ".")
+		if !ok || call == "" || !lastToken(evt) {
+			return TurnSubject{}, false
+		}
+		ts.Kind, ts.Call, ts.Event = KindEvent, call, EventKind(evt)
+	default:
+		return TurnSubject{}, false
+	}
+	return ts, true
+}
+
+// lastToken reports whether s is one non-empty token.
+func lastToken(s string) bool {
+	return s != "" && strings.IndexByte(s, '.') < 0
+}
+
+// ValidToken reports whether s can be used as one subject token: not empty,
+// valid UTF-8, and free of '.', the wildcards '*' and '>', whitespace and
+// control characters.
+func ValidToken(s string) bool {
+	if s == "" || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r == '.' || r == '*' || r == '>':
+			return false
+		case unicode.IsSpace(r) || unicode.IsControl(r):
+			return false
+		}
+	}
+	return true
+}
+
+// NewID returns a new unique id that is a valid subject token (a 22-character
+// nuid), for turns and calls.
+func NewID() string {
+	return nuid.Next()
+}
+
+// Header names. nats.go matches header names case-sensitively, so always use
+// these constants.
+const (
+	HeaderTurn        = "Toolbus-Turn"
+	HeaderCall        = "Toolbus-Call"
+	HeaderAgent       = "Toolbus-Agent"
+	HeaderHome        = "Toolbus-Home"
+	HeaderTask        = "Toolbus-Task"
+	HeaderDeadline    = "Toolbus-Deadline" // absolute, see FormatDeadline
+	HeaderTraceparent = "traceparent"      // W3C trace context; the server reads it for sampled message tracing
+	HeaderTool        = "Toolbus-Tool"
+	HeaderTruncated   = "Toolbus-Truncated"
+)
+
+// FormatDeadline renders an absolute deadline for [HeaderDeadline]:
+// RFC 3339 with nanoseconds, in UTC.
+func FormatDeadline(t time.Time) string {
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// ParseDeadline reads a [HeaderDeadline] value.
+func ParseDeadline(s string) (time.Time, error) {
+	return time.Parse(time.RFC3339Nano, s)
+}

@@ -1,0 +1,213 @@
+// Command node runs a toolbus node: an embedded NATS server (or a connection
+// to an existing one), the tool categories it hosts, and the turns it runs.
+//
+//	node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret
+//	node -name n2 -server nats://ops:secret@127.0.0.1:4222 -categories computer -turns=false
+//	node -name n1 -cluster-name c -cluster-listen 127.0.0.1:6222 -routes nats://127.0.0.1:6223 ...
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "node:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type options struct {
+	name          string
+	server        string
+	user, pass    string
+	creds         string
+	listen        string
+	storeDir      string
+	maxMemory     int64
+	maxStore      int64
+	clusterName   string
+	clusterListen string
+	routes        string
+	routeUser     string
+	routePass     string
+	categories    string
+	turns         bool
+	home          string
+	homeRoot      string
+	replicas      int
+	baseURL       string
+	logLevel      string
+}
+
+func parseFlags(args []string) (*options, error) {
+	o := &options{}
+	host, _ := os.Hostname()
+	fs := flag.NewFlagSet("node", flag.ContinueOnError)
+	fs.StringVar(&o.name, "name", sanitize(host), "node name, unique on the bus (also the embedded server's name)")
+	fs.StringVar(&o.server, "server", os.Getenv("NATS_URL"), "connect to this NATS server or cluster instead of embedding one (env NATS_URL)")
+	fs.StringVar(&o.user, "user", os.Getenv("NATS_USER"), "user: for -server, the login; for -listen, the user created (env NATS_USER)")
+	fs.StringVar(&o.pass, "pass", os.Getenv("NATS_PASSWORD"), "password for -user (env NATS_PASSWORD)")
+	fs.StringVar(&o.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
+	fs.StringVar(&o.listen, "listen", "", "embedded server: open a client listener on host:port (requires -user and -pass); default none")
+	fs.StringVar(&o.storeDir, "store-dir", "", "embedded server: JetStream store directory (default $XDG_STATE_HOME/toolbus/<name>)")
+	fs.Int64Var(&o.maxMemory, "max-memory", bus.DefaultMaxMemory, "embedded server: JetStream memory limit in bytes")
+	fs.Int64Var(&o.maxStore, "max-store", bus.DefaultMaxStore, "embedded server: JetStream store limit in bytes")
+	fs.StringVar(&o.clusterName, "cluster-name", "", "embedded server: join this cluster")
+	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
+	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
+	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
+	fs.StringVar(&o.routePass, "route-pass", os.Getenv("TOOLBUS_ROUTE_PASSWORD"), "cluster route password (env TOOLBUS_ROUTE_PASSWORD)")
+	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
+	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
+	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
+	fs.StringVar(&o.homeRoot, "home-root", "", "directory holding one home per agent (default $XDG_DATA_HOME/toolbus/homes)")
+	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the node's JetStream buckets and streams (capped by the cluster size)")
+	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "model API base URL for turns (env OPENAI_BASE_URL)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: node [flags]\n\nRuns a toolbus node. Flags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if !bus.ValidToken(o.name) {
+		return nil, fmt.Errorf("-name %q: want one subject token (no dots, spaces or wildcards)", o.name)
+	}
+	if o.server != "" && (o.listen != "" || o.clusterName != "") {
+		return nil, errors.New("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
+	}
+	return o, nil
+}
+
+// sanitize turns a host name into a valid token.
+func sanitize(s string) string {
+	s = strings.NewReplacer(".", "-", " ", "-", "*", "-", ">", "-").Replace(s)
+	if s == "" {
+		return "node"
+	}
+	return s
+}
+
+func stateDir(sub ...string) string {
+	base := os.Getenv("XDG_STATE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".local", "state")
+	}
+	return filepath.Join(append([]string{base, "toolbus"}, sub...)...)
+}
+
+func dataDir(sub ...string) string {
+	base := os.Getenv("XDG_DATA_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".local", "share")
+	}
+	return filepath.Join(append([]string{base, "toolbus"}, sub...)...)
+}
+
+func run(ctx context.Context, args []string) error {
+	o, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("-log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	var connect func(name string) (*nats.Conn, error)
+	where := ""
+	if o.server != "" {
+		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds}
+		connect = func(name string) (*nats.Conn, error) { return bus.Dial(ctx, o.server, name, cred) }
+		where = "connected to " + o.server
+	} else {
+		cfg := bus.Config{
+			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
+			Listen: o.listen, Logger: log,
+		}
+		if cfg.StoreDir == "" {
+			cfg.StoreDir = stateDir(o.name)
+		}
+		if o.user != "" {
+			cfg.Users = []bus.User{{Name: o.user, Password: o.pass}}
+		}
+		if o.clusterName != "" {
+			cfg.Cluster = &bus.ClusterConfig{
+				Name: o.clusterName, Listen: o.clusterListen, Username: o.routeUser, Password: o.routePass,
+			}
+			if o.routes != "" {
+				cfg.Cluster.Routes = strings.Split(o.routes, ",")
+			}
+		}
+		startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		srv, err := bus.Start(startCtx, cfg)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer srv.Close()
+		connect = func(name string) (*nats.Conn, error) { return srv.Connect(name) }
+		where = "embedded server, store " + cfg.StoreDir
+		if u := srv.ClientURL(); u != "" {
+			where += ", listening on " + u
+		} else {
+			where += ", no port"
+		}
+	}
+
+	var cats []string
+	if o.categories != "" {
+		cats = strings.Split(o.categories, ",")
+	}
+	homeRoot := o.homeRoot
+	if homeRoot == "" && o.home == "" {
+		homeRoot = dataDir("homes")
+	}
+	gw := gateway.ConfigFromEnv()
+	if o.baseURL != "" {
+		gw.BaseURL = o.baseURL
+	}
+	gw.Logger = log
+	node, err := actors.StartNode(ctx, actors.NodeConfig{
+		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
+		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer node.Close()
+	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
+	<-ctx.Done()
+	log.Info("node stopping", "node", o.name)
+	return nil
+}

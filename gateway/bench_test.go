@@ -1,0 +1,104 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/toolbus/toolbus"
+)
+
+// benchStep is a mid-turn step: 40 tools (a third in namespaces, some deferred) and a
+// transcript of 41 items.
+func benchStep(b *testing.B) *Request {
+	b.Helper()
+	var tools []*toolbus.Tool
+	for i := range 40 {
+		d := toolbus.Def[map[string]any]{
+			Name: fmt.Sprintf("tool_%d", i), Description: "Does thing number " + fmt.Sprint(i) + ".", Category: "bench",
+			Schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"a path"},` +
+				`"limit":{"type":"integer","minimum":1,"maximum":1000},"mode":{"type":"string","enum":["read","write"]}},"required":["path"]}`),
+			Strict: i%2 == 0,
+			Execute: func(context.Context, toolbus.Call, map[string]any) (toolbus.Result, error) {
+				return toolbus.Result{}, nil
+			},
+		}
+		if i%3 == 0 {
+			d.Namespace, d.NamespaceDescription, d.DeferLoading = fmt.Sprintf("ns%d", i%9), "A namespace.", true
+		}
+		t, err := toolbus.Define(d)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tools = append(tools, t)
+	}
+	input := []Item{UserMessage("Do the things.")}
+	for i := range 20 {
+		id := fmt.Sprintf("call_%d", i)
+		input = append(input,
+			Item{Kind: KindFunctionCall, CallID: id, Name: fmt.Sprintf("tool_%d", i), Arguments: `{"path":"a/b/c.txt","limit":10}`},
+			Item{Kind: KindCallOutput, CallID: id, Output: []toolbus.ContentPart{toolbus.Text("line one\nline two\nline three")}})
+	}
+	return &Request{Instructions: "Be brief.", Input: input, Tools: tools, ParallelToolCalls: true}
+}
+
+// BenchmarkRequestEncoding measures what a gateway adds to every step before the HTTP
+// request: translating tools and transcript through the SDK's types and encoding them.
+// The baseline encodes the very same body, held as plain Go values, with encoding/json.
+func BenchmarkRequestEncoding(b *testing.B) {
+	req := benchStep(b)
+	m, err := NewResponses("gpt-5.4", Config{APIKey: "sk-bench-key-0123456789"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := NewChat("llama3.1", Config{BaseURL: "http://localhost:1/v1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	responsesBody := func() ([]byte, error) {
+		tools, err := m.tools(req.Tools)
+		if err != nil {
+			return nil, err
+		}
+		return m.params(req, m.input(req.Input), tools).MarshalJSON()
+	}
+	chatBody := func() ([]byte, error) {
+		p, err := c.params(req, req.Input)
+		if err != nil {
+			return nil, err
+		}
+		return p.MarshalJSON()
+	}
+	for _, bc := range []struct {
+		name string
+		body func() ([]byte, error)
+	}{{"responses", responsesBody}, {"chat", chatBody}} {
+		body, err := bc.body()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var plain any
+		if err := json.Unmarshal(body, &plain); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(bc.name+"/baseline-encoding-json", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := json.Marshal(plain); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(bc.name+"/gateway", func(b *testing.B) {
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := bc.body(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,403 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/toolbus/toolbus"
+)
+
+// ProviderChat names the items the Chat gateway returns.
+const ProviderChat = "chat"
+
+// Chat is a Model speaking the Chat Completions API (POST /chat/completions), the
+// dialect of local servers such as Ollama, vLLM, llama.cpp and LM Studio. Chat
+// Completions knows no namespaces and no tool search: namespaced tools are sent as plain
+// functions, and deferred tools are served by a software tool search, a tool_search
+// function whose result loads the matching schemas into the next request. Like
+// [Responses], it keeps no per-turn state.
+type Chat struct {
+	model   string
+	cfg     Config
+	service openai.ChatCompletionService
+	log     *slog.Logger
+	red     redactor
+	strict  *fallbackLog
+}
+
+// NewChat returns a Chat gateway for model. A local server may need no API key; the
+// OpenAI endpoint (an empty BaseURL) does.
+func NewChat(model string, cfg Config) (*Chat, error) {
+	if model == "" {
+		return nil, errors.New("chat gateway: model name is empty")
+	}
+	if cfg.BaseURL == "" && cfg.APIKey == "" {
+		return nil, fmt.Errorf("chat gateway for %s: no base URL and no API key: pass --base-url for a local server, or set %s for OpenAI", model, EnvAPIKey)
+	}
+	log, red := cfg.logger(), newRedactor(cfg.APIKey)
+	return &Chat{
+		model:   model,
+		cfg:     cfg,
+		service: openai.NewChatCompletionService(cfg.requestOptions(ProviderChat, log, red)...),
+		log:     log,
+		red:     red,
+		strict:  &fallbackLog{log: log},
+	}, nil
+}
+
+// Model returns the model name the gateway sends.
+func (m *Chat) Model() string { return m.model }
+
+// chatSearchCall is the Raw of a software tool search call.
+type chatSearchCall struct {
+	Type      string `json:"type"` // "tool_search_call"
+	CallID    string `json:"call_id"`
+	Arguments string `json:"arguments"`
+}
+
+// chatSearchOutput is the Raw of a software tool search's answer.
+type chatSearchOutput struct {
+	Type   string   `json:"type"` // "tool_search_output"
+	CallID string   `json:"call_id"`
+	Loaded []string `json:"loaded"`
+	Output string   `json:"output"` // what the model reads
+}
+
+// Respond sends one step. Calls of the software tool_search are answered here, not by
+// the turn: they come back as KindOpaque items, and a response holding only searches is
+// answered and asked again, at most maxSearchRounds times.
+func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	deferred := hasDeferred(req.Tools)
+	if deferred {
+		for _, t := range req.Tools {
+			if t.Name == toolSearchName {
+				return nil, fmt.Errorf("chat gateway: tool %q clashes with the software tool search for deferred tools", t.Name)
+			}
+		}
+	}
+	out := &Response{}
+	for round := 1; ; round++ {
+		transcript := append(req.Input[:len(req.Input):len(req.Input)], out.Items...)
+		params, err := m.params(req, transcript)
+		if err != nil {
+			return nil, err
+		}
+		res, err := m.service.New(ctx, params)
+		if err != nil {
+			return nil, classify(ctx, ProviderChat, m.cfg, m.red, err)
+		}
+		if len(res.Choices) == 0 {
+			return nil, &Error{Provider: ProviderChat, Message: "malformed response: no choices"}
+		}
+		choice := res.Choices[0]
+		out.ID = res.ID
+		out.Usage.InputTokens += res.Usage.PromptTokens
+		out.Usage.OutputTokens += res.Usage.CompletionTokens
+
+		first := len(out.Items)
+		var searches []chatSearchCall
+		if text := choice.Message.Content + choice.Message.Refusal; text != "" {
+			out.Items = append(out.Items, Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text), Provider: ProviderChat})
+		}
+		for i, tc := range choice.Message.ToolCalls {
+			if tc.Type != "" && tc.Type != "function" {
+				m.log.Warn("model made a call of an unknown type; dropped", slog.String("provider", ProviderChat), slog.String("type", tc.Type))
+				continue
+			}
+			id := tc.ID
+			if id == "" {
+				// Some local servers leave ids out; the transcript needs one to pair
+				// the call with its output.
+				id = fmt.Sprintf("call_%d_%d_%d", req.Step, round, i)
+			}
+			args := m.red.string(tc.Function.Arguments)
+			if deferred && tc.Function.Name == toolSearchName {
+				s := chatSearchCall{Type: "tool_search_call", CallID: id, Arguments: args}
+				raw, err := json.Marshal(s)
+				if err != nil {
+					return nil, fmt.Errorf("encode tool search call: %w", err)
+				}
+				searches = append(searches, s)
+				out.Items = append(out.Items, Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw})
+				continue
+			}
+			out.Items = append(out.Items, Item{
+				Kind:      KindFunctionCall,
+				CallID:    id,
+				Name:      tc.Function.Name,
+				Namespace: namespaceOf(req.Tools, tc.Function.Name),
+				Arguments: args,
+				Provider:  ProviderChat,
+			})
+		}
+		// Every search gets its answer, even in a truncated response: a call without
+		// one would make the next request invalid.
+		for _, s := range searches {
+			a, err := m.answerSearch(req.Tools, s)
+			if err != nil {
+				return nil, err
+			}
+			out.Items = append(out.Items, a)
+		}
+		if choice.FinishReason == "length" {
+			markTruncated(out)
+			return out, nil
+		}
+		if len(searches) == 0 || len((&Response{Items: out.Items[first:]}).Calls()) > 0 {
+			return out, nil
+		}
+		if round == maxSearchRounds {
+			return nil, &Error{Provider: ProviderChat, Message: fmt.Sprintf("the model searched for tools %d times without calling one", round)}
+		}
+	}
+}
+
+// namespaceOf is the namespace of the named tool, so a call looks the same to the turn
+// whichever gateway produced it.
+func namespaceOf(set []*toolbus.Tool, name string) string {
+	if t := findTool(set, name); t != nil {
+		return t.Namespace
+	}
+	return ""
+}
+
+func (m *Chat) params(req *Request, transcript []Item) (openai.ChatCompletionNewParams, error) {
+	tools, err := m.tools(req.Tools, loadedTools(transcript))
+	if err != nil {
+		return openai.ChatCompletionNewParams{}, err
+	}
+	p := openai.ChatCompletionNewParams{
+		Model:    shared.ChatModel(m.model),
+		Messages: chatMessages(req.Instructions, transcript),
+		Tools:    tools,
+	}
+	if len(tools) > 0 {
+		p.ParallelToolCalls = openai.Bool(req.ParallelToolCalls)
+	}
+	if m.cfg.MaxOutputTokens > 0 {
+		// max_tokens rather than max_completion_tokens: local servers know it.
+		p.MaxTokens = openai.Int(m.cfg.MaxOutputTokens)
+	}
+	if m.cfg.ReasoningEffort != "" {
+		p.ReasoningEffort = shared.ReasoningEffort(m.cfg.ReasoningEffort)
+	}
+	return p, nil
+}
+
+// loadedTools lists the deferred tools earlier software searches loaded.
+func loadedTools(transcript []Item) map[string]bool {
+	loaded := make(map[string]bool)
+	for _, it := range transcript {
+		if it.Kind != KindOpaque || it.Provider != ProviderChat {
+			continue
+		}
+		var o chatSearchOutput
+		if json.Unmarshal(it.Raw, &o) == nil && o.Type == "tool_search_output" {
+			for _, name := range o.Loaded {
+				loaded[name] = true
+			}
+		}
+	}
+	return loaded
+}
+
+// tools sends every tool that is not deferred or was loaded, in tool-set order, and the
+// software tool_search when any tool is deferred.
+func (m *Chat) tools(set []*toolbus.Tool, loaded map[string]bool) ([]openai.ChatCompletionToolUnionParam, error) {
+	var out []openai.ChatCompletionToolUnionParam
+	var deferred []*toolbus.Tool
+	for _, t := range set {
+		if t.DeferLoading {
+			deferred = append(deferred, t)
+			if !loaded[t.Name] {
+				continue
+			}
+		}
+		params, strict := toolParams(t, m.strict)
+		tool, err := chatFunction(t.Name, t.Description, params, strict)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tool)
+	}
+	if len(deferred) > 0 {
+		tool, err := chatFunction(toolSearchName, searchCatalog(deferred), toolSearchParams, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, tool)
+	}
+	return out, nil
+}
+
+// chatFunction is one function tool: the SDK's typed fields, then the parameter schema
+// spliced in byte for byte. strict is sent only when true: local servers may not know it.
+func chatFunction(name, description string, params json.RawMessage, strict bool) (openai.ChatCompletionToolUnionParam, error) {
+	def := shared.FunctionDefinitionParam{Name: name}
+	if description != "" {
+		def.Description = openai.String(description)
+	}
+	if strict {
+		def.Strict = openai.Bool(true)
+	}
+	b, err := def.MarshalJSON()
+	if err != nil {
+		return openai.ChatCompletionToolUnionParam{}, fmt.Errorf("encode tool %s: %w", name, err)
+	}
+	fn := param.Override[shared.FunctionDefinitionParam](appendField(b, "parameters", params))
+	return openai.ChatCompletionToolUnionParam{OfFunction: &openai.ChatCompletionFunctionToolParam{Function: fn}}, nil
+}
+
+// searchCatalog describes the software tool search and lists what it can load, since the
+// model sees no deferred tool until it is loaded.
+func searchCatalog(deferred []*toolbus.Tool) string {
+	var b strings.Builder
+	b.WriteString(toolSearchDescription)
+	b.WriteString("\nTools that can be loaded:")
+	for _, t := range deferred {
+		b.WriteString("\n- ")
+		b.WriteString(t.Name)
+		if t.Namespace != "" {
+			b.WriteString(" (" + t.Namespace + ")")
+		}
+		if d := firstLine(t.Description); d != "" {
+			b.WriteString(": " + d)
+		}
+	}
+	return b.String()
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	return s
+}
+
+// answerSearch runs a software tool search and returns its output item.
+func (m *Chat) answerSearch(set []*toolbus.Tool, s chatSearchCall) (Item, error) {
+	query := searchQuery(json.RawMessage(s.Arguments))
+	found := searchDeferred(set, query)
+	o := chatSearchOutput{Type: "tool_search_output", CallID: s.CallID, Loaded: make([]string, 0, len(found))}
+	var b strings.Builder
+	if len(found) == 0 {
+		fmt.Fprintf(&b, "No deferred tool matches %q. Search again with a tool name from the tool_search description.", query)
+	} else {
+		b.WriteString("Loaded; these tools can be called now:")
+		for _, t := range found {
+			o.Loaded = append(o.Loaded, t.Name)
+			b.WriteString("\n- " + t.Name)
+			if d := firstLine(t.Description); d != "" {
+				b.WriteString(": " + d)
+			}
+		}
+	}
+	o.Output = b.String()
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return Item{}, fmt.Errorf("encode tool search output: %w", err)
+	}
+	m.log.Debug("tool search answered", slog.String("provider", ProviderChat),
+		slog.String("query", query), slog.Any("loaded", o.Loaded))
+	return Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw}, nil
+}
+
+// chatMessages translates the transcript. Consecutive assistant items (text, calls,
+// software searches) form one assistant message, as the API wants; each output becomes a
+// tool message. Reasoning and opaque items of other providers are skipped.
+func chatMessages(instructions string, transcript []Item) []openai.ChatCompletionMessageParamUnion {
+	var out []openai.ChatCompletionMessageParamUnion
+	if instructions != "" {
+		out = append(out, openai.SystemMessage(instructions))
+	}
+	var (
+		asst *openai.ChatCompletionAssistantMessageParam
+		text strings.Builder
+	)
+	flush := func() {
+		if asst == nil {
+			return
+		}
+		if text.Len() > 0 {
+			asst.Content.OfString = openai.String(text.String())
+		}
+		out = append(out, openai.ChatCompletionMessageParamUnion{OfAssistant: asst})
+		asst = nil
+		text.Reset()
+	}
+	assistant := func() *openai.ChatCompletionAssistantMessageParam {
+		if asst == nil {
+			asst = &openai.ChatCompletionAssistantMessageParam{}
+		}
+		return asst
+	}
+	call := func(id, name, args string) {
+		a := assistant()
+		a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+				ID:       id,
+				Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: name, Arguments: args},
+			},
+		})
+	}
+	for _, it := range transcript {
+		switch it.Kind {
+		case KindMessage:
+			switch it.Role {
+			case RoleAssistant:
+				if it.Text != "" {
+					assistant()
+					if text.Len() > 0 {
+						text.WriteByte('\n')
+					}
+					text.WriteString(it.Text)
+				}
+			case RoleUser:
+				flush()
+				out = append(out, openai.UserMessage(it.Text))
+			default:
+				// Developer and system text: "system" is the role every local server knows.
+				flush()
+				out = append(out, openai.SystemMessage(it.Text))
+			}
+		case KindFunctionCall:
+			call(it.CallID, it.Name, it.Arguments)
+		case KindCallOutput:
+			flush()
+			out = append(out, openai.ToolMessage(outputText(it.Output), it.CallID))
+		case KindOpaque:
+			if it.Provider != ProviderChat {
+				continue
+			}
+			var head struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(it.Raw, &head) != nil {
+				continue
+			}
+			switch head.Type {
+			case "tool_search_call":
+				var c chatSearchCall
+				if json.Unmarshal(it.Raw, &c) == nil {
+					call(c.CallID, toolSearchName, c.Arguments)
+				}
+			case "tool_search_output":
+				var o chatSearchOutput
+				if json.Unmarshal(it.Raw, &o) == nil {
+					flush()
+					out = append(out, openai.ToolMessage(o.Output, o.CallID))
+				}
+			}
+		}
+	}
+	flush()
+	return out
+}

@@ -1,0 +1,131 @@
+// Package gateway is the model side of a turn: it turns the turn's transcript and tool set
+// into a provider request and the provider's answer into transcript items and function calls.
+//
+// The transcript is provider-neutral ([Item]); items a provider needs carried through
+// verbatim between steps (reasoning, tool search) travel in Item.Raw.
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/toolbus/toolbus"
+)
+
+// Model answers one step of a turn.
+type Model interface {
+	// Respond sends the transcript and tools and returns the model's output items. It
+	// returns when ctx is done, with ctx's error.
+	Respond(ctx context.Context, req *Request) (*Response, error)
+}
+
+// Request is one step of a turn.
+type Request struct {
+	Instructions string
+	Input        []Item
+	Tools        []*toolbus.Tool
+	// ParallelToolCalls lets the model emit several calls in one response.
+	ParallelToolCalls bool
+	// Step counts model calls in this turn, from 0.
+	Step int
+}
+
+// ItemKind is the kind of a transcript item.
+type ItemKind string
+
+const (
+	KindMessage      ItemKind = "message"       // text from user, assistant or developer
+	KindFunctionCall ItemKind = "function_call" // a call the model made
+	KindCallOutput   ItemKind = "function_call_output"
+	KindReasoning    ItemKind = "reasoning" // carried through verbatim in Raw
+	KindOpaque       ItemKind = "opaque"    // any other provider item carried in Raw (tool search, ...)
+)
+
+// Roles of message items.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleDeveloper = "developer"
+)
+
+// Item is one entry of a turn's transcript.
+type Item struct {
+	Kind ItemKind `json:"kind"`
+	Role string   `json:"role,omitempty"`
+	Text string   `json:"text,omitempty"`
+
+	// Function calls and their outputs.
+	CallID    string `json:"call_id,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Arguments string `json:"arguments,omitempty"` // raw, exactly as the model sent them
+	// Truncated marks a call whose arguments were cut by the output limit.
+	Truncated bool                  `json:"truncated,omitempty"`
+	Output    []toolbus.ContentPart `json:"output,omitempty"`
+	IsError   bool                  `json:"is_error,omitempty"`
+
+	// Provider names the gateway that produced Raw; other gateways skip such items.
+	Provider string          `json:"provider,omitempty"`
+	Raw      json.RawMessage `json:"raw,omitempty"`
+}
+
+// UserMessage is a user text item.
+func UserMessage(text string) Item { return Item{Kind: KindMessage, Role: RoleUser, Text: text} }
+
+// Usage counts tokens of one response.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Response is the model's answer to one step.
+type Response struct {
+	ID    string `json:"id,omitempty"`
+	Items []Item `json:"items"`
+	// Truncated reports that the model stopped on its output limit.
+	Truncated bool  `json:"truncated,omitempty"`
+	Usage     Usage `json:"usage"`
+}
+
+// Calls returns the function-call items in the order the model emitted them.
+func (r *Response) Calls() []Item {
+	var calls []Item
+	for _, it := range r.Items {
+		if it.Kind == KindFunctionCall {
+			calls = append(calls, it)
+		}
+	}
+	return calls
+}
+
+// Text joins the assistant messages of the response.
+func (r *Response) Text() string {
+	var parts []string
+	for _, it := range r.Items {
+		if it.Kind == KindMessage && it.Role == RoleAssistant && it.Text != "" {
+			parts = append(parts, it.Text)
+		}
+	}
+	return strings.Join(parts, "\n")
+}
+
+// Error is a provider failure that retrying will not mend (bad key, unknown model,
+// malformed response). The turn ends with its message.
+type Error struct {
+	Provider string
+	Status   int // HTTP status, 0 when there was none
+	Message  string
+}
+
+func (e *Error) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("%s: HTTP %d: %s", e.Provider, e.Status, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Provider, e.Message)
+}
+
+// ErrUnknownModel reports a --model spec no gateway understands.
+var ErrUnknownModel = errors.New("unknown model spec")

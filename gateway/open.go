@@ -1,0 +1,30 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Open returns the model a --model spec names:
+//
+//	script:FILE    a Scripted model playing FILE (see [LoadScript])
+//	openai:MODEL   the OpenAI Responses API, or any endpoint speaking it (cfg.BaseURL)
+//	chat:MODEL     the Chat Completions API, e.g. a local Ollama, vLLM, llama.cpp or
+//	               LM Studio server at cfg.BaseURL
+//
+// Any other spec yields an error wrapping ErrUnknownModel.
+func Open(spec string, cfg Config) (Model, error) {
+	kind, name, ok := strings.Cut(spec, ":")
+	if ok && name == "" {
+		return nil, fmt.Errorf("model spec %q names no model after %q", spec, kind+":")
+	}
+	switch {
+	case ok && kind == "script":
+		return LoadScript(name)
+	case ok && kind == "openai":
+		return NewResponses(name, cfg)
+	case ok && kind == "chat":
+		return NewChat(name, cfg)
+	}
+	return nil, fmt.Errorf("%w %q: want script:FILE, openai:MODEL (Responses API) or chat:MODEL (Chat Completions, with --base-url)", ErrUnknownModel, spec)
+}

@@ -1,0 +1,428 @@
+package gateway
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/responses"
+	"github.com/openai/openai-go/v3/shared"
+	"github.com/toolbus/toolbus"
+)
+
+// ProviderResponses names the items the Responses gateway returns; it sends their Raw
+// back verbatim and skips reasoning and opaque items of other providers.
+const ProviderResponses = "openai"
+
+// Responses is a Model speaking the OpenAI Responses API (POST /responses). It holds no
+// per-turn state: everything a step needs, loaded tools included, is derived from the
+// request's transcript, so one value serves many turns at once.
+type Responses struct {
+	model   string
+	cfg     Config
+	service responses.ResponseService
+	log     *slog.Logger
+	red     redactor
+	strict  *fallbackLog
+}
+
+// NewResponses returns a Responses gateway for model. It needs an API key.
+func NewResponses(model string, cfg Config) (*Responses, error) {
+	if model == "" {
+		return nil, errors.New("responses gateway: model name is empty")
+	}
+	if cfg.APIKey == "" {
+		return nil, fmt.Errorf("responses gateway for %s: no API key: set %s", model, EnvAPIKey)
+	}
+	log, red := cfg.logger(), newRedactor(cfg.APIKey)
+	return &Responses{
+		model:   model,
+		cfg:     cfg,
+		service: responses.NewResponseService(cfg.requestOptions(ProviderResponses, log, red)...),
+		log:     log,
+		red:     red,
+		strict:  &fallbackLog{log: log},
+	}, nil
+}
+
+// Model returns the model name the gateway sends.
+func (m *Responses) Model() string { return m.model }
+
+// Respond sends one step. When the model searches for deferred tools and tool search is
+// client-executed, Respond answers each search with the matching definitions and asks
+// again, at most maxSearchRounds times; the searches and their answers come back among
+// the response's items (KindOpaque), so the loaded tools stay loaded for the rest of the
+// turn.
+func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	tools, err := m.tools(req.Tools)
+	if err != nil {
+		return nil, err
+	}
+	input := m.input(req.Input)
+	out := &Response{}
+	for round := 1; ; round++ {
+		res, err := m.service.New(ctx, m.params(req, input, tools))
+		if err != nil {
+			return nil, classify(ctx, ProviderResponses, m.cfg, m.red, err)
+		}
+		items, searches, err := m.output(res, req.Tools)
+		if err != nil {
+			return nil, err
+		}
+		out.ID = res.ID
+		out.Usage.InputTokens += res.Usage.InputTokens
+		out.Usage.OutputTokens += res.Usage.OutputTokens
+		out.Items = append(out.Items, items...)
+
+		if res.Status == responses.ResponseStatusFailed {
+			msg := res.Error.Message
+			if msg == "" {
+				msg = "the response failed without a message"
+			}
+			return nil, &Error{Provider: ProviderResponses, Message: m.red.string(fmt.Sprintf("response %s failed: %s", res.ID, msg))}
+		}
+
+		// Every search gets its answer, even in a truncated response: a call without
+		// one would make the next request invalid.
+		answers := make([]Item, 0, len(searches))
+		for _, s := range searches {
+			a, err := m.answerSearch(req.Tools, s)
+			if err != nil {
+				return nil, err
+			}
+			answers = append(answers, a)
+		}
+		out.Items = append(out.Items, answers...)
+
+		if res.Status == responses.ResponseStatusIncomplete {
+			if res.IncompleteDetails.Reason == "max_output_tokens" {
+				markTruncated(out)
+				return out, nil
+			}
+			m.log.Warn("model response incomplete", slog.String("provider", ProviderResponses),
+				slog.String("reason", res.IncompleteDetails.Reason))
+		}
+		if len(searches) == 0 || len(out.Calls()) > 0 {
+			// Calls go to the turn; tools loaded on the way travel with the transcript.
+			return out, nil
+		}
+		if round == maxSearchRounds {
+			return nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("the model searched for tools %d times without calling one", round)}
+		}
+		input = append(input, m.input(append(items, answers...))...)
+	}
+}
+
+// markTruncated marks a response cut by its output limit and every call in it.
+func markTruncated(r *Response) {
+	r.Truncated = true
+	for i := range r.Items {
+		if r.Items[i].Kind == KindFunctionCall {
+			r.Items[i].Truncated = true
+		}
+	}
+}
+
+func (m *Responses) params(req *Request, input []responses.ResponseInputItemUnionParam, tools []responses.ToolUnionParam) responses.ResponseNewParams {
+	p := responses.ResponseNewParams{
+		Model: shared.ResponsesModel(m.model),
+		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input},
+		Tools: tools,
+	}
+	if req.Instructions != "" {
+		p.Instructions = openai.String(req.Instructions)
+	}
+	if len(tools) > 0 {
+		p.ParallelToolCalls = openai.Bool(req.ParallelToolCalls)
+	}
+	if m.cfg.MaxOutputTokens > 0 {
+		p.MaxOutputTokens = openai.Int(m.cfg.MaxOutputTokens)
+	}
+	if m.cfg.ReasoningEffort != "" {
+		p.Reasoning = shared.ReasoningParam{Effort: shared.ReasoningEffort(m.cfg.ReasoningEffort)}
+	}
+	if m.cfg.Store {
+		p.Store = openai.Bool(true)
+	} else {
+		// Stateless: nothing is kept on the provider, so reasoning must travel with
+		// the transcript, encrypted.
+		p.Store = openai.Bool(false)
+		p.Include = []responses.ResponseIncludable{responses.ResponseIncludableReasoningEncryptedContent}
+	}
+	return p
+}
+
+// tools translates the tool set: plain functions at the top level, tools with a
+// namespace grouped into `type: namespace` tools (placed where their first tool stood),
+// deferred ones marked defer_loading, and a tool_search tool when any is deferred.
+func (m *Responses) tools(set []*toolbus.Tool) ([]responses.ToolUnionParam, error) {
+	var out []responses.ToolUnionParam
+	namespaces := make(map[string]*responses.NamespaceToolParam)
+	for _, t := range set {
+		fn, err := m.functionJSON(t)
+		if err != nil {
+			return nil, err
+		}
+		if t.Namespace == "" {
+			f := param.Override[responses.FunctionToolParam](fn)
+			out = append(out, responses.ToolUnionParam{OfFunction: &f})
+			continue
+		}
+		ns, ok := namespaces[t.Namespace]
+		if !ok {
+			ns = &responses.NamespaceToolParam{Name: t.Namespace, Description: namespaceDescription(set, t.Namespace)}
+			namespaces[t.Namespace] = ns
+			out = append(out, responses.ToolUnionParam{OfNamespace: ns})
+		}
+		f := param.Override[responses.NamespaceToolToolFunctionParam](fn)
+		ns.Tools = append(ns.Tools, responses.NamespaceToolToolUnionParam{OfFunction: &f})
+	}
+	if hasDeferred(set) {
+		search := responses.ToolSearchToolParam{}
+		if !m.cfg.HostedToolSearch {
+			search.Execution = responses.ToolSearchToolExecutionClient
+			search.Description = openai.String(toolSearchDescription)
+			search.Parameters = toolSearchParams
+		}
+		out = append(out, responses.ToolUnionParam{OfToolSearch: &search})
+	}
+	return out, nil
+}
+
+// functionJSON is one function definition: the SDK's typed fields, then the parameter
+// schema spliced in byte for byte.
+func (m *Responses) functionJSON(t *toolbus.Tool) (json.RawMessage, error) {
+	params, strict := toolParams(t, m.strict)
+	fn := responses.FunctionToolParam{Name: t.Name, Strict: openai.Bool(strict)}
+	if t.Description != "" {
+		fn.Description = openai.String(t.Description)
+	}
+	if t.DeferLoading {
+		fn.DeferLoading = openai.Bool(true)
+	}
+	b, err := fn.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode tool %s: %w", t.Name, err)
+	}
+	return appendField(b, "parameters", params), nil
+}
+
+// input translates the transcript. Items this gateway returned go back verbatim from
+// Raw; neutral items are rebuilt; reasoning and opaque items of other providers are
+// skipped, since no other provider's reasoning means anything here.
+func (m *Responses) input(items []Item) []responses.ResponseInputItemUnionParam {
+	namespaces := callNamespaces(items)
+	out := make([]responses.ResponseInputItemUnionParam, 0, len(items))
+	for _, it := range items {
+		if it.Provider == ProviderResponses && len(it.Raw) > 0 {
+			out = append(out, param.Override[responses.ResponseInputItemUnionParam](it.Raw))
+			continue
+		}
+		switch it.Kind {
+		case KindMessage:
+			if it.Text == "" {
+				continue
+			}
+			out = append(out, responses.ResponseInputItemUnionParam{OfMessage: &responses.EasyInputMessageParam{
+				Role:    responses.EasyInputMessageRole(it.Role),
+				Content: responses.EasyInputMessageContentUnionParam{OfString: openai.String(it.Text)},
+			}})
+		case KindFunctionCall:
+			call := &responses.ResponseFunctionToolCallParam{CallID: it.CallID, Name: it.Name, Arguments: it.Arguments}
+			if it.Namespace != "" {
+				call.Namespace = openai.String(it.Namespace)
+			}
+			out = append(out, responses.ResponseInputItemUnionParam{OfFunctionCall: call})
+		case KindCallOutput:
+			o := &responses.ResponseInputItemFunctionCallOutputParam{
+				CallID: openai.String(it.CallID),
+				Output: functionOutput(it.Output),
+			}
+			if ns := cmp.Or(it.Namespace, namespaces[it.CallID]); ns != "" {
+				o.Namespace = openai.String(ns)
+			}
+			out = append(out, responses.ResponseInputItemUnionParam{OfFunctionCallOutput: o})
+		}
+	}
+	return out
+}
+
+// functionOutput is a call's output: a plain string when it is all text, otherwise a list
+// of input_text and input_image parts.
+func functionOutput(parts []toolbus.ContentPart) responses.ResponseInputItemFunctionCallOutputOutputUnionParam {
+	allText := true
+	for _, p := range parts {
+		if p.Type != toolbus.ContentText {
+			allText = false
+		}
+	}
+	if allText {
+		texts := make([]string, len(parts))
+		for i, p := range parts {
+			texts[i] = p.Text
+		}
+		return responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfString: openai.String(strings.Join(texts, "\n"))}
+	}
+	list := make(responses.ResponseFunctionCallOutputItemListParam, 0, len(parts))
+	for _, p := range parts {
+		switch p.Type {
+		case toolbus.ContentText:
+			list = append(list, responses.ResponseFunctionCallOutputItemUnionParam{
+				OfInputText: &responses.ResponseInputTextContentParam{Text: p.Text}})
+		case toolbus.ContentImage:
+			list = append(list, responses.ResponseFunctionCallOutputItemUnionParam{
+				OfInputImage: &responses.ResponseInputImageContentParam{ImageURL: openai.String(imageURL(p))}})
+		}
+	}
+	return responses.ResponseInputItemFunctionCallOutputOutputUnionParam{OfResponseFunctionCallOutputItemArray: list}
+}
+
+// imageURL is an image part's URL, or its bytes as a data URL.
+func imageURL(p toolbus.ContentPart) string {
+	if p.URL != "" {
+		return p.URL
+	}
+	return "data:" + p.MediaType + ";base64," + base64.StdEncoding.EncodeToString(p.Data)
+}
+
+// callNamespace is the namespace of a call as the turn should see it. A top-level tool
+// loaded by a client-executed tool search comes back with its own name as namespace
+// ("namespace": "get_shipping_eta"); the tool has none, so neither has the call. The
+// call's Raw keeps what the model sent.
+func callNamespace(set []*toolbus.Tool, name, namespace string) string {
+	if namespace == name {
+		if t := findTool(set, name); t != nil && t.Namespace == "" {
+			return ""
+		}
+	}
+	return namespace
+}
+
+// search is a client-executed tool search the model asked for.
+type search struct {
+	callID string
+	args   json.RawMessage
+}
+
+// output translates the response's output items and collects the tool searches this
+// gateway must answer.
+func (m *Responses) output(res *responses.Response, set []*toolbus.Tool) ([]Item, []search, error) {
+	if !res.JSON.Output.Valid() {
+		return nil, nil, &Error{Provider: ProviderResponses, Message: "malformed response: no output list"}
+	}
+	items := make([]Item, 0, len(res.Output))
+	var searches []search
+	for i, o := range res.Output {
+		raw := json.RawMessage(m.red.bytes([]byte(o.RawJSON())))
+		it := Item{Provider: ProviderResponses, Raw: raw}
+		switch o.Type {
+		case "":
+			return nil, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed response: output item %d has no type", i)}
+		case "message":
+			it.Kind, it.Role = KindMessage, RoleAssistant
+			var text []string
+			for _, c := range o.Content {
+				switch c.Type {
+				case "output_text":
+					text = append(text, c.Text)
+				case "refusal":
+					text = append(text, c.Refusal)
+				}
+			}
+			it.Text = m.red.string(strings.Join(text, ""))
+		case "function_call":
+			fc := o.AsFunctionCall()
+			it.Kind = KindFunctionCall
+			it.CallID, it.Name, it.Namespace = fc.CallID, fc.Name, callNamespace(set, fc.Name, fc.Namespace)
+			it.Arguments = m.red.string(fc.Arguments)
+		case "reasoning":
+			it.Kind = KindReasoning
+			var text []string
+			for _, s := range o.AsReasoning().Summary {
+				text = append(text, s.Text)
+			}
+			it.Text = m.red.string(strings.Join(text, "\n"))
+		case "tool_search_call":
+			it.Kind = KindOpaque
+			call := o.AsToolSearchCall()
+			if call.Execution != responses.ResponseToolSearchCallExecutionServer && !m.cfg.HostedToolSearch {
+				searches = append(searches, search{callID: call.CallID, args: json.RawMessage(call.JSON.Arguments.Raw())})
+			}
+		default:
+			// tool_search_output, hosted tool calls and anything newer: carried through.
+			it.Kind = KindOpaque
+		}
+		items = append(items, it)
+	}
+	return items, searches, nil
+}
+
+// answerSearch runs a client-executed tool search over the deferred tools and returns
+// the tool_search_output item holding their definitions, namespaced tools inside their
+// namespace.
+func (m *Responses) answerSearch(set []*toolbus.Tool, s search) (Item, error) {
+	found := searchDeferred(set, searchQuery(s.args))
+	var loaded []responses.ResponseToolSearchOutputItemParamToolUnion
+	namespaces := make(map[string]*responses.ToolSearchOutputNamespaceToolParam)
+	names := make([]string, 0, len(found))
+	for _, t := range found {
+		names = append(names, t.Name)
+		fn, err := m.functionJSON(t)
+		if err != nil {
+			return Item{}, err
+		}
+		if t.Namespace == "" {
+			f := param.Override[responses.FunctionToolParam](fn)
+			loaded = append(loaded, responses.ResponseToolSearchOutputItemParamToolUnion{OfFunction: &f})
+			continue
+		}
+		ns, ok := namespaces[t.Namespace]
+		if !ok {
+			ns = &responses.ToolSearchOutputNamespaceToolParam{Name: t.Namespace, Description: namespaceDescription(set, t.Namespace)}
+			namespaces[t.Namespace] = ns
+			loaded = append(loaded, responses.ResponseToolSearchOutputItemParamToolUnion{OfNamespace: ns})
+		}
+		f := param.Override[responses.ToolSearchOutputNamespaceToolToolFunctionParam](fn)
+		ns.Tools = append(ns.Tools, responses.ToolSearchOutputNamespaceToolToolUnionParam{OfFunction: &f})
+	}
+	if loaded == nil {
+		// An empty list, not null: the search ran and found nothing.
+		loaded = []responses.ResponseToolSearchOutputItemParamToolUnion{}
+	}
+	o := responses.ResponseToolSearchOutputItemParam{
+		Tools:     loaded,
+		Execution: responses.ResponseToolSearchOutputItemParamExecutionClient,
+		Status:    responses.ResponseToolSearchOutputItemParamStatusCompleted,
+	}
+	if s.callID != "" {
+		o.CallID = openai.String(s.callID)
+	}
+	b, err := o.MarshalJSON()
+	if err != nil {
+		return Item{}, fmt.Errorf("encode tool search output: %w", err)
+	}
+	m.log.Debug("tool search answered", slog.String("provider", ProviderResponses),
+		slog.String("query", searchQuery(s.args)), slog.Any("loaded", names))
+	return Item{Kind: KindOpaque, Provider: ProviderResponses, Raw: b}, nil
+}
+
+// namespaceDescription is the first description any tool gives its namespace. The API
+// requires one, so a namespace without says at least what it is.
+func namespaceDescription(set []*toolbus.Tool, ns string) string {
+	for _, t := range set {
+		if t.Namespace == ns && t.NamespaceDescription != "" {
+			return t.NamespaceDescription
+		}
+	}
+	return "Tools of " + ns + "."
+}

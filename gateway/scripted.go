@@ -1,0 +1,107 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Script is a fixed sequence of model responses that drives a turn deterministically: step
+// N of a turn gets Responses[N]. Arguments are raw strings, so malformed ones can be
+// scripted exactly as a model would send them.
+//
+//	{"responses": [
+//	  {"calls": [{"name": "list_files", "arguments": "{\"path\": \".\"}"}]},
+//	  {"text": "Done."}
+//	]}
+type Script struct {
+	Responses []ScriptStep `json:"responses"`
+}
+
+// ScriptStep is one scripted response.
+type ScriptStep struct {
+	Text  string       `json:"text,omitempty"`
+	Calls []ScriptCall `json:"calls,omitempty"`
+	// Truncated scripts a response that hit the output limit.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// ScriptCall is one scripted function call.
+type ScriptCall struct {
+	ID        string `json:"id,omitempty"` // default "call_<step>_<index>"
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// Scripted is a Model that plays a Script. It holds no per-turn state, so one value can
+// serve many turns at once.
+type Scripted struct {
+	script Script
+}
+
+// NewScripted validates a script and returns its model.
+func NewScripted(s Script) (*Scripted, error) {
+	if len(s.Responses) == 0 {
+		return nil, fmt.Errorf("script has no responses")
+	}
+	for i, st := range s.Responses {
+		for j, c := range st.Calls {
+			if c.Name == "" {
+				return nil, fmt.Errorf("script response %d, call %d: name is empty", i, j)
+			}
+		}
+	}
+	return &Scripted{script: s}, nil
+}
+
+// LoadScript reads a script file.
+func LoadScript(path string) (*Scripted, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load script: %w", err)
+	}
+	var s Script
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("load script %s: %w", path, err)
+	}
+	m, err := NewScripted(s)
+	if err != nil {
+		return nil, fmt.Errorf("load script %s: %w", path, err)
+	}
+	return m, nil
+}
+
+// Respond returns the scripted response for req.Step.
+func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if req.Step >= len(m.script.Responses) {
+		return nil, &Error{Provider: "script", Message: fmt.Sprintf("no response scripted for step %d (the script has %d)", req.Step, len(m.script.Responses))}
+	}
+	st := m.script.Responses[req.Step]
+	resp := &Response{ID: fmt.Sprintf("script_%d", req.Step), Truncated: st.Truncated}
+	if st.Text != "" {
+		resp.Items = append(resp.Items, Item{Kind: KindMessage, Role: RoleAssistant, Text: st.Text})
+	}
+	for i, c := range st.Calls {
+		id := c.ID
+		if id == "" {
+			id = fmt.Sprintf("call_%d_%d", req.Step, i)
+		}
+		resp.Items = append(resp.Items, Item{
+			Kind:      KindFunctionCall,
+			CallID:    id,
+			Name:      c.Name,
+			Namespace: c.Namespace,
+			Arguments: c.Arguments,
+			Truncated: st.Truncated,
+		})
+	}
+	return resp, nil
+}

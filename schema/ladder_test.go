@@ -1,0 +1,243 @@
+package schema
+
+import (
+	"errors"
+	"slices"
+	"testing"
+)
+
+// ladderCase is one model output and exactly what Parse must make of it:
+// either the canonical arguments and the rungs used, or the error kind and
+// the full message the model will read.
+type ladderCase struct {
+	name   string
+	schema []byte // fileSchema when nil
+	in     string
+	opts   ParseOptions
+
+	want      string // canonical JSON; empty when an error is expected
+	rungs     []Rung
+	truncated bool
+
+	kind ErrorKind
+	msg  string
+}
+
+const notJSON = "arguments are not valid JSON: "
+
+var ladderCases = []ladderCase{
+	// 1. as is
+	{name: "clean", in: `{"path":"a.txt","mode":"read"}`,
+		want: `{"mode":"read","path":"a.txt"}`, rungs: []Rung{RungAsIs}},
+	{name: "clean, spaced and nested", in: " {\n  \"path\": \"a.txt\",\n  \"mode\": \"write\",\n  \"options\": {\"recursive\": true, \"depth\": 2}\n}\n",
+		want: `{"mode":"write","options":{"depth":2,"recursive":true},"path":"a.txt"}`, rungs: []Rung{RungAsIs}},
+	{name: "duplicate key keeps the last, canonical output has one", in: `{"path":"a","path":"b","mode":"read"}`,
+		want: `{"mode":"read","path":"b"}`, rungs: []Rung{RungAsIs}},
+	{name: "html characters are not escaped", in: `{"path":"<a&b>","mode":"read"}`,
+		want: `{"mode":"read","path":"<a&b>"}`, rungs: []Rung{RungAsIs}},
+	{name: "big integers stay exact", in: `{"path":"a","mode":"read","limit":12345678901234567890}`,
+		want: `{"limit":12345678901234567890,"mode":"read","path":"a"}`, rungs: []Rung{RungAsIs}},
+
+	// 2. extract
+	{name: "fence with language tag", in: "```json\n{\"path\":\"a\",\"mode\":\"read\"}\n```",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "fence without language tag", in: "```\n{\"path\":\"a\",\"mode\":\"read\"}\n```",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "fence on one line", in: "```json {\"path\":\"a\",\"mode\":\"read\"}```",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "prose before", in: `Sure, here are the arguments: {"path":"a","mode":"read"}`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "prose after", in: `{"path":"a","mode":"read"} I hope this helps!`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "prose around a fence", in: "Here you go:\n```json\n{\"path\":\"a\",\"mode\":\"read\"}\n```\nLet me know if you need more.",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "braces in prose are not objects", in: `Use {path} as given: {"path":"a","mode":"read"}`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "fence inside a string is kept", in: "Call: {\"path\":\"a```b\",\"mode\":\"read\"}",
+		want: "{\"mode\":\"read\",\"path\":\"a```b\"}", rungs: []Rung{RungExtract}},
+	{name: "extra closing brace", in: `{"path":"a","mode":"read"}}`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+
+	// 3. repair
+	{name: "trailing commas", in: `{"path":"a","mode":"read","tags":["x","y",],}`,
+		want: `{"mode":"read","path":"a","tags":["x","y"]}`, rungs: []Rung{RungRepair}},
+	{name: "fence and trailing comma", in: "```json\n{\"path\":\"a\",\"mode\":\"read\",}\n```",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}},
+	{name: "single quotes", in: `{'path': 'a', 'mode': 'read'}`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "comments", in: "{\"path\": \"a\", // the file\n \"mode\": /* how */ \"read\"}",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "python constants", in: `{"path":"a","mode":"read","options":{"recursive":True}}`,
+		want: `{"mode":"read","options":{"recursive":true},"path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "unescaped quotes", in: `{"path":"say "hi".txt","mode":"read"}`,
+		want: `{"mode":"read","path":"say \"hi\".txt"}`, rungs: []Rung{RungRepair}},
+	{name: "raw newline in a string", in: "{\"path\":\"a\nb\",\"mode\":\"read\"}",
+		want: `{"mode":"read","path":"a\nb"}`, rungs: []Rung{RungRepair}},
+	{name: "unquoted keys", in: `{path: "a", mode: "read"}`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}},
+
+	// 3. repair of truncated text
+	{name: "truncated string", in: `{"mode":"read","path":"src/ma`,
+		want: `{"mode":"read","path":"src/ma"}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "truncated array", in: `{"path":"a","mode":"read","tags":["x","y"`,
+		want: `{"mode":"read","path":"a","tags":["x","y"]}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "truncated object", in: `{"path":"a","mode":"read","options":{"recursive":true`,
+		want: `{"mode":"read","options":{"recursive":true},"path":"a"}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "truncated key is dropped, not null", in: `{"path":"a","mode":"read","lim`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "truncated after colon is dropped", in: `{"path":"a","mode":"read","limit":`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "truncated literal is dropped", in: `{"path":"a","mode":"read","options":{"recursive":tru`,
+		want: `{"mode":"read","options":{},"path":"a"}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "truncated array element literal is dropped", in: `{"path":"a","mode":"read","tags":["x",nu`,
+		want: `{"mode":"read","path":"a","tags":["x"]}`, rungs: []Rung{RungRepair}, truncated: true},
+	{name: "fence with a missing brace makes no empty key", in: "```json\n{\"path\":\"a\",\"mode\":\"read\",\"options\":{\"recursive\":true}\n```",
+		want: `{"mode":"read","options":{"recursive":true},"path":"a"}`, rungs: []Rung{RungExtract, RungRepair}, truncated: true},
+	{name: "truncated and destructive is refused", in: `{"path":"a","mode":"write","tags":["x"`, opts: ParseOptions{Destructive: true},
+		kind: KindTruncated, msg: "arguments were cut off (truncated); re-issue the call with the complete arguments"},
+	{name: "provider truncation and destructive is refused", in: `{"path":"a","mode":"write"}`, opts: ParseOptions{Truncated: true, Destructive: true},
+		kind: KindTruncated, msg: "arguments were cut off (truncated); re-issue the call with the complete arguments"},
+	{name: "provider truncation, not destructive, is marked", in: `{"path":"a","mode":"write"}`, opts: ParseOptions{Truncated: true},
+		want: `{"mode":"write","path":"a"}`, rungs: []Rung{RungAsIs}, truncated: true},
+	{name: "truncated and invalid says both", in: `{"path":"a`,
+		kind: KindSchema, msg: "arguments were cut off (truncated) and do not match the schema; re-issue the call with complete arguments:\n- /: required property 'mode' is missing"},
+
+	// 4. unwrap
+	{name: "double-encoded", in: `"{\"path\":\"a\",\"mode\":\"read\"}"`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungAsIs, RungUnwrap}},
+	{name: "double-encoded twice", in: `"\"{\\\"path\\\":\\\"a\\\",\\\"mode\\\":\\\"read\\\"}\""`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungAsIs, RungUnwrap}},
+	{name: "stringified object in an object field", in: `{"path":"a","mode":"read","options":"{\"recursive\":true}"}`,
+		want: `{"mode":"read","options":{"recursive":true},"path":"a"}`, rungs: []Rung{RungAsIs, RungUnwrap}},
+	{name: "stringified array in an array field", in: `{"path":"a","mode":"read","tags":"[\"x\",\"y\"]"}`,
+		want: `{"mode":"read","path":"a","tags":["x","y"]}`, rungs: []Rung{RungAsIs, RungUnwrap}},
+	{name: "JSON text in a string field stays a string", in: `{"path":"{\"x\":1}","mode":"read"}`,
+		want: `{"mode":"read","path":"{\"x\":1}"}`, rungs: []Rung{RungAsIs}},
+	{name: "fenced double-encoded", in: "```json\n\"{\\\"path\\\":\\\"a\\\",\\\"mode\\\":\\\"read\\\"}\"\n```",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair, RungUnwrap}},
+
+	// 5. strict nulls
+	{name: "strict nulls stripped", in: `{"path":"a","mode":"read","limit":null,"tags":null,"options":{"recursive":null,"depth":3}}`, opts: ParseOptions{Strict: true},
+		want: `{"mode":"read","options":{"depth":3},"path":"a"}`, rungs: []Rung{RungAsIs, RungStripNulls}},
+	{name: "strict without nulls records no strip", in: `{"path":"a","mode":"read"}`, opts: ParseOptions{Strict: true},
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungAsIs}},
+	{name: "strict null at a required key is kept and refused", in: `{"path":null,"mode":"read"}`, opts: ParseOptions{Strict: true},
+		kind: KindSchema, msg: "arguments do not match the schema:\n- /path: value is null but should be string"},
+	{name: "null at an optional key without strict is refused", in: `{"path":"a","mode":"read","limit":null}`,
+		kind: KindSchema, msg: "arguments do not match the schema:\n- /limit: value is null but should be integer"},
+
+	// refusals
+	{name: "concatenated objects", in: `{"path":"a","mode":"read"}{"path":"b","mode":"read"}`,
+		kind: KindMultiple, msg: "arguments hold two JSON objects; send exactly one object"},
+	{name: "newline-delimited objects", in: "{\"path\":\"a\",\"mode\":\"read\"}\n{\"path\":\"b\",\"mode\":\"read\"}\n{\"path\":\"c\",\"mode\":\"read\"}",
+		kind: KindMultiple, msg: "arguments hold 3 JSON objects; send exactly one object"},
+	{name: "empty", in: "",
+		kind: KindEmpty, msg: "arguments are empty; this tool requires: path, mode"},
+	{name: "blank", in: " \n\t ",
+		kind: KindEmpty, msg: "arguments are empty; this tool requires: path, mode"},
+	{name: "null", in: "null",
+		kind: KindEmpty, msg: "arguments are empty; this tool requires: path, mode"},
+	{name: "empty, nothing required", schema: noArgsSchema, in: "",
+		want: `{}`, rungs: []Rung{RungEmpty}},
+	{name: "null, nothing required", schema: noArgsSchema, in: "null",
+		want: `{}`, rungs: []Rung{RungEmpty}},
+	{name: "empty object, nothing required", schema: noArgsSchema, in: "{}",
+		want: `{}`, rungs: []Rung{RungAsIs}},
+	{name: "array at the root", in: `[{"path":"a","mode":"read"}]`,
+		kind: KindNotObject, msg: "arguments must be a JSON object, got an array"},
+	{name: "number at the root", in: `42`,
+		kind: KindNotObject, msg: "arguments must be a JSON object, got a number"},
+	{name: "boolean at the root", in: `true`,
+		kind: KindNotObject, msg: "arguments must be a JSON object, got a boolean"},
+	{name: "prose without an object", in: `I cannot do that.`,
+		kind: KindNotObject, msg: "arguments must be a JSON object, got a string"},
+	{name: "unrepairable", in: "}{",
+		kind: KindSyntax, msg: notJSON + "invalid character '}' looking for beginning of value (after byte 1)"},
+	{name: "schema violations list leaf paths", in: `{"path":"","mode":"delete","limit":0,"tags":["x",2],"options":{"recursive":"yes","deep":1},"extra":true}`,
+		kind: KindSchema, msg: "arguments do not match the schema:" +
+			"\n- /extra: property is not allowed (not declared in the schema)" +
+			"\n- /limit: 0 should be at least 1" +
+			"\n- /mode: value delete should be one of the allowed values: read, write" +
+			"\n- /options/deep: property is not allowed (not declared in the schema)" +
+			"\n- /options/recursive: value is string but should be boolean" +
+			"\n- /path: value should be at least 1 characters" +
+			"\n- /tags/1: value is integer but should be string"},
+	{name: "missing required and a bad value", in: `{"mode":"append"}`,
+		kind: KindSchema, msg: "arguments do not match the schema:" +
+			"\n- /: required property 'path' is missing" +
+			"\n- /mode: value append should be one of the allowed values: read, write"},
+}
+
+func TestParseLadder(t *testing.T) {
+	if len(ladderCases) < 30 {
+		t.Fatalf("only %d ladder cases", len(ladderCases))
+	}
+	for _, tc := range ladderCases {
+		t.Run(tc.name, func(t *testing.T) {
+			raw := tc.schema
+			if raw == nil {
+				raw = fileSchema
+			}
+			s := MustFromJSON(raw)
+			got, err := s.Parse(tc.in, tc.opts)
+			if tc.kind != "" {
+				var ae *ArgumentError
+				if !errors.As(err, &ae) {
+					t.Fatalf("Parse = %s, %v; want %s error", got.JSON, err, tc.kind)
+				}
+				if ae.Kind != tc.kind || ae.Error() != tc.msg {
+					t.Fatalf("error = %s %q\nwant    %s %q", ae.Kind, ae.Error(), tc.kind, tc.msg)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if string(got.JSON) != tc.want || !slices.Equal(got.Rungs, tc.rungs) || got.Truncated != tc.truncated {
+				t.Fatalf("Parse = %s %v truncated=%v\nwant    %s %v truncated=%v", got.JSON, got.Rungs, got.Truncated, tc.want, tc.rungs, tc.truncated)
+			}
+			if err := s.Validate(got.JSON); err != nil {
+				t.Fatalf("returned arguments do not validate: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseErrorDetails(t *testing.T) {
+	s := MustFromJSON(fileSchema)
+
+	_, err := s.Parse(`{"path":"a","mode":"write","tags":["x"`, ParseOptions{Destructive: true})
+	if !errors.Is(err, ErrTruncated) {
+		t.Fatalf("truncated destructive call: errors.Is(err, ErrTruncated) = false for %v", err)
+	}
+	var ae *ArgumentError
+	if !errors.As(err, &ae) || !ae.Truncated {
+		t.Fatalf("truncated destructive call: want ArgumentError with Truncated, got %#v", err)
+	}
+
+	_, err = s.Parse("```json\n{\"path\":\"\",\"mode\":\"read\",}\n```", ParseOptions{})
+	var ve *ValidationError
+	if !errors.As(err, &ve) {
+		t.Fatalf("schema failure does not unwrap to *ValidationError: %v", err)
+	}
+	if !errors.As(err, &ae) || !slices.Equal(ae.Rungs, []Rung{RungExtract, RungRepair}) {
+		t.Fatalf("rungs before the failure = %v, want [extract repair]", ae.Rungs)
+	}
+	if want := []Leaf{{"/path", "value should be at least 1 characters"}}; !slices.Equal(ae.Leaves, want) {
+		t.Fatalf("leaves = %v, want %v", ae.Leaves, want)
+	}
+}
+
+// TestParseDoesNotRepairWhatIsValid checks that the ladder stops at the
+// first rung that works: valid input is never handed to jsonrepair, whose
+// output for it could differ (it rewrites some escapes and numbers).
+func TestParseDoesNotRepairWhatIsValid(t *testing.T) {
+	s := MustFromJSON(fileSchema)
+	got, err := s.Parse(`{"path":"tab\there \u00e9","mode":"read","limit":1.0e1}`, ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"limit":1.0e1,"mode":"read","path":"tab\there é"}`; string(got.JSON) != want {
+		t.Fatalf("JSON = %s, want %s", got.JSON, want)
+	}
+}

@@ -1,0 +1,167 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kaptinlin/jsonschema"
+)
+
+// ErrRootNotObject is returned when a tool's parameter schema is not an
+// object schema. Its text is what providers and the issue expect verbatim.
+var ErrRootNotObject = errors.New("function tool parameters must use a root object schema")
+
+// Schema is a tool's parameter schema: the JSON Schema the model sees, its
+// compiled validator, and its strict projection. It is immutable after
+// construction and safe for concurrent use.
+type Schema struct {
+	raw       []byte
+	validator *jsonschema.Schema
+	required  []string // the root's required property names, in schema order
+
+	// doc is raw decoded with its key order kept; strict and plan derive from
+	// it. All three are computed on first use only: most tools are never
+	// called in strict mode, and many are never called at all.
+	doc    func() *object
+	strict func() Projection
+	plan   func() *argPlan
+}
+
+// FromJSON builds a Schema from a raw JSON Schema document. JSON returns raw
+// byte for byte, so constraints such as minimum and maximum reach the model
+// exactly as written.
+//
+// The root must declare "type": "object" (or a type array holding only
+// "object"). A root without a type, even one with "properties", is refused:
+// providers reject it too, and a validator would accept any non-object there.
+// Such a root, or JSON that is not an object at all, yields ErrRootNotObject
+// itself. Invalid JSON, a document that breaks the meta-schema, or one with a
+// $ref that points outside the document yields a descriptive error.
+func FromJSON(raw []byte) (*Schema, error) {
+	if !json.Valid(raw) {
+		var v any
+		err := json.Unmarshal(raw, &v)
+		return nil, fmt.Errorf("schema is not valid JSON: %w", err)
+	}
+	var root map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &root); err != nil {
+		return nil, ErrRootNotObject // valid JSON, but not an object: true, [], "x", ...
+	}
+	if !isObjectType(root["type"]) {
+		return nil, ErrRootNotObject
+	}
+	var required []string
+	if r, ok := root["required"]; ok {
+		// The meta-schema check below refuses a "required" that is not an
+		// array of strings; ignore the error here and let it explain.
+		_ = json.Unmarshal(r, &required)
+	}
+	validator, err := cachedValidator(raw)
+	if err != nil {
+		return nil, err
+	}
+	return newSchema(bytes.Clone(raw), validator, required), nil
+}
+
+func newSchema(raw []byte, validator *jsonschema.Schema, required []string) *Schema {
+	s := &Schema{raw: raw, validator: validator, required: required}
+	s.doc = sync.OnceValue(func() *object {
+		// compileValidator decoded these bytes already, and FromJSON
+		// checked they hold an object, so neither can fail here.
+		v, _ := decodeOrdered(s.raw)
+		return v.(*object)
+	})
+	s.strict = sync.OnceValue(func() Projection { return project(s.doc()) })
+	s.plan = sync.OnceValue(func() *argPlan { return newArgPlan(s.doc()) })
+	return s
+}
+
+// isObjectType reports whether a schema's "type" value is "object" or an
+// array holding only "object".
+func isObjectType(raw json.RawMessage) bool {
+	if raw == nil {
+		return false
+	}
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		return one == "object"
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err == nil {
+		return len(many) > 0 && !containsOther(many, "object")
+	}
+	return false
+}
+
+func containsOther(list []string, want string) bool {
+	for _, s := range list {
+		if s != want {
+			return true
+		}
+	}
+	return false
+}
+
+// MustFromJSON is FromJSON for schemas written into the program; it panics
+// on error.
+func MustFromJSON(raw []byte) *Schema {
+	s, err := FromJSON(raw)
+	if err != nil {
+		panic(fmt.Sprintf("schema.MustFromJSON: %v", err))
+	}
+	return s
+}
+
+// For builds a Schema from the Go type T, which must be a struct (or a
+// pointer to one); any other type, or a struct with its own JSON or text
+// encoding (whose shape is unknown), yields ErrRootNotObject. See the
+// package documentation for the struct tags it reads. The result is cached
+// per type.
+func For[T any]() (*Schema, error) {
+	return forType(typeOf[T]())
+}
+
+// MustFor is For for types written into the program; it panics on error.
+func MustFor[T any]() *Schema {
+	s, err := For[T]()
+	if err != nil {
+		panic(fmt.Sprintf("schema.MustFor: %v", err))
+	}
+	return s
+}
+
+// JSON returns the schema as sent to the model in non-strict mode: for
+// FromJSON the bytes it was given, for For the generated document. The
+// slice is a copy; changing it does not change the Schema.
+func (s *Schema) JSON() json.RawMessage {
+	return bytes.Clone(s.raw)
+}
+
+// Strict returns the schema's strict-mode projection, computed once.
+func (s *Schema) Strict() Projection {
+	return s.strict()
+}
+
+// Validate checks args, a JSON document, against the schema with the cached
+// compiled validator. It returns nil or a *ValidationError. It repairs
+// nothing and strips nothing: Parse is the lenient entry point for model
+// output; Validate is for arguments that already went through Parse, such as
+// those a category actor receives over the bus.
+func (s *Schema) Validate(args json.RawMessage) error {
+	v, err := decodeArgs(args)
+	if err != nil {
+		return &ValidationError{Leaves: []Leaf{{Path: "/", Message: "not valid JSON: " + err.Error()}}}
+	}
+	return s.validate(v)
+}
+
+func (s *Schema) validate(v any) error {
+	res := s.validator.Validate(v)
+	if res.IsValid() {
+		return nil
+	}
+	return newValidationError(res, v)
+}

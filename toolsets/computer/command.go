@@ -1,0 +1,286 @@
+package computer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/toolbus/toolbus"
+)
+
+// defaultPath is the command PATH when the host process has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// progressEvery is how often a running command reports progress.
+const progressEvery = time.Second
+
+type commandArgs struct {
+	Command        string `json:"command" jsonschema:"minLength=1" jsonschema_description:"The shell command, run with /bin/sh -c in the agent home."`
+	TimeoutSeconds int    `json:"timeout_seconds,omitempty" jsonschema:"minimum=1" jsonschema_description:"Stop the command after this many seconds. Capped by the host's maximum."`
+	Cwd            string `json:"cwd,omitempty" jsonschema_description:"The working directory, relative to the agent home. Default: the home itself."`
+}
+
+// CommandDetails are the details of a run_command result.
+type CommandDetails struct {
+	Command string `json:"command"`
+	Cwd     string `json:"cwd"` // relative to the agent home
+	// ExitCode is the shell's exit status, -1 when a signal ended it.
+	ExitCode   int    `json:"exit_code"`
+	Signal     string `json:"signal,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+	TimeoutMS  int64  `json:"timeout_ms"`
+	// TimeoutCapped says the command asked for more time than the host allows.
+	TimeoutCapped bool `json:"timeout_capped,omitempty"`
+	TimedOut      bool `json:"timed_out,omitempty"`
+	// Cancelled says the call was aborted or reached its deadline while the command ran.
+	Cancelled   bool  `json:"cancelled,omitempty"`
+	OutputBytes int64 `json:"output_bytes"`
+	OutputCut   int64 `json:"output_cut,omitempty"`
+}
+
+// Duration is how long the command ran.
+func (d CommandDetails) Duration() time.Duration {
+	return time.Duration(d.DurationMS) * time.Millisecond
+}
+
+var errTimedOut = errors.New("command timed out")
+
+func (c Config) runCommand(ctx context.Context, call toolbus.Call, a commandArgs) (toolbus.Result, error) {
+	h, err := c.openHome(call)
+	if err != nil {
+		return toolbus.Result{}, err
+	}
+	defer h.Close()
+	d := CommandDetails{Command: a.Command, Cwd: ".", ExitCode: -1}
+	dir := h.dir
+	if a.Cwd != "" {
+		t, err := h.resolve(a.Cwd)
+		if err != nil {
+			return toolbus.Result{}, err
+		}
+		fi, err := h.root.Stat(t.rel)
+		if err != nil {
+			return toolbus.Result{}, describe(t, err)
+		}
+		if !fi.IsDir() {
+			return toolbus.Result{}, fmt.Errorf("cwd %s is not a directory", t.shown)
+		}
+		dir, d.Cwd = t.abs, t.shown
+	}
+	timeout := c.CommandTimeout
+	if a.TimeoutSeconds > 0 {
+		timeout = time.Duration(a.TimeoutSeconds) * time.Second
+		if timeout > c.MaxCommandTimeout {
+			timeout, d.TimeoutCapped = c.MaxCommandTimeout, true
+		}
+	}
+	d.TimeoutMS = timeout.Milliseconds()
+
+	out := newCapture(c.MaxOutput)
+	run, err := c.start(ctx, a.Command, dir, h.dir, timeout, out)
+	if err != nil {
+		return toolbus.Result{}, err
+	}
+	stopProgress := reportProgress(call, shortCommand(a.Command), run.started, out)
+	waitErr := run.wait()
+	stopProgress()
+
+	d.DurationMS = time.Since(run.started).Milliseconds()
+	output, cut := out.Output()
+	d.OutputBytes, d.OutputCut = out.Total(), cut
+	if run.cancelled.Load() {
+		if ctx.Err() != nil {
+			d.Cancelled = true
+		} else {
+			d.TimedOut = true
+		}
+	}
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+		d.ExitCode = 0
+	case errors.As(waitErr, &ee):
+		d.ExitCode = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			d.Signal = signalName(ws.Signal())
+		}
+	case d.TimedOut || d.Cancelled:
+		// The shell exited zero after the stop signal; the status is the cancellation's.
+	default:
+		return toolbus.Result{}, fmt.Errorf("run command: %w", waitErr)
+	}
+
+	var b strings.Builder
+	took := formatDuration(d.Duration())
+	switch {
+	case d.TimedOut:
+		fmt.Fprintf(&b, "Timed out after %s; the command and its child processes were stopped.", formatDuration(timeout))
+	case d.Cancelled:
+		fmt.Fprintf(&b, "Stopped after %s: the call was cancelled (%v).", took, context.Cause(ctx))
+	case d.Signal != "":
+		fmt.Fprintf(&b, "Killed by signal %s after %s.", d.Signal, took)
+	default:
+		fmt.Fprintf(&b, "Exit code %d (%s).", d.ExitCode, took)
+	}
+	if d.TimeoutCapped {
+		fmt.Fprintf(&b, " The timeout was capped at %s, the host's maximum.", formatDuration(timeout))
+	}
+	if output == "" {
+		b.WriteString("\n(no output)")
+	} else {
+		b.WriteString("\nOutput (stdout and stderr):\n")
+		b.WriteString(strings.TrimSuffix(output, "\n"))
+	}
+	res := toolbus.TextResult(b.String())
+	res.IsError = d.ExitCode != 0 || d.TimedOut || d.Cancelled
+	return res.WithDetails(d), nil
+}
+
+// process is a started command.
+type process struct {
+	cmd       *exec.Cmd
+	started   time.Time
+	pgid      int
+	out       *os.File      // read end of the output pipe
+	copied    chan struct{} // closed when every writer has closed the pipe
+	grace     time.Duration
+	cancelled atomic.Bool // the stop signal was sent because the context ended
+	cancel    context.CancelFunc
+}
+
+// start runs command under /bin/sh in its own process group. Output goes through a pipe
+// the caller owns rather than one exec.Cmd owns, so that Wait returns when the shell exits
+// and the group's leftovers can be dealt with before the pipe is drained.
+func (c Config) start(ctx context.Context, command, dir, home string, timeout time.Duration, out io.Writer) (*process, error) {
+	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("run command: output pipe: %w", err)
+	}
+	p := &process{out: pr, copied: make(chan struct{}), grace: c.KillGrace, cancel: cancel}
+	cmd := exec.CommandContext(runCtx, "/bin/sh", "-c", command)
+	cmd.Dir = dir
+	cmd.Env = commandEnv(home)
+	cmd.Stdout, cmd.Stderr = pw, pw // one pipe keeps stdout and stderr in the order they were written
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		p.cancelled.Store(true)
+		return signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+	}
+	// If the shell outlives SIGTERM by the grace period, exec kills it; wait then kills the rest.
+	cmd.WaitDelay = c.KillGrace
+	p.cmd = cmd
+	p.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		pw.Close()
+		pr.Close()
+		cancel()
+		return nil, fmt.Errorf("run command: %w", err)
+	}
+	pw.Close()
+	p.pgid = cmd.Process.Pid // Setpgid makes the shell the group leader
+	go func() {
+		defer close(p.copied)
+		_, _ = io.Copy(out, pr)
+	}()
+	return p, nil
+}
+
+// wait waits for the shell, then stops whatever it left running in its process group:
+// SIGTERM, up to the grace period for them to close the output pipe, then SIGKILL. A
+// command's background processes do not outlive the call.
+func (p *process) wait() error {
+	defer p.cancel()
+	err := p.cmd.Wait()
+	if signalGroup(p.pgid, syscall.SIGTERM) == nil {
+		timer := time.NewTimer(p.grace)
+		select {
+		case <-p.copied:
+		case <-timer.C:
+		}
+		timer.Stop()
+		_ = signalGroup(p.pgid, syscall.SIGKILL)
+	}
+	// A process that left the group (setsid) may still hold the pipe: stop reading after
+	// the grace period rather than wait for it.
+	_ = p.out.SetReadDeadline(time.Now().Add(p.grace))
+	<-p.copied
+	p.out.Close()
+	return err
+}
+
+// signalGroup signals every process in the group; os.ErrProcessDone when none is left.
+func signalGroup(pgid int, sig syscall.Signal) error {
+	err := syscall.Kill(-pgid, sig)
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrProcessDone
+	}
+	return err
+}
+
+// commandEnv is the whole environment of a command: the host's secrets stay with the host.
+func commandEnv(home string) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = defaultPath
+	}
+	return []string{"PATH=" + path, "HOME=" + home, "LANG=C.UTF-8"}
+}
+
+// reportProgress sends a progress label every progressEvery until the returned stop is
+// called; stop waits for the reporter to finish.
+func reportProgress(call toolbus.Call, label string, started time.Time, out *capture) (stop func()) {
+	if call.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				call.Progress(fmt.Sprintf("Running `%s`: %s, %s of output", label,
+					formatDuration(time.Since(started).Round(time.Second)), formatSize(out.Total())))
+			}
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGSEGV:
+		return "SIGSEGV"
+	case syscall.SIGABRT:
+		return "SIGABRT"
+	case syscall.SIGHUP:
+		return "SIGHUP"
+	case syscall.SIGPIPE:
+		return "SIGPIPE"
+	case syscall.SIGBUS:
+		return "SIGBUS"
+	}
+	return fmt.Sprintf("%d (%s)", int(s), s)
+}

@@ -1,0 +1,136 @@
+package computer
+
+import (
+	"encoding/json"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/toolbus/toolbus"
+)
+
+// Tools returns the computer tools configured by cfg, in the order the model sees them.
+func Tools(cfg Config) []*toolbus.Tool {
+	c := cfg.withDefaults()
+	return []*toolbus.Tool{
+		toolbus.MustDefine(toolbus.Def[listArgs]{
+			Name: "list_files",
+			Description: "List the files and directories in a directory of your home directory (the agent home). " +
+				"Directories end in '/', files show their size. Paths are relative to the home and can be passed to read_file.",
+			Mode:     toolbus.Parallel,
+			ReadOnly: true,
+			Category: Category,
+			DescribeActivity: func(a listArgs) string {
+				return "Listing " + display(cleanArg(a.Path))
+			},
+			DescribeCompletedActivity: func(a listArgs, res toolbus.Result) string {
+				d, ok := detailsOf[ListDetails](res)
+				if !ok {
+					return "Could not list " + display(cleanArg(a.Path))
+				}
+				n := len(d.Entries) + d.Omitted
+				if a.Recursive {
+					return fmt.Sprintf("Listed %s under %s", plural(n, "entry", "entries"), display(d.Path))
+				}
+				return fmt.Sprintf("Listed %s in %s", plural(n, "entry", "entries"), display(d.Path))
+			},
+			Execute: c.listFiles,
+		}),
+		toolbus.MustDefine(toolbus.Def[readArgs]{
+			Name: "read_file",
+			Description: "Read a text file in the agent home. Lines come numbered (number, tab, text) and the result says how many lines the file has; " +
+				"read long files in parts with offset and limit. Binary files are refused.",
+			Mode:     toolbus.Parallel,
+			ReadOnly: true,
+			Category: Category,
+			DescribeActivity: func(a readArgs) string {
+				return "Reading " + cleanArg(a.Path)
+			},
+			DescribeCompletedActivity: func(a readArgs, res toolbus.Result) string {
+				d, ok := detailsOf[ReadDetails](res)
+				if !ok {
+					return "Could not read " + cleanArg(a.Path)
+				}
+				return fmt.Sprintf("Read %s of %s", plural(d.Lines(), "line", "lines"), d.Path)
+			},
+			Execute: c.readFile,
+		}),
+		toolbus.MustDefine(toolbus.Def[writeArgs]{
+			Name: "write_file",
+			Description: "Write a text file in the agent home, replacing it or, with append, adding to its end. " +
+				"Missing parent directories are created.",
+			Mode:        toolbus.Sequential,
+			Destructive: true,
+			Category:    Category,
+			DescribeActivity: func(a writeArgs) string {
+				if a.Append {
+					return "Appending to " + cleanArg(a.Path)
+				}
+				return "Writing " + cleanArg(a.Path)
+			},
+			DescribeCompletedActivity: func(a writeArgs, res toolbus.Result) string {
+				d, ok := detailsOf[WriteDetails](res)
+				switch {
+				case !ok:
+					return "Could not write " + cleanArg(a.Path)
+				case d.Append && !d.Created:
+					return fmt.Sprintf("Appended %s to %s", plural(d.Lines, "line", "lines"), d.Path)
+				}
+				return fmt.Sprintf("Wrote %s to %s", plural(d.Lines, "line", "lines"), d.Path)
+			},
+			Execute: c.writeFile,
+		}),
+		toolbus.MustDefine(toolbus.Def[commandArgs]{
+			Name: "run_command",
+			Description: fmt.Sprintf("Run a shell command (/bin/sh -c) in the agent home and return its exit code and output (stdout and stderr together). "+
+				"The command runs without a terminal or input, with a %s timeout unless timeout_seconds says otherwise (at most %s); "+
+				"long output keeps its beginning and end. Background processes are stopped when the command ends.",
+				formatDuration(c.CommandTimeout), formatDuration(c.MaxCommandTimeout)),
+			Mode:        toolbus.Sequential,
+			Destructive: true,
+			Category:    Category,
+			// The command's own timeout governs; the call's deadline leaves room for it and for
+			// stopping the process group.
+			Timeout: c.MaxCommandTimeout + 3*c.KillGrace + 5*time.Second,
+			DescribeActivity: func(a commandArgs) string {
+				return fmt.Sprintf("Running `%s`", shortCommand(a.Command))
+			},
+			DescribeCompletedActivity: func(a commandArgs, res toolbus.Result) string {
+				cmd := shortCommand(a.Command)
+				d, ok := detailsOf[CommandDetails](res)
+				switch {
+				case !ok:
+					return fmt.Sprintf("Could not run `%s`", cmd)
+				case d.TimedOut:
+					return fmt.Sprintf("Timed out running `%s` after %s", cmd, formatDuration(d.Duration()))
+				case d.Cancelled:
+					return fmt.Sprintf("Stopped `%s` after %s", cmd, formatDuration(d.Duration()))
+				case d.Signal != "":
+					return fmt.Sprintf("Ran `%s` (killed by %s, %s)", cmd, d.Signal, formatDuration(d.Duration()))
+				}
+				return fmt.Sprintf("Ran `%s` (exit %d, %s)", cmd, d.ExitCode, formatDuration(d.Duration()))
+			},
+			Execute: c.runCommand,
+		}),
+	}
+}
+
+// detailsOf decodes a result's details; false when the call failed before producing them.
+func detailsOf[T any](res toolbus.Result) (T, bool) {
+	var d T
+	if len(res.Details) == 0 {
+		return d, false
+	}
+	if err := json.Unmarshal(res.Details, &d); err != nil {
+		return d, false
+	}
+	return d, true
+}
+
+// cleanArg is a path argument as labels show it, before it is resolved.
+func cleanArg(p string) string {
+	if p == "" {
+		return "."
+	}
+	return path.Clean(p)
+}

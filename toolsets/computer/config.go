@@ -1,0 +1,56 @@
+package computer
+
+import "time"
+
+// Category is the tool category the computer tools belong to.
+const Category = "computer"
+
+// Defaults applied to zero fields of [Config].
+const (
+	DefaultCommandTimeout    = 2 * time.Minute
+	DefaultMaxCommandTimeout = 10 * time.Minute
+	DefaultMaxOutput         = 32 << 10
+	DefaultMaxFileSize       = 10 << 20
+	DefaultKillGrace         = 2 * time.Second
+)
+
+// Config configures the computer tools. The zero value is usable: every zero field takes
+// its default.
+type Config struct {
+	// HomeRoot, when set, is the directory that holds the agent homes. A call whose Home
+	// lies outside it is refused, and a call without a Home works in HomeRoot/<agent>.
+	HomeRoot string
+	// CommandTimeout bounds a command that asks for no timeout of its own.
+	CommandTimeout time.Duration
+	// MaxCommandTimeout caps the timeout a command may ask for, and CommandTimeout.
+	MaxCommandTimeout time.Duration
+	// MaxOutput is the number of bytes of a command's output, a file's text or a listing
+	// that the model sees.
+	MaxOutput int
+	// MaxFileSize is the largest file read_file reads and write_file writes, in bytes.
+	MaxFileSize int64
+	// KillGrace is how long processes get between SIGTERM and SIGKILL.
+	KillGrace time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	// The maximum is the cap: a default timeout never exceeds it, and an unset maximum
+	// makes room for a longer default.
+	if c.MaxCommandTimeout <= 0 {
+		c.MaxCommandTimeout = max(DefaultMaxCommandTimeout, c.CommandTimeout)
+	}
+	if c.CommandTimeout <= 0 {
+		c.CommandTimeout = DefaultCommandTimeout
+	}
+	c.CommandTimeout = min(c.CommandTimeout, c.MaxCommandTimeout)
+	if c.MaxOutput <= 0 {
+		c.MaxOutput = DefaultMaxOutput
+	}
+	if c.MaxFileSize <= 0 {
+		c.MaxFileSize = DefaultMaxFileSize
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = DefaultKillGrace
+	}
+	return c
+}

@@ -1,0 +1,8 @@
+// Package toolsets assembles the tools of a turn, and hands each tool-category host the
+// tools it serves.
+//
+// A turn's tools are built anew for every turn, explicitly and in a fixed order: todo,
+// computer, then the categories still to come (web, schedule, jobs, workflow, skills), then
+// the tools of external namespaces that other processes serve. Nothing registers itself;
+// each category is one entry in this package's table.
+package toolsets
