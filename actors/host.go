@@ -50,33 +50,35 @@ type HostConfig struct {
 	Logger         *slog.Logger
 }
 
-// hostCall is a tool request handed from the micro handler to the host actor.
+// hostCall is a tool request taken from the micro handler.
 type hostCall struct {
 	tool *toolbus.Tool
 	req  micro.Request
 }
 
-// hostAbort is an abort message for a turn, handed to the host actor.
-type hostAbort struct{ turn string }
+// hostReady asks a host whether it serves; it answers with hostStarted.
+type hostReady struct{}
 
-// hostDone tells the host actor a call has finished.
-type hostDone struct {
-	turn, call string
-}
+type hostStarted struct{ err error }
 
-// host is the actor that serves one category on one node. It owns the micro
-// service and the table of calls in flight; each call runs on a goroutine of
-// its own, because micro handlers run one at a time per endpoint.
+// host is the actor that serves one category on one node. The actor owns the
+// micro service's life; calls do not pass through its mailbox: each starts on
+// a goroutine of its own straight from the micro handler (which runs one at a
+// time per endpoint), one hop less on every call's path.
 type host struct {
 	cfg      HostConfig
 	log      *slog.Logger
 	svc      micro.Service
 	abortSub *nats.Subscription
+	startErr error
 	slots    chan struct{}
-	// inflight maps turn → call → cancel. Only the actor touches it.
-	inflight map[string]map[string]context.CancelFunc
-	wg       sync.WaitGroup
 	stats    map[string]*endpointStats
+
+	mu sync.Mutex
+	// inflight maps turn → call → cancel, for aborts.
+	inflight map[string]map[string]context.CancelFunc
+	stopped  bool
+	wg       sync.WaitGroup
 }
 
 // endpointStats are kept by the host because replies are sent after the micro
@@ -131,25 +133,14 @@ func NewHostProps(cfg HostConfig) (*actor.Props, error) {
 }
 
 func (h *host) Receive(ctx actor.Context) {
-	switch m := ctx.Message().(type) {
+	switch ctx.Message().(type) {
 	case *actor.Started:
-		if err := h.start(ctx); err != nil {
-			// Without its service the host is useless; failing makes the
-			// supervisor see it.
-			panic(fmt.Errorf("category host %s: %w", h.cfg.Category, err))
+		if err := h.start(); err != nil {
+			h.startErr = fmt.Errorf("category host %s: %w", h.cfg.Category, err)
+			h.stop()
 		}
-	case *hostCall:
-		h.begin(ctx, m)
-	case *hostAbort:
-		for _, cancel := range h.inflight[m.turn] {
-			cancel()
-		}
-	case *hostDone:
-		calls := h.inflight[m.turn]
-		delete(calls, m.call)
-		if len(calls) == 0 {
-			delete(h.inflight, m.turn)
-		}
+	case *hostReady:
+		ctx.Respond(hostStarted{err: h.startErr})
 	case *actor.Stopping:
 		h.stop()
 	case *actor.Restarting:
@@ -157,8 +148,7 @@ func (h *host) Receive(ctx actor.Context) {
 	}
 }
 
-func (h *host) start(ctx actor.Context) error {
-	sys, self := ctx.ActorSystem(), ctx.Self()
+func (h *host) start() error {
 	cat := h.cfg.Category
 	svc, err := micro.AddService(h.cfg.Conn, micro.Config{
 		Name:        bus.CategoryService(cat),
@@ -184,7 +174,7 @@ func (h *host) start(ctx actor.Context) error {
 	for _, t := range h.cfg.Tools {
 		tool := t
 		handler := micro.HandlerFunc(func(r micro.Request) {
-			sys.Root.Send(self, &hostCall{tool: tool, req: r})
+			h.begin(&hostCall{tool: tool, req: r})
 		})
 		if err := svc.AddEndpoint(t.Name, handler,
 			micro.WithEndpointSubject(bus.ToolSubject(cat, t.Name)),
@@ -197,7 +187,7 @@ func (h *host) start(ctx actor.Context) error {
 	}
 	sub, err := h.cfg.Conn.Subscribe(bus.AllAborts, func(m *nats.Msg) {
 		if ts, ok := bus.ParseTurnSubject(m.Subject); ok {
-			sys.Root.Send(self, &hostAbort{turn: ts.Turn})
+			h.abort(ts.Turn)
 		}
 	})
 	if err != nil {
@@ -237,12 +227,14 @@ func (h *host) stop() {
 		_ = h.svc.Stop()
 		h.svc = nil
 	}
+	h.mu.Lock()
+	h.stopped = true
 	for _, calls := range h.inflight {
 		for _, cancel := range calls {
 			cancel()
 		}
 	}
-	h.inflight = make(map[string]map[string]context.CancelFunc)
+	h.mu.Unlock()
 	// Calls see their contexts cancelled and their replies still go out; a
 	// tool that ignores its context is not waited for forever.
 	done := make(chan struct{})
@@ -257,8 +249,17 @@ func (h *host) stop() {
 // stopGrace bounds how long a stopping host waits for cancelled calls.
 const stopGrace = 5 * time.Second
 
+// abort cancels the calls of a turn.
+func (h *host) abort(turn string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, cancel := range h.inflight[turn] {
+		cancel()
+	}
+}
+
 // begin registers a call and starts it on its own goroutine.
-func (h *host) begin(ctx actor.Context, m *hostCall) {
+func (h *host) begin(m *hostCall) {
 	hdr := m.req.Headers()
 	call := toolbus.Call{
 		Turn:  hdr.Get(bus.HeaderTurn),
@@ -308,6 +309,13 @@ func (h *host) begin(ctx actor.Context, m *hostCall) {
 	}
 
 	cctx, cancel := context.WithDeadline(context.Background(), call.Deadline)
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		cancel()
+		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeUnavailable, Error: "the category host is stopping"})
+		return
+	}
 	if call.Turn != "" {
 		calls := h.inflight[call.Turn]
 		if calls == nil {
@@ -316,14 +324,20 @@ func (h *host) begin(ctx actor.Context, m *hostCall) {
 		}
 		calls[call.ID] = cancel
 	}
-	sys, self := ctx.ActorSystem(), ctx.Self()
 	h.wg.Add(1)
+	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
 		defer cancel()
 		h.run(cctx, call, m)
 		if call.Turn != "" {
-			sys.Root.Send(self, &hostDone{turn: call.Turn, call: call.ID})
+			h.mu.Lock()
+			calls := h.inflight[call.Turn]
+			delete(calls, call.ID)
+			if len(calls) == 0 {
+				delete(h.inflight, call.Turn)
+			}
+			h.mu.Unlock()
 		}
 	}()
 }
@@ -350,6 +364,13 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	args := m.req.Data()
 	if len(args) == 0 {
 		args = []byte("{}")
+	}
+	// A turn refuses these itself; a direct request must not get past either.
+	if tool.Destructive && m.req.Headers().Get(bus.HeaderTruncated) == "true" {
+		reply.Outcome, reply.Error = bus.OutcomeInvalid, "arguments were cut off (truncated); re-issue the call with the complete arguments"
+		st.errors.Add(1)
+		h.reply(m.req, reply)
+		return
 	}
 	// Anyone on the bus can publish here: validate again, and never repair.
 	if err := tool.Params.Validate(args); err != nil {
@@ -404,23 +425,24 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		if err != nil {
 			reply.Error += " (" + err.Error() + ")"
 		}
-		fillReply(&reply, res)
+		fillReply(&reply, call.Turn, res)
 	case err != nil:
 		reply.Outcome, reply.Error = bus.OutcomeError, err.Error()
-		fillReply(&reply, res)
+		fillReply(&reply, call.Turn, res)
 	default:
 		reply.Outcome = bus.OutcomeOK
 		if res.IsError {
 			reply.Outcome = bus.OutcomeError
 		}
-		fillReply(&reply, res)
+		fillReply(&reply, call.Turn, res)
 	}
 	if reply.Outcome == bus.OutcomeOK {
 		st.ok.Add(1)
 	} else {
 		st.errors.Add(1)
 	}
-	emit(bus.EventCompleted, completedLabel(tool, args, res, reply))
+	reply.Label = completedLabel(tool, args, res, reply)
+	emit(bus.EventCompleted, reply.Label)
 	h.reply(m.req, reply)
 }
 
@@ -473,15 +495,16 @@ func (h *host) reply(r micro.Request, reply bus.ToolReply) {
 }
 
 // fillReply copies a result into a reply.
-func fillReply(reply *bus.ToolReply, res toolbus.Result) {
+func fillReply(reply *bus.ToolReply, turn string, res toolbus.Result) {
 	reply.Content = toBusContent(res.Content)
 	reply.Details = res.Details
 	reply.Terminate = res.Terminate
+	now := time.Now()
 	for _, e := range res.Events {
-		reply.Events = append(reply.Events, bus.Event{Call: reply.Call, Tool: reply.Tool, Kind: bus.EventPresentation, Label: e.Label, Data: e.Data})
+		reply.Events = append(reply.Events, bus.Event{Turn: turn, Call: reply.Call, Tool: reply.Tool, Kind: bus.EventPresentation, Label: e.Label, Data: e.Data, Time: now})
 	}
 	if c := res.Completion; c != nil {
-		reply.Completion = &bus.Event{Call: reply.Call, Tool: reply.Tool, Kind: bus.EventCompleted, Label: c.Label, Data: c.Data}
+		reply.Completion = &bus.Event{Turn: turn, Call: reply.Call, Tool: reply.Tool, Kind: bus.EventCompleted, Label: c.Label, Data: c.Data, Time: now}
 	}
 }
 

@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -19,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/todo"
 )
 
 // NodeConfig configures a node: which categories it hosts and whether it runs turns.
@@ -42,6 +46,9 @@ type NodeConfig struct {
 	Gateway gateway.Config
 	// TurnTools assembles a turn's tool set; nil means toolsets.TextTurn.
 	TurnTools func(agent string) (*toolbus.Set, error)
+	// MaxConcurrent bounds the calls each host of the node executes at once
+	// (default DefaultMaxConcurrent).
+	MaxConcurrent int
 	// Replicas of the node's buckets and streams (capped by the cluster size).
 	Replicas    int
 	MaxSteps    int
@@ -49,6 +56,9 @@ type NodeConfig struct {
 	AbortGrace  time.Duration
 	Logger      *slog.Logger
 }
+
+// MaxStepsLimit bounds the steps a turn started over the bus may ask for.
+const MaxStepsLimit = 256
 
 // Node is the supervisor of one process: it hosts tool categories and runs
 // turns, each as a child actor.
@@ -62,6 +72,8 @@ type Node struct {
 	todos jetstream.KeyValue
 	conns []*nats.Conn
 	subs  []*nats.Subscription
+	// transcripts is set once the transcript stream is known to exist.
+	transcripts atomic.Bool
 }
 
 // node actor messages.
@@ -129,11 +141,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: jetstream: %w", cfg.Name, err)
 	}
-	if n.todos, err = bus.KeyValue(ctx, n.js, bus.BucketTodos, cfg.Replicas); err != nil {
-		n.Close()
-		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
-	}
-	if _, err = bus.Stream(ctx, n.js, bus.TranscriptStreamConfig(cfg.Replicas)); err != nil {
+	if err := n.setupStore(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
@@ -160,6 +168,50 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// setupStore opens what the node's roles keep in JetStream: the todo bucket
+// for a todo host, the transcript stream for turns. A node with neither
+// needs no JetStream access at all.
+//
+// Right after a cluster forms, JetStream may not answer yet (no meta or
+// stream leader): retry until ctx ends rather than fail the start.
+func (n *Node) setupStore(ctx context.Context) error {
+	needTodos := slices.Contains(n.cfg.Categories, todo.Category)
+	for {
+		var err error
+		if needTodos && n.todos == nil {
+			n.todos, err = bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
+		}
+		if err == nil && n.cfg.Turns {
+			err = n.ensureTranscripts(ctx)
+		}
+		if err == nil {
+			return nil
+		}
+		n.log.Info("JetStream not ready; retrying", "err", err)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("set up JetStream: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// ensureTranscripts creates the transcript stream if it does not exist; an
+// existing stream keeps the limits an operator gave it.
+func (n *Node) ensureTranscripts(ctx context.Context) error {
+	if n.transcripts.Load() {
+		return nil
+	}
+	_, err := n.js.Stream(ctx, bus.StreamTranscripts)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		_, err = bus.Stream(ctx, n.js, bus.TranscriptStreamConfig(n.cfg.Replicas))
+	}
+	if err == nil {
+		n.transcripts.Store(true)
+	}
+	return err
 }
 
 func (n *Node) connect(role string) (*nats.Conn, error) {
@@ -193,56 +245,36 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 	}
 	cfg := HostConfig{
 		Category: category, Tools: tools, Conn: nc, Node: n.cfg.Name,
-		Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot, Logger: n.log,
+		Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
-	if _, err := n.request(ctx, &spawnHost{cfg: cfg}); err != nil {
+	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
+	if err != nil {
 		return err
 	}
-	// The host subscribes in Started; a ping proves the service answers.
-	return waitForService(ctx, n.nc, bus.CategoryService(category), n.cfg.Name)
+	// Started runs before any other message, so the answer tells whether the
+	// service is up.
+	res, err := n.sys.Root.RequestFuture(pid, &hostReady{}, timeoutOf(ctx)).Result()
+	if err != nil {
+		return fmt.Errorf("host %s: %w", category, err)
+	}
+	if st, ok := res.(hostStarted); ok && st.err != nil {
+		n.sys.Root.Stop(pid)
+		return st.err
+	}
+	return nil
 }
 
-// waitForService waits until a category service of the node answers PING.
-func waitForService(ctx context.Context, nc *nats.Conn, service, node string) error {
-	subj := "$SRV.PING." + service
-	for {
-		inbox := nc.NewRespInbox()
-		sub, err := nc.SubscribeSync(inbox)
-		if err != nil {
-			return err
-		}
-		if err := nc.PublishRequest(subj, inbox, nil); err != nil {
-			_ = sub.Unsubscribe()
-			return err
-		}
-		deadline := time.Now().Add(50 * time.Millisecond)
-		for {
-			m, err := sub.NextMsg(time.Until(deadline))
-			if err != nil {
-				break
-			}
-			var p struct {
-				Metadata map[string]string `json:"metadata"`
-			}
-			if json.Unmarshal(m.Data, &p) == nil && p.Metadata["node"] == node {
-				_ = sub.Unsubscribe()
-				return nil
-			}
-		}
-		_ = sub.Unsubscribe()
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("wait for service %s: %w", service, err)
-		}
+// timeoutOf is the time left before ctx's deadline, or 10 seconds.
+func timeoutOf(ctx context.Context) time.Duration {
+	if dl, ok := ctx.Deadline(); ok {
+		return time.Until(dl)
 	}
+	return 10 * time.Second
 }
 
 // request asks the node actor and returns its answer.
 func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
-	timeout := 10 * time.Second
-	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
-	}
-	res, err := n.sys.Root.RequestFuture(n.pid, msg, timeout).Result()
+	res, err := n.sys.Root.RequestFuture(n.pid, msg, timeoutOf(ctx)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", n.cfg.Name, err)
 	}
@@ -270,6 +302,9 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 		cfg.Conn = n.nc
 	}
 	if cfg.JS == nil {
+		if err := n.ensureTranscripts(ctx); err != nil {
+			return "", fmt.Errorf("transcript stream: %w", err)
+		}
 		cfg.JS = n.js
 	}
 	if cfg.Node == "" {
@@ -386,6 +421,9 @@ func (n *Node) StartTurn(ctx context.Context, req bus.StartTurn) (string, error)
 	if req.Prompt == "" {
 		return "", errors.New("start turn: the prompt is empty")
 	}
+	if req.MaxSteps < 0 || req.MaxSteps > MaxStepsLimit {
+		return "", fmt.Errorf("start turn: max_steps %d is out of range (1 to %d)", req.MaxSteps, MaxStepsLimit)
+	}
 	model, err := n.model(req)
 	if err != nil {
 		return "", fmt.Errorf("start turn: %w", err)
@@ -408,6 +446,11 @@ func (n *Node) model(req bus.StartTurn) (gateway.Model, error) {
 	}
 	if req.Model == "" {
 		return nil, errors.New("no model given")
+	}
+	// A script spec names a file on the node's disk; over the bus a script
+	// travels inline instead.
+	if strings.HasPrefix(req.Model, "script:") {
+		return nil, errors.New("model script:FILE is not accepted over the bus: send the script inline (StartTurn.script)")
 	}
 	return gateway.Open(req.Model, n.cfg.Gateway)
 }

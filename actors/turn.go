@@ -89,8 +89,8 @@ type pendingCall struct {
 
 // Messages the turn actor receives besides *nats.Msg.
 type (
-	turnStep    struct{}
-	modelReply  struct {
+	turnStep   struct{}
+	modelReply struct {
 		step int
 		resp *gateway.Response
 		err  error
@@ -114,6 +114,7 @@ type turn struct {
 	step       int
 	text       string
 	records    []bus.CallRecord
+	unsaved    []gateway.Item // transcript items not yet appended to the stream
 	acks       []jetstream.PubAckFuture
 
 	modelCtx    context.Context
@@ -126,9 +127,10 @@ type turn struct {
 	running    int  // calls in flight
 	seqRunning bool // the call in flight is sequential
 
-	aborted    bool
-	abortTimer *time.Timer
-	finished   bool
+	aborted       bool
+	abortTimer    *time.Timer
+	finished      bool
+	stopRequested bool
 }
 
 // NewTurnProps returns the props of a turn actor. cfg.ID is filled in when empty.
@@ -183,10 +185,15 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *abortGraceOver:
 		t.abandonRunning()
 	case *actor.Stopping:
+		if !t.finished && t.self != nil {
+			// Stopped from outside (the node is closing): the turn still
+			// ends with an account of every call.
+			t.fail(errors.New("the node stopped the turn"))
+		}
 		t.cleanup()
 	}
-	if t.finished {
-		t.finished = false // stop once
+	if t.finished && !t.stopRequested {
+		t.stopRequested = true
 		ctx.Stop(ctx.Self())
 	}
 }
@@ -232,8 +239,9 @@ func (t *turn) callModel() {
 		return
 	}
 	req := &gateway.Request{
-		Instructions:      t.cfg.Instructions,
-		Input:             append([]gateway.Item(nil), t.transcript...),
+		Instructions: t.cfg.Instructions,
+		// Capped, so the turn's later appends never write where the model reads.
+		Input:             t.transcript[:len(t.transcript):len(t.transcript)],
 		Tools:             t.cfg.Tools.Tools(),
 		ParallelToolCalls: true,
 		Step:              t.step,
@@ -263,7 +271,10 @@ func (t *turn) onModelReply(m *modelReply) {
 	t.appendTranscript(resp.Items)
 	t.text = resp.Text()
 	calls := resp.Calls()
-	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
+	if t.text != "" && len(calls) > 0 {
+		// Words before the calls are shown while the calls run.
+		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
+	}
 	if len(calls) == 0 {
 		t.finish(bus.TurnCompleted, "")
 		return
@@ -427,7 +438,8 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 		IsError:   r.Outcome != bus.OutcomeOK,
 	}
 	pc.record.Duration = r.Duration
-	if r.Completion != nil {
+	pc.record.Label = r.Label
+	if r.Completion != nil && r.Completion.Label != "" {
 		pc.record.Label = r.Completion.Label
 	}
 	t.settle(pc, r.Outcome, r.Error, res)
@@ -440,6 +452,7 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 	}
 	pc.state = callDone
 	pc.record.Outcome, pc.record.Error = o, msg
+	pc.record.Latency = time.Since(pc.start)
 	if pc.record.Duration == 0 {
 		pc.record.Duration = time.Since(pc.start)
 	}
@@ -546,6 +559,7 @@ func (t *turn) completeBatch() {
 	t.transcript = append(t.transcript, outputs...)
 	t.appendTranscript(outputs)
 	t.records = append(t.records, records...)
+	t.flushTranscript()
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	switch {
 	case t.aborted:
@@ -578,6 +592,7 @@ func (t *turn) finish(state bus.TurnState, msg string) {
 		Turn: t.cfg.ID, State: state, Text: t.text, Error: msg, Steps: t.step,
 		Calls: t.records, Transcript: t.transcript,
 	}
+	t.flushTranscript()
 	if err := t.waitTranscript(); err != nil && res.Error == "" {
 		res.Error = err.Error()
 	}
@@ -617,11 +632,21 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	}
 }
 
-// appendTranscript stores items in the transcript stream without waiting.
+// appendTranscript queues items for the transcript stream. A step's items
+// (the model's response and the calls' outputs) are stored as one message.
 func (t *turn) appendTranscript(items []gateway.Item) {
-	if t.cfg.JS == nil || len(items) == 0 {
+	if t.cfg.JS != nil {
+		t.unsaved = append(t.unsaved, items...)
+	}
+}
+
+// flushTranscript appends the queued items to the stream without waiting.
+func (t *turn) flushTranscript() {
+	if len(t.unsaved) == 0 {
 		return
 	}
+	items := t.unsaved
+	t.unsaved = nil
 	b, err := json.Marshal(items)
 	if err != nil {
 		t.log.Warn("encode transcript", "err", err)

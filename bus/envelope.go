@@ -93,6 +93,8 @@ type ToolReply struct {
 	Terminate bool `json:"terminate,omitempty"`
 	// Error explains a non-ok outcome.
 	Error string `json:"error,omitempty"`
+	// Label is the completed-activity label of the call.
+	Label string `json:"label,omitempty"`
 	// Duration is how long execute ran, in nanoseconds on the wire.
 	Duration time.Duration `json:"duration_ns"`
 }

@@ -59,8 +59,11 @@ type CallRecord struct {
 	Truncated bool     `json:"truncated,omitempty"`
 	Error     string   `json:"error,omitempty"`
 	// Label is the completed-activity label, when a host ran the call.
-	Label    string        `json:"label,omitempty"`
+	Label string `json:"label,omitempty"`
+	// Duration is how long execute ran, as the host measured it.
 	Duration time.Duration `json:"duration_ns,omitempty"`
+	// Latency is from the turn's dispatch to the reply it received.
+	Latency time.Duration `json:"latency_ns,omitempty"`
 }
 
 // TurnStatus is published on TurnStatusSubject: StatusStarted when the turn

@@ -52,8 +52,8 @@ func NewChat(model string, cfg Config) (*Chat, error) {
 	}, nil
 }
 
-// Model returns the model name the gateway sends.
-func (m *Chat) Model() string { return m.model }
+// ModelName returns the model name the gateway sends.
+func (m *Chat) ModelName() string { return m.model }
 
 // chatSearchCall is the Raw of a software tool search call.
 type chatSearchCall struct {
@@ -104,7 +104,6 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 		out.Usage.InputTokens += res.Usage.PromptTokens
 		out.Usage.OutputTokens += res.Usage.CompletionTokens
 
-		first := len(out.Items)
 		var searches []chatSearchCall
 		if text := choice.Message.Content + choice.Message.Refusal; text != "" {
 			out.Items = append(out.Items, Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text), Provider: ProviderChat})
@@ -153,7 +152,8 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 			markTruncated(out)
 			return out, nil
 		}
-		if len(searches) == 0 || len((&Response{Items: out.Items[first:]}).Calls()) > 0 {
+		if len(searches) == 0 || len(out.Calls()) > 0 {
+			// Calls go to the turn; tools loaded on the way travel with the transcript.
 			return out, nil
 		}
 		if round == maxSearchRounds {

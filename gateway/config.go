@@ -35,12 +35,15 @@ const DefaultMaxRetries = 2
 
 // Config configures the OpenAI-protocol gateways ([Responses] and [Chat]).
 type Config struct {
-	// APIKey is sent as a bearer token. It never appears in errors, items or logs.
+	// APIKey is sent as a bearer token. It is removed from errors, items and logs
+	// wherever a server or model echoes it; keys shorter than 8 characters are
+	// placeholders for local servers ("ollama", "EMPTY") and are left alone.
 	APIKey string
 	// BaseURL is the API root, e.g. "http://localhost:11434/v1". Empty means DefaultBaseURL.
 	BaseURL string
-	// RequestTimeout bounds one HTTP attempt; zero means DefaultRequestTimeout. The
-	// context given to Respond bounds the whole call, retries included.
+	// RequestTimeout bounds one HTTP attempt; zero means DefaultRequestTimeout. An
+	// attempt that times out is not retried. The context given to Respond bounds the
+	// whole call, retries included.
 	RequestTimeout time.Duration
 	// MaxRetries is how often a request is retried on 408, 409, 429, 5xx and network
 	// errors, with exponential backoff or the server's Retry-After. Zero means

@@ -56,8 +56,8 @@ func TestOpen(t *testing.T) {
 			if got := typeName(m); got != tc.want {
 				t.Errorf("model type %s, want %s", got, tc.want)
 			}
-			if named, ok := m.(interface{ Model() string }); ok && named.Model() != tc.model {
-				t.Errorf("model %q, want %q", named.Model(), tc.model)
+			if named, ok := m.(interface{ ModelName() string }); ok && named.ModelName() != tc.model {
+				t.Errorf("model %q, want %q", named.ModelName(), tc.model)
 			}
 		})
 	}

@@ -52,8 +52,8 @@ func NewResponses(model string, cfg Config) (*Responses, error) {
 	}, nil
 }
 
-// Model returns the model name the gateway sends.
-func (m *Responses) Model() string { return m.model }
+// ModelName returns the model name the gateway sends.
+func (m *Responses) ModelName() string { return m.model }
 
 // Respond sends one step. When the model searches for deferred tools and tool search is
 // client-executed, Respond answers each search with the matching definitions and asks

@@ -1,12 +1,627 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
-// runBench runs the performance suite (being written by the lead).
+// benchResult is one row of the suite: a measurement, the baseline it is
+// compared with (measured in the same run), and the target ratio.
+type benchResult struct {
+	Name     string  `json:"name"`
+	Unit     string  `json:"unit"` // "us" or "calls/s"
+	P50      float64 `json:"p50,omitempty"`
+	P90      float64 `json:"p90,omitempty"`
+	P99      float64 `json:"p99,omitempty"`
+	Value    float64 `json:"value,omitempty"` // throughput rows
+	Samples  int     `json:"samples"`
+	Baseline string  `json:"baseline,omitempty"`
+	// Ratio is the p50 (or throughput) over the baseline's.
+	Ratio  float64 `json:"ratio,omitempty"`
+	Target string  `json:"target,omitempty"`
+	Met    *bool   `json:"met,omitempty"`
+	Note   string  `json:"note,omitempty"`
+}
+
+type benchReport struct {
+	GoVersion string        `json:"go_version"`
+	CPUs      int           `json:"cpus"`
+	Started   time.Time     `json:"started"`
+	Results   []benchResult `json:"results"`
+}
+
+type benchOptions struct {
+	n          int
+	turns      int
+	json       bool
+	cpuProfile string
+	only       string
+}
+
+// runBench runs the performance suite in one process, against one embedded
+// server, so every ratio compares numbers taken minutes apart at most.
 func runBench(ctx context.Context, args []string, stdout io.Writer) error {
-	return errors.New("bench: the suite is being written")
+	var o benchOptions
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 2000, "samples per latency measurement")
+	fs.IntVar(&o.turns, "turns", 64, "concurrent turns in the throughput measurement")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&o.only, "only", "", "run only the measurements whose name contains this text")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: toolbus bench [-json] [-n N] [-turns N] [-cpuprofile FILE]\n\n"+
+			"Measures the runtime against raw NATS and direct calls in the same process.\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.n < 10 {
+		return errors.New("bench: -n must be at least 10")
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+	progress := io.Discard
+	if !o.json {
+		progress = os.Stderr
+	}
+	b, err := newBencher(ctx, o, progress)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	defer b.close()
+	report := benchReport{GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: time.Now()}
+	report.Results, err = b.runAll(ctx)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	printBench(stdout, report)
+	return nil
+}
+
+func printBench(w io.Writer, r benchReport) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "measurement\tp50\tp90\tp99\tvalue\tbaseline\tratio\ttarget\t\n")
+	num := func(v float64) string {
+		if v == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", v)
+	}
+	for _, res := range r.Results {
+		met := ""
+		if res.Met != nil {
+			met = "met"
+			if !*res.Met {
+				met = "MISSED"
+			}
+		}
+		ratio := "-"
+		if res.Ratio != 0 {
+			ratio = fmt.Sprintf("%.2f×", res.Ratio)
+		}
+		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s %s\t\n", res.Name, res.Unit,
+			num(res.P50), num(res.P90), num(res.P99), num(res.Value), res.Baseline, ratio, res.Target, met)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\n%s, %d CPUs. Latencies in microseconds; ratios are against the baseline row measured in this run.\n", r.GoVersion, r.CPUs)
+}
+
+// bencher holds the embedded server and node the suite runs against.
+type bencher struct {
+	o        benchOptions
+	progress io.Writer
+	srv      *bus.Server
+	node     *actors.Node
+	noop     *toolbus.Tool
+	wait     *toolbus.Tool
+	block    *toolbus.Tool
+	blockCh  atomic.Pointer[blockRound]
+}
+
+// blockRound collects, for one abort measurement, the moments the blocked
+// calls saw their contexts end.
+type blockRound struct {
+	started   sync.WaitGroup
+	mu        sync.Mutex
+	cancelled []time.Time
+	done      sync.WaitGroup
+}
+
+type noArgs struct{}
+
+func newBencher(ctx context.Context, o benchOptions, progress io.Writer) (*bencher, error) {
+	b := &bencher{o: o, progress: progress}
+	b.noop = toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "noop", Description: "Does nothing.", Category: "bench",
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			return toolbus.TextResult("ok"), nil
+		},
+	})
+	b.wait = toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "wait20ms", Description: "Waits 20 ms.", Category: "bench",
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			t := time.NewTimer(20 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return toolbus.TextResult("waited"), nil
+			case <-ctx.Done():
+				return toolbus.Result{}, ctx.Err()
+			}
+		},
+	})
+	b.block = toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "block", Description: "Blocks until cancelled.", Category: "bench",
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			r := b.blockCh.Load()
+			r.started.Done()
+			<-ctx.Done()
+			now := time.Now()
+			r.mu.Lock()
+			r.cancelled = append(r.cancelled, now)
+			r.mu.Unlock()
+			r.done.Done()
+			return toolbus.Result{}, ctx.Err()
+		},
+	})
+	var err error
+	b.srv, err = bus.Start(ctx, bus.Config{Name: "bench", Logger: actors.DiscardLogger()})
+	if err != nil {
+		return nil, err
+	}
+	b.node, err = actors.StartNode(ctx, actors.NodeConfig{
+		Name:       "bench",
+		Connect:    func(name string) (*nats.Conn, error) { return b.srv.Connect(name) },
+		Logger:     actors.DiscardLogger(),
+		AbortGrace: 2 * time.Second,
+		// The abort measurement holds 100 calls in flight at once.
+		MaxConcurrent: 256,
+	})
+	if err != nil {
+		b.srv.Close()
+		return nil, err
+	}
+	if err := b.node.Host(ctx, "bench", []*toolbus.Tool{b.noop, b.wait, b.block}); err != nil {
+		b.close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bencher) close() {
+	if b.node != nil {
+		b.node.Close()
+	}
+	if b.srv != nil {
+		b.srv.Close()
+	}
+}
+
+func (b *bencher) say(format string, args ...any) {
+	fmt.Fprintf(b.progress, format+"\n", args...)
+}
+
+func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
+	var out []benchResult
+	want := func(name string) bool { return b.o.only == "" || bytes.Contains([]byte(name), []byte(b.o.only)) }
+
+	b.say("direct call…")
+	direct := b.direct()
+	out = append(out, direct)
+
+	b.say("raw NATS request-reply…")
+	raw, err := b.rawRequestReply(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, raw)
+
+	if want("one call through a turn") {
+		b.say("one no-op call through a turn…")
+		step, call, err := b.turnSteps(ctx, "no-op", b.noop, 1, b.o.n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, compare(call, raw, 1.5, true), compare(step, raw, 0, false))
+	}
+
+	if want("parallel") {
+		b.say("8 parallel 20 ms calls against one…")
+		steps := max(b.o.n/40, 20)
+		single, _, err := b.turnSteps(ctx, "20 ms", b.wait, 1, steps)
+		if err != nil {
+			return nil, err
+		}
+		eight, _, err := b.turnSteps(ctx, "parallel 20 ms", b.wait, 8, steps)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, single, compare(eight, single, 1.3, true))
+	}
+
+	if want("throughput") {
+		b.say("concurrent throughput: raw request-reply, then %d turns…", b.o.turns)
+		rawT, err := b.rawThroughput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		turnsT, err := b.turnThroughput(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rawT, compareThroughput(turnsT, rawT, 0.8))
+	}
+
+	if want("abort") {
+		b.say("abort latency with 100 calls in flight…")
+		ab, err := b.abortLatency(ctx, 100, max(b.o.n/100, 20))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, ab)
+	}
+
+	if want("assembly") {
+		b.say("turn assembly…")
+		asm, err := b.assembly()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, asm...)
+	}
+	return out, nil
+}
+
+// direct measures a no-op tool's Execute called as a Go function.
+func (b *bencher) direct() benchResult {
+	args := json.RawMessage(`{}`)
+	samples := make([]time.Duration, 0, b.o.n)
+	ctx := context.Background()
+	for range b.o.n {
+		t0 := time.Now()
+		_, _ = b.noop.Execute(ctx, toolbus.Call{Args: args})
+		samples = append(samples, time.Since(t0))
+	}
+	return latency("direct Go call of the no-op tool", samples, "")
+}
+
+// rawRequestReply is core NATS request-reply on the same server, with an echo
+// responder on its own connection: the floor of any call over the bus.
+func (b *bencher) rawRequestReply(ctx context.Context) (benchResult, error) {
+	req, stop, err := b.echo()
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer stop()
+	payload := []byte(`{}`)
+	for range 200 { // warm up
+		if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
+			return benchResult{}, err
+		}
+	}
+	samples := make([]time.Duration, 0, b.o.n)
+	for range b.o.n {
+		t0 := time.Now()
+		if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
+			return benchResult{}, err
+		}
+		samples = append(samples, time.Since(t0))
+	}
+	return latency("raw NATS request-reply", samples, ""), nil
+}
+
+// echo starts an echo responder and returns a requester connection.
+func (b *bencher) echo() (*nats.Conn, func(), error) {
+	resp, err := b.srv.Connect("bench-echo")
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := resp.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		resp.Close()
+		return nil, nil, err
+	}
+	if err := resp.Flush(); err != nil {
+		resp.Close()
+		return nil, nil, err
+	}
+	req, err := b.srv.Connect("bench-requester")
+	if err != nil {
+		resp.Close()
+		return nil, nil, err
+	}
+	return req, func() { req.Close(); resp.Close() }, nil
+}
+
+// stepModel asks for `calls` calls of one tool per step, for `steps` steps,
+// and records the time between handing a response to the turn and being
+// asked again: everything the runtime does for that step's calls.
+type stepModel struct {
+	tool  string
+	calls int
+	steps int
+
+	mu   sync.Mutex
+	last time.Time
+	gaps []time.Duration
+}
+
+func (m *stepModel) Respond(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
+	now := time.Now()
+	m.mu.Lock()
+	if req.Step > 0 {
+		m.gaps = append(m.gaps, now.Sub(m.last))
+	}
+	m.mu.Unlock()
+	if req.Step >= m.steps {
+		return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: "done"}}}, nil
+	}
+	resp := &gateway.Response{Items: make([]gateway.Item, m.calls)}
+	for i := range resp.Items {
+		resp.Items[i] = gateway.Item{Kind: gateway.KindFunctionCall, CallID: fmt.Sprintf("c%d_%d", req.Step, i), Name: m.tool, Arguments: "{}"}
+	}
+	m.mu.Lock()
+	m.last = time.Now()
+	m.mu.Unlock()
+	return resp, nil
+}
+
+// turnSteps runs turns of `calls` calls per step. It measures each step (the
+// model's response handed over → the model asked again: repair, dispatch,
+// execution, results, transcript and status) and each call's round trip
+// (the turn's publish → the turn's receipt of the reply).
+func (b *bencher) turnSteps(ctx context.Context, what string, tool *toolbus.Tool, calls, steps int) (step, call benchResult, err error) {
+	set, err := toolbus.NewSet(tool)
+	if err != nil {
+		return step, call, err
+	}
+	plural := "call"
+	if calls > 1 {
+		plural = "calls"
+	}
+	name := fmt.Sprintf("turn step of %d %s %s", calls, what, plural)
+	// Turns of at most 100 steps keep the transcript, and its copies to the
+	// model, realistic.
+	var samples, trips []time.Duration
+	for warm := true; len(samples) < steps; warm = false {
+		n := min(100, steps-len(samples))
+		m := &stepModel{tool: tool.Name, calls: calls, steps: n}
+		res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Tools: set, MaxSteps: n + 1,
+			Input: []gateway.Item{gateway.UserMessage("bench")}})
+		if err != nil {
+			return step, call, err
+		}
+		if res.State != bus.TurnCompleted {
+			return step, call, fmt.Errorf("%s: turn ended %s: %s", name, res.State, res.Error)
+		}
+		for _, c := range res.Calls {
+			if c.Outcome != bus.OutcomeOK {
+				return step, call, fmt.Errorf("%s: call %s: %s %s", name, c.Call, c.Outcome, c.Error)
+			}
+			if !warm {
+				trips = append(trips, c.Latency)
+			}
+		}
+		if !warm {
+			samples = append(samples, m.gaps...)
+		}
+	}
+	return latency(name, samples, ""), latency(fmt.Sprintf("%s call through a turn (dispatch → reply)", what), trips, ""), nil
+}
+
+// rawThroughput is concurrent core NATS request-reply: as many requesters as
+// the throughput measurement has turns.
+func (b *bencher) rawThroughput(ctx context.Context) (benchResult, error) {
+	req, stop, err := b.echo()
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer stop()
+	per := max(b.o.n/10, 50)
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	start := time.Now()
+	for range b.o.turns {
+		wg.Go(func() {
+			for range per {
+				if _, err := req.Request("bench.echo", []byte(`{}`), 10*time.Second); err != nil {
+					failed.Store(&err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if e := failed.Load(); e != nil {
+		return benchResult{}, *e
+	}
+	total := b.o.turns * per
+	return benchResult{Name: fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", b.o.turns), Unit: "calls/s",
+		Value: float64(total) / elapsed.Seconds(), Samples: total}, nil
+}
+
+// turnThroughput runs concurrent turns of one no-op call per step and counts
+// calls per second across them.
+func (b *bencher) turnThroughput(ctx context.Context) (benchResult, error) {
+	set, err := toolbus.NewSet(b.noop)
+	if err != nil {
+		return benchResult{}, err
+	}
+	steps := max(b.o.n/10, 50)
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	var calls atomic.Int64
+	start := time.Now()
+	for range b.o.turns {
+		wg.Go(func() {
+			m := &stepModel{tool: b.noop.Name, calls: 1, steps: steps}
+			res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Tools: set, MaxSteps: steps + 1,
+				Input: []gateway.Item{gateway.UserMessage("bench")}})
+			if err == nil && res.State != bus.TurnCompleted {
+				err = fmt.Errorf("turn ended %s: %s", res.State, res.Error)
+			}
+			if err != nil {
+				failed.Store(&err)
+				return
+			}
+			calls.Add(int64(len(res.Calls)))
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if e := failed.Load(); e != nil {
+		return benchResult{}, *e
+	}
+	return benchResult{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", b.o.turns), Unit: "calls/s",
+		Value: float64(calls.Load()) / elapsed.Seconds(), Samples: int(calls.Load())}, nil
+}
+
+// abortLatency starts a turn with `inflight` blocked calls, publishes its
+// abort, and measures until the last call's context is cancelled.
+func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (benchResult, error) {
+	set, err := toolbus.NewSet(b.block)
+	if err != nil {
+		return benchResult{}, err
+	}
+	ctl, err := b.srv.Connect("bench-abort")
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer ctl.Close()
+	var samples []time.Duration
+	for round := range rounds + 1 {
+		r := &blockRound{}
+		r.started.Add(inflight)
+		r.done.Add(inflight)
+		b.blockCh.Store(r)
+		m := &stepModel{tool: b.block.Name, calls: inflight, steps: 1}
+		done := make(chan actors.TurnResult, 1)
+		id, err := b.node.Spawn(ctx, actors.TurnConfig{Model: m, Tools: set, MaxSteps: 2,
+			Input: []gateway.Item{gateway.UserMessage("bench")}, Done: func(r actors.TurnResult) { done <- r }})
+		if err != nil {
+			return benchResult{}, err
+		}
+		r.started.Wait()
+		t0 := time.Now()
+		if err := actors.Abort(ctl, id, "bench"); err != nil {
+			return benchResult{}, err
+		}
+		r.done.Wait()
+		res := <-done
+		if res.State != bus.TurnAborted {
+			return benchResult{}, fmt.Errorf("abort: turn ended %s", res.State)
+		}
+		if round == 0 {
+			continue // warm-up
+		}
+		last := slices.MaxFunc(r.cancelled, time.Time.Compare)
+		samples = append(samples, last.Sub(t0))
+	}
+	res := latency(fmt.Sprintf("abort → all %d in-flight calls cancelled", inflight), samples, "")
+	res.Target = "p99 ≤ 2000 µs"
+	met := res.P99 <= 2000
+	res.Met = &met
+	return res, nil
+}
+
+// assembly measures building a text turn's tool set, against putting the
+// same, already-defined tools into a set.
+func (b *bencher) assembly() ([]benchResult, error) {
+	tc := toolsets.TurnContext{Agent: "bench"}
+	prebuilt, err := toolsets.TextTurn(tc)
+	if err != nil {
+		return nil, err
+	}
+	tools := prebuilt.Tools()
+	var asm, set []time.Duration
+	for range b.o.n {
+		t0 := time.Now()
+		if _, err := toolsets.TextTurn(tc); err != nil {
+			return nil, err
+		}
+		asm = append(asm, time.Since(t0))
+		t0 = time.Now()
+		if _, err := toolbus.NewSet(tools...); err != nil {
+			return nil, err
+		}
+		set = append(set, time.Since(t0))
+	}
+	base := latency("tool set from already-defined tools", set, "")
+	r := latency(fmt.Sprintf("turn assembly (%d tools)", len(tools)), asm, "")
+	return []benchResult{base, compare(r, base, 0, false)}, nil
+}
+
+// latency summarises samples in microseconds.
+func latency(name string, samples []time.Duration, note string) benchResult {
+	s := slices.Clone(samples)
+	slices.Sort(s)
+	pct := func(p float64) float64 {
+		if len(s) == 0 {
+			return 0
+		}
+		i := min(int(p*float64(len(s))), len(s)-1)
+		return float64(s[i]) / float64(time.Microsecond)
+	}
+	return benchResult{Name: name, Unit: "us", P50: pct(0.50), P90: pct(0.90), P99: pct(0.99), Samples: len(s), Note: note}
+}
+
+// compare sets r's ratio of p50s to base and checks it against a maximum.
+func compare(r, base benchResult, maxRatio float64, withTarget bool) benchResult {
+	r.Baseline = base.Name
+	if base.P50 > 0 {
+		r.Ratio = r.P50 / base.P50
+	}
+	if withTarget {
+		r.Target = fmt.Sprintf("p50 ≤ %.1f× baseline", maxRatio)
+		met := r.Ratio <= maxRatio
+		r.Met = &met
+	}
+	return r
+}
+
+func compareThroughput(r, base benchResult, minRatio float64) benchResult {
+	r.Baseline = base.Name
+	if base.Value > 0 {
+		r.Ratio = r.Value / base.Value
+	}
+	r.Target = fmt.Sprintf("≥ %.1f× baseline", minRatio)
+	met := r.Ratio >= minRatio
+	r.Met = &met
+	return r
 }

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+)
+
+func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("abort", "-server URL [flags] TURN",
+		"Asks a turn on a running bus to stop: it calls the model no more, starts no\n"+
+			"new call and cancels the calls in flight. Then waits for the turn's final status.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		reason = fs.String("reason", "aborted from the command line", "why, as the turn records it")
+		wait   = fs.Duration("wait", actors.DefaultAbortGrace+3*time.Second, "how long to wait for the turn to confirm; 0 does not wait")
+	)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if bf.server == "" {
+		return usagef("abort needs -server (or NATS_URL): an embedded bus lives only as long as its own `run`, where Ctrl-C aborts the turn")
+	}
+	if len(pos) != 1 {
+		return usagef("want one turn id")
+	}
+	turn := pos[0]
+	if !bus.ValidToken(turn) {
+		return usagef("%q is not a turn id", turn)
+	}
+	nc, err := bf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	// Subscribe before aborting, so the turn's final status is not missed.
+	sub, err := nc.SubscribeSync(bus.TurnStatusSubject(turn, bus.StatusDone))
+	if err != nil {
+		return fmt.Errorf("abort %s: %w", turn, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("abort %s: %w", turn, err)
+	}
+	if err := actors.Abort(nc, turn, *reason); err != nil {
+		return err
+	}
+	if *wait <= 0 {
+		fmt.Fprintf(stdout, "abort sent to turn %s\n", turn)
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, *wait)
+	defer cancel()
+	m, err := sub.NextMsgWithContext(wctx)
+	if err != nil {
+		fmt.Fprintf(stdout, "abort sent to turn %s; it did not end within %s (it may have ended already, or not exist)\n", turn, *wait)
+		return nil
+	}
+	var st bus.TurnStatus
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		return fmt.Errorf("abort %s: malformed status: %w", turn, err)
+	}
+	fmt.Fprintf(stdout, "turn %s %s after %s\n", turn, st.State, plural(st.Step, "step"))
+	for _, c := range st.Calls {
+		if c.Outcome != bus.OutcomeOK {
+			fmt.Fprintf(stdout, "  %s %s: %s\n", c.Tool, c.Outcome, indentRest(c.Error))
+		}
+	}
+	return nil
+}

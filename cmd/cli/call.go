@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+// replyGrace is how long past a call's deadline the command waits for the
+// host, which enforces the deadline itself and then says so.
+const replyGrace = 5 * time.Second
+
+func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("call", "[flags] TOOL [JSON]",
+		"Calls one tool through the bus, as a turn would: the arguments go through the\n"+
+			"tool's repair ladder and schema first, then one request goes to the tool's\n"+
+			"category host. Without -server the host is an embedded node working in -home.\n"+
+			"Ctrl-C stops the call.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		agent  = fs.String("agent", defaultAgent, "call as this agent: it selects the agent's home under a node's home root, and its todo list")
+		home   = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
+		asJSON = fs.Bool("json", false, "print the tool's reply envelope (bus.ToolReply) as JSON")
+	)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) == 0 || len(pos) > 2 {
+		return usagef("want a tool name and its arguments as one JSON argument")
+	}
+	if bf.server != "" && flagsSet(fs)["home"] {
+		return usagef("-home configures the embedded node; with -server the remote node uses its own")
+	}
+	if err := checkAgent(*agent); err != nil {
+		return err
+	}
+	name, raw := pos[0], ""
+	if len(pos) == 2 {
+		raw = pos[1]
+	}
+
+	set, err := toolsets.TextTurn(toolsets.TurnContext{Agent: *agent})
+	if err != nil {
+		return err
+	}
+	tool, ok := set.Lookup(name)
+	if !ok {
+		return fmt.Errorf("unknown tool %q; the tools available are: %s", name, strings.Join(set.Names(), ", "))
+	}
+	parsed, err := tool.Params.Parse(raw, schema.ParseOptions{Destructive: tool.Destructive})
+	if err != nil {
+		return fmt.Errorf("invalid arguments for %s: %w", name, err)
+	}
+	if rungs := repairRungs(rungNames(parsed.Rungs)); len(rungs) > 0 {
+		fmt.Fprintf(stderr, "arguments repaired (%s): %s\n", strings.Join(rungs, ", "), parsed.JSON)
+	}
+
+	bc, err := connect(ctx, bf, embedOptions{home: *home}, newLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+	reply, err := callTool(ctx, bc, tool, *agent, parsed)
+	if err != nil {
+		return err
+	}
+
+	interrupted := ctx.Err() != nil
+	if *asJSON {
+		b, err := json.MarshalIndent(reply, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode reply: %w", err)
+		}
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		res := toolbus.Result{Content: toToolContent(reply.Content), Details: reply.Details, IsError: reply.Outcome != bus.OutcomeOK}
+		if text := res.Text(); text != "" {
+			fmt.Fprint(stdout, text)
+			if !strings.HasSuffix(text, "\n") {
+				fmt.Fprintln(stdout)
+			}
+		}
+		mark := "✓"
+		if reply.Outcome != bus.OutcomeOK {
+			mark = "✗"
+		}
+		fmt.Fprintf(stderr, "%s %s (%s)\n", mark, tool.CompletedLabel(parsed.JSON, res), formatElapsed(reply.Duration))
+	}
+	switch {
+	case interrupted:
+		return &exitError{code: exitInterrupted, err: fmt.Errorf("%s %s: %s", name, reply.Outcome, reply.Error)}
+	case reply.Outcome != bus.OutcomeOK:
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s: %s", name, reply.Outcome, reply.Error)}
+	}
+	return nil
+}
+
+// callTool sends one tool request and waits for the host's reply. The call
+// runs as a turn of its own, so a cancelled ctx can abort it like any turn's
+// call; the reply then tells how it stopped.
+func callTool(ctx context.Context, bc *busConn, tool *toolbus.Tool, agent string, args schema.Args) (bus.ToolReply, error) {
+	timeout := tool.Timeout
+	if timeout <= 0 {
+		timeout = actors.DefaultCallTimeout
+	}
+	turn := bus.NewID()
+	m := nats.NewMsg(bus.ToolSubject(tool.Category, tool.Name))
+	m.Data = args.JSON
+	m.Header.Set(bus.HeaderTurn, turn)
+	m.Header.Set(bus.HeaderCall, bus.NewID())
+	m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(time.Now().Add(timeout)))
+	if agent != "" {
+		m.Header.Set(bus.HeaderAgent, agent)
+	}
+	if args.Truncated {
+		m.Header.Set(bus.HeaderTruncated, "true")
+	}
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+replyGrace)
+	defer cancel()
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			// The host cancels the call and replies how it stopped. Should
+			// the abort not get out, the call's deadline still ends it.
+			_ = actors.Abort(bc.nc, turn, "interrupted")
+		case <-rctx.Done():
+		}
+	}()
+	resp, err := bc.nc.RequestMsgWithContext(rctx, m)
+	cancel()
+	<-watched
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return bus.ToolReply{}, fmt.Errorf("no host serves the %s category on %s: start a node with -categories %s", tool.Category, bc.where, tool.Category)
+	case errors.Is(err, context.DeadlineExceeded):
+		return bus.ToolReply{}, fmt.Errorf("%s: no reply within %s", tool.Name, timeout+replyGrace)
+	case err != nil:
+		return bus.ToolReply{}, fmt.Errorf("call %s: %w", tool.Name, err)
+	}
+	var reply bus.ToolReply
+	if err := json.Unmarshal(resp.Data, &reply); err != nil || !reply.Outcome.Valid() {
+		return bus.ToolReply{}, fmt.Errorf("call %s: malformed reply from the host: %q", tool.Name, resp.Data)
+	}
+	return reply, nil
+}
+
+func rungNames(rungs []schema.Rung) []string {
+	out := make([]string, len(rungs))
+	for i, r := range rungs {
+		out[i] = string(r)
+	}
+	return out
+}
+
+func toToolContent(parts []bus.ContentPart) []toolbus.ContentPart {
+	out := make([]toolbus.ContentPart, len(parts))
+	for i, p := range parts {
+		out[i] = toolbus.ContentPart(p)
+	}
+	return out
+}

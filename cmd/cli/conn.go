@@ -1,0 +1,160 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+// clientName is the connection name the command line uses on the bus, as
+// `nats server report connections` and message traces show it.
+const clientName = "toolbus-cli"
+
+// embeddedNode is the name of the node an embedded run starts.
+const embeddedNode = "cli"
+
+// defaultAgent is the agent a command acts for unless -agent says otherwise:
+// the todo tools keep one list per agent and refuse calls without one.
+const defaultAgent = "default"
+
+// dialTimeout bounds connecting to a remote bus.
+const dialTimeout = 10 * time.Second
+
+// busFlags select a remote bus; their defaults come from the environment
+// variables the nats CLI and the node command read.
+type busFlags struct {
+	server, user, pass, creds string
+}
+
+func (b *busFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&b.server, "server", os.Getenv("NATS_URL"), "use the nodes of the bus at this NATS URL instead of an embedded one (env NATS_URL)")
+	fs.StringVar(&b.user, "user", os.Getenv("NATS_USER"), "user for -server (env NATS_USER)")
+	// Read from the environment only when used, so that -h never prints it.
+	fs.StringVar(&b.pass, "pass", "", "password for -user (default env NATS_PASSWORD)")
+	fs.StringVar(&b.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
+}
+
+func (b *busFlags) dial(ctx context.Context) (*nats.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	pass := cmp.Or(b.pass, os.Getenv("NATS_PASSWORD"))
+	return bus.Dial(ctx, b.server, clientName, bus.Credentials{User: b.user, Password: pass, CredsFile: b.creds})
+}
+
+// embedOptions configure the bus and node a command starts in-process.
+type embedOptions struct {
+	home     string // every agent's home
+	storeDir string // JetStream store; empty is a temporary one
+	turns    bool   // the node runs turns
+	gateway  gateway.Config
+}
+
+// busConn is a connection to the bus a command works on: a remote one, or an
+// embedded server with its node.
+type busConn struct {
+	nc    *nats.Conn
+	where string // for messages: a URL, or "the embedded bus"
+	node  *actors.Node
+	srv   *bus.Server
+}
+
+// connect dials -server when it is set, and otherwise starts an embedded bus
+// and node configured by embed.
+func connect(ctx context.Context, bf busFlags, embed embedOptions, log *slog.Logger) (*busConn, error) {
+	if bf.server != "" {
+		nc, err := bf.dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &busConn{nc: nc, where: nc.ConnectedUrlRedacted()}, nil
+	}
+	return startEmbedded(ctx, embed, log)
+}
+
+func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busConn, error) {
+	home, err := filepath.Abs(o.home)
+	if err != nil {
+		return nil, fmt.Errorf("home %s: %w", o.home, err)
+	}
+	if fi, err := os.Stat(home); err != nil {
+		return nil, fmt.Errorf("home: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("home %s is not a directory", home)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: o.storeDir, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	gw := o.gateway
+	gw.Logger = log
+	node, err := actors.StartNode(ctx, actors.NodeConfig{
+		Name:       embeddedNode,
+		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Categories: toolsets.Categories(),
+		Turns:      o.turns,
+		Home:       home,
+		Gateway:    gw,
+		Logger:     log,
+	})
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	nc, err := srv.Connect(clientName)
+	if err != nil {
+		node.Close()
+		srv.Close()
+		return nil, err
+	}
+	return &busConn{nc: nc, where: "the embedded bus", node: node, srv: srv}, nil
+}
+
+// Close stops the embedded node and server, or closes the remote connection.
+func (c *busConn) Close() {
+	if c.node != nil {
+		c.node.Close()
+	}
+	if c.srv != nil {
+		c.srv.Close() // closes nc too
+		return
+	}
+	_ = c.nc.FlushTimeout(time.Second)
+	c.nc.Close()
+}
+
+// newLogger logs warnings and errors of the embedded bus and node to stderr;
+// below that they would drown the live output.
+func newLogger(stderr io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// checkAgent refuses agent ids the category hosts would refuse on every call.
+func checkAgent(agent string) error {
+	if agent == "" {
+		return nil
+	}
+	if len(agent) > 128 {
+		return usagef("-agent %q is longer than 128 characters", agent)
+	}
+	for _, r := range agent {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return usagef("-agent %q: want letters, digits, '_' or '-'", agent)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,203 @@
+// Command toolbus is the command line of toolbus: it runs a turn and shows its
+// activities live, lists the tools a turn assembles, calls one tool, aborts or
+// watches turns on a running bus, and benchmarks the runtime.
+//
+//	toolbus run -model script:examples/demo/script.json -home examples/demo/home "Look around and check the project"
+//	toolbus tools
+//	toolbus call -home . read_file '{"path": "go.mod"}'
+//	toolbus watch -server nats://127.0.0.1:4222
+//
+// Without -server, run and call start an embedded bus and node in the process,
+// which needs nothing else and opens no port.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit codes.
+const (
+	exitOK          = 0
+	exitFailed      = 1   // an error, or a turn that failed or hit its step limit
+	exitUsage       = 2   // bad flags or arguments
+	exitInterrupted = 130 // 128 + SIGINT, as shells report an interrupted command
+)
+
+func main() {
+	ctx, cancel := context.WithCancel(context.Background())
+	// The first Ctrl-C cancels ctx, which a running turn takes as "abort and
+	// show how the calls ended"; the second exits at once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sigs
+		cancel()
+		<-sigs
+		os.Exit(exitInterrupted)
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// command is one subcommand. It returns nil on success, an error to report,
+// or an *exitError when it has already reported what happened.
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+var commands = []command{
+	{"run", "run one agent turn and show its activities live", cmdRun},
+	{"tools", "list the tools a turn assembles, as the model receives them", cmdTools},
+	{"call", "validate arguments and call one tool through the bus", cmdCall},
+	{"abort", "abort a running turn (needs -server)", cmdAbort},
+	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
+	{"bench", "run the performance suite", func(ctx context.Context, args []string, stdout, _ io.Writer) error {
+		return runBench(ctx, args, stdout)
+	}},
+}
+
+// run runs the command line args and returns the process's exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return exitCode(stderr, c.name, c.run(ctx, args[1:], stdout, stderr))
+		}
+	}
+	fmt.Fprintf(stderr, "toolbus: unknown command %q\n\n", name)
+	usage(stderr)
+	return exitUsage
+}
+
+// exitCode reports err, if it still needs reporting, and maps it to an exit code.
+func exitCode(stderr io.Writer, name string, err error) int {
+	var (
+		ue *usageError
+		ee *exitError
+	)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "toolbus %s: %s\nRun 'toolbus %s -h' for its flags.\n", name, ue.msg, name)
+		return exitUsage
+	case errors.As(err, &ee):
+		if ee.err != nil {
+			fmt.Fprintln(stderr, "toolbus:", ee.err)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "toolbus:", err)
+	return exitFailed
+}
+
+// usageError is a mistake in a command's flags or arguments.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitError ends a command with a given code; err, when set, is reported.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string {
+	if e.err == nil {
+		return fmt.Sprintf("exit status %d", e.code)
+	}
+	return e.err.Error()
+}
+
+func (e *exitError) Unwrap() error { return e.err }
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `toolbus runs agent turns whose tools are served over a NATS bus.
+
+Usage: toolbus <command> [flags] [args]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `  help   show this help
+
+Without -server, run and call start an embedded bus and node in the process
+(no port, a temporary store). With -server (or NATS_URL) they use the nodes of
+a running bus; start one with the node command.
+
+Examples:
+  toolbus run -model script:examples/demo/script.json -home examples/demo/home "Look around and check the project"
+  toolbus run -model openai:gpt-5.4 "Summarise the README"      (needs OPENAI_API_KEY)
+  toolbus tools -json
+  toolbus call -home examples/demo/home read_file '{"path": "README.md"}'
+  toolbus watch -server nats://127.0.0.1:4222
+
+Run 'toolbus <command> -h' for a command's flags.
+`)
+}
+
+// newFlagSet makes a command's flag set; its usage names the command and
+// shows synopsis and about before the flags.
+func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: toolbus %s %s\n\n%s\n\nFlags:\n", name, synopsis, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseArgs parses flags placed before, between or after the positional
+// arguments, which the flag package alone stops at; after "--" everything is
+// positional. A flag error has already been printed with the usage.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, &exitError{code: exitUsage}
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if i := len(args) - len(rest) - 1; i >= 0 && args[i] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// flagsSet lists the flags given on the command line.
+func flagsSet(fs *flag.FlagSet) map[string]bool {
+	set := make(map[string]bool)
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}

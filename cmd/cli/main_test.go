@@ -1,0 +1,587 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+const (
+	demoScript = "../../examples/demo/script.json"
+	demoHome   = "../../examples/demo/home"
+	demoPrompt = "Look around and check the project"
+)
+
+func TestMain(m *testing.M) {
+	// The flags read these; a developer's environment must not send the
+	// tests to a real bus or model.
+	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_BASE_URL"} {
+		os.Unsetenv(v)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// output is a concurrency-safe buffer that can wait for a text to appear.
+type output struct {
+	mu      sync.Mutex
+	b       bytes.Buffer
+	waiters []outputWaiter
+}
+
+type outputWaiter struct {
+	text string
+	seen chan struct{}
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n, err := o.b.Write(p)
+	o.waiters = deleteSeen(o.waiters, o.b.String())
+	return n, err
+}
+
+func deleteSeen(ws []outputWaiter, s string) []outputWaiter {
+	kept := ws[:0]
+	for _, w := range ws {
+		if strings.Contains(s, w.text) {
+			close(w.seen)
+			continue
+		}
+		kept = append(kept, w)
+	}
+	return kept
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// waitFor blocks until the output holds text, failing the test when ctx ends first.
+func (o *output) waitFor(t *testing.T, ctx context.Context, text string) {
+	t.Helper()
+	o.mu.Lock()
+	w := outputWaiter{text: text, seen: make(chan struct{})}
+	o.waiters = deleteSeen(append(o.waiters, w), o.b.String())
+	o.mu.Unlock()
+	select {
+	case <-w.seen:
+	case <-ctx.Done():
+		t.Fatalf("output never showed %q; it holds:\n%s", text, o.String())
+	}
+}
+
+// cli runs the command line in-process.
+func cli(ctx context.Context, args ...string) (code int, stdout, stderr string) {
+	var out, errOut output
+	code = run(ctx, args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// snapshot maps every file under dir to its content, to prove a run wrote nothing.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	files := make(map[string]string)
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		files[path] = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+func TestRunDemo(t *testing.T) {
+	before := snapshot(t, demoHome)
+	code, stdout, stderr := cli(testContext(t), "run", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s", code, stderr, stdout)
+	}
+	for _, want := range []string{
+		"Let me look around the project first.\n",
+		"→ Listing the home directory\n",
+		"✓ Listed 4 entries in the home directory (",
+		"✓ Read 8 lines of README.md (",
+		"✓ Read 5 lines of notes.txt (",
+		"↳ read_file: arguments repaired (repair)\n",
+		"→ Running `sh check.sh`\n",
+		"✓ Ran `sh check.sh` (exit 0, ",
+		"✓ Updated the todo list: 0 of 3 done (",
+		"All checks pass: the three sums are right",
+		"3. README.md does not describe the checks yet.\n",
+		"completed · 4 steps · 5 calls · ",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("output lacks %q:\n%s", want, stdout)
+		}
+	}
+	// The answer comes once, after every activity.
+	if n := strings.Count(stdout, "tinycalc is a small shell calculator"); n != 1 {
+		t.Errorf("the answer is printed %d times", n)
+	}
+	if strings.Index(stdout, "tinycalc is a small") < strings.Index(stdout, "✓ Updated the todo list") {
+		t.Errorf("the answer comes before the last activity:\n%s", stdout)
+	}
+	if stderr != "" {
+		t.Errorf("stderr: %s", stderr)
+	}
+	if after := snapshot(t, demoHome); !equalMaps(before, after) {
+		t.Errorf("the demo changed its home:\nbefore %v\nafter %v", before, after)
+	}
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func TestRunJSON(t *testing.T) {
+	code, stdout, stderr := cli(testContext(t), "run", "-json", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
+	if code != exitOK {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	var out runOutput
+	dec := json.NewDecoder(strings.NewReader(stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&out); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, stdout)
+	}
+	if dec.More() {
+		t.Fatalf("stdout holds more than the JSON document:\n%s", stdout)
+	}
+	if out.Status.State != bus.TurnCompleted || out.Status.Turn != out.Turn || out.Status.Step != 4 || len(out.Status.Calls) != 5 {
+		t.Errorf("status = %+v", out.Status)
+	}
+	calls := map[string]string{}
+	outputs := map[string]gateway.Item{}
+	for _, it := range out.Transcript {
+		switch it.Kind {
+		case gateway.KindFunctionCall:
+			calls[it.CallID] = it.Name
+		case gateway.KindCallOutput:
+			outputs[it.CallID] = it
+		}
+	}
+	if len(calls) != 5 || len(outputs) != 5 {
+		t.Fatalf("transcript has %d calls and %d outputs, want 5 each", len(calls), len(outputs))
+	}
+	for id, name := range calls {
+		o, ok := outputs[id]
+		if !ok || o.IsError || len(o.Output) == 0 {
+			t.Errorf("call %s (%s): output %+v", id, name, o)
+		}
+	}
+	if got := outputs["call_0_2"].Output; len(got) == 0 || !strings.Contains(got[0].Text, "Open items for tinycalc") {
+		t.Errorf("the repaired read of notes.txt gave %+v", got)
+	}
+	if first := out.Transcript[0]; first.Kind != gateway.KindMessage || first.Text != demoPrompt {
+		t.Errorf("transcript starts with %+v", first)
+	}
+}
+
+// sleepScript runs a command that outlasts the test unless the turn is
+// aborted, then a call that never starts.
+const sleepScript = `{"responses": [
+  {"text": "Waiting.", "calls": [
+    {"name": "run_command", "arguments": "{\"command\": \"sleep 30\"}"},
+    {"name": "list_files", "arguments": "{}"}
+  ]},
+  {"text": "Done."}
+]}`
+
+func writeScript(t testing.TB, script string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func TestRunInterrupted(t *testing.T) {
+	script := writeScript(t, sleepScript)
+	ctx, interrupt := context.WithCancel(testContext(t))
+	defer interrupt()
+	var stdout, stderr output
+	code := make(chan int, 1)
+	go func() {
+		code <- run(ctx, []string{"run", "-model", "script:" + script, "-home", t.TempDir(), "wait"}, &stdout, &stderr)
+	}()
+	stdout.waitFor(t, testContext(t), "→ Running `sleep 30`")
+	interrupt()
+	if got := <-code; got != exitInterrupted {
+		t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", got, exitInterrupted, stderr.String(), stdout.String())
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"⊘ abort requested: interrupted",
+		"✗ Stopped `sleep 30` after ",
+		"— call stopped: ",
+		"✗ list_files: call not started: the turn was aborted: interrupted",
+		"aborted · 1 step · 2 calls",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Done.") {
+		t.Errorf("the model was called after the abort:\n%s", out)
+	}
+}
+
+// remoteBus is a listening bus with a node that runs turns in the demo home.
+type remoteBus struct {
+	url  string
+	srv  *bus.Server
+	node *actors.Node
+}
+
+func startRemoteBus(t *testing.T, turns bool) *remoteBus {
+	t.Helper()
+	ctx := testContext(t)
+	srv, err := bus.Start(ctx, bus.Config{
+		Listen: "127.0.0.1:-1", Users: []bus.User{{Name: "ops", Password: "secret-pw"}}, Logger: actors.DiscardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	rb := &remoteBus{url: srv.ClientURL(), srv: srv}
+	if !turns {
+		return rb
+	}
+	home, err := filepath.Abs(demoHome)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb.node, err = actors.StartNode(ctx, actors.NodeConfig{
+		Name:       "remote1",
+		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Categories: toolsets.Categories(),
+		Turns:      true,
+		Home:       home,
+		Logger:     actors.DiscardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rb.node.Close)
+	return rb
+}
+
+func (rb *remoteBus) args(cmd string, args ...string) []string {
+	return append([]string{cmd, "-server", rb.url, "-user", "ops", "-pass", "secret-pw"}, args...)
+}
+
+func TestRunWithoutNode(t *testing.T) {
+	rb := startRemoteBus(t, false)
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  string
+	}{
+		{"any node", nil, "toolbus: no node runs turns on nats://127.0.0.1:"},
+		{"named node", []string{"-node", "n7"}, "toolbus: no node named n7 runs turns on nats://127.0.0.1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := rb.args("run", append(tc.extra, "-model", "script:"+demoScript, "hello")...)
+			code, _, stderr := cli(ctx, args...)
+			if code != exitFailed || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, exitFailed, tc.want)
+			}
+		})
+	}
+}
+
+func TestRemoteRunWatchAndAbort(t *testing.T) {
+	rb := startRemoteBus(t, true)
+	ctx := testContext(t)
+
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	var watched, watchErr output
+	watchDone := make(chan int, 1)
+	go func() { watchDone <- run(watchCtx, rb.args("watch"), &watched, &watchErr) }()
+	// Probe until watch shows a message, so that it sees the whole turn.
+	probeConn, err := rb.srv.Connect("probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	probeCtx, probed := context.WithCancel(ctx)
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			_ = probeConn.Publish(bus.AbortSubject("probe"), []byte(`{"turn_id":"probe","reason":"probe"}`))
+			select {
+			case <-probeCtx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	watched.waitFor(t, ctx, "probe abort")
+	probed()
+
+	// A turn on the remote node, script sent inline.
+	code, stdout, stderr := cli(ctx, rb.args("run", "-model", "script:"+demoScript, demoPrompt)...)
+	if code != exitOK || !strings.Contains(stdout, "turn ") || !strings.Contains(stdout, " on node remote1") ||
+		!strings.Contains(stdout, "✓ Ran `sh check.sh` (exit 0") {
+		t.Fatalf("remote run: exit %d, stderr:\n%s\nstdout:\n%s", code, stderr, stdout)
+	}
+	turn := regexp.MustCompile(`turn (\S+) on node`).FindStringSubmatch(stdout)[1]
+
+	// A second turn, aborted from another command.
+	script := writeScript(t, sleepScript)
+	var runOut, runErr output
+	runDone := make(chan int, 1)
+	go func() {
+		runDone <- run(ctx, rb.args("run", "-model", "script:"+script, "wait"), &runOut, &runErr)
+	}()
+	runOut.waitFor(t, ctx, "→ Running `sleep 30`")
+	sleeping := regexp.MustCompile(`turn (\S+) on node`).FindStringSubmatch(runOut.String())[1]
+	code, stdout, stderr = cli(ctx, rb.args("abort", "-reason", "test over", sleeping)...)
+	if code != exitOK || !strings.Contains(stdout, "turn "+sleeping+" aborted after 1 step") ||
+		!strings.Contains(stdout, "run_command stopped: call stopped") || !strings.Contains(stdout, "list_files not_started") {
+		t.Errorf("abort: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	if got := <-runDone; got != exitInterrupted || !strings.Contains(runOut.String(), "⊘ abort requested: test over") {
+		t.Errorf("aborted run: exit %d, output:\n%s%s", got, runOut.String(), runErr.String())
+	}
+
+	stopWatch()
+	if got := <-watchDone; got != exitOK {
+		t.Errorf("watch exit %d: %s", got, watchErr.String())
+	}
+	lines := watched.String()
+	short := shortID(turn)
+	for _, want := range []string{
+		short + " status.started  node remote1, agent default",
+		short + " evt.started     list_files   Listing the home directory",
+		short + " evt.completed   run_command  Ran `sh check.sh` (exit 0",
+		short + " res             todo_write   ok ",
+		short + " status.done     completed after 4 steps, 5 calls",
+		shortID(sleeping) + " abort           test over",
+		shortID(sleeping) + " status.done     aborted after 1 step, 2 calls",
+	} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("watch output lacks %q:\n%s", want, lines)
+		}
+	}
+}
+
+func TestTools(t *testing.T) {
+	ctx := testContext(t)
+	code, stdout, stderr := cli(ctx, "tools", "-json")
+	if code != exitOK {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var defs []struct {
+		Type       string          `json:"type"`
+		Name       string          `json:"name"`
+		Parameters json.RawMessage `json:"parameters"`
+		Strict     *bool           `json:"strict"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &defs); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, stdout)
+	}
+	var names []string
+	for _, d := range defs {
+		names = append(names, d.Name)
+		var params struct {
+			Type string `json:"type"`
+		}
+		if d.Type != "function" || d.Strict == nil || json.Unmarshal(d.Parameters, &params) != nil || params.Type != "object" {
+			t.Errorf("definition of %s: %+v", d.Name, d)
+		}
+	}
+	want := []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
+	if strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Errorf("tools %v, want %v", names, want)
+	}
+
+	code, stdout, _ = cli(ctx, "tools")
+	if code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	rows := regexp.MustCompile(`(?m)^run_command +computer +sequential +destructive +Run a shell command`)
+	if !strings.HasPrefix(stdout, "NAME") || !rows.MatchString(stdout) ||
+		!regexp.MustCompile(`(?m)^read_file +computer +parallel +read-only +`).MatchString(stdout) {
+		t.Errorf("table:\n%s", stdout)
+	}
+}
+
+func TestCall(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		code       int
+		stdout     []string
+		stderr     []string
+		stdoutJSON bool
+	}{
+		{
+			name:   "read",
+			args:   []string{"-home", demoHome, "read_file", `{"path":"README.md"}`},
+			code:   exitOK,
+			stdout: []string{"# tinycalc", "`sh calc.sh 1 2 3` prints 6"},
+			stderr: []string{"✓ Read 8 lines of README.md ("},
+		},
+		{
+			name:   "repaired",
+			args:   []string{"read_file", "-home", demoHome, `{'path': 'notes.txt',}`},
+			code:   exitOK,
+			stdout: []string{"Open items for tinycalc"},
+			stderr: []string{`arguments repaired (repair): {"path":"notes.txt"}`},
+		},
+		{
+			name:       "json",
+			args:       []string{"-json", "-home", demoHome, "run_command", `{"command":"sh calc.sh 4 5"}`},
+			code:       exitOK,
+			stdout:     []string{`"outcome": "ok"`, `"tool": "run_command"`, `9`},
+			stdoutJSON: true,
+		},
+		{
+			name:   "invalid arguments",
+			args:   []string{"-home", demoHome, "read_file", `{"path": 7}`},
+			code:   exitFailed,
+			stderr: []string{"toolbus: invalid arguments for read_file: ", "/path: "},
+		},
+		{
+			name:   "unknown tool",
+			args:   []string{"read_fil", `{}`},
+			code:   exitFailed,
+			stderr: []string{`toolbus: unknown tool "read_fil"; the tools available are: todo_read, todo_write, list_files, read_file, write_file, run_command`},
+		},
+		{
+			name:   "tool error",
+			args:   []string{"-home", demoHome, "read_file", `{"path":"missing.txt"}`},
+			code:   exitFailed,
+			stderr: []string{"✗ Could not read missing.txt", "toolbus: read_file: error: "},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := cli(ctx, append([]string{"call"}, tc.args...)...)
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", code, tc.code, stderr, stdout)
+			}
+			for _, want := range tc.stdout {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, stdout)
+				}
+			}
+			for _, want := range tc.stderr {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+			if tc.stdoutJSON {
+				var reply bus.ToolReply
+				if err := json.Unmarshal([]byte(stdout), &reply); err != nil || reply.Outcome != bus.OutcomeOK {
+					t.Errorf("stdout is not an ok ToolReply (%v):\n%s", err, stdout)
+				}
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"no command", nil, exitUsage, "Usage: toolbus <command>"},
+		{"unknown command", []string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{"abort without server", []string{"abort", "T1"}, exitUsage, "abort needs -server"},
+		{"watch without server", []string{"watch"}, exitUsage, "watch needs -server"},
+		{"run without prompt", []string{"run", "-model", "script:" + demoScript}, exitUsage, "no prompt"},
+		{"run without model", []string{"run", "hello"}, exitUsage, "no model"},
+		{"run -node without server", []string{"run", "-node", "n1", "-model", "script:x", "hi"}, exitUsage, "-node picks a node of a running bus"},
+		{"run -home with server", []string{"run", "-server", "nats://127.0.0.1:1", "-home", ".", "-model", "script:x", "hi"}, exitUsage, "-home configures the embedded node"},
+		{"bad agent", []string{"tools", "-agent", "a.b"}, exitUsage, `-agent "a.b"`},
+		{"bad flag", []string{"tools", "-nope"}, exitUsage, "flag provided but not defined: -nope"},
+		{"missing script", []string{"run", "-model", "script:/does/not/exist.json", "hi"}, exitFailed, "toolbus: load script: "},
+		{"call without tool", []string{"call"}, exitUsage, "want a tool name"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := cli(ctx, tc.args...)
+			if code != tc.code || !strings.Contains(stderr, tc.stderr) {
+				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, tc.code, tc.stderr)
+			}
+		})
+	}
+
+	code, stdout, _ := cli(ctx, "help")
+	for _, c := range commands {
+		if !strings.Contains(stdout, "\n  "+c.name+" ") {
+			t.Errorf("help does not list %s:\n%s", c.name, stdout)
+		}
+	}
+	if code != exitOK || !strings.Contains(stdout, "toolbus run -model script:examples/demo/script.json") {
+		t.Errorf("help: exit %d\n%s", code, stdout)
+	}
+	if code, _, stderr := cli(ctx, "run", "-h"); code != exitOK || !strings.Contains(stderr, "Usage: toolbus run [flags] PROMPT") {
+		t.Errorf("run -h: exit %d\n%s", code, stderr)
+	}
+}
+
+func TestParseArgs(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		pos  []string
+		json bool
+	}{
+		{[]string{"a", "b"}, []string{"a", "b"}, false},
+		{[]string{"-json", "a"}, []string{"a"}, true},
+		{[]string{"a", "-json", "b"}, []string{"a", "b"}, true},
+		{[]string{"a", "--", "-json"}, []string{"a", "-json"}, false},
+	} {
+		fs := newFlagSet("t", "", "", &bytes.Buffer{})
+		asJSON := fs.Bool("json", false, "")
+		pos, err := parseArgs(fs, tc.args)
+		if err != nil || strings.Join(pos, "|") != strings.Join(tc.pos, "|") || *asJSON != tc.json {
+			t.Errorf("parseArgs(%q) = %q, json %v, %v; want %q, json %v", tc.args, pos, *asJSON, err, tc.pos, tc.json)
+		}
+	}
+}

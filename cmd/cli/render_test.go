@@ -1,0 +1,190 @@
+package main
+
+import (
+	"bytes"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// screen plays output on a minimal terminal that knows the sequences the
+// renderer writes (newline, carriage return, cursor up, erase below, colours)
+// and returns the lines left on it.
+func screen(t *testing.T, out string) []string {
+	t.Helper()
+	var (
+		lines    = [][]rune{nil}
+		row, col int
+		csi      = regexp.MustCompile(`^\x1b\[([0-9]*)([A-Za-z])`)
+	)
+	for len(out) > 0 {
+		if m := csi.FindStringSubmatch(out); m != nil {
+			out = out[len(m[0]):]
+			switch m[2] {
+			case "A":
+				n, _ := strconv.Atoi(m[1])
+				if n > row {
+					t.Fatalf("cursor moved %d lines up from line %d: above the output", n, row)
+				}
+				row -= n
+			case "J":
+				lines = lines[:row+1]
+				lines[row] = lines[row][:min(col, len(lines[row]))]
+			case "m":
+			default:
+				t.Fatalf("unexpected sequence %q", m[0])
+			}
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(out)
+		out = out[size:]
+		switch r {
+		case '\n':
+			row, col = row+1, 0
+			if row == len(lines) {
+				lines = append(lines, nil)
+			}
+		case '\r':
+			col = 0
+		case '\x1b':
+			t.Fatalf("unknown escape sequence before %q", out)
+		default:
+			for len(lines[row]) <= col {
+				lines[row] = append(lines[row], ' ')
+			}
+			lines[row][col] = r
+			col++
+		}
+	}
+	text := make([]string, len(lines))
+	for i, l := range lines {
+		text[i] = string(l)
+	}
+	return text
+}
+
+// fakeClock moves only when told.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time          { return c.t }
+func (c *fakeClock) advance(d time.Duration) { c.t = c.t.Add(d) }
+
+// playTurn feeds a renderer a turn with two parallel calls, one of which
+// fails, and a call refused before dispatch; it checks the live region on a
+// terminal halfway through.
+func playTurn(t *testing.T, r *renderer, out *bytes.Buffer, clock *fakeClock) {
+	r.started("T1", "n1")
+	r.step(bus.TurnStatus{Text: "Looking."})
+	r.event(bus.Event{Call: "c1", Tool: "read_file", Kind: bus.EventStarted, Label: "Reading a.txt"})
+	r.event(bus.Event{Call: "c2", Tool: "run_command", Kind: bus.EventStarted, Label: "Running `make`"})
+	clock.advance(1500 * time.Millisecond)
+	r.event(bus.Event{Call: "c2", Tool: "run_command", Kind: bus.EventProgress, Label: "Running `make`: 1 s"})
+	r.tick()
+	if r.tty {
+		got := screen(t, out.String())
+		want := []string{"turn T1 on node n1", "Looking.", "⠙ Reading a.txt 1.5s", "⠙ Running `make`: 1 s 1.5s", ""}
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("live screen:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	r.event(bus.Event{Call: "c1", Tool: "read_file", Kind: bus.EventCompleted, Label: "Read 3 lines of a.txt"})
+	r.result("c1", bus.ToolReply{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK, Duration: 2 * time.Millisecond})
+	r.tick()
+	r.result("c2", bus.ToolReply{Call: "c2", Tool: "run_command", Outcome: bus.OutcomeError, Error: "exit 2\nmake: no rule", Duration: 1600 * time.Millisecond})
+	r.step(bus.TurnStatus{Calls: []bus.CallRecord{
+		{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK, Rungs: []string{"repair"}},
+		{Call: "c2", Tool: "run_command", Outcome: bus.OutcomeError, Rungs: []string{"as_is"}},
+		{Call: "c3", Tool: "write_file", Outcome: bus.OutcomeInvalid, Error: "invalid arguments for write_file: /path: required"},
+	}})
+	r.step(bus.TurnStatus{Text: "All read."})
+	clock.advance(time.Second)
+	r.done(bus.TurnStatus{State: bus.TurnCompleted, Step: 2, Text: "All read.", Calls: make([]bus.CallRecord, 3)}, 2500*time.Millisecond)
+}
+
+func TestRenderer(t *testing.T) {
+	final := []string{
+		"turn T1 on node n1",
+		"Looking.",
+		"✓ Read 3 lines of a.txt (2ms)",
+		"✗ Running `make`: 1 s (1.6s) — exit 2",
+		"    make: no rule",
+		"✗ write_file: invalid arguments for write_file: /path: required",
+		"  ↳ read_file: arguments repaired (repair)",
+		"",
+		"All read.",
+		"",
+		"completed · 2 steps · 3 calls · 2.5s",
+	}
+	t.Run("terminal", func(t *testing.T) {
+		var out bytes.Buffer
+		clock := &fakeClock{t: time.Unix(1e9, 0)}
+		r := &renderer{w: &out, tty: true, color: true, width: func() int { return 60 }, now: clock.now}
+		playTurn(t, r, &out, clock)
+		got := screen(t, out.String())
+		if strings.Join(got, "\n") != strings.Join(append(final, ""), "\n") {
+			t.Errorf("screen:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(final, "\n"))
+		}
+		if !strings.Contains(out.String(), "\x1b[32m✓\x1b[0m") {
+			t.Errorf("no colour on a terminal: %q", out.String())
+		}
+	})
+	t.Run("plain", func(t *testing.T) {
+		var out bytes.Buffer
+		clock := &fakeClock{t: time.Unix(1e9, 0)}
+		r := &renderer{w: &out, now: clock.now}
+		playTurn(t, r, &out, clock)
+		want := append([]string{"turn T1 on node n1", "Looking.", "→ Reading a.txt", "→ Running `make`"}, final[2:]...)
+		if got := out.String(); got != strings.Join(want, "\n")+"\n" {
+			t.Errorf("output:\n%s\nwant:\n%s", got, strings.Join(want, "\n"))
+		}
+	})
+}
+
+func TestRendererMatchesRecordsByTool(t *testing.T) {
+	// A model call id that is not a valid subject token travels under another
+	// id on the bus; the batch record still settles the call shown.
+	var out bytes.Buffer
+	r := &renderer{w: &out, now: time.Now}
+	r.event(bus.Event{Call: "wire1", Tool: "run_command", Kind: bus.EventStarted, Label: "Running `sleep 9`"})
+	r.step(bus.TurnStatus{Calls: []bus.CallRecord{
+		{Call: "call.with.dots", Tool: "run_command", Outcome: bus.OutcomeAbandoned, Error: "call abandoned", Label: "Running `sleep 9` (abandoned)"},
+	}})
+	want := "→ Running `sleep 9`\n✗ Running `sleep 9` (abandoned) ("
+	if got := out.String(); !strings.HasPrefix(got, want) || !strings.HasSuffix(got, ") — call abandoned\n") || strings.Count(got, "\n") != 2 {
+		t.Errorf("output %q", got)
+	}
+	if len(r.live) != 0 {
+		t.Errorf("%d calls still shown as running", len(r.live))
+	}
+}
+
+func TestTruncateAndElapsed(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"short", "short"},
+		{"exactly ten", "exactly t…"},
+		{"two\nlines", "two …"},
+		{"ééééééééééé", "ééééééééé…"},
+	} {
+		if got := truncate(tc.in, 10); got != tc.want {
+			t.Errorf("truncate(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	for _, tc := range []struct {
+		d    time.Duration
+		want string
+	}{
+		{850 * time.Microsecond, "850µs"},
+		{12 * time.Millisecond, "12ms"},
+		{1240 * time.Millisecond, "1.2s"},
+		{125 * time.Second, "2m05s"},
+	} {
+		if got := formatElapsed(tc.d); got != tc.want {
+			t.Errorf("formatElapsed(%s) = %q, want %q", tc.d, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+)
+
+// startTimeout bounds the wait for a node to accept a turn; a node answers as
+// soon as the turn exists, so this is about reachability, not the turn.
+const startTimeout = 15 * time.Second
+
+// abortWait bounds the wait for a turn to end after an abort: the turn gives
+// running calls actors.DefaultAbortGrace to stop, then stores its transcript.
+const abortWait = actors.DefaultAbortGrace + 13*time.Second
+
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("run", "[flags] PROMPT",
+		"Runs one agent turn and shows its tool calls live, then the model's answer.\n"+
+			"Without -server it starts an embedded bus and node in this process. Ctrl-C aborts\n"+
+			"the turn and shows how each call ended; a second Ctrl-C quits at once.\n"+
+			"Exit status: 0 completed or terminated, 1 failed or step limit, 130 aborted.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs OPENAI_API_KEY) or chat:MODEL (Chat Completions, e.g. a local server at -base-url) (env TOOLBUS_MODEL)")
+		baseURL      = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI)")
+		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
+		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
+		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
+		storeDir     = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
+		maxSteps     = fs.Int("max-steps", 0, fmt.Sprintf("the most model calls in the turn (default %d)", actors.DefaultMaxSteps))
+		instructions = fs.String("instructions", "", "instructions (system prompt) for the model")
+		asJSON       = fs.Bool("json", false, "print only the turn's transcript and final status, as JSON")
+	)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	prompt := strings.TrimSpace(strings.Join(pos, " "))
+	switch {
+	case prompt == "":
+		return usagef("no prompt: say what the turn should do")
+	case *model == "":
+		return usagef("no model: pass -model script:FILE, openai:MODEL or chat:MODEL")
+	case *maxSteps < 0:
+		return usagef("-max-steps %d: want a positive number", *maxSteps)
+	case *nodeName != "" && bf.server == "":
+		return usagef("-node picks a node of a running bus: it needs -server")
+	case *nodeName != "" && !bus.ValidToken(*nodeName):
+		return usagef("-node %q is not a node name", *nodeName)
+	}
+	if bf.server != "" {
+		set := flagsSet(fs)
+		for _, f := range []string{"home", "store-dir", "base-url"} {
+			if set[f] {
+				return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
+			}
+		}
+	}
+	if err := checkAgent(*agent); err != nil {
+		return err
+	}
+
+	req := bus.StartTurn{
+		Turn: bus.NewID(), Agent: *agent, Prompt: prompt, Instructions: *instructions, MaxSteps: *maxSteps,
+	}
+	if path, ok := strings.CutPrefix(*model, "script:"); ok {
+		// Sent inline, so a remote node needs no copy of the file.
+		if req.Script, err = readScript(path); err != nil {
+			return err
+		}
+	} else {
+		req.Model = *model
+	}
+
+	gw := gateway.ConfigFromEnv()
+	if *baseURL != "" {
+		gw.BaseURL = *baseURL
+	}
+	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw}, newLogger(stderr))
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+
+	subject := bus.AnyNodeStartTurn
+	if *nodeName != "" {
+		subject = bus.NodeStartTurnSubject(*nodeName)
+	}
+	r := newRenderer(stdout)
+	if *asJSON {
+		r = &renderer{w: io.Discard, now: time.Now}
+	}
+	final, err := followTurn(ctx, bc, subject, *nodeName, req, r)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := printTranscript(ctx, bc.nc, final, stdout); err != nil {
+			return err
+		}
+	}
+	return turnExit(final)
+}
+
+// readScript validates a script file and returns it compacted, to be sent
+// inline in the StartTurn request.
+func readScript(path string) (json.RawMessage, error) {
+	if _, err := gateway.LoadScript(path); err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load script: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, b); err != nil {
+		return nil, fmt.Errorf("load script %s: %w", path, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// followTurn subscribes to the turn's subjects, asks a node to start it, and
+// shows its messages until the turn is done. A cancelled ctx aborts the turn,
+// which still ends with a status that says how every call ended.
+func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.StartTurn, r *renderer) (bus.TurnStatus, error) {
+	msgs := make(chan *nats.Msg, 256)
+	stop := make(chan struct{})
+	defer close(stop)
+	sub, err := bc.nc.Subscribe(bus.TurnSubjects(req.Turn), func(m *nats.Msg) {
+		select {
+		case msgs <- m:
+		case <-stop:
+		}
+	})
+	if err != nil {
+		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.Turn, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.Turn, err)
+	}
+	// The subscription must reach the server before the turn can publish.
+	if err := bc.nc.Flush(); err != nil {
+		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.Turn, err)
+	}
+	if ctx.Err() != nil {
+		return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: errors.New("interrupted before the turn started")}
+	}
+	reply, err := startTurn(ctx, bc, subject, nodeName, req)
+	if err != nil {
+		return bus.TurnStatus{}, err
+	}
+	r.started(reply.Turn, reply.Node)
+	began := time.Now()
+
+	var tick <-chan time.Time
+	if r.tty {
+		t := time.NewTicker(spinnerEvery)
+		defer t.Stop()
+		tick = t.C
+	}
+	interrupt := ctx.Done()
+	var giveUp <-chan time.Time
+	for {
+		select {
+		case <-interrupt:
+			interrupt = nil
+			r.interrupted = true
+			if err := actors.Abort(bc.nc, req.Turn, "interrupted"); err != nil {
+				return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: err}
+			}
+			giveUp = time.After(abortWait)
+		case <-giveUp:
+			return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: fmt.Errorf(
+				"turn %s did not end within %s of the abort; it may still be running", req.Turn, abortWait)}
+		case <-tick:
+			r.tick()
+		case m := <-msgs:
+			if st, done := r.message(m); done {
+				r.done(st, time.Since(began))
+				return st, nil
+			}
+		}
+	}
+}
+
+// startTurn asks a node to run the turn and returns once it exists.
+func startTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.StartTurn) (bus.StartTurnReply, error) {
+	b, err := json.Marshal(req)
+	if err != nil {
+		return bus.StartTurnReply{}, fmt.Errorf("encode start turn: %w", err)
+	}
+	// An interrupt must not cut the request short: once the node has the turn,
+	// the abort that follows reaches it.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startTimeout)
+	defer cancel()
+	m, err := bc.nc.RequestWithContext(rctx, subject, b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders) && nodeName != "":
+		return bus.StartTurnReply{}, fmt.Errorf("no node named %s runs turns on %s: check its -name and -turns flags", nodeName, bc.where)
+	case errors.Is(err, nats.ErrNoResponders):
+		return bus.StartTurnReply{}, fmt.Errorf("no node runs turns on %s: start one with `node`", bc.where)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return bus.StartTurnReply{}, fmt.Errorf("no node answered the request to start a turn on %s within %s", bc.where, startTimeout)
+	case err != nil:
+		return bus.StartTurnReply{}, fmt.Errorf("start turn: %w", err)
+	}
+	var reply bus.StartTurnReply
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		return bus.StartTurnReply{}, fmt.Errorf("start turn: malformed reply: %w", err)
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("node %s: %s", reply.Node, reply.Error)
+	}
+	return reply, nil
+}
+
+// message shows one message of the turn; it reports the final status once the
+// turn is done. Anyone may publish on the turn's subjects, so what does not
+// decode is ignored.
+func (r *renderer) message(m *nats.Msg) (bus.TurnStatus, bool) {
+	ts, ok := bus.ParseTurnSubject(m.Subject)
+	if !ok {
+		return bus.TurnStatus{}, false
+	}
+	switch ts.Kind {
+	case bus.KindEvent:
+		var ev bus.Event
+		if json.Unmarshal(m.Data, &ev) == nil {
+			ev.Call = ts.Call
+			r.event(ev)
+		}
+	case bus.KindResult:
+		// A 503 "no responders" status also lands here, with no body; the
+		// batch record accounts for that call.
+		var reply bus.ToolReply
+		if json.Unmarshal(m.Data, &reply) == nil && reply.Outcome.Valid() {
+			r.result(ts.Call, reply)
+		}
+	case bus.KindAbort:
+		var a bus.Abort
+		if json.Unmarshal(m.Data, &a) == nil {
+			r.aborted(a)
+		}
+	case bus.KindStatus:
+		var st bus.TurnStatus
+		if json.Unmarshal(m.Data, &st) != nil {
+			return bus.TurnStatus{}, false
+		}
+		switch ts.Status {
+		case bus.StatusStep:
+			r.step(st)
+		case bus.StatusDone:
+			return st, true
+		}
+	}
+	return bus.TurnStatus{}, false
+}
+
+// runOutput is what run -json prints.
+type runOutput struct {
+	Turn       string         `json:"turn_id"`
+	Status     bus.TurnStatus `json:"status"`
+	Transcript []gateway.Item `json:"transcript"`
+}
+
+// printTranscript reads the turn's transcript back from JetStream and prints
+// it with the final status.
+func printTranscript(ctx context.Context, nc *nats.Conn, final bus.TurnStatus, stdout io.Writer) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("read transcript: %w", err)
+	}
+	// Read it even after an interrupt: that is when it is most wanted.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	items, err := actors.ReadTranscript(rctx, js, final.Turn)
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(runOutput{Turn: final.Turn, Status: final, Transcript: items}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode transcript: %w", err)
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
+}
+
+// turnExit maps how a turn ended to the command's exit.
+func turnExit(st bus.TurnStatus) error {
+	var detail error
+	if st.Error != "" {
+		detail = errors.New(st.Error)
+	}
+	switch st.State {
+	case bus.TurnCompleted, bus.TurnTerminated:
+		if detail != nil {
+			return &exitError{code: exitOK, err: fmt.Errorf("turn %s: %w", st.State, detail)}
+		}
+		return nil
+	case bus.TurnAborted:
+		return &exitError{code: exitInterrupted, err: detail}
+	case bus.TurnFailed:
+		return &exitError{code: exitFailed, err: fmt.Errorf("turn failed: %s", cmp.Or(st.Error, "no reason given"))}
+	case bus.TurnStepLimit:
+		return &exitError{code: exitFailed, err: fmt.Errorf("turn stopped: %s", cmp.Or(st.Error, "no reason given"))}
+	}
+	return &exitError{code: exitFailed, err: fmt.Errorf("turn ended in an unknown state %q", st.State)}
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// shortTurn is how many trailing characters of a turn id watch shows: ids
+// made by one process share their leading characters.
+const shortTurn = 8
+
+func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("watch", "-server URL [flags] [TURN]",
+		"Prints the messages of one turn, or of every turn, as they pass on the bus: one\n"+
+			"line each with time, turn, kind and label. Runs until Ctrl-C.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if bf.server == "" {
+		return usagef("watch needs -server (or NATS_URL): an embedded bus is private to its own `run`")
+	}
+	subject := bus.AllTurns
+	switch len(pos) {
+	case 0:
+	case 1:
+		if !bus.ValidToken(pos[0]) {
+			return usagef("%q is not a turn id", pos[0])
+		}
+		subject = bus.TurnSubjects(pos[0])
+	default:
+		return usagef("want at most one turn id")
+	}
+	nc, err := bf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	msgs := make(chan *nats.Msg, 256)
+	stop := make(chan struct{})
+	defer close(stop)
+	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
+		select {
+		case msgs <- m:
+		case <-stop:
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("watch %s: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return fmt.Errorf("watch %s: %w", subject, err)
+	}
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("watch %s: %w", subject, err)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-msgs:
+			if line, ok := watchLine(m, time.Now()); ok {
+				fmt.Fprintln(stdout, line)
+			}
+		}
+	}
+}
+
+// watchLine describes one turn message: time, short turn id, kind, and what
+// the message says.
+func watchLine(m *nats.Msg, now time.Time) (string, bool) {
+	ts, ok := bus.ParseTurnSubject(m.Subject)
+	if !ok {
+		return "", false
+	}
+	at, kind, text := now, ts.Kind, ""
+	switch ts.Kind {
+	case bus.KindEvent:
+		var ev bus.Event
+		if json.Unmarshal(m.Data, &ev) != nil {
+			return "", false
+		}
+		at, kind = cmpTime(ev.Time, now), ts.Kind+"."+string(ts.Event)
+		text = fmt.Sprintf("%-12s %s", ev.Tool, ev.Label)
+	case bus.KindResult:
+		if m.Header.Get("Status") == "503" {
+			text = "no responders: no host serves the tool"
+			break
+		}
+		var r bus.ToolReply
+		if json.Unmarshal(m.Data, &r) != nil {
+			return "", false
+		}
+		text = fmt.Sprintf("%-12s %s %s", r.Tool, r.Outcome, formatElapsed(r.Duration))
+		if r.Error != "" {
+			text += " — " + r.Error
+		}
+	case bus.KindAbort:
+		var a bus.Abort
+		if json.Unmarshal(m.Data, &a) != nil {
+			return "", false
+		}
+		text = cmp.Or(a.Reason, "no reason given")
+		if a.By != "" {
+			text += " (by " + a.By + ")"
+		}
+	case bus.KindStatus:
+		var st bus.TurnStatus
+		if json.Unmarshal(m.Data, &st) != nil {
+			return "", false
+		}
+		at, kind = cmpTime(st.Time, now), ts.Kind+"."+ts.Status
+		text = statusText(ts.Status, st)
+	}
+	return fmt.Sprintf("%s %s %-15s %s", at.Format("15:04:05.000"), shortID(ts.Turn), kind, text), true
+}
+
+func statusText(kind string, st bus.TurnStatus) string {
+	switch kind {
+	case bus.StatusStarted:
+		s := "node " + st.Node
+		if st.Agent != "" {
+			s += ", agent " + st.Agent
+		}
+		return s
+	case bus.StatusDone:
+		s := fmt.Sprintf("%s after %s, %s", st.State, plural(st.Step, "step"), plural(len(st.Calls), "call"))
+		if st.Error != "" {
+			s += " — " + st.Error
+		}
+		return s
+	}
+	if len(st.Calls) > 0 {
+		outcomes := make([]string, len(st.Calls))
+		for i, c := range st.Calls {
+			outcomes[i] = c.Tool + " " + string(c.Outcome)
+		}
+		return fmt.Sprintf("step %d: %s", st.Step, strings.Join(outcomes, ", "))
+	}
+	first, _, _ := strings.Cut(st.Text, "\n")
+	return fmt.Sprintf("step %d: %s", st.Step, truncate(first, 100))
+}
+
+func shortID(id string) string {
+	if len(id) <= shortTurn {
+		return id
+	}
+	return id[len(id)-shortTurn:]
+}
+
+func cmpTime(t, fallback time.Time) time.Time {
+	if t.IsZero() {
+		return fallback
+	}
+	return t.Local()
+}

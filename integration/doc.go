@@ -1,0 +1,15 @@
+// Package integration holds tests that run toolbus the way it is deployed:
+// node daemons and the command line as separate processes on loopback, a
+// cluster joined through routes, and the real `nats` CLI (natscli v0.5.0)
+// observing and driving the bus.
+//
+// The package has no code of its own; everything is in its tests, which need
+// Linux (process groups, /bin/sh). TestMain builds cmd/node and cmd/cli once
+// per run and installs the nats CLI once, into $TOOLBUS_TEST_BIN if set,
+// otherwise into integration/.bin, reusing a binary that reports v0.5.0. The
+// CLI is installed with `go install` from outside this module (it pins its
+// own nats-server and must never enter our go.mod); the first install needs
+// the module proxy and takes a few minutes on two cores.
+//
+// A test fails, never skips, when a binary cannot be built or installed.
+package integration
