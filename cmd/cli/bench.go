@@ -254,11 +254,15 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 
 	if want("one call through a turn") {
 		b.say("one no-op call through a turn…")
+		host, err := b.hostRequestReply(ctx)
+		if err != nil {
+			return nil, err
+		}
 		step, call, err := b.turnSteps(ctx, "no-op", b.noop, 1, b.o.n)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, compare(call, raw, 1.5, true), compare(step, raw, 0, false))
+		out = append(out, compare(host, raw, 0, false), compare(call, raw, 1.5, true), compare(step, raw, 0, false))
 	}
 
 	if want("parallel") {
@@ -290,7 +294,7 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 
 	if want("abort") {
 		b.say("abort latency with 100 calls in flight…")
-		ab, err := b.abortLatency(ctx, 100, max(b.o.n/100, 20))
+		ab, err := b.abortLatency(ctx, 100, max(b.o.n/20, 50))
 		if err != nil {
 			return nil, err
 		}
@@ -344,6 +348,37 @@ func (b *bencher) rawRequestReply(ctx context.Context) (benchResult, error) {
 		samples = append(samples, time.Since(t0))
 	}
 	return latency("raw NATS request-reply", samples, ""), nil
+}
+
+// hostRequestReply is a plain NATS request to the no-op tool's host, with a
+// call id and deadline but no turn: the host's share of a call.
+func (b *bencher) hostRequestReply(ctx context.Context) (benchResult, error) {
+	nc, err := b.srv.Connect("bench-host-requester")
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer nc.Close()
+	subject := bus.ToolSubject(b.noop.Category, b.noop.Name)
+	samples := make([]time.Duration, 0, b.o.n)
+	for i := range b.o.n + 200 {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(`{}`)
+		m.Header.Set(bus.HeaderCall, fmt.Sprint("h", i))
+		m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(time.Now().Add(time.Minute)))
+		t0 := time.Now()
+		reply, err := nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return benchResult{}, err
+		}
+		if i >= 200 { // the first ones warm up
+			samples = append(samples, time.Since(t0))
+		}
+		var r bus.ToolReply
+		if err := json.Unmarshal(reply.Data, &r); err != nil || r.Outcome != bus.OutcomeOK {
+			return benchResult{}, fmt.Errorf("host request: %s %v", reply.Data, err)
+		}
+	}
+	return latency("request to the no-op tool's host, no turn", samples, ""), nil
 }
 
 // echo starts an echo responder and returns a requester connection.

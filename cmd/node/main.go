@@ -66,7 +66,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.name, "name", sanitize(host), "node name, unique on the bus (also the embedded server's name)")
 	fs.StringVar(&o.server, "server", os.Getenv("NATS_URL"), "connect to this NATS server or cluster instead of embedding one (env NATS_URL)")
 	fs.StringVar(&o.user, "user", os.Getenv("NATS_USER"), "user: for -server, the login; for -listen, the user created (env NATS_USER)")
-	fs.StringVar(&o.pass, "pass", os.Getenv("NATS_PASSWORD"), "password for -user (env NATS_PASSWORD)")
+	fs.StringVar(&o.pass, "pass", "", "password for -user (default $NATS_PASSWORD)")
 	fs.StringVar(&o.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
 	fs.StringVar(&o.listen, "listen", "", "embedded server: open a client listener on host:port (requires -user and -pass); default none")
 	fs.StringVar(&o.storeDir, "store-dir", "", "embedded server: JetStream store directory (default $XDG_STATE_HOME/toolbus/<name>)")
@@ -76,7 +76,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
 	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
-	fs.StringVar(&o.routePass, "route-pass", os.Getenv("TOOLBUS_ROUTE_PASSWORD"), "cluster route password (env TOOLBUS_ROUTE_PASSWORD)")
+	fs.StringVar(&o.routePass, "route-pass", "", "cluster route password (default $TOOLBUS_ROUTE_PASSWORD)")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
 	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
@@ -90,6 +90,13 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	// Secrets come from the environment after parsing, so -h never prints them.
+	if o.pass == "" {
+		o.pass = os.Getenv("NATS_PASSWORD")
+	}
+	if o.routePass == "" {
+		o.routePass = os.Getenv("TOOLBUS_ROUTE_PASSWORD")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+		check   func(*testing.T, *options)
+	}{
+		{name: "defaults", args: nil, check: func(t *testing.T, o *options) {
+			if !o.turns || o.listen != "" || !strings.Contains(o.categories, "computer") {
+				t.Errorf("defaults %+v", o)
+			}
+		}},
+		{name: "password from env, not in defaults", args: []string{"-name", "n1", "-user", "u"},
+			env: map[string]string{"NATS_PASSWORD": "secret"}, check: func(t *testing.T, o *options) {
+				if o.pass != "secret" {
+					t.Errorf("pass %q", o.pass)
+				}
+			}},
+		{name: "flag beats env", args: []string{"-pass", "flag"}, env: map[string]string{"NATS_PASSWORD": "env"},
+			check: func(t *testing.T, o *options) {
+				if o.pass != "flag" {
+					t.Errorf("pass %q", o.pass)
+				}
+			}},
+		{name: "dotted name", args: []string{"-name", "a.b"}, wantErr: `-name "a.b"`},
+		{name: "server and listen", args: []string{"-server", "nats://x", "-listen", "127.0.0.1:0"}, wantErr: "pick one"},
+		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("NATS_URL", "")
+			t.Setenv("NATS_PASSWORD", "")
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			o, err := parseFlags(tc.args)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.check(t, o)
+		})
+	}
+}
