@@ -76,7 +76,7 @@ type host struct {
 
 	mu sync.Mutex
 	// inflight maps turn → call → cancel, for aborts.
-	inflight map[string]map[string]context.CancelFunc
+	inflight map[string]map[string]context.CancelCauseFunc
 	stopped  bool
 	wg       sync.WaitGroup
 }
@@ -126,7 +126,7 @@ func NewHostProps(cfg HostConfig) (*actor.Props, error) {
 			cfg:      cfg,
 			log:      cfg.Logger.With("category", cfg.Category),
 			slots:    make(chan struct{}, cfg.MaxConcurrent),
-			inflight: make(map[string]map[string]context.CancelFunc),
+			inflight: make(map[string]map[string]context.CancelCauseFunc),
 			stats:    stats,
 		}
 	}), nil
@@ -187,7 +187,12 @@ func (h *host) start() error {
 	}
 	sub, err := h.cfg.Conn.Subscribe(bus.AllAborts, func(m *nats.Msg) {
 		if ts, ok := bus.ParseTurnSubject(m.Subject); ok {
-			h.abort(ts.Turn)
+			reason := "the turn was aborted"
+			var a bus.Abort
+			if json.Unmarshal(m.Data, &a) == nil && a.Reason != "" {
+				reason += ": " + a.Reason
+			}
+			h.abort(ts.Turn, errors.New(reason))
 		}
 	})
 	if err != nil {
@@ -231,7 +236,7 @@ func (h *host) stop() {
 	h.stopped = true
 	for _, calls := range h.inflight {
 		for _, cancel := range calls {
-			cancel()
+			cancel(errHostStopping)
 		}
 	}
 	h.mu.Unlock()
@@ -250,13 +255,15 @@ func (h *host) stop() {
 const stopGrace = 5 * time.Second
 
 // abort cancels the calls of a turn.
-func (h *host) abort(turn string) {
+func (h *host) abort(turn string, cause error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, cancel := range h.inflight[turn] {
-		cancel()
+		cancel(cause)
 	}
 }
+
+var errHostStopping = errors.New("the category host is stopping")
 
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
@@ -308,18 +315,21 @@ func (h *host) begin(m *hostCall) {
 		call.Home = filepath.Join(h.cfg.HomeRoot, agent)
 	}
 
-	cctx, cancel := context.WithDeadline(context.Background(), call.Deadline)
+	// Aborts cancel with their reason as the cause; the deadline sits below.
+	actx, cancel := context.WithCancelCause(context.Background())
+	cctx, cancelDeadline := context.WithDeadline(actx, call.Deadline)
 	h.mu.Lock()
 	if h.stopped {
 		h.mu.Unlock()
-		cancel()
+		cancelDeadline()
+		cancel(nil)
 		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeUnavailable, Error: "the category host is stopping"})
 		return
 	}
 	if call.Turn != "" {
 		calls := h.inflight[call.Turn]
 		if calls == nil {
-			calls = make(map[string]context.CancelFunc)
+			calls = make(map[string]context.CancelCauseFunc)
 			h.inflight[call.Turn] = calls
 		}
 		calls[call.ID] = cancel
@@ -328,7 +338,8 @@ func (h *host) begin(m *hostCall) {
 	h.mu.Unlock()
 	go func() {
 		defer h.wg.Done()
-		defer cancel()
+		defer cancel(nil)
+		defer cancelDeadline()
 		h.run(cctx, call, m)
 		if call.Turn != "" {
 			h.mu.Lock()

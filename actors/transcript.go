@@ -1,9 +1,14 @@
 package actors
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -11,55 +16,94 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 )
 
-// ReadTranscript reads a turn's transcript back from the transcript stream.
+// errNoTranscript reports a turn the stream holds nothing of.
+var errNoTranscript = errors.New("no such turn")
+
+// ReadTranscript reads a turn's transcript back from the transcript stream,
+// in the turn's order. A stream that is electing a leader does not answer:
+// each attempt is bounded, and attempts go on until ctx ends.
 func ReadTranscript(ctx context.Context, js jetstream.JetStream, turn string) ([]gateway.Item, error) {
 	if !bus.ValidToken(turn) {
 		return nil, fmt.Errorf("read transcript: invalid turn id %q", turn)
 	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		items, err := readTranscript(actx, js, turn)
+		cancel()
+		if err == nil {
+			return items, nil
+		}
+		if errors.Is(err, errNoTranscript) || ctx.Err() != nil {
+			return nil, fmt.Errorf("read transcript %s: %w", turn, err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("read transcript %s: %w (last error: %v)", turn, ctx.Err(), err)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+type transcriptPart struct {
+	seq   int
+	items []gateway.Item
+}
+
+func readTranscript(ctx context.Context, js jetstream.JetStream, turn string) ([]gateway.Item, error) {
 	stream, err := js.Stream(ctx, bus.StreamTranscripts)
 	if err != nil {
-		return nil, fmt.Errorf("read transcript %s: %w", turn, err)
+		return nil, err
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.TranscriptSubject(turn)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read transcript %s: %w", turn, err)
+		return nil, err
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read transcript %s: %w", turn, err)
+		return nil, err
 	}
 	pending := info.NumPending
 	if pending == 0 {
-		return nil, fmt.Errorf("read transcript %s: no such turn in %s", turn, bus.StreamTranscripts)
+		return nil, fmt.Errorf("%w in %s", errNoTranscript, bus.StreamTranscripts)
 	}
-	var items []gateway.Item
+	var parts []transcriptPart
 	for pending > 0 {
-		batch, err := cons.FetchNoWait(int(min(pending, 256)))
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
-			return nil, fmt.Errorf("read transcript %s: %w", turn, err)
+			return nil, err
 		}
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			var part []gateway.Item
-			if err := json.Unmarshal(m.Data(), &part); err != nil {
-				return nil, fmt.Errorf("read transcript %s: message %d: %w", turn, n, err)
+			var p transcriptPart
+			if err := json.Unmarshal(m.Data(), &p.items); err != nil {
+				return nil, fmt.Errorf("message %d: %w", n, err)
 			}
-			items = append(items, part...)
+			// Messages written before sequence numbers had none; they keep
+			// their stream order.
+			p.seq, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
+			parts = append(parts, p)
 		}
 		if err := batch.Error(); err != nil {
-			return nil, fmt.Errorf("read transcript %s: %w", turn, err)
+			return nil, err
 		}
 		if n == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, fmt.Errorf("read transcript %s: %w", turn, err)
-			}
-			continue
+			return nil, fmt.Errorf("fetch: %d messages pending but none delivered", pending)
 		}
 		pending -= uint64(n)
+	}
+	// A retried append can land after a later one, and twice if its first
+	// acknowledgement was lost.
+	slices.SortStableFunc(parts, func(a, b transcriptPart) int { return cmp.Compare(a.seq, b.seq) })
+	var items []gateway.Item
+	for i, p := range parts {
+		if i > 0 && p.seq != 0 && p.seq == parts[i-1].seq {
+			continue
+		}
+		items = append(items, p.items...)
 	}
 	return items, nil
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,7 +116,7 @@ type turn struct {
 	text       string
 	records    []bus.CallRecord
 	unsaved    []gateway.Item // transcript items not yet appended to the stream
-	acks       []jetstream.PubAckFuture
+	appends    []*transcriptAppend
 
 	modelCtx    context.Context
 	modelCancel context.CancelFunc
@@ -641,6 +642,9 @@ func (t *turn) appendTranscript(items []gateway.Item) {
 }
 
 // flushTranscript appends the queued items to the stream without waiting.
+// Each message carries its position in the turn (HeaderSeq) and a
+// deduplication id, so a message retried after a failure is stored once and
+// read back in order.
 func (t *turn) flushTranscript() {
 	if len(t.unsaved) == 0 {
 		return
@@ -652,24 +656,59 @@ func (t *turn) flushTranscript() {
 		t.log.Warn("encode transcript", "err", err)
 		return
 	}
-	ack, err := t.cfg.JS.PublishAsync(bus.TranscriptSubject(t.cfg.ID), b)
-	if err != nil {
-		t.log.Warn("append transcript", "err", err)
-		return
-	}
-	t.acks = append(t.acks, ack)
+	seq := len(t.appends) + 1
+	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.ID))
+	m.Data = b
+	m.Header.Set(bus.HeaderSeq, strconv.Itoa(seq))
+	m.Header.Set(jetstream.MsgIDHeader, t.cfg.ID+"-"+strconv.Itoa(seq))
+	a := &transcriptAppend{msg: m}
+	a.ack, a.err = t.cfg.JS.PublishMsgAsync(m)
+	t.appends = append(t.appends, a)
 }
 
-// waitTranscript waits, briefly, for the transcript to be stored.
+// transcriptAppend is one message of the transcript on its way to the stream.
+type transcriptAppend struct {
+	msg *nats.Msg
+	ack jetstream.PubAckFuture
+	err error // publishing failed before any acknowledgement was awaited
+}
+
+// transcriptPatience bounds how long a finishing turn keeps trying to store
+// its transcript: long enough for a stream to elect a new leader after it
+// lost one (seconds), short enough not to hold a node's shutdown.
+const transcriptPatience = 30 * time.Second
+
+// waitTranscript waits until every message of the transcript is stored,
+// publishing again those that failed (a stream without a leader answers
+// "no response from stream" until it elects one).
 func (t *turn) waitTranscript() error {
-	timeout := time.After(5 * time.Second)
-	for _, a := range t.acks {
-		select {
-		case <-a.Ok():
-		case err := <-a.Err():
-			return fmt.Errorf("store transcript: %w", err)
-		case <-timeout:
-			return errors.New("store transcript: no acknowledgement within 5s")
+	ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
+	defer cancel()
+	for _, a := range t.appends {
+		err := a.err
+		if err == nil {
+			select {
+			case <-a.ack.Ok():
+				continue
+			case err = <-a.ack.Err():
+			case <-ctx.Done():
+				err = ctx.Err()
+			}
+		}
+		for err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("store transcript: %w", err)
+			}
+			t.log.Info("transcript append failed; retrying", "err", err)
+			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = t.cfg.JS.PublishMsg(actx, a.msg)
+			acancel()
+			if err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
 		}
 	}
 	return nil

@@ -507,6 +507,9 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 			t.Errorf("call %s has no error output: %+v", id, it)
 		}
 	}
+	if txt := outputText(out["a"]); !strings.Contains(txt, "the turn was aborted: cancelled by the caller") {
+		t.Errorf("stopped call does not say why: %q", txt)
+	}
 	if !strings.Contains(outputText(out["a"]), "partial work") {
 		t.Errorf("stopped call lost its partial output: %q", outputText(out["a"]))
 	}

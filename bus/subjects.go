@@ -221,6 +221,7 @@ const (
 	HeaderTraceparent = "traceparent"      // W3C trace context; the server reads it for sampled message tracing
 	HeaderTool        = "Toolbus-Tool"
 	HeaderTruncated   = "Toolbus-Truncated"
+	HeaderSeq         = "Toolbus-Seq" // a transcript message's position in its turn, from 1
 )
 
 // FormatDeadline renders an absolute deadline for [HeaderDeadline]:
