@@ -211,9 +211,32 @@ func loadedTools(transcript []Item) map[string]bool {
 	return loaded
 }
 
-// tools sends every tool that is not deferred or was loaded, in tool-set order, and the
-// software tool_search when any tool is deferred.
+// ChatToolDefinitions returns the "tools" array of the first Chat Completions request
+// of a turn with tools, byte for byte as the gateway sends it: every tool as a plain
+// function (Chat Completions has no namespaces), and when any tool is deferred, not the
+// deferred tools but the software tool_search function whose description lists them.
+// Later requests add the deferred tools that searches loaded. Like
+// [ResponsesToolDefinitions], it logs nothing.
+func ChatToolDefinitions(tools []*toolbus.Tool) (json.RawMessage, error) {
+	defs, err := chatTools(tools, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	body, err := openai.ChatCompletionNewParams{Tools: defs}.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode tool definitions: %w", err)
+	}
+	return requestField(body, "tools")
+}
+
+// tools translates the tool set of one request.
 func (m *Chat) tools(set []*toolbus.Tool, loaded map[string]bool) ([]openai.ChatCompletionToolUnionParam, error) {
+	return chatTools(set, loaded, m.strict)
+}
+
+// chatTools sends every tool that is not deferred or was loaded, in tool-set order, and
+// the software tool_search when any tool is deferred.
+func chatTools(set []*toolbus.Tool, loaded map[string]bool, warn *fallbackLog) ([]openai.ChatCompletionToolUnionParam, error) {
 	var out []openai.ChatCompletionToolUnionParam
 	var deferred []*toolbus.Tool
 	for _, t := range set {
@@ -223,7 +246,7 @@ func (m *Chat) tools(set []*toolbus.Tool, loaded map[string]bool) ([]openai.Chat
 				continue
 			}
 		}
-		params, strict := toolParams(t, m.strict)
+		params, strict := toolParams(t, warn)
 		tool, err := chatFunction(t.Name, t.Description, params, strict)
 		if err != nil {
 			return nil, err

@@ -162,14 +162,52 @@ func (m *Responses) params(req *Request, input []responses.ResponseInputItemUnio
 	return p
 }
 
-// tools translates the tool set: plain functions at the top level, tools with a
+// ResponsesToolDefinitions returns the "tools" array a Responses request carries for
+// tools, byte for byte as the gateway sends it: plain functions at the top level,
+// namespaced tools grouped into `type: namespace` tools, deferred ones marked
+// defer_loading, and a tool_search tool when any is deferred (hosted by the provider
+// when hostedSearch is set, as with Config.HostedToolSearch). A Strict tool whose schema
+// cannot be made strict goes out non-strict; unlike the gateway, this logs nothing.
+func ResponsesToolDefinitions(tools []*toolbus.Tool, hostedSearch bool) (json.RawMessage, error) {
+	defs, err := responsesTools(tools, hostedSearch, nil)
+	if err != nil {
+		return nil, err
+	}
+	// Encoded inside a request, by the SDK's own encoder, and cut out again, so the
+	// bytes are those of a request body.
+	body, err := responses.ResponseNewParams{Tools: defs}.MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode tool definitions: %w", err)
+	}
+	return requestField(body, "tools")
+}
+
+// requestField returns the raw value of key in the JSON object body, or an empty array
+// when the SDK left the key out (no tools).
+func requestField(body []byte, key string) (json.RawMessage, error) {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(body, &fields); err != nil {
+		return nil, fmt.Errorf("decode encoded request: %w", err)
+	}
+	if v, ok := fields[key]; ok {
+		return v, nil
+	}
+	return json.RawMessage("[]"), nil
+}
+
+// tools translates the tool set of one request.
+func (m *Responses) tools(set []*toolbus.Tool) ([]responses.ToolUnionParam, error) {
+	return responsesTools(set, m.cfg.HostedToolSearch, m.strict)
+}
+
+// responsesTools translates a tool set: plain functions at the top level, tools with a
 // namespace grouped into `type: namespace` tools (placed where their first tool stood),
 // deferred ones marked defer_loading, and a tool_search tool when any is deferred.
-func (m *Responses) tools(set []*toolbus.Tool) ([]responses.ToolUnionParam, error) {
+func responsesTools(set []*toolbus.Tool, hostedSearch bool, warn *fallbackLog) ([]responses.ToolUnionParam, error) {
 	var out []responses.ToolUnionParam
 	namespaces := make(map[string]*responses.NamespaceToolParam)
 	for _, t := range set {
-		fn, err := m.functionJSON(t)
+		fn, err := functionJSON(t, warn)
 		if err != nil {
 			return nil, err
 		}
@@ -189,7 +227,7 @@ func (m *Responses) tools(set []*toolbus.Tool) ([]responses.ToolUnionParam, erro
 	}
 	if hasDeferred(set) {
 		search := responses.ToolSearchToolParam{}
-		if !m.cfg.HostedToolSearch {
+		if !hostedSearch {
 			search.Execution = responses.ToolSearchToolExecutionClient
 			search.Description = openai.String(toolSearchDescription)
 			search.Parameters = toolSearchParams
@@ -199,10 +237,10 @@ func (m *Responses) tools(set []*toolbus.Tool) ([]responses.ToolUnionParam, erro
 	return out, nil
 }
 
-// functionJSON is one function definition: the SDK's typed fields, then the parameter
-// schema spliced in byte for byte.
-func (m *Responses) functionJSON(t *toolbus.Tool) (json.RawMessage, error) {
-	params, strict := toolParams(t, m.strict)
+// functionJSON is one Responses function definition: the SDK's typed fields, then the
+// parameter schema spliced in byte for byte.
+func functionJSON(t *toolbus.Tool, warn *fallbackLog) (json.RawMessage, error) {
+	params, strict := toolParams(t, warn)
 	fn := responses.FunctionToolParam{Name: t.Name, Strict: openai.Bool(strict)}
 	if t.Description != "" {
 		fn.Description = openai.String(t.Description)
@@ -377,7 +415,7 @@ func (m *Responses) answerSearch(set []*toolbus.Tool, s search) (Item, error) {
 	names := make([]string, 0, len(found))
 	for _, t := range found {
 		names = append(names, t.Name)
-		fn, err := m.functionJSON(t)
+		fn, err := functionJSON(t, m.strict)
 		if err != nil {
 			return Item{}, err
 		}

@@ -33,13 +33,16 @@ func toolParams(t *toolbus.Tool, warn *fallbackLog) (json.RawMessage, bool) {
 }
 
 // fallbackLog says once per tool that a Strict tool went out non-strict, so a turn of
-// forty steps does not log it forty times.
+// forty steps does not log it forty times. A nil *fallbackLog logs nothing.
 type fallbackLog struct {
 	log  *slog.Logger
 	seen sync.Map // tool name -> struct{}
 }
 
 func (f *fallbackLog) once(tool string, err error) {
+	if f == nil {
+		return
+	}
 	if _, dup := f.seen.LoadOrStore(tool, struct{}{}); dup {
 		return
 	}

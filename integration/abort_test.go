@@ -50,11 +50,13 @@ func TestAbortFromAnotherProcess(t *testing.T) {
 	n.waitReady(t)
 
 	tests := []struct {
-		name  string
-		abort func(t *testing.T, turn string)
+		name   string
+		abort  func(t *testing.T, turn string)
+		reason string // as the run shows it
 	}{
 		{
-			name: "toolbus abort",
+			name:   "toolbus abort",
+			reason: "aborted from the command line",
 			abort: func(t *testing.T, turn string) {
 				out, errOut, err := runCLI(t, "abort", "-server", n.url, turn)
 				if err != nil {
@@ -69,7 +71,8 @@ func TestAbortFromAnotherProcess(t *testing.T) {
 			},
 		},
 		{
-			name: "nats pub",
+			name:   "nats pub",
+			reason: "published with nats",
 			abort: func(t *testing.T, turn string) {
 				_, errOut, err := runNats(t, "--server", n.url, "pub", "toolbus.turn."+turn+".abort", `{"reason":"published with nats"}`)
 				if err != nil {
@@ -108,7 +111,7 @@ func TestAbortFromAnotherProcess(t *testing.T) {
 			}
 			out := run.stdout.String()
 			for _, want := range []string{
-				"⊘ abort requested",
+				"⊘ abort requested: " + tt.reason,
 				"(stopped)", // the call's outcome
 				"aborted · 1 step · 1 call",
 			} {

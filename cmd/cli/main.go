@@ -151,6 +151,7 @@ a running bus; start one with the node command.
 Examples:
   toolbus run -model script:examples/demo/script.json -home examples/demo/home "Look around and check the project"
   toolbus run -model openai:gpt-5.4 "Summarise the README"      (needs OPENAI_API_KEY)
+  toolbus run -model chat:llama3.1 -base-url http://localhost:11434/v1 "Summarise the README"
   toolbus tools -json
   toolbus call -home examples/demo/home read_file '{"path": "README.md"}'
   toolbus watch -server nats://127.0.0.1:4222

@@ -31,7 +31,7 @@ const (
 func TestMain(m *testing.M) {
 	// The flags read these; a developer's environment must not send the
 	// tests to a real bus or model.
-	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_BASE_URL"} {
+	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"} {
 		os.Unsetenv(v)
 	}
 	goleak.VerifyTestMain(m)
@@ -134,7 +134,7 @@ func TestRunDemo(t *testing.T) {
 		"✓ Read 5 lines of notes.txt (",
 		"↳ read_file: arguments repaired (repair)\n",
 		"→ Running `sh check.sh`\n",
-		"✓ Ran `sh check.sh` (exit 0, ",
+		"✓ Ran `sh check.sh` (exit 0) (",
 		"✓ Updated the todo list: 0 of 3 done (",
 		"All checks pass: the three sums are right",
 		"3. README.md does not describe the checks yet.\n",
@@ -409,35 +409,65 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 
 func TestTools(t *testing.T) {
 	ctx := testContext(t)
-	code, stdout, stderr := cli(ctx, "tools", "-json")
-	if code != exitOK {
-		t.Fatalf("exit %d: %s", code, stderr)
-	}
-	var defs []struct {
-		Type       string          `json:"type"`
-		Name       string          `json:"name"`
-		Parameters json.RawMessage `json:"parameters"`
-		Strict     *bool           `json:"strict"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &defs); err != nil {
-		t.Fatalf("not JSON: %v\n%s", err, stdout)
-	}
-	var names []string
-	for _, d := range defs {
-		names = append(names, d.Name)
-		var params struct {
-			Type string `json:"type"`
-		}
-		if d.Type != "function" || d.Strict == nil || json.Unmarshal(d.Parameters, &params) != nil || params.Type != "object" {
-			t.Errorf("definition of %s: %+v", d.Name, d)
-		}
+	set, err := toolsets.TextTurn(toolsets.TurnContext{Agent: defaultAgent})
+	if err != nil {
+		t.Fatal(err)
 	}
 	want := []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
-	if strings.Join(names, ",") != strings.Join(want, ",") {
-		t.Errorf("tools %v, want %v", names, want)
+	responsesDefs, err := gateway.ResponsesToolDefinitions(set.Tools(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chatDefs, err := gateway.ChatToolDefinitions(set.Tools())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want json.RawMessage // what the gateway sends
+		// name of definition i in its JSON
+		nameOf func(def map[string]json.RawMessage) string
+	}{
+		{"responses", []string{"-json"}, responsesDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }},
+		{"responses explicit", []string{"-json", "-api", "responses", "-hosted-tool-search"}, responsesDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }},
+		{"chat", []string{"-api", "chat", "-json"}, chatDefs, func(d map[string]json.RawMessage) string {
+			var fn struct{ Name string }
+			_ = json.Unmarshal(d["function"], &fn)
+			return fn.Name
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := cli(ctx, append([]string{"tools"}, tc.args...)...)
+			if code != exitOK {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			// The indented output is the gateway's bytes with whitespace added.
+			var got bytes.Buffer
+			if err := json.Compact(&got, []byte(stdout)); err != nil {
+				t.Fatalf("not JSON: %v\n%s", err, stdout)
+			}
+			if !bytes.Equal(got.Bytes(), tc.want) {
+				t.Errorf("output is not what the gateway sends\ngot:  %s\nwant: %s", got.Bytes(), tc.want)
+			}
+			var defs []map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(stdout), &defs); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, d := range defs {
+				if unquote(t, d["type"]) != "function" {
+					t.Errorf("definition of type %s", d["type"])
+				}
+				names = append(names, tc.nameOf(d))
+			}
+			if strings.Join(names, ",") != strings.Join(want, ",") {
+				t.Errorf("tools %v, want %v", names, want)
+			}
+		})
 	}
 
-	code, stdout, _ = cli(ctx, "tools")
+	code, stdout, _ := cli(ctx, "tools")
 	if code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
@@ -446,6 +476,15 @@ func TestTools(t *testing.T) {
 		!regexp.MustCompile(`(?m)^read_file +computer +parallel +read-only +`).MatchString(stdout) {
 		t.Errorf("table:\n%s", stdout)
 	}
+}
+
+func unquote(t *testing.T, raw json.RawMessage) string {
+	t.Helper()
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatalf("%s is not a JSON string: %v", raw, err)
+	}
+	return s
 }
 
 func TestCall(t *testing.T) {
@@ -539,8 +578,12 @@ func TestUsageErrors(t *testing.T) {
 		{"run without model", []string{"run", "hello"}, exitUsage, "no model"},
 		{"run -node without server", []string{"run", "-node", "n1", "-model", "script:x", "hi"}, exitUsage, "-node picks a node of a running bus"},
 		{"run -home with server", []string{"run", "-server", "nats://127.0.0.1:1", "-home", ".", "-model", "script:x", "hi"}, exitUsage, "-home configures the embedded node"},
+		{"run -hosted-tool-search with server", []string{"run", "-server", "nats://127.0.0.1:1", "-hosted-tool-search", "-model", "openai:m", "hi"}, exitUsage, "-hosted-tool-search configures the embedded node"},
 		{"bad agent", []string{"tools", "-agent", "a.b"}, exitUsage, `-agent "a.b"`},
 		{"bad flag", []string{"tools", "-nope"}, exitUsage, "flag provided but not defined: -nope"},
+		{"tools unknown api", []string{"tools", "-json", "-api", "anthropic"}, exitUsage, `-api "anthropic": want responses or chat`},
+		{"tools -api without -json", []string{"tools", "-api", "chat"}, exitUsage, "add -json"},
+		{"tools hosted search on chat", []string{"tools", "-json", "-api", "chat", "-hosted-tool-search"}, exitUsage, "Chat Completions has no hosted tool search"},
 		{"missing script", []string{"run", "-model", "script:/does/not/exist.json", "hi"}, exitFailed, "toolbus: load script: "},
 		{"call without tool", []string{"call"}, exitUsage, "want a tool name"},
 	} {

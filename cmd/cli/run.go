@@ -39,6 +39,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var (
 		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs OPENAI_API_KEY) or chat:MODEL (Chat Completions, e.g. a local server at -base-url) (env TOOLBUS_MODEL)")
 		baseURL      = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI)")
+		hostedSearch = fs.Bool("hosted-tool-search", false, "embedded node, openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
 		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
 		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
@@ -66,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"home", "store-dir", "base-url"} {
+		for _, f := range []string{"home", "store-dir", "base-url", "hosted-tool-search"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
 			}
@@ -88,10 +89,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		req.Model = *model
 	}
 
-	gw := gateway.ConfigFromEnv()
-	if *baseURL != "" {
-		gw.BaseURL = *baseURL
-	}
+	gw := gatewayConfig(*baseURL, *hostedSearch)
 	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw}, newLogger(stderr))
 	if err != nil {
 		return err
@@ -116,6 +114,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	return turnExit(final)
+}
+
+// gatewayConfig is the model gateway configuration of an embedded node: the
+// key and base URL from the environment, the flags over them.
+func gatewayConfig(baseURL string, hostedSearch bool) gateway.Config {
+	gw := gateway.ConfigFromEnv()
+	if baseURL != "" {
+		gw.BaseURL = baseURL
+	}
+	gw.HostedToolSearch = hostedSearch
+	return gw
 }
 
 // readScript validates a script file and returns it compacted, to be sent

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,87 +10,93 @@ import (
 	"text/tabwriter"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
+)
+
+// Wire formats tools -json prints.
+const (
+	apiResponses = "responses"
+	apiChat      = "chat"
 )
 
 func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tools", "[flags]",
 		"Lists the tools a text turn assembles, in the order the model receives them.\n"+
-			"With -json, prints each tool's definition as a model request carries it: for a\n"+
-			"strict tool, the strict projection of its schema.", stderr)
+			"With -json, prints the \"tools\" array of a model request byte for byte as the\n"+
+			"gateway sends it (indented): with -api responses, namespaced tools grouped into\n"+
+			"namespace tools and deferred ones behind tool_search; with -api chat, plain\n"+
+			"functions as in a turn's first request. A strict tool carries the strict\n"+
+			"projection of its schema.", stderr)
 	var (
-		asJSON = fs.Bool("json", false, "print the tool definitions as JSON")
+		asJSON = fs.Bool("json", false, "print the tool definitions as the model API receives them")
+		api    = fs.String("api", apiResponses, "with -json: the API whose format to print, responses or chat")
+		hosted = fs.Bool("hosted-tool-search", false, "with -json -api responses: print the tool_search tool as the provider-hosted one (as run -hosted-tool-search sends it)")
 		agent  = fs.String("agent", defaultAgent, "assemble the tools of this agent")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) > 0 {
+	set := flagsSet(fs)
+	switch {
+	case len(pos) > 0:
 		return usagef("unexpected arguments %q", pos)
+	case *api != apiResponses && *api != apiChat:
+		return usagef("-api %q: want %s or %s", *api, apiResponses, apiChat)
+	case (set["api"] || set["hosted-tool-search"]) && !*asJSON:
+		return usagef("-api and -hosted-tool-search choose the format of -json: add -json")
+	case *hosted && *api == apiChat:
+		return usagef("-hosted-tool-search is a Responses API feature: Chat Completions has no hosted tool search")
 	}
 	if err := checkAgent(*agent); err != nil {
 		return err
 	}
 	// The same assembly a node's turn makes (Node.TurnTools without a custom
 	// assembler); listing tools needs no bus.
-	set, err := toolsets.TextTurn(toolsets.TurnContext{Agent: *agent})
+	tools, err := toolsets.TextTurn(toolsets.TurnContext{Agent: *agent})
 	if err != nil {
 		return err
 	}
 	if *asJSON {
-		return printToolDefs(stdout, set)
+		return printToolDefs(stdout, stderr, tools, *api, *hosted)
 	}
-	return printToolTable(stdout, set)
+	return printToolTable(stdout, tools)
 }
 
-// toolDef is a function definition as a Responses API request carries it,
-// with the tool's namespace as a field rather than as an enclosing
-// namespace tool.
-type toolDef struct {
-	Type         string          `json:"type"`
-	Name         string          `json:"name"`
-	Namespace    string          `json:"namespace,omitempty"`
-	Description  string          `json:"description,omitempty"`
-	Parameters   json.RawMessage `json:"parameters"`
-	Strict       bool            `json:"strict"`
-	DeferLoading bool            `json:"defer_loading,omitempty"`
-	// StrictFallback says why a Strict tool goes out non-strict.
-	StrictFallback string `json:"strict_fallback,omitempty"`
-}
-
-// definition renders a tool as the gateways do: the strict projection for a
-// Strict tool whose schema allows one, otherwise the schema as given.
-func definition(t *toolbus.Tool) toolDef {
-	d := toolDef{
-		Type: "function", Name: t.Name, Namespace: t.Namespace, Description: t.Description,
-		DeferLoading: t.DeferLoading, Parameters: json.RawMessage(`{"type":"object","properties":{}}`),
+// printToolDefs prints the tool definitions of one API, produced by the
+// gateway itself, and notes on stderr each Strict tool that goes out
+// non-strict.
+func printToolDefs(stdout, stderr io.Writer, set *toolbus.Set, api string, hosted bool) error {
+	var (
+		defs json.RawMessage
+		err  error
+	)
+	switch api {
+	case apiChat:
+		defs, err = gateway.ChatToolDefinitions(set.Tools())
+	default:
+		defs, err = gateway.ResponsesToolDefinitions(set.Tools(), hosted)
 	}
-	if t.Params == nil {
-		return d
+	if err != nil {
+		return err
 	}
-	d.Parameters = t.Params.JSON()
-	if t.Strict {
-		if p := t.Params.Strict(); p.Err == nil {
-			d.Parameters, d.Strict = p.JSON, true
-		} else {
-			d.StrictFallback = p.Err.Error()
+	var b bytes.Buffer
+	if err := json.Indent(&b, defs, "", "  "); err != nil {
+		return fmt.Errorf("indent tool definitions: %w", err)
+	}
+	b.WriteByte('\n')
+	if _, err := stdout.Write(b.Bytes()); err != nil {
+		return err
+	}
+	for _, t := range set.Tools() {
+		if t.Strict && t.Params != nil {
+			if p := t.Params.Strict(); p.Err != nil {
+				fmt.Fprintf(stderr, "toolbus: %s is sent non-strict: its schema cannot be made strict: %v\n", t.Name, p.Err)
+			}
 		}
 	}
-	return d
-}
-
-func printToolDefs(w io.Writer, set *toolbus.Set) error {
-	defs := make([]toolDef, 0, set.Len())
-	for _, t := range set.Tools() {
-		defs = append(defs, definition(t))
-	}
-	b, err := json.MarshalIndent(defs, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode tool definitions: %w", err)
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return nil
 }
 
 // maxDescription bounds the description column of the table.

@@ -106,9 +106,9 @@ func Tools(cfg Config) []*toolbus.Tool {
 				case d.Cancelled:
 					return fmt.Sprintf("Stopped `%s` after %s", cmd, formatDuration(d.Duration()))
 				case d.Signal != "":
-					return fmt.Sprintf("Ran `%s` (killed by %s, %s)", cmd, d.Signal, formatDuration(d.Duration()))
+					return fmt.Sprintf("Ran `%s` (killed by %s)", cmd, d.Signal)
 				}
-				return fmt.Sprintf("Ran `%s` (exit %d, %s)", cmd, d.ExitCode, formatDuration(d.Duration()))
+				return fmt.Sprintf("Ran `%s` (exit %d)", cmd, d.ExitCode)
 			},
 			Execute: c.runCommand,
 		}),

@@ -743,7 +743,7 @@ func TestToolContract(t *testing.T) {
 		"list_files":  {map[string]any{"path": "."}, "Listing the home directory", "Listed 1 entry in the home directory"},
 		"read_file":   {map[string]any{"path": "notes.md"}, "Reading notes.md", "Read 3 lines of notes.md"},
 		"write_file":  {map[string]any{"path": "out/x.md", "content": "hi\n"}, "Writing out/x.md", "Wrote 1 line to out/x.md"},
-		"run_command": {map[string]any{"command": "exit 0"}, "Running `exit 0`", "Ran `exit 0` (exit 0, "},
+		"run_command": {map[string]any{"command": "exit 0"}, "Running `exit 0`", "Ran `exit 0` (exit 0)"},
 	}
 	wantMode := map[string]struct {
 		mode                  toolbus.Mode

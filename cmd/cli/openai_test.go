@@ -1,0 +1,426 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+)
+
+// fakeKey is the API key of the model-server tests: the server wants it in the
+// Authorization header, and it must appear nowhere in what the CLI prints.
+const fakeKey = "sk-cli-test-5e1d0c9b8a7f6e4d"
+
+// modelStep is one answer of a fake model server: check inspects the request
+// body (with t.Errorf: it runs on the server's goroutine), then the server
+// answers with status and body.
+type modelStep struct {
+	check  func(t *testing.T, body []byte)
+	status int // 0 means 200
+	body   string
+}
+
+// modelServer is an httptest server that speaks one model API at one path and
+// answers its requests with the steps of a script, in order.
+type modelServer struct {
+	t     *testing.T
+	srv   *httptest.Server
+	path  string
+	steps []modelStep
+
+	mu   sync.Mutex
+	seen int
+}
+
+func newModelServer(t *testing.T, path string, steps ...modelStep) *modelServer {
+	t.Helper()
+	s := &modelServer{t: t, path: path, steps: steps}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.srv.Close)
+	return s
+}
+
+func (s *modelServer) serve(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		s.t.Errorf("read request body: %v", err)
+	}
+	s.mu.Lock()
+	n := s.seen
+	s.seen++
+	s.mu.Unlock()
+	if r.Method != http.MethodPost || r.URL.Path != s.path {
+		s.t.Errorf("request %d: %s %s, want POST %s", n+1, r.Method, r.URL.Path, s.path)
+	}
+	if got := r.Header.Get("Authorization"); got != "Bearer "+fakeKey {
+		s.t.Errorf("request %d: Authorization %q, want the bearer key", n+1, got)
+	}
+	if n >= len(s.steps) {
+		s.t.Errorf("unexpected request %d:\n%s", n+1, body)
+		http.Error(w, `{"error":{"message":"unexpected request"}}`, http.StatusBadRequest)
+		return
+	}
+	step := s.steps[n]
+	if step.check != nil {
+		step.check(s.t, body)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if step.status != 0 {
+		w.WriteHeader(step.status)
+	}
+	io.WriteString(w, step.body)
+}
+
+// requests is how many requests the server received.
+func (s *modelServer) requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen
+}
+
+// baseURL is the API root the gateways expect: the part before /responses or
+// /chat/completions.
+func (s *modelServer) baseURL() string { return s.srv.URL + "/v1" }
+
+// The two calls of the first answer, and what their outputs must hold.
+const (
+	listCall = "call_list"
+	readCall = "call_read"
+)
+
+// demoReadme is the file read_file must return to the model.
+func demoReadme(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(demoHome, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// wantOutputs checks the tool outputs the second request carries: the listing
+// names the demo files, and read_file returns README.md line by line.
+func wantOutputs(t *testing.T, outputs map[string]string, readme string) {
+	t.Helper()
+	if len(outputs) != 2 {
+		t.Errorf("second request carries outputs for %d calls, want 2: %v", len(outputs), outputs)
+	}
+	for _, name := range []string{"README.md", "calc.sh", "check.sh", "notes.txt"} {
+		if !strings.Contains(outputs[listCall], name) {
+			t.Errorf("list_files output lacks %s:\n%s", name, outputs[listCall])
+		}
+	}
+	for line := range strings.Lines(readme) {
+		if line = strings.TrimSpace(line); line != "" && !strings.Contains(outputs[readCall], line) {
+			t.Errorf("read_file output lacks README line %q:\n%s", line, outputs[readCall])
+		}
+	}
+}
+
+// responsesBody is a Responses API answer holding output items.
+func responsesBody(id string, output ...string) string {
+	return fmt.Sprintf(`{"id":%q,"object":"response","status":"completed","model":"gpt-test","output":[%s],`+
+		`"usage":{"input_tokens":120,"output_tokens":30,"total_tokens":150}}`, id, strings.Join(output, ","))
+}
+
+func responsesCall(callID, name, args string) string {
+	return fmt.Sprintf(`{"type":"function_call","id":"fc_%s","call_id":%q,"name":%q,"arguments":%q,"status":"completed"}`,
+		callID, callID, name, args)
+}
+
+func responsesMessage(text string) string {
+	return fmt.Sprintf(`{"type":"message","id":"msg_1","status":"completed","role":"assistant",`+
+		`"content":[{"type":"output_text","text":%q,"annotations":[]}]}`, text)
+}
+
+// responsesScript is the Responses conversation of the acceptance test.
+func responsesScript(t *testing.T) []modelStep {
+	readme := demoReadme(t)
+	return []modelStep{
+		{
+			check: func(t *testing.T, body []byte) {
+				var req struct {
+					Model string `json:"model"`
+					Input []struct {
+						Role    string `json:"role"`
+						Content string `json:"content"`
+					} `json:"input"`
+					Tools []struct {
+						Type string `json:"type"`
+						Name string `json:"name"`
+					} `json:"tools"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("first request is not JSON: %v\n%s", err, body)
+					return
+				}
+				if req.Model != "gpt-test" || len(req.Input) != 1 || req.Input[0].Role != "user" || req.Input[0].Content != demoPrompt {
+					t.Errorf("first request: model %q, input %+v", req.Model, req.Input)
+				}
+				tools := map[string]bool{}
+				for _, tool := range req.Tools {
+					tools[tool.Type+":"+tool.Name] = true
+				}
+				if !tools["function:list_files"] || !tools["function:read_file"] {
+					t.Errorf("first request offers tools %v", tools)
+				}
+			},
+			body: responsesBody("resp_1",
+				responsesCall(listCall, "list_files", `{"path":"."}`),
+				responsesCall(readCall, "read_file", `{"path":"README.md"}`)),
+		},
+		{
+			check: func(t *testing.T, body []byte) {
+				var req struct {
+					Input []struct {
+						Type   string `json:"type"`
+						CallID string `json:"call_id"`
+						Output string `json:"output"`
+					} `json:"input"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("second request is not JSON: %v\n%s", err, body)
+					return
+				}
+				calls, outputs := 0, map[string]string{}
+				for _, it := range req.Input {
+					switch it.Type {
+					case "function_call":
+						calls++
+					case "function_call_output":
+						outputs[it.CallID] = it.Output
+					}
+				}
+				if calls != 2 {
+					t.Errorf("second request carries %d function calls, want 2:\n%s", calls, body)
+				}
+				wantOutputs(t, outputs, readme)
+			},
+			body: responsesBody("resp_2", responsesMessage("All good.")),
+		},
+	}
+}
+
+// chatCompletion is a Chat Completions answer.
+func chatCompletion(id, finish, message string) string {
+	return fmt.Sprintf(`{"id":%q,"object":"chat.completion","created":1,"model":"llama-test",`+
+		`"choices":[{"index":0,"finish_reason":%q,"message":%s}],`+
+		`"usage":{"prompt_tokens":90,"completion_tokens":12,"total_tokens":102}}`, id, finish, message)
+}
+
+func chatToolCall(id, name, args string) string {
+	return fmt.Sprintf(`{"id":%q,"type":"function","function":{"name":%q,"arguments":%q}}`, id, name, args)
+}
+
+// chatScript is the Chat Completions conversation of the acceptance test.
+func chatScript(t *testing.T) []modelStep {
+	readme := demoReadme(t)
+	return []modelStep{
+		{
+			check: func(t *testing.T, body []byte) {
+				var req struct {
+					Model string `json:"model"`
+					Tools []struct {
+						Function struct {
+							Name string `json:"name"`
+						} `json:"function"`
+					} `json:"tools"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("first request is not JSON: %v\n%s", err, body)
+					return
+				}
+				tools := map[string]bool{}
+				for _, tool := range req.Tools {
+					tools[tool.Function.Name] = true
+				}
+				if req.Model != "llama-test" || !tools["list_files"] || !tools["read_file"] {
+					t.Errorf("first request: model %q, tools %v", req.Model, tools)
+				}
+			},
+			body: chatCompletion("chatcmpl-1", "tool_calls", `{"role":"assistant","content":null,"tool_calls":[`+
+				chatToolCall(listCall, "list_files", `{"path":"."}`)+","+
+				chatToolCall(readCall, "read_file", `{"path":"README.md"}`)+`]}`),
+		},
+		{
+			check: func(t *testing.T, body []byte) {
+				var req struct {
+					Messages []struct {
+						Role       string `json:"role"`
+						ToolCallID string `json:"tool_call_id"`
+						Content    string `json:"content"`
+						ToolCalls  []any  `json:"tool_calls"`
+					} `json:"messages"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("second request is not JSON: %v\n%s", err, body)
+					return
+				}
+				calls, outputs := 0, map[string]string{}
+				for _, m := range req.Messages {
+					switch m.Role {
+					case "assistant":
+						calls += len(m.ToolCalls)
+					case "tool":
+						outputs[m.ToolCallID] = m.Content
+					}
+				}
+				if calls != 2 {
+					t.Errorf("second request carries %d tool calls, want 2:\n%s", calls, body)
+				}
+				wantOutputs(t, outputs, readme)
+			},
+			body: chatCompletion("chatcmpl-2", "stop", `{"role":"assistant","content":"All good."}`),
+		},
+	}
+}
+
+// The issue's acceptance: run -model openai:... (and chat:...) against a
+// server speaking the API works end to end from the command line.
+func TestRunAgainstModelServer(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		model string
+		path  string
+		steps func(*testing.T) []modelStep
+		json  bool
+	}{
+		{"responses", "openai:gpt-test", "/v1/responses", responsesScript, false},
+		{"responses json", "openai:gpt-test", "/v1/responses", responsesScript, true},
+		{"chat", "chat:llama-test", "/v1/chat/completions", chatScript, false},
+		{"chat json", "chat:llama-test", "/v1/chat/completions", chatScript, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(gateway.EnvAPIKey, fakeKey)
+			srv := newModelServer(t, tc.path, tc.steps(t)...)
+			args := []string{"run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome}
+			if tc.json {
+				args = append(args, "-json")
+			}
+			code, stdout, stderr := cli(testContext(t), append(args, demoPrompt)...)
+			if code != exitOK {
+				t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s", code, stderr, stdout)
+			}
+			if n := srv.requests(); n != 2 {
+				t.Errorf("the server got %d requests, want 2", n)
+			}
+			if strings.Contains(stdout, fakeKey) || strings.Contains(stderr, fakeKey) {
+				t.Errorf("the API key was printed:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+			}
+			if stderr != "" {
+				t.Errorf("stderr: %s", stderr)
+			}
+			if tc.json {
+				checkTranscript(t, stdout)
+				return
+			}
+			for _, want := range []string{
+				"→ Listing the home directory\n",
+				"✓ Listed 4 entries in the home directory (",
+				"✓ Read 8 lines of README.md (",
+				"\nAll good.\n",
+				"completed · 2 steps · 2 calls · ",
+			} {
+				if !strings.Contains(stdout, want) {
+					t.Errorf("output lacks %q:\n%s", want, stdout)
+				}
+			}
+		})
+	}
+}
+
+// checkTranscript checks what run -json printed: a completed turn whose two
+// calls have their outputs, ending with the model's answer.
+func checkTranscript(t *testing.T, stdout string) {
+	t.Helper()
+	var out runOutput
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("stdout is not the JSON transcript: %v\n%s", err, stdout)
+	}
+	if out.Status.State != bus.TurnCompleted || out.Status.Step != 2 || len(out.Status.Calls) != 2 || out.Status.Text != "All good." {
+		t.Errorf("status %+v", out.Status)
+	}
+	names, outputs := map[string]string{}, map[string]gateway.Item{}
+	for _, it := range out.Transcript {
+		switch it.Kind {
+		case gateway.KindFunctionCall:
+			names[it.CallID] = it.Name
+		case gateway.KindCallOutput:
+			outputs[it.CallID] = it
+		}
+	}
+	if names[listCall] != "list_files" || names[readCall] != "read_file" {
+		t.Errorf("transcript calls %v", names)
+	}
+	for id := range names {
+		if o, ok := outputs[id]; !ok || o.IsError || len(o.Output) == 0 {
+			t.Errorf("call %s: output %+v", id, o)
+		}
+	}
+	if n := len(out.Transcript); n == 0 || out.Transcript[n-1].Kind != gateway.KindMessage || out.Transcript[n-1].Text != "All good." {
+		t.Errorf("transcript does not end with the answer: %+v", out.Transcript)
+	}
+}
+
+// A refused key ends the run at once: one request, no retry, exit 1, and a
+// message naming the status, with the key the server echoed removed.
+func TestRunModelServerRefusesKey(t *testing.T) {
+	refused := modelStep{
+		status: http.StatusUnauthorized,
+		body:   `{"error":{"message":"Incorrect API key provided: ` + fakeKey + `.","type":"invalid_request_error","code":"invalid_api_key"}}`,
+	}
+	for _, tc := range []struct {
+		model string
+		path  string
+	}{
+		{"openai:gpt-test", "/v1/responses"},
+		{"chat:llama-test", "/v1/chat/completions"},
+	} {
+		t.Run(tc.model, func(t *testing.T) {
+			t.Setenv(gateway.EnvAPIKey, fakeKey)
+			srv := newModelServer(t, tc.path, refused)
+			code, stdout, stderr := cli(testContext(t), "run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome, demoPrompt)
+			if code != exitFailed {
+				t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", code, exitFailed, stderr, stdout)
+			}
+			if n := srv.requests(); n != 1 {
+				t.Errorf("the server got %d requests, want 1: a refused key is not retried", n)
+			}
+			for _, want := range []string{"toolbus: turn failed: ", "HTTP 401", "the API key was refused (check OPENAI_API_KEY)", "Incorrect API key provided: [redacted]."} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("stderr lacks %q:\n%s", want, stderr)
+				}
+			}
+			if strings.Contains(stdout, fakeKey) || strings.Contains(stderr, fakeKey) {
+				t.Errorf("the API key was printed:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+			}
+		})
+	}
+}
+
+func TestGatewayConfig(t *testing.T) {
+	t.Setenv(gateway.EnvAPIKey, fakeKey)
+	t.Setenv(gateway.EnvBaseURL, "http://env.example/v1")
+	for _, tc := range []struct {
+		baseURL, wantURL string
+		hosted           bool
+	}{
+		{"", "http://env.example/v1", false},
+		{"http://localhost:11434/v1", "http://localhost:11434/v1", true},
+	} {
+		got := gatewayConfig(tc.baseURL, tc.hosted)
+		if got.APIKey != fakeKey || got.BaseURL != tc.wantURL || got.HostedToolSearch != tc.hosted {
+			t.Errorf("gatewayConfig(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
+				tc.baseURL, tc.hosted, got.APIKey == fakeKey, got.BaseURL, got.HostedToolSearch, tc.wantURL, tc.hosted)
+		}
+	}
+}
