@@ -453,8 +453,9 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		st.errors.Add(1)
 	}
 	reply.Label = completedLabel(tool, args, res, reply)
-	emit(bus.EventCompleted, reply.Label)
+	// The caller waits for the reply, not for the event: reply first.
 	h.reply(m.req, reply)
+	emit(bus.EventCompleted, reply.Label)
 }
 
 // cancelOutcome tells a deadline from an abort.

@@ -642,9 +642,10 @@ func (t *turn) appendTranscript(items []gateway.Item) {
 }
 
 // flushTranscript appends the queued items to the stream without waiting.
-// Each message carries its position in the turn (HeaderSeq) and a
-// deduplication id, so a message retried after a failure is stored once and
-// read back in order.
+// Each message carries its position in the turn (HeaderSeq), so a message
+// retried after a failure is read back in order, and once, even if both
+// attempts were stored. (The reader deduplicates; a Nats-Msg-Id would make
+// the stream do it on every append, retried or not.)
 func (t *turn) flushTranscript() {
 	if len(t.unsaved) == 0 {
 		return
@@ -660,7 +661,6 @@ func (t *turn) flushTranscript() {
 	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.ID))
 	m.Data = b
 	m.Header.Set(bus.HeaderSeq, strconv.Itoa(seq))
-	m.Header.Set(jetstream.MsgIDHeader, t.cfg.ID+"-"+strconv.Itoa(seq))
 	a := &transcriptAppend{msg: m}
 	a.ack, a.err = t.cfg.JS.PublishMsgAsync(m)
 	t.appends = append(t.appends, a)

@@ -209,6 +209,11 @@ func (r *renderer) result(call string, reply bus.ToolReply) {
 	if a == nil {
 		return
 	}
+	// The reply carries the completed label; the completed event may come
+	// after it.
+	if reply.Label != "" {
+		a.completed = reply.Label
+	}
 	if reply.Completion != nil && reply.Completion.Label != "" {
 		a.completed = reply.Completion.Label
 	}
