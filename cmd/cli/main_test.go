@@ -386,6 +386,9 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 		t.Errorf("aborted run: exit %d, output:\n%s%s", got, runOut.String(), runErr.String())
 	}
 
+	// watch has its own connection: the last status can reach it after the
+	// aborted run has already seen it and exited.
+	watched.waitFor(t, ctx, shortID(sleeping)+" status.done")
 	stopWatch()
 	if got := <-watchDone; got != exitOK {
 		t.Errorf("watch exit %d: %s", got, watchErr.String())
