@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -424,6 +425,12 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	reply.Duration = time.Since(start)
 	st.inflight.Add(-1)
 	st.nanos.Add(int64(reply.Duration))
+	if ctx.Err() != nil {
+		// An abort wakes every call of the turn at once. Let the others see
+		// their cancellation (and stop their work) before this one spends
+		// the processor on its reply.
+		runtime.Gosched()
+	}
 
 	switch {
 	case panicked != nil:

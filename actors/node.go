@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,7 @@ type Node struct {
 	subs  []*nats.Subscription
 	// transcripts is set once the transcript stream is known to exist.
 	transcripts atomic.Bool
+	closeOnce   sync.Once
 }
 
 // node actor messages.
@@ -422,7 +424,7 @@ func (n *Node) StartTurn(ctx context.Context, req bus.StartTurn) (string, error)
 		return "", errors.New("start turn: the prompt is empty")
 	}
 	if req.MaxSteps < 0 || req.MaxSteps > MaxStepsLimit {
-		return "", fmt.Errorf("start turn: max_steps %d is out of range (1 to %d)", req.MaxSteps, MaxStepsLimit)
+		return "", fmt.Errorf("start turn: max_steps %d is out of range (0 for the default, up to %d)", req.MaxSteps, MaxStepsLimit)
 	}
 	model, err := n.model(req)
 	if err != nil {
@@ -457,6 +459,10 @@ func (n *Node) model(req bus.StartTurn) (gateway.Model, error) {
 
 // Close stops every turn and host of the node, then its connections.
 func (n *Node) Close() {
+	n.closeOnce.Do(n.close)
+}
+
+func (n *Node) close() {
 	for _, s := range n.subs {
 		_ = s.Unsubscribe()
 	}

@@ -541,8 +541,21 @@ func (t *turn) completeBatch() {
 		}
 		return
 	}
+	terminate := t.closeBatch()
+	switch {
+	case t.aborted:
+		t.finish(bus.TurnAborted, "")
+	case terminate:
+		t.finish(bus.TurnTerminated, "")
+	default:
+		t.callModel()
+	}
+}
+
+// closeBatch records every call of the batch and appends their outputs, in
+// the model's order. It reports whether a result asked to end the turn.
+func (t *turn) closeBatch() (terminate bool) {
 	outputs := make([]gateway.Item, 0, len(t.batch))
-	terminate := false
 	records := make([]bus.CallRecord, 0, len(t.batch))
 	for _, pc := range t.batch {
 		outputs = append(outputs, gateway.Item{
@@ -562,23 +575,27 @@ func (t *turn) completeBatch() {
 	t.records = append(t.records, records...)
 	t.flushTranscript()
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
-	switch {
-	case t.aborted:
-		t.finish(bus.TurnAborted, "")
-	case terminate:
-		t.finish(bus.TurnTerminated, "")
-	default:
-		t.callModel()
-	}
+	return terminate
 }
 
 func (t *turn) fail(err error) {
 	t.log.Warn("turn failed", "err", err)
-	// Calls still waiting get an output, so the transcript stays valid.
+	// Every call of the batch gets an output, so the transcript stays valid
+	// for the provider: a call that never went out did not start; one in
+	// flight may still be running on its host.
 	for _, pc := range t.batch {
-		if pc.state != callDone {
-			pc.resolve(bus.OutcomeNotStarted, "call not finished: the turn failed")
+		switch pc.state {
+		case callWaiting:
+			pc.resolve(bus.OutcomeNotStarted, "call not started: the turn failed: "+err.Error())
+		case callRunning:
+			if pc.timer != nil {
+				pc.timer.Stop()
+			}
+			pc.resolve(bus.OutcomeAbandoned, "call abandoned: the turn failed ("+err.Error()+"); it may still be running")
 		}
+	}
+	if len(t.batch) > 0 {
+		t.closeBatch()
 	}
 	t.finish(bus.TurnFailed, err.Error())
 }

@@ -644,3 +644,48 @@ func TestTranscriptIsStored(t *testing.T) {
 		t.Errorf("stored transcript\n%s\nwant\n%s", got, want)
 	}
 }
+
+func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
+	started := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	hang := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "hang", Category: "test", Timeout: time.Minute,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			close(started)
+			<-release // ignores cancellation, as a stuck tool would
+			return toolbus.Result{}, nil
+		},
+	})
+	later := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "later", Category: "test", Mode: toolbus.Sequential,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			return toolbus.Result{}, nil
+		},
+	})
+	h := newHarness(t, hang, later)
+	set, _ := toolbus.NewSet(hang, later)
+	model, _ := gateway.NewScripted(gateway.Script{Responses: []gateway.ScriptStep{{Calls: []gateway.ScriptCall{
+		{ID: "h", Name: "hang", Arguments: `{}`}, {ID: "l", Name: "later", Arguments: `{}`},
+	}}}})
+	done := make(chan TurnResult, 1)
+	if _, err := h.node.Spawn(context.Background(), TurnConfig{Model: model, Tools: set,
+		Input: []gateway.Item{gateway.UserMessage("go")}, Done: func(r TurnResult) { done <- r }}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	go h.node.Close()
+	res := <-done
+	if res.State != bus.TurnFailed || !strings.Contains(res.Error, "the node stopped the turn") {
+		t.Errorf("state %s error %q", res.State, res.Error)
+	}
+	if got := outcomes(res); !slices.Equal(got, []string{"hang:abandoned", "later:not_started"}) {
+		t.Errorf("outcomes %v", got)
+	}
+	out := outputs(res)
+	for _, id := range []string{"h", "l"} {
+		if it, ok := out[id]; !ok || !it.IsError {
+			t.Errorf("call %s has no error output: %+v", id, it)
+		}
+	}
+}
