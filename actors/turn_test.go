@@ -689,3 +689,77 @@ func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
 		}
 	}
 }
+
+func TestPanicBecomesErrorResult(t *testing.T) {
+	boom := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "boom", Category: "test",
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			var m map[string]int
+			m["x"]++ // nil map write
+			return toolbus.Result{}, nil
+		},
+	})
+	fine := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "fine", Category: "test",
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			return toolbus.TextResult("still serving"), nil
+		},
+	})
+	h := newHarness(t, boom, fine)
+	res := h.run(context.Background(), []*toolbus.Tool{boom, fine},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "b", Name: "boom", Arguments: `{}`}}},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "f", Name: "fine", Arguments: `{}`}}},
+		gateway.ScriptStep{Text: "ok"})
+	if got := outcomes(res); !slices.Equal(got, []string{"boom:panic", "fine:ok"}) {
+		t.Fatalf("outcomes %v", got)
+	}
+	if txt := outputText(outputs(res)["b"]); !strings.Contains(txt, "tool boom failed internally") || !strings.Contains(txt, "nil map") {
+		t.Errorf("panic output %q", txt)
+	}
+	if txt := outputText(outputs(res)["f"]); txt != "still serving" {
+		t.Errorf("host after the panic: %q", txt)
+	}
+}
+
+func TestHostConcurrencyLimit(t *testing.T) {
+	rec := &recorder{}
+	slow := toolbus.MustDefine(toolbus.Def[idArgs]{
+		Name: "slow", Category: "limited", Timeout: 10 * time.Second,
+		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
+			rec.enter(a.ID)
+			defer rec.exit(a.ID)
+			time.Sleep(10 * time.Millisecond)
+			return toolbus.TextResult(a.ID), nil
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	n, err := StartNode(ctx, NodeConfig{Name: "n1", Logger: DiscardLogger(), MaxConcurrent: 2,
+		Connect: func(name string) (*nats.Conn, error) { return srv.Connect(name) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	if err := n.Host(ctx, "limited", []*toolbus.Tool{slow}); err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, srv: srv, node: n}
+	var calls []gateway.ScriptCall
+	for i := range 6 {
+		calls = append(calls, call("slow", fmt.Sprintf(`{"id":"c%d"}`, i)))
+	}
+	res := h.run(ctx, []*toolbus.Tool{slow}, gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "ok"})
+	for _, c := range res.Calls {
+		if c.Outcome != bus.OutcomeOK {
+			t.Errorf("call %s: %s %s", c.Call, c.Outcome, c.Error)
+		}
+	}
+	if rec.peak > 2 {
+		t.Errorf("peak concurrency %d with a limit of 2", rec.peak)
+	}
+}
