@@ -87,6 +87,11 @@ func (c Config) runCommand(ctx context.Context, call toolbus.Call, a commandArgs
 	out := newCapture(c.MaxOutput)
 	run, err := c.start(ctx, a.Command, dir, h.dir, timeout, out)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Cancelled (an abort) before the shell was started.
+			d.Cancelled = true
+			return toolbus.ErrorResult("The command was not started: the call was cancelled first.").WithDetails(d), nil
+		}
 		return toolbus.Result{}, err
 	}
 	stopProgress := reportProgress(call, shortCommand(a.Command), run.started, out)

@@ -907,3 +907,22 @@ func execTrue(dir string) error {
 	cmd.Dir = dir
 	return cmd.Run()
 }
+
+func TestRunCommandCancelledBeforeStart(t *testing.T) {
+	tool := toolNamed(t, testConfig, "run_command")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	args := map[string]any{"command": "sleep 30"}
+	res, err, _ := run(t, ctx, tool, t.TempDir(), args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := details[CommandDetails](t, res)
+	if !d.Cancelled || !res.IsError || !strings.Contains(res.Text(), "not started") {
+		t.Errorf("result %q, details %+v", res.Text(), d)
+	}
+	raw, _ := json.Marshal(args)
+	if got := tool.CompletedLabel(raw, res); !strings.HasPrefix(got, "Stopped `sleep 30` after ") {
+		t.Errorf("label %q", got)
+	}
+}
