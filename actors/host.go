@@ -508,6 +508,16 @@ func (h *host) reply(r micro.Request, reply bus.ToolReply) {
 	if err != nil {
 		b, _ = json.Marshal(bus.ToolReply{Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Error: "encode reply: " + err.Error()})
 	}
+	// The bus refuses a message over its max payload, and the caller would
+	// wait for its deadline: tell it instead. (Tools that produce more cap
+	// their own output, as run_command and read_file do.)
+	if limit := h.cfg.Conn.MaxPayload(); int64(len(b)) > limit {
+		b, _ = json.Marshal(bus.ToolReply{
+			Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Duration: reply.Duration, Label: reply.Label,
+			Error: fmt.Sprintf("tool %s produced a result of %d bytes, more than the bus carries (%d); the result was dropped: ask for less output",
+				reply.Tool, len(b), limit),
+		})
+	}
 	if err := r.Respond(b); err != nil {
 		h.log.Warn("reply", "tool", reply.Tool, "call", reply.Call, "err", err)
 	}

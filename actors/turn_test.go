@@ -763,3 +763,22 @@ func TestHostConcurrencyLimit(t *testing.T) {
 		t.Errorf("peak concurrency %d with a limit of 2", rec.peak)
 	}
 }
+
+func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
+	big := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Name: "big", Category: "test", Timeout: time.Hour,
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			return toolbus.TextResult(strings.Repeat("x", 2<<20)), nil
+		},
+	})
+	h := newHarness(t, big)
+	res := h.run(context.Background(), []*toolbus.Tool{big},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "b", Name: "big", Arguments: `{}`}}},
+		gateway.ScriptStep{Text: "ok"})
+	if got := outcomes(res); !slices.Equal(got, []string{"big:error"}) {
+		t.Fatalf("outcomes %v", got)
+	}
+	if txt := outputText(outputs(res)["b"]); !strings.Contains(txt, "more than the bus carries") {
+		t.Errorf("output %q", txt)
+	}
+}
