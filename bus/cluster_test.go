@@ -95,6 +95,17 @@ func TestClusterOfThree(t *testing.T) {
 		}
 	}
 
+	// The meta leader places replicas only on peers it has current stats
+	// from; right after the start a peer can still count as offline.
+	eventually(ctx, t, "the meta leader sees three JetStream peers", func() bool {
+		for _, s := range nodes {
+			if len(s.NATS().JetStreamClusterPeers()) == 3 {
+				return true
+			}
+		}
+		return false
+	})
+
 	t.Run("replicated key-value", func(t *testing.T) {
 		js1 := testJetStream(t, nodes[0], "kv-n1")
 		js3 := testJetStream(t, nodes[2], "kv-n3")
