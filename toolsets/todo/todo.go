@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
@@ -172,7 +173,11 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 	if err := checkKey(agent); err != nil {
 		return List{}, 0, err
 	}
-	e, err := kv.Get(ctx, agent)
+	var e jetstream.KeyValueEntry
+	err := whileUnavailable(ctx, func() (err error) {
+		e, err = kv.Get(ctx, agent)
+		return err
+	})
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return List{Agent: agent, Items: []StoredItem{}}, 0, nil
 	}
@@ -190,6 +195,23 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 }
 
 var errCorrupt = errors.New("stored todo list is not valid")
+
+// whileUnavailable runs op again while the bucket has no stream leader to
+// answer (for a few seconds after the node that led it is lost), until ctx,
+// which carries the call's deadline, ends.
+func whileUnavailable(ctx context.Context, op func() error) error {
+	for {
+		err := op()
+		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
 
 func (s store) read(ctx context.Context, call toolbus.Call, _ readArgs) (toolbus.Result, error) {
 	l, _, err := Load(ctx, s.kv, call.Agent)
@@ -293,11 +315,14 @@ func (s store) update(ctx context.Context, call toolbus.Call, items []Item) (Wri
 		if err != nil {
 			return WriteDetails{}, false, fmt.Errorf("encode todo list: %w", err)
 		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, call.Agent, value)
-		} else {
-			_, err = s.kv.Update(ctx, call.Agent, value, rev)
-		}
+		err = whileUnavailable(ctx, func() error {
+			if rev == 0 {
+				_, err := s.kv.Create(ctx, call.Agent, value)
+				return err
+			}
+			_, err := s.kv.Update(ctx, call.Agent, value, rev)
+			return err
+		})
 		if err == nil {
 			return d, corrupt, nil
 		}

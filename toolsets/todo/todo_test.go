@@ -394,3 +394,31 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	})
 }
+
+func TestWhileUnavailableRetriesUntilAnswered(t *testing.T) {
+	calls := 0
+	err := whileUnavailable(t.Context(), func() error {
+		calls++
+		switch calls {
+		case 1:
+			return nats.ErrNoResponders
+		case 2:
+			return jetstream.ErrNoStreamResponse
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("err %v after %d calls, want nil after 3", err, calls)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	err = whileUnavailable(ctx, func() error { return nats.ErrNoResponders })
+	if !errors.Is(err, nats.ErrNoResponders) {
+		t.Errorf("with ctx done: %v", err)
+	}
+	other := errors.New("bad")
+	if err := whileUnavailable(t.Context(), func() error { return other }); err != other {
+		t.Errorf("other errors pass through: %v", err)
+	}
+}
