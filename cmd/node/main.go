@@ -119,22 +119,15 @@ func sanitize(s string) string {
 	return s
 }
 
-func stateDir(sub ...string) string {
-	base := os.Getenv("XDG_STATE_HOME")
+// xdgDir is toolbus's folder under an XDG base directory: $env, or
+// ~/fallback when it is unset.
+func xdgDir(env, fallback, sub string) string {
+	base := os.Getenv(env)
 	if base == "" {
 		home, _ := os.UserHomeDir()
-		base = filepath.Join(home, ".local", "state")
+		base = filepath.Join(home, fallback)
 	}
-	return filepath.Join(append([]string{base, "toolbus"}, sub...)...)
-}
-
-func dataDir(sub ...string) string {
-	base := os.Getenv("XDG_DATA_HOME")
-	if base == "" {
-		home, _ := os.UserHomeDir()
-		base = filepath.Join(home, ".local", "share")
-	}
-	return filepath.Join(append([]string{base, "toolbus"}, sub...)...)
+	return filepath.Join(base, "toolbus", sub)
 }
 
 func run(ctx context.Context, args []string) error {
@@ -163,7 +156,7 @@ func run(ctx context.Context, args []string) error {
 			Listen: o.listen, Logger: log,
 		}
 		if cfg.StoreDir == "" {
-			cfg.StoreDir = stateDir(o.name)
+			cfg.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
 		}
 		if o.user != "" {
 			cfg.Users = []bus.User{{Name: o.user, Password: o.pass}}
@@ -198,7 +191,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	homeRoot := o.homeRoot
 	if homeRoot == "" && o.home == "" {
-		homeRoot = dataDir("homes")
+		homeRoot = xdgDir("XDG_DATA_HOME", ".local/share", "homes")
 	}
 	gw := gateway.ConfigFromEnv()
 	if o.baseURL != "" {
