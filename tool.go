@@ -55,28 +55,72 @@ func (m *Mode) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Tool is one function a model may call. A tool is a plain value, usually built with
-// [Define]; nothing registers it behind the caller's back.
-type Tool struct {
-	Name        string
-	Description string
-	// Params is the parameter schema; its root is always an object schema.
-	Params *schema.Schema
+// Spec is the data part of a tool: everything a model, a turn or a catalog needs to know
+// about it, and nothing that runs. It encodes to JSON, so specs travel: a category host
+// publishes them, a catalog reads them back, a turn and the gateways work on them alone.
+type Spec struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	// Params is the parameter schema; its root is always an object schema. It encodes as
+	// the raw schema, byte for byte.
+	Params *schema.Schema `json:"parameters"`
 	// Strict asks the provider to enforce the schema (OpenAI strict mode); the model then
 	// sees the strict projection of Params.
-	Strict bool
+	Strict bool `json:"strict,omitempty"`
 	// Namespace groups tools of one provider; the model sees it as a namespace.
-	Namespace            string
-	NamespaceDescription string
+	Namespace            string `json:"namespace,omitempty"`
+	NamespaceDescription string `json:"namespace_description,omitempty"`
 	// DeferLoading hides the tool behind tool search until the model asks for it.
-	DeferLoading bool
-	Mode         Mode
-	ReadOnly     bool
-	Destructive  bool
+	DeferLoading bool `json:"defer_loading,omitempty"`
+	Mode         Mode `json:"mode"`
+	ReadOnly     bool `json:"read_only,omitempty"`
+	Destructive  bool `json:"destructive,omitempty"`
 	// Timeout bounds one execution; zero means the runtime's default.
-	Timeout time.Duration
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
 	// Category names the tool-category host that executes the tool.
-	Category string
+	Category string `json:"category"`
+}
+
+// Check reports what makes a spec unusable: a name, category or namespace that is not a
+// valid function name and subject token, or a missing parameter schema.
+func (s *Spec) Check() error {
+	if err := checkName("name", s.Name); err != nil {
+		return err
+	}
+	if err := checkName("category", s.Category); err != nil {
+		return err
+	}
+	if s.Namespace != "" {
+		if err := checkNamespace(s.Namespace); err != nil {
+			return err
+		}
+	}
+	if s.Params == nil {
+		return errors.New("no parameter schema")
+	}
+	if s.Mode > Sequential {
+		return fmt.Errorf("invalid mode %d", uint8(s.Mode))
+	}
+	if s.Timeout < 0 {
+		return fmt.Errorf("negative timeout %s", s.Timeout)
+	}
+	return nil
+}
+
+// QualifiedName is "namespace.name", or the name of a tool without a namespace: how people
+// and error messages name a tool.
+func (s *Spec) QualifiedName() string {
+	if s.Namespace == "" {
+		return s.Name
+	}
+	return s.Namespace + "." + s.Name
+}
+
+// Tool is a Spec plus the functions that run it. A tool lives where it runs, in a category
+// host; everything else works on its Spec. A tool is a plain value, usually built with
+// [Define]; nothing registers it behind the caller's back.
+type Tool struct {
+	Spec
 
 	// DescribeActivity labels a call while it runs ("Reading notes.md"). Args are validated.
 	DescribeActivity func(args json.RawMessage) string
@@ -186,54 +230,41 @@ func (r Result) WithDetails(v any) Result {
 
 // Def describes a tool whose arguments decode into A. See [Define].
 type Def[A any] struct {
-	Name        string
-	Description string
-	// Schema, when set, is a raw JSON Schema sent to the model byte for byte; otherwise the
-	// schema is derived from A's struct tags.
-	Schema               json.RawMessage
-	Strict               bool
-	Namespace            string
-	NamespaceDescription string
-	DeferLoading         bool
-	Mode                 Mode
-	ReadOnly             bool
-	Destructive          bool
-	Timeout              time.Duration
-	Category             string
+	// Spec is the tool's data. Its Params may be left nil: Schema, or else A's struct
+	// tags, then give the schema.
+	Spec
+	// Schema, when set, is a raw JSON Schema sent to the model byte for byte.
+	Schema json.RawMessage
 
 	DescribeActivity          func(args A) string
 	DescribeCompletedActivity func(args A, res Result) string
 	Execute                   func(ctx context.Context, call Call, args A) (Result, error)
 }
 
-// Define builds a Tool from a typed definition. It fails when the name or category is not a
-// valid subject token, when Execute is missing, or when the schema's root is not an object
-// (with the message "function tool parameters must use a root object schema").
+// Define builds a Tool from a typed definition. It fails when the name, category or
+// namespace is not a valid function name and subject token, when Execute is missing, or
+// when the schema's root is not an object (with the message "function tool parameters must
+// use a root object schema").
 func Define[A any](d Def[A]) (*Tool, error) {
-	if err := checkName("name", d.Name); err != nil {
-		return nil, fmt.Errorf("define tool: %w", err)
-	}
-	if err := checkName("category", d.Category); err != nil {
-		return nil, fmt.Errorf("define tool %s: %w", d.Name, err)
-	}
-	if d.Namespace != "" {
-		if err := checkName("namespace", d.Namespace); err != nil {
-			return nil, fmt.Errorf("define tool %s: %w", d.Name, err)
-		}
-	}
+	spec := d.Spec
 	if d.Execute == nil {
 		return nil, fmt.Errorf("define tool %s: Execute is nil", d.Name)
 	}
-	var (
-		params *schema.Schema
-		err    error
-	)
-	if d.Schema != nil {
-		params, err = schema.FromJSON(d.Schema)
-	} else {
-		params, err = schema.For[A]()
+	if spec.Params == nil {
+		var err error
+		if d.Schema != nil {
+			spec.Params, err = schema.FromJSON(d.Schema)
+		} else {
+			spec.Params, err = schema.For[A]()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("define tool %s: %w", d.Name, err)
+		}
 	}
-	if err != nil {
+	if err := spec.Check(); err != nil {
+		if d.Name == "" {
+			return nil, fmt.Errorf("define tool: %w", err)
+		}
 		return nil, fmt.Errorf("define tool %s: %w", d.Name, err)
 	}
 	decode := func(raw json.RawMessage) (A, error) {
@@ -244,18 +275,7 @@ func Define[A any](d Def[A]) (*Tool, error) {
 		return a, nil
 	}
 	t := &Tool{
-		Name:                 d.Name,
-		Description:          d.Description,
-		Params:               params,
-		Strict:               d.Strict,
-		Namespace:            d.Namespace,
-		NamespaceDescription: d.NamespaceDescription,
-		DeferLoading:         d.DeferLoading,
-		Mode:                 d.Mode,
-		ReadOnly:             d.ReadOnly,
-		Destructive:          d.Destructive,
-		Timeout:              d.Timeout,
-		Category:             d.Category,
+		Spec: spec,
 		Execute: func(ctx context.Context, call Call) (Result, error) {
 			a, err := decode(call.Args)
 			if err != nil {
@@ -335,42 +355,80 @@ func checkName(what, s string) error {
 	return nil
 }
 
-// Set is an ordered tool set with lookup by name.
-type Set struct {
-	tools []*Tool
-	index map[string]*Tool
+// NamespaceSeparator joins a namespace and a tool name where a wire has no namespaces
+// (Chat Completions): "crm__lookup". A namespace never contains it, so the first one
+// splits a flattened name unambiguously.
+const NamespaceSeparator = "__"
+
+// checkNamespace is checkName for namespaces, which also may not hold the separator.
+func checkNamespace(s string) error {
+	if err := checkName("namespace", s); err != nil {
+		return err
+	}
+	if strings.Contains(s, NamespaceSeparator) {
+		return fmt.Errorf("%w: namespace %q may not contain %q", ErrBadName, s, NamespaceSeparator)
+	}
+	return nil
 }
 
-// NewSet builds a set, refusing duplicate names.
-func NewSet(tools ...*Tool) (*Set, error) {
-	s := &Set{index: make(map[string]*Tool, len(tools))}
-	for _, t := range tools {
-		if _, dup := s.index[t.Name]; dup {
-			return nil, fmt.Errorf("tool set: duplicate tool name %q", t.Name)
+// CheckNamespace reports whether s can name a namespace.
+func CheckNamespace(s string) error { return checkNamespace(s) }
+
+// Set is an ordered set of tool specs with lookup by namespace and name.
+type Set struct {
+	specs []*Spec
+	index map[setKey]*Spec
+}
+
+type setKey struct{ namespace, name string }
+
+// NewSet builds a set, refusing a spec that fails [Spec.Check] and two specs with the same
+// namespace and name.
+func NewSet(specs ...*Spec) (*Set, error) {
+	s := &Set{index: make(map[setKey]*Spec, len(specs)), specs: make([]*Spec, 0, len(specs))}
+	for i, sp := range specs {
+		if sp == nil {
+			return nil, fmt.Errorf("tool set: spec %d is nil", i)
 		}
-		s.index[t.Name] = t
-		s.tools = append(s.tools, t)
+		if err := sp.Check(); err != nil {
+			return nil, fmt.Errorf("tool set: %s: %w", sp.QualifiedName(), err)
+		}
+		k := setKey{sp.Namespace, sp.Name}
+		if _, dup := s.index[k]; dup {
+			return nil, fmt.Errorf("tool set: duplicate tool %q", sp.QualifiedName())
+		}
+		s.index[k] = sp
+		s.specs = append(s.specs, sp)
 	}
 	return s, nil
 }
 
-// Tools returns the tools in assembly order. The slice must not be modified.
-func (s *Set) Tools() []*Tool { return s.tools }
+// SpecsOf returns the specs of tools, in order.
+func SpecsOf(tools []*Tool) []*Spec {
+	specs := make([]*Spec, len(tools))
+	for i, t := range tools {
+		specs[i] = &t.Spec
+	}
+	return specs
+}
 
-// Lookup finds a tool by name.
-func (s *Set) Lookup(name string) (*Tool, bool) {
-	t, ok := s.index[name]
-	return t, ok
+// Specs returns the specs in assembly order. The slice must not be modified.
+func (s *Set) Specs() []*Spec { return s.specs }
+
+// Lookup finds a tool by namespace ("" for none) and name.
+func (s *Set) Lookup(namespace, name string) (*Spec, bool) {
+	sp, ok := s.index[setKey{namespace, name}]
+	return sp, ok
 }
 
 // Len is the number of tools.
-func (s *Set) Len() int { return len(s.tools) }
+func (s *Set) Len() int { return len(s.specs) }
 
-// Names lists the tool names in order.
+// Names lists the tools' qualified names in order.
 func (s *Set) Names() []string {
-	names := make([]string, len(s.tools))
-	for i, t := range s.tools {
-		names[i] = t.Name
+	names := make([]string, len(s.specs))
+	for i, sp := range s.specs {
+		names[i] = sp.QualifiedName()
 	}
 	return names
 }

@@ -17,7 +17,7 @@ type readArgs struct {
 
 func TestDefineTypedTool(t *testing.T) {
 	tool, err := Define(Def[readArgs]{
-		Name: "read", Description: "Read a file", Category: "files", Mode: Parallel, ReadOnly: true,
+		Spec:                      Spec{Name: "read", Description: "Read a file", Category: "files", Mode: Parallel, ReadOnly: true},
 		DescribeActivity:          func(a readArgs) string { return "Reading " + a.Path },
 		DescribeCompletedActivity: func(a readArgs, r Result) string { return "Read " + a.Path + ": " + r.Text() },
 		Execute: func(ctx context.Context, c Call, a readArgs) (Result, error) {
@@ -54,12 +54,12 @@ func TestDefineRefusals(t *testing.T) {
 		def  Def[readArgs]
 		want string
 	}{
-		{"empty name", Def[readArgs]{Category: "c", Execute: exec}, "name is empty"},
-		{"dotted name", Def[readArgs]{Name: "a.b", Category: "c", Execute: exec}, `name "a.b" may hold only`},
-		{"no category", Def[readArgs]{Name: "a", Execute: exec}, "category is empty"},
-		{"wildcard category", Def[readArgs]{Name: "a", Category: "*", Execute: exec}, `category "*"`},
-		{"no execute", Def[readArgs]{Name: "a", Category: "c"}, "Execute is nil"},
-		{"array root", Def[readArgs]{Name: "a", Category: "c", Execute: exec, Schema: json.RawMessage(`{"type":"array"}`)},
+		{"empty name", Def[readArgs]{Spec: Spec{Category: "c"}, Execute: exec}, "name is empty"},
+		{"dotted name", Def[readArgs]{Spec: Spec{Name: "a.b", Category: "c"}, Execute: exec}, `name "a.b" may hold only`},
+		{"no category", Def[readArgs]{Spec: Spec{Name: "a"}, Execute: exec}, "category is empty"},
+		{"wildcard category", Def[readArgs]{Spec: Spec{Name: "a", Category: "*"}, Execute: exec}, `category "*"`},
+		{"no execute", Def[readArgs]{Spec: Spec{Name: "a", Category: "c"}}, "Execute is nil"},
+		{"array root", Def[readArgs]{Spec: Spec{Name: "a", Category: "c"}, Execute: exec, Schema: json.RawMessage(`{"type":"array"}`)},
 			"function tool parameters must use a root object schema"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -69,7 +69,7 @@ func TestDefineRefusals(t *testing.T) {
 			}
 		})
 	}
-	_, err := Define(Def[readArgs]{Name: "a", Category: "c", Execute: exec, Schema: json.RawMessage(`{"type":"string"}`)})
+	_, err := Define(Def[readArgs]{Spec: Spec{Name: "a", Category: "c"}, Execute: exec, Schema: json.RawMessage(`{"type":"string"}`)})
 	if !errors.Is(err, schema.ErrRootNotObject) {
 		t.Errorf("non-object root: %v does not wrap ErrRootNotObject", err)
 	}
@@ -77,7 +77,7 @@ func TestDefineRefusals(t *testing.T) {
 
 func TestDefineKeepsRawSchemaBytes(t *testing.T) {
 	raw := json.RawMessage(`{ "type": "object",  "properties": {"n": {"type": "integer", "minimum": 2, "maximum": 9}} }`)
-	tool, err := Define(Def[map[string]int]{Name: "n", Category: "c", Schema: raw,
+	tool, err := Define(Def[map[string]int]{Spec: Spec{Name: "n", Category: "c"}, Schema: raw,
 		Execute: func(ctx context.Context, c Call, a map[string]int) (Result, error) { return Result{}, nil }})
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +88,7 @@ func TestDefineKeepsRawSchemaBytes(t *testing.T) {
 }
 
 func TestExecuteDecodeError(t *testing.T) {
-	tool := MustDefine(Def[readArgs]{Name: "read", Category: "c",
+	tool := MustDefine(Def[readArgs]{Spec: Spec{Name: "read", Category: "c"},
 		Execute: func(ctx context.Context, c Call, a readArgs) (Result, error) { return Result{}, nil }})
 	_, err := tool.Execute(context.Background(), Call{Args: json.RawMessage(`{"path":1}`)})
 	if err == nil || !strings.Contains(err.Error(), "decode arguments of read") {
@@ -118,18 +118,31 @@ func TestModeText(t *testing.T) {
 
 func TestSetRefusesDuplicates(t *testing.T) {
 	mk := func(name string) *Tool {
-		return MustDefine(Def[readArgs]{Name: name, Category: "c",
+		return MustDefine(Def[readArgs]{Spec: Spec{Name: name, Category: "c"},
 			Execute: func(ctx context.Context, c Call, a readArgs) (Result, error) { return Result{}, nil }})
 	}
-	s, err := NewSet(mk("a"), mk("b"))
+	s, err := NewSet(&mk("a").Spec, &mk("b").Spec)
 	if err != nil || s.Len() != 2 || strings.Join(s.Names(), ",") != "a,b" {
 		t.Fatalf("set %v %v", s, err)
 	}
-	if _, ok := s.Lookup("b"); !ok {
+	if _, ok := s.Lookup("", "b"); !ok {
 		t.Error("lookup b failed")
 	}
-	if _, err := NewSet(mk("a"), mk("a")); err == nil {
+	if _, err := NewSet(&mk("a").Spec, &mk("a").Spec); err == nil {
 		t.Error("duplicate names accepted")
+	}
+	// The same name in two namespaces is two tools.
+	x, y := mk("a").Spec, mk("a").Spec
+	x.Namespace, y.Namespace = "crm", "mail"
+	s, err = NewSet(&mk("a").Spec, &x, &y)
+	if err != nil || strings.Join(s.Names(), ",") != "a,crm.a,mail.a" {
+		t.Fatalf("namespaced set %v %v", s, err)
+	}
+	if got, ok := s.Lookup("mail", "a"); !ok || got != &y {
+		t.Errorf("lookup mail.a: %v %v", got, ok)
+	}
+	if _, err := NewSet(&x, &x); err == nil || !strings.Contains(err.Error(), `duplicate tool "crm.a"`) {
+		t.Errorf("duplicate namespaced tool: %v", err)
 	}
 }
 

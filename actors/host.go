@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,10 +19,8 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 )
-
-// Version is reported by the category hosts' micro services.
-const Version = "0.1.0"
 
 // Defaults of a category host.
 const (
@@ -36,7 +33,10 @@ type HostConfig struct {
 	Category string
 	Tools    []*toolbus.Tool
 	Conn     *nats.Conn
-	Node     string
+	// Reconnect, when set, gives a restarted host a new connection after its own
+	// closed; without it such a host cannot come back.
+	Reconnect func() (*nats.Conn, error)
+	Node      string
 	// Home, when set, is every agent's home (a single-user node). Otherwise
 	// HomeRoot holds the agents' homes: a call of agent A runs with Call.Home =
 	// HomeRoot/A. The home never comes from the bus.
@@ -62,13 +62,26 @@ type hostReady struct{}
 
 type hostStarted struct{ err error }
 
+// hostFailed tells a host that its service or connection ended without being asked to.
+type hostFailed struct{ err error }
+
+// hostShared is what a host's incarnations share across supervised restarts.
+type hostShared struct {
+	mu      sync.Mutex
+	nc      *nats.Conn
+	started bool // a first start succeeded: later starts are restarts
+}
+
 // host is the actor that serves one category on one node. The actor owns the
 // micro service's life; calls do not pass through its mailbox: each starts on
 // a goroutine of its own straight from the micro handler (which runs one at a
 // time per endpoint), one hop less on every call's path.
 type host struct {
 	cfg      HostConfig
+	shared   *hostShared
 	log      *slog.Logger
+	sys      *actor.ActorSystem
+	self     *actor.PID
 	svc      micro.Service
 	abortSub *nats.Subscription
 	startErr error
@@ -78,7 +91,7 @@ type host struct {
 	mu sync.Mutex
 	// inflight maps turn → call → cancel, for aborts.
 	inflight map[string]map[string]context.CancelCauseFunc
-	stopped  bool
+	stopped  bool // stop began: the service's end is expected
 	wg       sync.WaitGroup
 }
 
@@ -116,6 +129,7 @@ func NewHostProps(cfg HostConfig) (*actor.Props, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	shared := &hostShared{nc: cfg.Conn}
 	return actor.PropsFromProducer(func() actor.Actor {
 		// The stats table is filled before the service exists and only read
 		// after, so micro's STATS handler may read it without a lock.
@@ -125,6 +139,7 @@ func NewHostProps(cfg HostConfig) (*actor.Props, error) {
 		}
 		return &host{
 			cfg:      cfg,
+			shared:   shared,
 			log:      cfg.Logger.With("category", cfg.Category),
 			slots:    make(chan struct{}, cfg.MaxConcurrent),
 			inflight: make(map[string]map[string]context.CancelCauseFunc),
@@ -134,14 +149,31 @@ func NewHostProps(cfg HostConfig) (*actor.Props, error) {
 }
 
 func (h *host) Receive(ctx actor.Context) {
-	switch ctx.Message().(type) {
+	switch m := ctx.Message().(type) {
 	case *actor.Started:
+		h.sys, h.self = ctx.ActorSystem(), ctx.Self()
+		restart := h.shared.isStarted()
 		if err := h.start(); err != nil {
 			h.startErr = fmt.Errorf("category host %s: %w", h.cfg.Category, err)
 			h.stop()
+			if restart {
+				// A restart that fails goes back to the supervisor, which tries
+				// again later; the first start reports to whoever started it.
+				panic(h.startErr)
+			}
+			return
+		}
+		h.shared.markStarted()
+		if restart {
+			h.log.Info("category host restarted")
 		}
 	case *hostReady:
 		ctx.Respond(hostStarted{err: h.startErr})
+	case *hostFailed:
+		if !h.isStopped() {
+			// Fail to the supervisor (the node), which restarts the host.
+			panic(fmt.Errorf("category host %s: %w", h.cfg.Category, m.err))
+		}
 	case *actor.Stopping:
 		h.stop()
 	case *actor.Restarting:
@@ -149,15 +181,73 @@ func (h *host) Receive(ctx actor.Context) {
 	}
 }
 
+func (s *hostShared) isStarted() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
+
+func (s *hostShared) markStarted() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.started = true
+}
+
+// conn is the host's connection, a new one when the last closed.
+func (h *host) conn() (*nats.Conn, error) {
+	s := h.shared
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.nc != nil && !s.nc.IsClosed() {
+		return s.nc, nil
+	}
+	if h.cfg.Reconnect == nil {
+		return nil, errors.New("the host's connection is closed and it has no way to reconnect")
+	}
+	nc, err := h.cfg.Reconnect()
+	if err != nil {
+		return nil, fmt.Errorf("reconnect: %w", err)
+	}
+	s.nc = nc
+	return nc, nil
+}
+
+func (h *host) isStopped() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.stopped
+}
+
+// fail tells the actor that its service or connection ended on its own.
+func (h *host) fail(err error) {
+	if h.isStopped() {
+		return
+	}
+	h.log.Warn("category host failed", "err", err)
+	h.sys.Root.Send(h.self, &hostFailed{err: err})
+}
+
 func (h *host) start() error {
-	cat := h.cfg.Category
-	svc, err := micro.AddService(h.cfg.Conn, micro.Config{
-		Name:        bus.CategoryService(cat),
-		Version:     Version,
-		Description: "toolbus tool category " + cat,
-		QueueGroup:  bus.CategoryQueue(cat),
-		Metadata:    map[string]string{"category": cat, "node": h.cfg.Node},
-		StatsHandler: func(e *micro.Endpoint) any {
+	nc, err := h.conn()
+	if err != nil {
+		return err
+	}
+	h.cfg.Conn = nc
+	nc.SetClosedHandler(func(*nats.Conn) { h.fail(errors.New("its connection closed")) })
+	specs := make([]*toolbus.Spec, len(h.cfg.Tools))
+	tools := make(map[*toolbus.Spec]*toolbus.Tool, len(h.cfg.Tools))
+	for i, t := range h.cfg.Tools {
+		specs[i] = &t.Spec
+		tools[specs[i]] = t
+	}
+	svc, err := catalog.Serve(nc, catalog.Service{
+		Category: h.cfg.Category,
+		Node:     h.cfg.Node,
+		Specs:    specs,
+		Handle: func(spec *toolbus.Spec, r micro.Request) {
+			h.begin(&hostCall{tool: tools[spec], req: r})
+		},
+		Stats: func(e *micro.Endpoint) any {
 			s := h.stats[e.Name]
 			if s == nil {
 				return nil
@@ -167,25 +257,15 @@ func (h *host) start() error {
 				"execute_ns": s.nanos.Load(),
 			}
 		},
+		DoneHandler: func(micro.Service) { h.fail(errors.New("its micro service stopped")) },
+		ErrHandler: func(_ micro.Service, e *micro.NATSError) {
+			h.fail(fmt.Errorf("its micro service failed on %s: %s", e.Subject, e.Description))
+		},
 	})
 	if err != nil {
-		return fmt.Errorf("add micro service: %w", err)
+		return err
 	}
 	h.svc = svc
-	for _, t := range h.cfg.Tools {
-		tool := t
-		handler := micro.HandlerFunc(func(r micro.Request) {
-			h.begin(&hostCall{tool: tool, req: r})
-		})
-		if err := svc.AddEndpoint(t.Name, handler,
-			micro.WithEndpointSubject(bus.ToolSubject(cat, t.Name)),
-			micro.WithEndpointMetadata(endpointMetadata(t)),
-			micro.WithEndpointPendingLimits(-1, -1),
-		); err != nil {
-			_ = svc.Stop()
-			return fmt.Errorf("add endpoint %s: %w", t.Name, err)
-		}
-	}
 	sub, err := h.cfg.Conn.Subscribe(bus.AllAborts, func(m *nats.Msg) {
 		if ts, ok := bus.ParseTurnSubject(m.Subject); ok {
 			reason := "the turn was aborted"
@@ -202,29 +282,28 @@ func (h *host) start() error {
 	}
 	h.abortSub = sub
 	// Interest must reach the server before anyone is told the host is up.
-	return h.cfg.Conn.Flush()
+	if err := h.cfg.Conn.Flush(); err != nil {
+		return err
+	}
+	h.announce(bus.CatalogUp)
+	return nil
 }
 
-// endpointMetadata is what `nats micro info` shows for a tool.
-func endpointMetadata(t *toolbus.Tool) map[string]string {
-	md := map[string]string{
-		"mode":        t.Mode.String(),
-		"read_only":   strconv.FormatBool(t.ReadOnly),
-		"destructive": strconv.FormatBool(t.Destructive),
-		"strict":      strconv.FormatBool(t.Strict),
-		"description": t.Description,
-		"schema":      string(t.Params.JSON()),
+// announce tells catalogs that the host started or is stopping.
+func (h *host) announce(state string) {
+	b, err := json.Marshal(bus.CatalogChange{Category: h.cfg.Category, Node: h.cfg.Node, State: state})
+	if err == nil {
+		err = h.cfg.Conn.Publish(bus.CatalogChanged, b)
 	}
-	if t.Namespace != "" {
-		md["namespace"] = t.Namespace
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		h.log.Warn("announce to catalogs", "state", state, "err", err)
 	}
-	if t.Timeout > 0 {
-		md["timeout"] = t.Timeout.String()
-	}
-	return md
 }
 
 func (h *host) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	h.mu.Unlock()
 	if h.abortSub != nil {
 		_ = h.abortSub.Unsubscribe()
 		h.abortSub = nil
@@ -232,9 +311,9 @@ func (h *host) stop() {
 	if h.svc != nil {
 		_ = h.svc.Stop()
 		h.svc = nil
+		h.announce(bus.CatalogDown)
 	}
 	h.mu.Lock()
-	h.stopped = true
 	for _, calls := range h.inflight {
 		for _, cancel := range calls {
 			cancel(errHostStopping)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -45,8 +46,9 @@ type NodeConfig struct {
 	Computer computer.Config
 	// Gateway configures the model gateways that turns started over the bus use.
 	Gateway gateway.Config
-	// TurnTools assembles a turn's tool set; nil means toolsets.TextTurn.
-	TurnTools func(agent string) (*toolbus.Set, error)
+	// Catalog tunes the node's catalog of the bus, which turns use to include the
+	// external namespaces their agents' profiles name.
+	Catalog catalog.Options
 	// MaxConcurrent bounds the calls each host of the node executes at once
 	// (default DefaultMaxConcurrent).
 	MaxConcurrent int
@@ -58,9 +60,6 @@ type NodeConfig struct {
 	Logger      *slog.Logger
 }
 
-// MaxStepsLimit bounds the steps a turn started over the bus may ask for.
-const MaxStepsLimit = 256
-
 // Node is the supervisor of one process: it hosts tool categories and runs
 // turns, each as a child actor.
 type Node struct {
@@ -71,8 +70,13 @@ type Node struct {
 	nc    *nats.Conn // turns, control
 	js    jetstream.JetStream
 	todos jetstream.KeyValue
-	conns []*nats.Conn
-	subs  []*nats.Subscription
+	// profiles and catalog serve turn assembly; set on a node that runs turns.
+	profiles *toolsets.Profiles
+	catalog  *catalog.Catalog
+	connMu   sync.Mutex // guards conns: restarted hosts reconnect from their actors
+	conns    []*nats.Conn
+	super    *nodeSupervisor
+	subs     []*nats.Subscription
 	// transcripts is set once the transcript stream is known to exist.
 	transcripts atomic.Bool
 	closeOnce   sync.Once
@@ -108,9 +112,9 @@ func (nodeActor) Receive(ctx actor.Context) {
 			ctx.Respond(err)
 			return
 		}
-		pid, err := ctx.SpawnNamed(props, "turn-"+m.cfg.ID)
+		pid, err := ctx.SpawnNamed(props, "turn-"+m.cfg.Spec.ID)
 		if err != nil {
-			ctx.Respond(fmt.Errorf("spawn turn %s: %w", m.cfg.ID, err))
+			ctx.Respond(fmt.Errorf("spawn turn %s: %w", m.cfg.Spec.ID, err))
 			return
 		}
 		ctx.Respond(pid)
@@ -147,14 +151,16 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	n.pid, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return nodeActor{} }), "node")
+	n.super = &nodeSupervisor{log: n.log}
+	n.pid, err = n.sys.Root.SpawnNamed(actor.PropsFromProducer(func() actor.Actor { return nodeActor{} },
+		actor.WithSupervisor(n.super)), "node")
 	if err != nil {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	tc := n.turnContext("")
+	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer}
 	for _, cat := range cfg.Categories {
-		tools, err := toolsets.ForCategory(cat, tc)
+		tools, err := toolsets.ForCategory(cat, h)
 		if err == nil {
 			err = n.Host(ctx, cat, tools)
 		}
@@ -164,6 +170,11 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		}
 	}
 	if cfg.Turns {
+		n.catalog = catalog.New(n.nc, cfg.Catalog)
+		if err := n.catalog.Watch(); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+		}
 		if err := n.listenForTurns(); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
@@ -187,6 +198,9 @@ func (n *Node) setupStore(ctx context.Context) error {
 		}
 		if err == nil && n.cfg.Turns {
 			err = n.ensureTranscripts(ctx)
+		}
+		if err == nil && n.cfg.Turns && n.profiles == nil {
+			n.profiles, err = toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
 		}
 		if err == nil {
 			return nil
@@ -221,12 +235,10 @@ func (n *Node) connect(role string) (*nats.Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node %s: connect %s: %w", n.cfg.Name, role, err)
 	}
+	n.connMu.Lock()
 	n.conns = append(n.conns, nc)
+	n.connMu.Unlock()
 	return nc, nil
-}
-
-func (n *Node) turnContext(agent string) toolsets.TurnContext {
-	return toolsets.TurnContext{Agent: agent, Todos: n.todos, Computer: n.cfg.Computer}
 }
 
 // Name is the node's name.
@@ -238,6 +250,12 @@ func (n *Node) Conn() *nats.Conn { return n.nc }
 // JetStream is the node's JetStream handle.
 func (n *Node) JetStream() jetstream.JetStream { return n.js }
 
+// Catalog is the node's catalog of the bus; nil on a node that runs no turns.
+func (n *Node) Catalog() *catalog.Catalog { return n.catalog }
+
+// Profiles is the agent profile store; nil on a node that runs no turns.
+func (n *Node) Profiles() *toolsets.Profiles { return n.profiles }
+
 // Host starts a host for a category with the given tools, on a connection of
 // its own, and returns once it serves them.
 func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool) error {
@@ -247,7 +265,8 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 	}
 	cfg := HostConfig{
 		Category: category, Tools: tools, Conn: nc, Node: n.cfg.Name,
-		Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
+		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
+		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
@@ -289,16 +308,29 @@ func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
 	return nil, fmt.Errorf("node %s: unexpected answer %T", n.cfg.Name, res)
 }
 
-// TurnTools assembles the tool set of a turn of agent.
-func (n *Node) TurnTools(agent string) (*toolbus.Set, error) {
-	if n.cfg.TurnTools != nil {
-		return n.cfg.TurnTools(agent)
+// Assemble builds the kit of a turn: its agent's profile (none: built-in tools only) and
+// the node's catalog of the bus decide which external namespaces it includes.
+func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, error) {
+	var profile *toolsets.Profile
+	if spec.Agent != "" && n.profiles != nil {
+		p, err := n.profiles.Get(ctx, spec.Agent)
+		switch {
+		case errors.Is(err, toolsets.ErrNoProfile):
+		case err != nil:
+			return nil, fmt.Errorf("assemble turn: %w", err)
+		default:
+			profile = p
+		}
 	}
-	return toolsets.TextTurn(n.turnContext(agent))
+	var cat toolsets.Catalog
+	if n.catalog != nil {
+		cat = n.catalog
+	}
+	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer})
 }
 
-// Spawn starts a turn with cfg; Conn, JS, Node and the defaults come from
-// the node where cfg leaves them empty. The result reaches cfg.Done.
+// Spawn starts a turn with cfg; Conn, JS, Node, the kit and the defaults come from the
+// node where cfg leaves them empty. The result reaches cfg.Done.
 func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Conn == nil {
 		cfg.Conn = n.nc
@@ -312,8 +344,8 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Node == "" {
 		cfg.Node = n.cfg.Name
 	}
-	if cfg.MaxSteps == 0 {
-		cfg.MaxSteps = n.cfg.MaxSteps
+	if cfg.Spec.Limits.MaxSteps == 0 {
+		cfg.Spec.Limits.MaxSteps = n.cfg.MaxSteps
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = n.cfg.CallTimeout
@@ -324,20 +356,23 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = n.log
 	}
-	if cfg.Tools == nil {
-		tools, err := n.TurnTools(cfg.Agent)
-		if err != nil {
-			return "", fmt.Errorf("assemble tools: %w", err)
-		}
-		cfg.Tools = tools
+	if cfg.Unavailable == nil && n.catalog != nil {
+		cfg.Unavailable = func(string) { n.catalog.Kick() }
 	}
-	if cfg.ID == "" {
-		cfg.ID = bus.NewID()
+	if cfg.Kit == nil {
+		kit, err := n.Assemble(ctx, cfg.Spec)
+		if err != nil {
+			return "", err
+		}
+		cfg.Kit = kit
+	}
+	if cfg.Spec.ID == "" {
+		cfg.Spec.ID = bus.NewID()
 	}
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}
-	return cfg.ID, nil
+	return cfg.Spec.ID, nil
 }
 
 // Run runs a turn to its end. Cancelling ctx aborts the turn, which still
@@ -345,8 +380,8 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 func (n *Node) Run(ctx context.Context, cfg TurnConfig) (TurnResult, error) {
 	done := make(chan TurnResult, 1)
 	cfg.Done = func(r TurnResult) { done <- r }
-	if cfg.ID == "" {
-		cfg.ID = bus.NewID()
+	if cfg.Spec.ID == "" {
+		cfg.Spec.ID = bus.NewID()
 	}
 	id, err := n.Spawn(context.WithoutCancel(ctx), cfg)
 	if err != nil {
@@ -401,60 +436,53 @@ func (n *Node) listenForTurns() error {
 	return n.nc.Flush()
 }
 
-// startFromBus starts a turn described by a StartTurn envelope.
+// startFromBus starts a turn described by a TurnSpec envelope.
 func (n *Node) startFromBus(data []byte) bus.StartTurnReply {
-	var req bus.StartTurn
-	if err := json.Unmarshal(data, &req); err != nil {
-		return bus.StartTurnReply{Node: n.cfg.Name, Error: "start turn: malformed request: " + err.Error()}
+	var spec bus.TurnSpec
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&spec); err != nil {
+		return bus.StartTurnReply{Node: n.cfg.Name, Error: "start turn: malformed turn spec: " + err.Error()}
 	}
-	id, err := n.StartTurn(context.Background(), req)
+	id, err := n.Start(context.Background(), spec)
 	if err != nil {
-		return bus.StartTurnReply{Turn: req.Turn, Node: n.cfg.Name, Error: err.Error()}
+		return bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}
 	}
 	return bus.StartTurnReply{Turn: id, Node: n.cfg.Name}
 }
 
-// StartTurn starts a turn described by a StartTurn envelope; its progress
-// and end are published on the turn's subjects.
-func (n *Node) StartTurn(ctx context.Context, req bus.StartTurn) (string, error) {
-	if req.Turn != "" && !bus.ValidToken(req.Turn) {
-		return "", fmt.Errorf("start turn: invalid turn id %q", req.Turn)
+// Start starts the turn a spec describes, with the model it names; its progress and end
+// are published on the turn's subjects.
+func (n *Node) Start(ctx context.Context, spec bus.TurnSpec) (string, error) {
+	if err := spec.Check(); err != nil {
+		return "", fmt.Errorf("start turn: %w", err)
 	}
-	if req.Prompt == "" {
-		return "", errors.New("start turn: the prompt is empty")
-	}
-	if req.MaxSteps < 0 || req.MaxSteps > MaxStepsLimit {
-		return "", fmt.Errorf("start turn: max_steps %d is out of range (0 for the default, up to %d)", req.MaxSteps, MaxStepsLimit)
-	}
-	model, err := n.model(req)
+	model, err := n.model(spec)
 	if err != nil {
 		return "", fmt.Errorf("start turn: %w", err)
 	}
-	return n.Spawn(ctx, TurnConfig{
-		ID: req.Turn, Agent: req.Agent, Task: req.Task, Instructions: req.Instructions,
-		Input: []gateway.Item{gateway.UserMessage(req.Prompt)}, Model: model, MaxSteps: req.MaxSteps,
-	})
+	return n.Spawn(ctx, TurnConfig{Spec: spec, Model: model})
 }
 
-func (n *Node) model(req bus.StartTurn) (gateway.Model, error) {
-	if len(req.Script) > 0 {
+func (n *Node) model(spec bus.TurnSpec) (gateway.Model, error) {
+	if len(spec.Script) > 0 {
 		var s gateway.Script
-		dec := json.NewDecoder(bytes.NewReader(req.Script))
+		dec := json.NewDecoder(bytes.NewReader(spec.Script))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("inline script: %w", err)
 		}
 		return gateway.NewScripted(s)
 	}
-	if req.Model == "" {
+	if spec.Model == "" {
 		return nil, errors.New("no model given")
 	}
 	// A script spec names a file on the node's disk; over the bus a script
 	// travels inline instead.
-	if strings.HasPrefix(req.Model, "script:") {
-		return nil, errors.New("model script:FILE is not accepted over the bus: send the script inline (StartTurn.script)")
+	if strings.HasPrefix(spec.Model, "script:") {
+		return nil, errors.New("model script:FILE is not accepted over the bus: send the script inline (the turn spec's script)")
 	}
-	return gateway.Open(req.Model, n.cfg.Gateway)
+	return gateway.Open(spec.Model, n.cfg.Gateway)
 }
 
 // Close stops every turn and host of the node, then its connections.
@@ -463,21 +491,30 @@ func (n *Node) Close() {
 }
 
 func (n *Node) close() {
+	if n.catalog != nil {
+		n.catalog.Close()
+	}
 	for _, s := range n.subs {
 		_ = s.Unsubscribe()
 	}
 	n.subs = nil
+	if n.super != nil {
+		n.super.close()
+	}
 	if n.pid != nil {
 		// Stopping the node actor stops its children first.
 		_ = n.sys.Root.StopFuture(n.pid).Wait()
 		n.pid = nil
 	}
 	// The actors are gone; what they published must still reach the server.
-	for _, nc := range n.conns {
+	n.connMu.Lock()
+	conns := n.conns
+	n.conns = nil
+	n.connMu.Unlock()
+	for _, nc := range conns {
 		_ = nc.FlushTimeout(time.Second)
 		nc.Close()
 	}
-	n.conns = nil
 	n.sys.Shutdown()
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 // Defaults of a turn.
@@ -34,32 +35,81 @@ const (
 
 // TurnConfig configures one turn.
 type TurnConfig struct {
-	ID           string // a valid subject token; empty picks one
-	Node         string
-	Agent        string
-	Task         string
-	Instructions string
-	// Input is the transcript the turn starts from, usually one user message.
+	// Spec is what the turn is: id (empty picks one), kind, agent, instructions, input,
+	// limits. Its Model and Script are resolved by the node into Model.
+	Spec bus.TurnSpec
+	Node string
+	// Input, when set, is the transcript the turn starts from instead of Spec.Input as
+	// one user message.
 	Input []gateway.Item
 	Model gateway.Model
-	Tools *toolbus.Set
-	Conn  *nats.Conn
+	// Kit holds the turn's tools and policy (toolsets.Assemble); nil lets the node
+	// assemble it from the spec, the agent's profile and the bus catalog.
+	Kit  *toolsets.Kit
+	Conn *nats.Conn
 	// JS, when set, receives the transcript on bus.TranscriptSubject(ID).
 	JS         jetstream.JetStream
-	MaxSteps   int
 	AbortGrace time.Duration
 	// CallTimeout is the deadline of a call whose tool sets no Timeout.
 	CallTimeout time.Duration
 	Logger      *slog.Logger
 	// Done receives the result once, from the actor, when the turn ends.
 	Done func(TurnResult)
+	// Unavailable, when set, hears of each call no host answered (its category), so a
+	// catalog can refresh.
+	Unavailable func(category string)
+}
+
+// withDefaults fills what a config may leave out; the one place turn defaults live.
+func (c TurnConfig) withDefaults() TurnConfig {
+	c.Spec.Normalize()
+	if c.Spec.ID == "" {
+		c.Spec.ID = bus.NewID()
+	}
+	if c.Spec.Limits.MaxSteps <= 0 {
+		c.Spec.Limits.MaxSteps = DefaultMaxSteps
+	}
+	if c.AbortGrace <= 0 {
+		c.AbortGrace = DefaultAbortGrace
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = DefaultCallTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if len(c.Input) == 0 && c.Spec.Input != "" {
+		c.Input = []gateway.Item{gateway.UserMessage(c.Spec.Input)}
+	}
+	return c
+}
+
+// validate checks a config after withDefaults.
+func (c TurnConfig) validate() error {
+	switch {
+	case !bus.ValidToken(c.Spec.ID):
+		return fmt.Errorf("turn: invalid id %q", c.Spec.ID)
+	case c.Model == nil:
+		return fmt.Errorf("turn %s: no model", c.Spec.ID)
+	case c.Conn == nil:
+		return fmt.Errorf("turn %s: no connection", c.Spec.ID)
+	case c.Kit == nil || c.Kit.Tools == nil:
+		return fmt.Errorf("turn %s: no tool kit", c.Spec.ID)
+	case c.Spec.Kind != "" && !c.Spec.Kind.Valid():
+		return fmt.Errorf("turn %s: invalid kind %q", c.Spec.ID, c.Spec.Kind)
+	}
+	return nil
 }
 
 // TurnResult is the outcome of a turn.
 type TurnResult struct {
-	Turn       string
-	State      bus.TurnState
-	Text       string // the model's final text
+	Turn  string
+	State bus.TurnState
+	Text  string // the model's final text
+	// Err is why the turn did not complete (nil when it did, or a tool ended it); match
+	// it with errors.Is against ErrStepLimit, ErrAborted, ErrModel, ErrNodeStopped,
+	// ErrNoToolCall or ErrRuntime. Error is its text.
+	Err        error
 	Error      string
 	Steps      int
 	Calls      []bus.CallRecord
@@ -79,7 +129,8 @@ const (
 type pendingCall struct {
 	item   gateway.Item
 	wireID string // the call id on the bus (the model's when it is a valid token)
-	tool   *toolbus.Tool
+	tool   *toolbus.Spec
+	local  *toolsets.LocalTool // set for a tool the turn answers itself
 	args   json.RawMessage
 	state  callState
 	timer  *time.Timer
@@ -98,6 +149,11 @@ type (
 	}
 	callExpired    struct{ wireID string }
 	abortGraceOver struct{}
+	localDone      struct {
+		wireID string
+		res    toolbus.Result
+		err    error
+	}
 )
 
 // turn is the actor that runs one agent turn: model step, calls, results,
@@ -106,6 +162,8 @@ type turn struct {
 	cfg   TurnConfig
 	log   *slog.Logger
 	trace string // W3C trace id shared by the turn's calls
+	// instructions are the spec's and the kit's, joined once.
+	instructions string
 
 	sys  *actor.ActorSystem
 	self *actor.PID
@@ -129,47 +187,25 @@ type turn struct {
 	seqRunning bool // the call in flight is sequential
 
 	aborted       bool
+	abortErr      error // why the turn was aborted
 	abortTimer    *time.Timer
 	finished      bool
 	stopRequested bool
+	repaired      bool // the policy's repair instruction was sent
 }
 
-// NewTurnProps returns the props of a turn actor. cfg.ID is filled in when empty.
+// NewTurnProps returns the props of a turn actor. cfg is completed with its defaults
+// (an empty Spec.ID gets a new id).
 func NewTurnProps(cfg *TurnConfig) (*actor.Props, error) {
-	if cfg.ID == "" {
-		cfg.ID = bus.NewID()
-	}
-	switch {
-	case !bus.ValidToken(cfg.ID):
-		return nil, fmt.Errorf("turn: invalid id %q", cfg.ID)
-	case cfg.Model == nil:
-		return nil, fmt.Errorf("turn %s: no model", cfg.ID)
-	case cfg.Conn == nil:
-		return nil, fmt.Errorf("turn %s: no connection", cfg.ID)
-	case cfg.Tools == nil:
-		return nil, fmt.Errorf("turn %s: no tool set", cfg.ID)
-	}
-	if cfg.MaxSteps <= 0 {
-		cfg.MaxSteps = DefaultMaxSteps
-	}
-	if cfg.AbortGrace <= 0 {
-		cfg.AbortGrace = DefaultAbortGrace
-	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = DefaultCallTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	*cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	c := *cfg
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &turn{cfg: c, log: c.Logger.With("turn", c.ID)}
-	}, actor.WithSupervisor(actor.NewOneForOneStrategy(0, 0, stopDecider))), nil
+		return &turn{cfg: c, log: c.Logger.With("turn", c.Spec.ID)}
+	}), nil
 }
-
-// stopDecider stops a turn that panics instead of restarting it with fresh
-// state, which would replay the model.
-func stopDecider(reason any) actor.Directive { return actor.StopDirective }
 
 func (t *turn) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
@@ -185,11 +221,13 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.onExpired(m.wireID)
 	case *abortGraceOver:
 		t.abandonRunning()
+	case *localDone:
+		t.onLocalDone(m)
 	case *actor.Stopping:
 		if !t.finished && t.self != nil {
 			// Stopped from outside (the node is closing): the turn still
 			// ends with an account of every call.
-			t.fail(errors.New("the node stopped the turn"))
+			t.fail(ErrNodeStopped)
 		}
 		t.cleanup()
 	}
@@ -202,31 +240,38 @@ func (t *turn) Receive(ctx actor.Context) {
 func (t *turn) start(ctx actor.Context) {
 	t.sys, t.self = ctx.ActorSystem(), ctx.Self()
 	t.trace = randomHex(16)
+	t.instructions = t.cfg.Spec.Instructions
+	if extra := t.cfg.Kit.Instructions; extra != "" {
+		if t.instructions != "" {
+			t.instructions += "\n\n"
+		}
+		t.instructions += extra
+	}
 	t.modelCtx, t.modelCancel = context.WithCancel(context.Background())
 	t.byWire = make(map[string]*pendingCall)
 	t.transcript = append(t.transcript, t.cfg.Input...)
 
 	forward := func(m *nats.Msg) { t.sys.Root.Send(t.self, m) }
 	for _, subj := range []string{
-		bus.ResultSubject(t.cfg.ID, "*"),
-		bus.AbortSubject(t.cfg.ID),
+		bus.ResultSubject(t.cfg.Spec.ID, "*"),
+		bus.AbortSubject(t.cfg.Spec.ID),
 	} {
 		sub, err := t.cfg.Conn.Subscribe(subj, forward)
 		if err == nil {
 			err = sub.SetPendingLimits(-1, -1)
 		}
 		if err != nil {
-			t.fail(fmt.Errorf("subscribe %s: %w", subj, err))
+			t.fail(fmt.Errorf("%w: subscribe %s: %w", ErrRuntime, subj, err))
 			return
 		}
 		t.subs = append(t.subs, sub)
 	}
 	if err := t.cfg.Conn.Flush(); err != nil {
-		t.fail(fmt.Errorf("flush subscriptions: %w", err))
+		t.fail(fmt.Errorf("%w: flush subscriptions: %w", ErrRuntime, err))
 		return
 	}
 	t.appendTranscript(t.cfg.Input)
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes})
 	t.sys.Root.Send(t.self, &turnStep{})
 }
 
@@ -235,15 +280,15 @@ func (t *turn) callModel() {
 	if t.aborted || t.finished {
 		return
 	}
-	if t.step >= t.cfg.MaxSteps {
-		t.finish(bus.TurnStepLimit, fmt.Sprintf("step limit of %d reached", t.cfg.MaxSteps))
+	if t.step >= t.cfg.Spec.Limits.MaxSteps {
+		t.finish(bus.TurnStepLimit, fmt.Errorf("%w: %d steps", ErrStepLimit, t.cfg.Spec.Limits.MaxSteps))
 		return
 	}
 	req := &gateway.Request{
-		Instructions: t.cfg.Instructions,
+		Instructions: t.instructions,
 		// Capped, so the turn's later appends never write where the model reads.
 		Input:             t.transcript[:len(t.transcript):len(t.transcript)],
-		Tools:             t.cfg.Tools.Tools(),
+		Tools:             t.cfg.Kit.Tools.Specs(),
 		ParallelToolCalls: true,
 		Step:              t.step,
 	}
@@ -259,12 +304,12 @@ func (t *turn) callModel() {
 func (t *turn) onModelReply(m *modelReply) {
 	t.waiting = false
 	if t.aborted {
-		t.finish(bus.TurnAborted, "")
+		t.finish(bus.TurnAborted, t.abortErr)
 		return
 	}
 	t.step++
 	if m.err != nil {
-		t.fail(fmt.Errorf("model step %d: %w", m.step, m.err))
+		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step, m.err))
 		return
 	}
 	resp := m.resp
@@ -277,7 +322,7 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
 	}
 	if len(calls) == 0 {
-		t.finish(bus.TurnCompleted, "")
+		t.answeredWithText()
 		return
 	}
 	t.prepare(calls, resp.Truncated)
@@ -301,12 +346,21 @@ func (t *turn) prepare(calls []gateway.Item, truncated bool) {
 		pc.record = bus.CallRecord{Call: it.CallID, Tool: it.Name, Namespace: it.Namespace}
 		t.batch = append(t.batch, pc)
 
-		tool, ok := t.cfg.Tools.Lookup(it.Name)
-		if !ok || (it.Namespace != "" && tool.Namespace != it.Namespace) {
+		tool, ok := t.lookup(it)
+		if !ok {
 			pc.resolve(bus.OutcomeInvalid, t.unknownTool(it))
 			continue
 		}
 		pc.tool = tool
+		if local, ok := t.cfg.Kit.Local[tool.Name]; ok && tool.Category == toolsets.LocalCategory {
+			pc.local = &local
+		}
+		if admit := t.cfg.Kit.Policy.Admit; admit != nil {
+			if d, why := admit(tool); d != toolsets.Run {
+				pc.resolve(bus.OutcomeInvalid, "call refused: "+why)
+				continue
+			}
+		}
 		strict := tool.Strict && tool.Params.Strict().Err == nil
 		args, err := tool.Params.Parse(it.Arguments, schema.ParseOptions{
 			Strict:      strict,
@@ -331,12 +385,31 @@ func (t *turn) prepare(calls []gateway.Item, truncated bool) {
 	}
 }
 
+// lookup finds a call's tool. A call without a namespace may name a namespaced tool whose
+// name no other tool has (models drop the namespace now and then).
+func (t *turn) lookup(it gateway.Item) (*toolbus.Spec, bool) {
+	set := t.cfg.Kit.Tools
+	if spec, ok := set.Lookup(it.Namespace, it.Name); ok || it.Namespace != "" {
+		return spec, ok
+	}
+	var found *toolbus.Spec
+	for _, s := range set.Specs() {
+		if s.Name == it.Name {
+			if found != nil {
+				return nil, false
+			}
+			found = s
+		}
+	}
+	return found, found != nil
+}
+
 func (t *turn) unknownTool(it gateway.Item) string {
 	name := it.Name
 	if it.Namespace != "" {
 		name = it.Namespace + "." + it.Name
 	}
-	return fmt.Sprintf("unknown tool %q; the tools available are: %s", name, strings.Join(t.cfg.Tools.Names(), ", "))
+	return fmt.Sprintf("unknown tool %q; the tools available are: %s", name, strings.Join(t.cfg.Kit.Tools.Names(), ", "))
 }
 
 // resolve settles a call that never ran.
@@ -368,6 +441,10 @@ func (t *turn) schedule() {
 }
 
 func (t *turn) dispatch(pc *pendingCall) {
+	if pc.local != nil {
+		t.answerLocal(pc)
+		return
+	}
 	timeout := pc.tool.Timeout
 	if timeout <= 0 {
 		timeout = t.cfg.CallTimeout
@@ -376,19 +453,19 @@ func (t *turn) dispatch(pc *pendingCall) {
 	deadline := pc.start.Add(timeout)
 	m := &nats.Msg{
 		Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
-		Reply:   bus.ResultSubject(t.cfg.ID, pc.wireID),
+		Reply:   bus.ResultSubject(t.cfg.Spec.ID, pc.wireID),
 		Data:    pc.args,
 		Header:  make(nats.Header, 6),
 	}
-	m.Header.Set(bus.HeaderTurn, t.cfg.ID)
+	m.Header.Set(bus.HeaderTurn, t.cfg.Spec.ID)
 	m.Header.Set(bus.HeaderCall, pc.wireID)
 	m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(deadline))
 	m.Header.Set(bus.HeaderTraceparent, "00-"+t.trace+"-"+randomHex(8)+"-01")
-	if t.cfg.Agent != "" {
-		m.Header.Set(bus.HeaderAgent, t.cfg.Agent)
+	if t.cfg.Spec.Agent != "" {
+		m.Header.Set(bus.HeaderAgent, t.cfg.Spec.Agent)
 	}
-	if t.cfg.Task != "" {
-		m.Header.Set(bus.HeaderTask, t.cfg.Task)
+	if t.cfg.Spec.Task != "" {
+		m.Header.Set(bus.HeaderTask, t.cfg.Spec.Task)
 	}
 	if pc.record.Truncated {
 		m.Header.Set(bus.HeaderTruncated, "true")
@@ -406,7 +483,7 @@ func (t *turn) dispatch(pc *pendingCall) {
 
 func (t *turn) onMsg(m *nats.Msg) {
 	ts, ok := bus.ParseTurnSubject(m.Subject)
-	if !ok || ts.Turn != t.cfg.ID {
+	if !ok || ts.Turn != t.cfg.Spec.ID {
 		return
 	}
 	switch ts.Kind {
@@ -423,8 +500,11 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 		return // late or duplicate reply
 	}
 	if m.Header.Get("Status") == "503" {
+		if t.cfg.Unavailable != nil {
+			t.cfg.Unavailable(pc.tool.Category)
+		}
 		t.settle(pc, bus.OutcomeUnavailable, fmt.Sprintf(
-			"tool %s is unavailable: no host serves category %q (no responders)", pc.tool.Name, pc.tool.Category), toolbus.Result{})
+			"tool %s is unavailable: no host serves category %q (no responders)", pc.tool.QualifiedName(), pc.tool.Category), toolbus.Result{})
 		return
 	}
 	var r bus.ToolReply
@@ -476,6 +556,53 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 	t.schedule()
 }
 
+// answerLocal runs a turn-local tool off the mailbox; its answer comes back as localDone.
+func (t *turn) answerLocal(pc *pendingCall) {
+	pc.start = time.Now()
+	pc.state = callRunning
+	t.running++
+	t.seqRunning = pc.tool.Mode == toolbus.Sequential
+	ctx, answer, args := t.modelCtx, pc.local.Answer, pc.args
+	sys, self, id := t.sys, t.self, pc.wireID
+	go func() {
+		res, err := answer(ctx, args)
+		sys.Root.Send(self, &localDone{wireID: id, res: res, err: err})
+	}()
+}
+
+func (t *turn) onLocalDone(m *localDone) {
+	pc := t.byWire[m.wireID]
+	if pc == nil || pc.state != callRunning {
+		return
+	}
+	switch {
+	case m.err != nil:
+		t.settle(pc, bus.OutcomeError, m.err.Error(), m.res)
+	case m.res.IsError:
+		t.settle(pc, bus.OutcomeError, "", m.res)
+	default:
+		t.settle(pc, bus.OutcomeOK, "", m.res)
+	}
+}
+
+// answeredWithText handles a response without calls, as the kind's policy says.
+func (t *turn) answeredWithText() {
+	p := t.cfg.Kit.Policy
+	if p.Text != toolsets.TextRepairOnce {
+		t.finish(bus.TurnCompleted, nil)
+		return
+	}
+	if t.repaired {
+		t.fail(fmt.Errorf("%w: it was told once (%q)", ErrNoToolCall, p.RepairInstruction))
+		return
+	}
+	t.repaired = true
+	msg := []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: p.RepairInstruction}}
+	t.transcript = append(t.transcript, msg...)
+	t.appendTranscript(msg)
+	t.callModel()
+}
+
 func (t *turn) onExpired(wireID string) {
 	pc := t.byWire[wireID]
 	if pc == nil || pc.state != callRunning {
@@ -502,9 +629,11 @@ func (t *turn) abort(data []byte) {
 	t.aborted = true
 	t.modelCancel()
 	reason := "aborted"
+	t.abortErr = ErrAborted
 	var a bus.Abort
 	if json.Unmarshal(data, &a) == nil && a.Reason != "" {
 		reason = "aborted: " + a.Reason
+		t.abortErr = fmt.Errorf("%w: %s", ErrAborted, a.Reason)
 	}
 	for _, pc := range t.batch[t.next:] {
 		if pc.state == callWaiting {
@@ -537,16 +666,16 @@ func (t *turn) abandonRunning() {
 func (t *turn) completeBatch() {
 	if len(t.batch) == 0 {
 		if t.aborted {
-			t.finish(bus.TurnAborted, "")
+			t.finish(bus.TurnAborted, t.abortErr)
 		}
 		return
 	}
 	terminate := t.closeBatch()
 	switch {
 	case t.aborted:
-		t.finish(bus.TurnAborted, "")
+		t.finish(bus.TurnAborted, t.abortErr)
 	case terminate:
-		t.finish(bus.TurnTerminated, "")
+		t.finish(bus.TurnTerminated, nil)
 	default:
 		t.callModel()
 	}
@@ -597,22 +726,25 @@ func (t *turn) fail(err error) {
 	if len(t.batch) > 0 {
 		t.closeBatch()
 	}
-	t.finish(bus.TurnFailed, err.Error())
+	t.finish(bus.TurnFailed, err)
 }
 
-func (t *turn) finish(state bus.TurnState, msg string) {
+func (t *turn) finish(state bus.TurnState, err error) {
 	if t.finished {
 		return
 	}
 	t.finished = true
 	t.modelCancel()
 	res := TurnResult{
-		Turn: t.cfg.ID, State: state, Text: t.text, Error: msg, Steps: t.step,
+		Turn: t.cfg.Spec.ID, State: state, Text: t.text, Err: err, Steps: t.step,
 		Calls: t.records, Transcript: t.transcript,
 	}
 	t.flushTranscript()
-	if err := t.waitTranscript(); err != nil && res.Error == "" {
-		res.Error = err.Error()
+	if werr := t.waitTranscript(); werr != nil && res.Err == nil {
+		res.Err = fmt.Errorf("%w: %w", ErrRuntime, werr)
+	}
+	if res.Err != nil {
+		res.Error = res.Err.Error()
 	}
 	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.Error})
 	if t.cfg.Done != nil {
@@ -640,10 +772,10 @@ func (t *turn) cleanup() {
 
 // status publishes a turn status message.
 func (t *turn) status(kind string, st bus.TurnStatus) {
-	st.Turn, st.Node, st.Agent, st.Step, st.Time = t.cfg.ID, t.cfg.Node, t.cfg.Agent, t.step, time.Now()
+	st.Turn, st.Node, st.Agent, st.Kind, st.Step, st.Time = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind, t.step, time.Now()
 	b, err := json.Marshal(st)
 	if err == nil {
-		err = t.cfg.Conn.Publish(bus.TurnStatusSubject(t.cfg.ID, kind), b)
+		err = t.cfg.Conn.Publish(bus.TurnStatusSubject(t.cfg.Spec.ID, kind), b)
 	}
 	if err != nil {
 		t.log.Warn("publish status", "kind", kind, "err", err)
@@ -675,7 +807,7 @@ func (t *turn) flushTranscript() {
 		return
 	}
 	seq := len(t.appends) + 1
-	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.ID))
+	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.Spec.ID))
 	m.Data = b
 	m.Header.Set(bus.HeaderSeq, strconv.Itoa(seq))
 	a := &transcriptAppend{msg: m}

@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 // harness is a node on a real embedded server with test categories.
@@ -63,22 +65,27 @@ func newHarness(t *testing.T, tools ...*toolbus.Tool) *harness {
 // run plays a script against a tool set and returns the result.
 func (h *harness) run(ctx context.Context, tools []*toolbus.Tool, steps ...gateway.ScriptStep) TurnResult {
 	h.t.Helper()
-	set, err := toolbus.NewSet(tools...)
-	if err != nil {
-		h.t.Fatal(err)
-	}
 	model, err := gateway.NewScripted(gateway.Script{Responses: steps})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	res, err := h.node.Run(ctx, TurnConfig{
-		Agent: "tester", Model: model, Tools: set,
-		Input: []gateway.Item{gateway.UserMessage("go")},
+		Spec: bus.TurnSpec{Agent: "tester", Input: "go"}, Model: model, Kit: kitOf(h.t, tools...),
 	})
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return res
+}
+
+// kitOf is the kit of a main turn with exactly these tools.
+func kitOf(t testing.TB, tools ...*toolbus.Tool) *toolsets.Kit {
+	t.Helper()
+	set, err := toolbus.NewSet(toolbus.SpecsOf(tools)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toolsets.NewKit(set)
 }
 
 type noArgs struct{}
@@ -178,7 +185,7 @@ func TestParallelCallsRunTogether(t *testing.T) {
 	b := newBarrier(n)
 	rec := &recorder{}
 	meet := toolbus.MustDefine(toolbus.Def[idArgs]{
-		Name: "meet", Category: "test", Mode: toolbus.Parallel, Timeout: 10 * time.Second,
+		Spec: toolbus.Spec{Name: "meet", Category: "test", Mode: toolbus.Parallel, Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
 			rec.enter(a.ID)
 			defer rec.exit(a.ID)
@@ -211,7 +218,7 @@ func TestParallelCallsRunTogether(t *testing.T) {
 func TestSequentialCallsNeverOverlapAndKeepOrder(t *testing.T) {
 	rec := &recorder{}
 	step := toolbus.MustDefine(toolbus.Def[idArgs]{
-		Name: "step", Category: "test", Mode: toolbus.Sequential,
+		Spec: toolbus.Spec{Name: "step", Category: "test", Mode: toolbus.Sequential},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
 			rec.enter(a.ID)
 			defer rec.exit(a.ID)
@@ -245,7 +252,7 @@ func TestMixedBatchBarriers(t *testing.T) {
 	rec := &recorder{}
 	first, last := newBarrier(2), newBarrier(2)
 	par := toolbus.MustDefine(toolbus.Def[idArgs]{
-		Name: "par", Category: "test", Mode: toolbus.Parallel, Timeout: 10 * time.Second,
+		Spec: toolbus.Spec{Name: "par", Category: "test", Mode: toolbus.Parallel, Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
 			rec.enter(a.ID)
 			defer rec.exit(a.ID)
@@ -257,7 +264,7 @@ func TestMixedBatchBarriers(t *testing.T) {
 		},
 	})
 	seq := toolbus.MustDefine(toolbus.Def[idArgs]{
-		Name: "seq", Category: "test", Mode: toolbus.Sequential,
+		Spec: toolbus.Spec{Name: "seq", Category: "test", Mode: toolbus.Sequential},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
 			rec.enter(a.ID)
 			defer rec.exit(a.ID)
@@ -300,7 +307,7 @@ func TestResultsInModelOrder(t *testing.T) {
 		Pos int `json:"pos"`
 	}
 	wait := toolbus.MustDefine(toolbus.Def[posArgs]{
-		Name: "wait", Category: "test", Timeout: 10 * time.Second,
+		Spec: toolbus.Spec{Name: "wait", Category: "test", Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, a posArgs) (toolbus.Result, error) {
 			select {
 			case <-done[a.Pos+1]:
@@ -335,7 +342,7 @@ func TestBadCallsReachTheModelAndTheTurnGoesOn(t *testing.T) {
 	}
 	ran := atomic.Int32{}
 	read := toolbus.MustDefine(toolbus.Def[pathArgs]{
-		Name: "read", Category: "test", ReadOnly: true,
+		Spec: toolbus.Spec{Name: "read", Category: "test", ReadOnly: true},
 		Execute: func(ctx context.Context, c toolbus.Call, a pathArgs) (toolbus.Result, error) {
 			ran.Add(1)
 			return toolbus.TextResult("content of " + a.Path), nil
@@ -387,7 +394,7 @@ func TestHostRefusesInvalidDirectRequest(t *testing.T) {
 	}
 	ran := atomic.Int32{}
 	count := toolbus.MustDefine(toolbus.Def[countArgs]{
-		Name: "count", Category: "test",
+		Spec: toolbus.Spec{Name: "count", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, a countArgs) (toolbus.Result, error) {
 			ran.Add(1)
 			return toolbus.TextResult(fmt.Sprint(a.N)), nil
@@ -429,7 +436,7 @@ func TestHostRefusesInvalidDirectRequest(t *testing.T) {
 func TestDeadlineCancelsCall(t *testing.T) {
 	var sawCancel atomic.Bool
 	slow := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "slow", Category: "test", Timeout: 100 * time.Millisecond,
+		Spec: toolbus.Spec{Name: "slow", Category: "test", Timeout: 100 * time.Millisecond},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			<-ctx.Done()
 			sawCancel.Store(true)
@@ -455,7 +462,7 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 	release := make(chan struct{})
 	var stopped atomic.Int32
 	coop := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "coop", Category: "test", Timeout: time.Minute,
+		Spec: toolbus.Spec{Name: "coop", Category: "test", Timeout: time.Minute},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			_ = started.wait(context.Background())
 			<-ctx.Done()
@@ -464,7 +471,7 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 		},
 	})
 	stubborn := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "stubborn", Category: "test", Timeout: time.Minute,
+		Spec: toolbus.Spec{Name: "stubborn", Category: "test", Timeout: time.Minute},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			_ = started.wait(context.Background())
 			<-release // ignores its context
@@ -472,7 +479,7 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 		},
 	})
 	later := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "later", Category: "test", Mode: toolbus.Sequential,
+		Spec: toolbus.Spec{Name: "later", Category: "test", Mode: toolbus.Sequential},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			t.Error("a call after the abort ran")
 			return toolbus.Result{}, nil
@@ -523,7 +530,6 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 
 func TestAbortWhileWaitingForModel(t *testing.T) {
 	h := newHarness(t)
-	set, _ := toolbus.NewSet()
 	entered := make(chan struct{})
 	model := modelFunc(func(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
 		close(entered)
@@ -532,7 +538,7 @@ func TestAbortWhileWaitingForModel(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { <-entered; cancel() }()
-	res, err := h.node.Run(ctx, TurnConfig{Model: model, Tools: set, Input: []gateway.Item{gateway.UserMessage("hi")}})
+	res, err := h.node.Run(ctx, TurnConfig{Spec: bus.TurnSpec{Input: "hi"}, Model: model, Kit: kitOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,7 +555,7 @@ func (f modelFunc) Respond(ctx context.Context, req *gateway.Request) (*gateway.
 
 func TestCategoryWithoutHostFailsFast(t *testing.T) {
 	orphan := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "orphan", Category: "nobody", Timeout: time.Hour,
+		Spec: toolbus.Spec{Name: "orphan", Category: "nobody", Timeout: time.Hour},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			return toolbus.Result{}, nil
 		},
@@ -571,7 +577,7 @@ func TestCategoryWithoutHostFailsFast(t *testing.T) {
 
 func TestTerminateAndStepLimit(t *testing.T) {
 	stop := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "stop", Category: "test",
+		Spec: toolbus.Spec{Name: "stop", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			r := toolbus.TextResult("stopping")
 			r.Terminate = true
@@ -586,11 +592,10 @@ func TestTerminateAndStepLimit(t *testing.T) {
 		t.Errorf("state %s steps %d", res.State, res.Steps)
 	}
 
-	set, _ := toolbus.NewSet(stop)
 	loop := modelFunc(func(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
 		return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindFunctionCall, CallID: fmt.Sprint("l", req.Step), Name: "nothing", Arguments: "{}"}}}, nil
 	})
-	res, err := h.node.Run(context.Background(), TurnConfig{Model: loop, Tools: set, MaxSteps: 3, Input: []gateway.Item{gateway.UserMessage("loop")}})
+	res, err := h.node.Run(context.Background(), TurnConfig{Spec: bus.TurnSpec{Input: "loop", Limits: bus.TurnLimits{MaxSteps: 3}}, Model: loop, Kit: kitOf(t, stop)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -606,7 +611,7 @@ func TestTruncatedDestructiveCallIsRefused(t *testing.T) {
 	}
 	wrote := atomic.Int32{}
 	write := toolbus.MustDefine(toolbus.Def[writeArgs]{
-		Name: "write", Category: "test", Destructive: true, Mode: toolbus.Sequential,
+		Spec: toolbus.Spec{Name: "write", Category: "test", Destructive: true, Mode: toolbus.Sequential},
 		Execute: func(ctx context.Context, c toolbus.Call, a writeArgs) (toolbus.Result, error) {
 			wrote.Add(1)
 			return toolbus.TextResult("written"), nil
@@ -626,7 +631,7 @@ func TestTruncatedDestructiveCallIsRefused(t *testing.T) {
 
 func TestTranscriptIsStored(t *testing.T) {
 	echo := toolbus.MustDefine(toolbus.Def[idArgs]{
-		Name: "echo", Category: "test",
+		Spec: toolbus.Spec{Name: "echo", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
 			return toolbus.TextResult(a.ID), nil
 		},
@@ -650,7 +655,7 @@ func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
 	release := make(chan struct{})
 	defer close(release)
 	hang := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "hang", Category: "test", Timeout: time.Minute,
+		Spec: toolbus.Spec{Name: "hang", Category: "test", Timeout: time.Minute},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			close(started)
 			<-release // ignores cancellation, as a stuck tool would
@@ -658,25 +663,23 @@ func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
 		},
 	})
 	later := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "later", Category: "test", Mode: toolbus.Sequential,
+		Spec: toolbus.Spec{Name: "later", Category: "test", Mode: toolbus.Sequential},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			return toolbus.Result{}, nil
 		},
 	})
 	h := newHarness(t, hang, later)
-	set, _ := toolbus.NewSet(hang, later)
 	model, _ := gateway.NewScripted(gateway.Script{Responses: []gateway.ScriptStep{{Calls: []gateway.ScriptCall{
 		{ID: "h", Name: "hang", Arguments: `{}`}, {ID: "l", Name: "later", Arguments: `{}`},
 	}}}})
 	done := make(chan TurnResult, 1)
-	if _, err := h.node.Spawn(context.Background(), TurnConfig{Model: model, Tools: set,
-		Input: []gateway.Item{gateway.UserMessage("go")}, Done: func(r TurnResult) { done <- r }}); err != nil {
+	if _, err := h.node.Spawn(context.Background(), TurnConfig{Spec: bus.TurnSpec{Input: "go"}, Model: model, Kit: kitOf(t, hang, later), Done: func(r TurnResult) { done <- r }}); err != nil {
 		t.Fatal(err)
 	}
 	<-started
 	go h.node.Close()
 	res := <-done
-	if res.State != bus.TurnFailed || !strings.Contains(res.Error, "the node stopped the turn") {
+	if res.State != bus.TurnFailed || !errors.Is(res.Err, ErrNodeStopped) {
 		t.Errorf("state %s error %q", res.State, res.Error)
 	}
 	if got := outcomes(res); !slices.Equal(got, []string{"hang:abandoned", "later:not_started"}) {
@@ -692,7 +695,7 @@ func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
 
 func TestPanicBecomesErrorResult(t *testing.T) {
 	boom := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "boom", Category: "test",
+		Spec: toolbus.Spec{Name: "boom", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			var m map[string]int
 			m["x"]++ // nil map write
@@ -700,7 +703,7 @@ func TestPanicBecomesErrorResult(t *testing.T) {
 		},
 	})
 	fine := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "fine", Category: "test",
+		Spec: toolbus.Spec{Name: "fine", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			return toolbus.TextResult("still serving"), nil
 		},
@@ -724,7 +727,7 @@ func TestPanicBecomesErrorResult(t *testing.T) {
 func TestHostConcurrencyLimit(t *testing.T) {
 	rec := &recorder{}
 	slow := toolbus.MustDefine(toolbus.Def[idArgs]{
-		Name: "slow", Category: "limited", Timeout: 10 * time.Second,
+		Spec: toolbus.Spec{Name: "slow", Category: "limited", Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
 			rec.enter(a.ID)
 			defer rec.exit(a.ID)
@@ -766,7 +769,7 @@ func TestHostConcurrencyLimit(t *testing.T) {
 
 func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
 	big := toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "big", Category: "test", Timeout: time.Hour,
+		Spec: toolbus.Spec{Name: "big", Category: "test", Timeout: time.Hour},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			return toolbus.TextResult(strings.Repeat("x", 2<<20)), nil
 		},

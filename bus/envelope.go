@@ -105,3 +105,17 @@ type Abort struct {
 	Reason string `json:"reason,omitempty"`
 	By     string `json:"by,omitempty"`
 }
+
+// CatalogChange is published on [CatalogChanged] by a category host that started
+// ("up") or is stopping ("down").
+type CatalogChange struct {
+	Category string `json:"category"`
+	Node     string `json:"node,omitempty"`
+	State    string `json:"state"` // "up" or "down"
+}
+
+// States of a CatalogChange.
+const (
+	CatalogUp   = "up"
+	CatalogDown = "down"
+)

@@ -34,7 +34,7 @@ func TurnPermissions() *server.Permissions {
 			AllTools, AllAborts, AllStatuses, AllTranscripts, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
-			inboxes, AllTurns, AllNodeStarts, AnyNodeStartTurn,
+			inboxes, AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
 		}},
 		Response: replyOnce(),
 	})
@@ -52,7 +52,7 @@ func ToolPermissions(categories ...string) *server.Permissions {
 		sub = append(sub, CategorySubjects(c), "$SRV.*."+svc, "$SRV.*."+svc+".*")
 	}
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{AllResults, AllEvents}},
+		Publish:   &server.SubjectPermission{Allow: []string{AllResults, AllEvents, CatalogChanged}},
 		Subscribe: &server.SubjectPermission{Allow: sub},
 		Response:  replyOnce(), // micro PING/INFO/STATS replies go to the requester's inbox
 	}

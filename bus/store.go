@@ -11,6 +11,7 @@ import (
 // JetStream buckets and streams of toolbus.
 const (
 	BucketTodos       = "toolbus_todos"
+	BucketAgents      = "toolbus_agents" // agent profiles, one JSON document per agent
 	StreamTranscripts = "TOOLBUS_TRANSCRIPTS"
 )
 

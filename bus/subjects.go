@@ -38,6 +38,11 @@ const (
 	AllNodeStarts  = Prefix + ".node.*.turn.start"
 )
 
+// CatalogChanged is where a category host says that it started or is stopping, so
+// catalogs refresh at once instead of at their next periodic refresh. The body is a
+// [CatalogChange].
+const CatalogChanged = Prefix + ".catalog.changed"
+
 // AnyNodeStartTurn is the subject on which any turn-hosting node may take a
 // new turn; subscribers join [StartTurnQueue] so exactly one node answers.
 const AnyNodeStartTurn = Prefix + ".nodes.turn.start"

@@ -2,34 +2,108 @@ package bus
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 )
 
 // Turn-level envelopes: starting a turn on a node, and the status a turn
 // publishes on TurnStatusSubject while it runs.
 
-// StartTurn asks a node to run a turn. It is sent as a request to
-// NodeStartTurnSubject or AnyNodeStartTurn; the node answers with a
-// StartTurnReply as soon as the turn exists, and the turn's progress follows
-// on its status and event subjects. Subscribe to TurnSubjects(Turn) before
-// sending, so nothing is missed.
-type StartTurn struct {
-	// Turn is the new turn's id, chosen by the caller so it can subscribe
-	// first. It must be a valid token; empty means the node picks one.
-	Turn         string `json:"turn_id,omitempty"`
-	Agent        string `json:"agent,omitempty"`
-	Task         string `json:"task,omitempty"`
-	Prompt       string `json:"prompt"`
-	Instructions string `json:"instructions,omitempty"`
-	// Model is a model spec such as "openai:gpt-5.4" or "chat:llama3.1",
-	// resolved by the node with its own credentials.
-	Model string `json:"model,omitempty"`
-	// Script is an inline scripted-model document; it overrides Model.
-	Script   json.RawMessage `json:"script,omitempty"`
-	MaxSteps int             `json:"max_steps,omitempty"`
+// TurnKind says what a turn is for; its policy and its tool catalog follow from it.
+type TurnKind string
+
+const (
+	// TurnMain is an agent's main text turn: the full catalog, and the namespaces its
+	// profile names.
+	TurnMain TurnKind = "main"
+	// TurnJob is a background job's turn: the main catalog without job or workflow tools.
+	TurnJob TurnKind = "job"
+	// TurnTask is a workflow task's isolated turn: its own fixed catalog, and it ends only
+	// by submitting a result.
+	TurnTask TurnKind = "task"
+)
+
+// Valid reports whether k is a defined kind. The empty kind is not valid; [TurnSpec.Normalize]
+// makes it TurnMain.
+func (k TurnKind) Valid() bool {
+	switch k {
+	case TurnMain, TurnJob, TurnTask:
+		return true
+	}
+	return false
 }
 
-// StartTurnReply answers a StartTurn.
+// MaxStepsLimit bounds the steps a turn spec may ask for.
+const MaxStepsLimit = 256
+
+// TurnLimits bound one turn. Zero values mean the node's defaults.
+type TurnLimits struct {
+	MaxSteps int `json:"max_steps,omitempty"`
+}
+
+// TurnSpec is what starts a turn, on the bus and in Go: who it is for, what kind it is,
+// what it is asked, and within which limits. It is sent as a request to
+// NodeStartTurnSubject or AnyNodeStartTurn; the node answers with a StartTurnReply as soon
+// as the turn exists, and the turn's progress follows on its status and event subjects.
+// Subscribe to TurnSubjects(ID) before sending, so nothing is missed.
+type TurnSpec struct {
+	// ID is the turn's id, chosen by the caller so it can subscribe first. It must be a
+	// valid token; empty means the node picks one.
+	ID   string   `json:"turn_id,omitempty"`
+	Kind TurnKind `json:"kind,omitempty"` // empty means TurnMain
+	// Parent is the turn that started this one (a job's or a task's main turn).
+	Parent   string `json:"parent_turn_id,omitempty"`
+	Agent    string `json:"agent,omitempty"`
+	Workflow string `json:"workflow_id,omitempty"`
+	Task     string `json:"task_id,omitempty"`
+	// Model is a model spec such as "openai:gpt-5.4" or "chat:llama3.1", resolved by the
+	// node with its own credentials.
+	Model string `json:"model,omitempty"`
+	// Script is an inline scripted-model document; it overrides Model.
+	Script       json.RawMessage `json:"script,omitempty"`
+	Instructions string          `json:"instructions,omitempty"`
+	// Input is the user's message that starts the turn.
+	Input  string     `json:"input"`
+	Limits TurnLimits `json:"limits,omitzero"`
+}
+
+// Normalize fills the defaults a spec may leave out: the kind main.
+func (s *TurnSpec) Normalize() {
+	if s.Kind == "" {
+		s.Kind = TurnMain
+	}
+}
+
+// Check reports the first thing that makes the spec unusable, naming the field as it is
+// spelled on the wire.
+func (s *TurnSpec) Check() error {
+	switch {
+	case s.ID != "" && (!ValidToken(s.ID) || len(s.ID) > maxIDLen):
+		return fmt.Errorf("turn spec: turn_id %q is not a valid token (at most %d bytes, no '.', '*', '>', spaces or control characters)", s.ID, maxIDLen)
+	case s.Kind != "" && !s.Kind.Valid():
+		return fmt.Errorf("turn spec: kind %q: want %s, %s or %s", s.Kind, TurnMain, TurnJob, TurnTask)
+	case s.Parent != "" && !ValidToken(s.Parent):
+		return fmt.Errorf("turn spec: parent_turn_id %q is not a valid token", s.Parent)
+	case s.Kind == TurnTask && s.Task == "":
+		return errors.New("turn spec: a task turn needs a task_id")
+	case s.Input == "":
+		return errors.New("turn spec: input is empty")
+	case s.Limits.MaxSteps < 0 || s.Limits.MaxSteps > MaxStepsLimit:
+		return fmt.Errorf("turn spec: limits.max_steps %d is out of range (0 for the default, up to %d)", s.Limits.MaxSteps, MaxStepsLimit)
+	}
+	if s.Agent != "" {
+		if err := CheckAgent(s.Agent); err != nil {
+			return fmt.Errorf("turn spec: agent: %w", err)
+		}
+	}
+	return nil
+}
+
+// maxIDLen bounds turn and call ids.
+const maxIDLen = 128
+
+// StartTurnReply answers a TurnSpec sent to start a turn.
 type StartTurnReply struct {
 	Turn  string `json:"turn_id,omitempty"`
 	Node  string `json:"node,omitempty"`
@@ -73,11 +147,15 @@ type TurnStatus struct {
 	Turn  string    `json:"turn_id"`
 	Node  string    `json:"node,omitempty"`
 	Agent string    `json:"agent,omitempty"`
+	Kind  TurnKind  `json:"kind,omitempty"`
 	State TurnState `json:"state"`
 	Step  int       `json:"step"`
 	// Text is the model's text of the latest response (the answer, at the end).
 	Text  string       `json:"text,omitempty"`
 	Calls []CallRecord `json:"calls,omitempty"`
 	Error string       `json:"error,omitempty"`
-	Time  time.Time    `json:"time"`
+	// Notes say what the turn's assembly left out (a namespace no host serves); sent
+	// with StatusStarted.
+	Notes []string  `json:"notes,omitempty"`
+	Time  time.Time `json:"time"`
 }

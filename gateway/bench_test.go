@@ -13,13 +13,13 @@ import (
 // transcript of 41 items.
 func benchStep(b *testing.B) *Request {
 	b.Helper()
-	var tools []*toolbus.Tool
+	var tools []*toolbus.Spec
 	for i := range 40 {
 		d := toolbus.Def[map[string]any]{
-			Name: fmt.Sprintf("tool_%d", i), Description: "Does thing number " + fmt.Sprint(i) + ".", Category: "bench",
+			Spec: toolbus.Spec{Name: fmt.Sprintf("tool_%d", i), Description: "Does thing number " + fmt.Sprint(i) + ".", Category: "bench", Strict: i%2 == 0},
 			Schema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string","description":"a path"},` +
 				`"limit":{"type":"integer","minimum":1,"maximum":1000},"mode":{"type":"string","enum":["read","write"]}},"required":["path"]}`),
-			Strict: i%2 == 0,
+
 			Execute: func(context.Context, toolbus.Call, map[string]any) (toolbus.Result, error) {
 				return toolbus.Result{}, nil
 			},
@@ -31,7 +31,7 @@ func benchStep(b *testing.B) *Request {
 		if err != nil {
 			b.Fatal(err)
 		}
-		tools = append(tools, t)
+		tools = append(tools, &t.Spec)
 	}
 	input := []Item{UserMessage("Do the things.")}
 	for i := range 20 {

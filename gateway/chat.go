@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -130,11 +132,12 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 				out.Items = append(out.Items, Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw})
 				continue
 			}
+			name, namespace := splitChatName(req.Tools, tc.Function.Name)
 			out.Items = append(out.Items, Item{
 				Kind:      KindFunctionCall,
 				CallID:    id,
-				Name:      tc.Function.Name,
-				Namespace: namespaceOf(req.Tools, tc.Function.Name),
+				Name:      name,
+				Namespace: namespace,
 				Arguments: args,
 				Provider:  ProviderChat,
 			})
@@ -162,13 +165,38 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 	}
 }
 
-// namespaceOf is the namespace of the named tool, so a call looks the same to the turn
-// whichever gateway produced it.
-func namespaceOf(set []*toolbus.Tool, name string) string {
-	if t := findTool(set, name); t != nil {
-		return t.Namespace
+// Chat Completions has no namespaces, so a namespaced tool goes out under one flat name:
+// "<namespace>__<name>" (toolbus.NamespaceSeparator). A namespace never contains the
+// separator, so two namespaced tools never share a flat name. A tool without a namespace
+// whose own name looks flattened ("crm__lookup" beside crm.lookup) is the one clash left:
+// chatTools refuses the request naming both. A flat name longer than the 64 characters
+// providers accept keeps its first 55 and ends in "_" and 8 hex digits of its SHA-256,
+// unique in practice and stable across steps.
+const maxChatName = 64
+
+// chatName is the flat name a tool is sent and called by on Chat Completions.
+func chatName(t *toolbus.Spec) string {
+	if t.Namespace == "" {
+		return t.Name
 	}
-	return ""
+	name := t.Namespace + toolbus.NamespaceSeparator + t.Name
+	if len(name) <= maxChatName {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return name[:maxChatName-9] + "_" + hex.EncodeToString(sum[:4])
+}
+
+// splitChatName maps a called flat name back to the tool's name and namespace, so a call
+// looks the same to the turn whichever gateway produced it. A name no tool has is passed
+// on as it is: the turn answers it as an unknown tool.
+func splitChatName(set []*toolbus.Spec, wire string) (name, namespace string) {
+	for _, t := range set {
+		if chatName(t) == wire {
+			return t.Name, t.Namespace
+		}
+	}
+	return wire, ""
 }
 
 func (m *Chat) params(req *Request, transcript []Item) (openai.ChatCompletionNewParams, error) {
@@ -217,7 +245,7 @@ func loadedTools(transcript []Item) map[string]bool {
 // deferred tools but the software tool_search function whose description lists them.
 // Later requests add the deferred tools that searches loaded. Like
 // [ResponsesToolDefinitions], it logs nothing.
-func ChatToolDefinitions(tools []*toolbus.Tool) (json.RawMessage, error) {
+func ChatToolDefinitions(tools []*toolbus.Spec) (json.RawMessage, error) {
 	defs, err := chatTools(tools, nil, nil)
 	if err != nil {
 		return nil, err
@@ -230,24 +258,30 @@ func ChatToolDefinitions(tools []*toolbus.Tool) (json.RawMessage, error) {
 }
 
 // tools translates the tool set of one request.
-func (m *Chat) tools(set []*toolbus.Tool, loaded map[string]bool) ([]openai.ChatCompletionToolUnionParam, error) {
+func (m *Chat) tools(set []*toolbus.Spec, loaded map[string]bool) ([]openai.ChatCompletionToolUnionParam, error) {
 	return chatTools(set, loaded, m.strict)
 }
 
 // chatTools sends every tool that is not deferred or was loaded, in tool-set order, and
 // the software tool_search when any tool is deferred.
-func chatTools(set []*toolbus.Tool, loaded map[string]bool, warn *fallbackLog) ([]openai.ChatCompletionToolUnionParam, error) {
+func chatTools(set []*toolbus.Spec, loaded map[string]bool, warn *fallbackLog) ([]openai.ChatCompletionToolUnionParam, error) {
 	var out []openai.ChatCompletionToolUnionParam
-	var deferred []*toolbus.Tool
+	var deferred []*toolbus.Spec
+	seen := make(map[string]*toolbus.Spec, len(set))
 	for _, t := range set {
+		name := chatName(t)
+		if other, dup := seen[name]; dup {
+			return nil, fmt.Errorf("chat gateway: tools %s and %s both go out as %q", other.QualifiedName(), t.QualifiedName(), name)
+		}
+		seen[name] = t
 		if t.DeferLoading {
 			deferred = append(deferred, t)
-			if !loaded[t.Name] {
+			if !loaded[name] {
 				continue
 			}
 		}
 		params, strict := toolParams(t, warn)
-		tool, err := chatFunction(t.Name, t.Description, params, strict)
+		tool, err := chatFunction(name, t.Description, params, strict)
 		if err != nil {
 			return nil, err
 		}
@@ -283,13 +317,13 @@ func chatFunction(name, description string, params json.RawMessage, strict bool)
 
 // searchCatalog describes the software tool search and lists what it can load, since the
 // model sees no deferred tool until it is loaded.
-func searchCatalog(deferred []*toolbus.Tool) string {
+func searchCatalog(deferred []*toolbus.Spec) string {
 	var b strings.Builder
 	b.WriteString(toolSearchDescription)
 	b.WriteString("\nTools that can be loaded:")
 	for _, t := range deferred {
 		b.WriteString("\n- ")
-		b.WriteString(t.Name)
+		b.WriteString(chatName(t))
 		if t.Namespace != "" {
 			b.WriteString(" (" + t.Namespace + ")")
 		}
@@ -306,7 +340,7 @@ func firstLine(s string) string {
 }
 
 // answerSearch runs a software tool search and returns its output item.
-func (m *Chat) answerSearch(set []*toolbus.Tool, s chatSearchCall) (Item, error) {
+func (m *Chat) answerSearch(set []*toolbus.Spec, s chatSearchCall) (Item, error) {
 	query := searchQuery(json.RawMessage(s.Arguments))
 	found := searchDeferred(set, query)
 	o := chatSearchOutput{Type: "tool_search_output", CallID: s.CallID, Loaded: make([]string, 0, len(found))}
@@ -316,8 +350,8 @@ func (m *Chat) answerSearch(set []*toolbus.Tool, s chatSearchCall) (Item, error)
 	} else {
 		b.WriteString("Loaded; these tools can be called now:")
 		for _, t := range found {
-			o.Loaded = append(o.Loaded, t.Name)
-			b.WriteString("\n- " + t.Name)
+			o.Loaded = append(o.Loaded, chatName(t))
+			b.WriteString("\n- " + chatName(t))
 			if d := firstLine(t.Description); d != "" {
 				b.WriteString(": " + d)
 			}
@@ -392,7 +426,7 @@ func chatMessages(instructions string, transcript []Item) []openai.ChatCompletio
 				out = append(out, openai.SystemMessage(it.Text))
 			}
 		case KindFunctionCall:
-			call(it.CallID, it.Name, it.Arguments)
+			call(it.CallID, chatCallName(it), it.Arguments)
 		case KindCallOutput:
 			flush()
 			out = append(out, openai.ToolMessage(outputText(it.Output), it.CallID))
@@ -423,4 +457,12 @@ func chatMessages(instructions string, transcript []Item) []openai.ChatCompletio
 	}
 	flush()
 	return out
+}
+
+// chatCallName is the flat name of a call in the transcript, as the model called it.
+func chatCallName(it Item) string {
+	if it.Namespace == "" {
+		return it.Name
+	}
+	return chatName(&toolbus.Spec{Name: it.Name, Namespace: it.Namespace})
 }

@@ -134,14 +134,14 @@ func TestChatToolDefinitionsShape(t *testing.T) {
 		names = append(names, jsonPath(t, d, "function", "name").(string))
 	}
 	// Deferred tools wait behind the software search; namespaces are flattened.
-	if want := []string{"read_file", "set_limits", "tag", "get_customer", "tool_search"}; !slices.Equal(names, want) {
+	if want := []string{"read_file", "set_limits", "tag", "crm__get_customer", "tool_search"}; !slices.Equal(names, want) {
 		t.Errorf("tools %v, want %v", names, want)
 	}
 }
 
 func TestToolDefinitionsEmpty(t *testing.T) {
-	for name, get := range map[string]func([]*toolbus.Tool) (json.RawMessage, error){
-		"responses": func(ts []*toolbus.Tool) (json.RawMessage, error) { return gateway.ResponsesToolDefinitions(ts, false) },
+	for name, get := range map[string]func([]*toolbus.Spec) (json.RawMessage, error){
+		"responses": func(ts []*toolbus.Spec) (json.RawMessage, error) { return gateway.ResponsesToolDefinitions(ts, false) },
 		"chat":      gateway.ChatToolDefinitions,
 	} {
 		got, err := get(nil)

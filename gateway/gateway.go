@@ -26,7 +26,7 @@ type Model interface {
 type Request struct {
 	Instructions string
 	Input        []Item
-	Tools        []*toolbus.Tool
+	Tools        []*toolbus.Spec
 	// ParallelToolCalls lets the model emit several calls in one response.
 	ParallelToolCalls bool
 	// Step counts model calls in this turn, from 0.

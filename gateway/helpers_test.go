@@ -202,7 +202,7 @@ func execNothing(context.Context, toolbus.Call, map[string]any) (toolbus.Result,
 }
 
 // rawTool defines a tool from a raw JSON Schema.
-func rawTool(t *testing.T, d toolbus.Def[map[string]any]) *toolbus.Tool {
+func rawTool(t *testing.T, d toolbus.Def[map[string]any]) *toolbus.Spec {
 	t.Helper()
 	d.Category = cmp.Or(d.Category, "test")
 	d.Execute = execNothing
@@ -210,7 +210,7 @@ func rawTool(t *testing.T, d toolbus.Def[map[string]any]) *toolbus.Tool {
 	if err != nil {
 		t.Fatalf("define %s: %v", d.Name, err)
 	}
-	return tool
+	return &tool.Spec
 }
 
 // Schemas of the test tools. limitsSchema keeps its key order and number spellings
@@ -227,24 +227,24 @@ const (
 )
 
 // testTools is a tool set using every feature the gateways translate.
-func testTools(t *testing.T) []*toolbus.Tool {
+func testTools(t *testing.T) []*toolbus.Spec {
 	t.Helper()
 	const crm = "CRM tools for customer lookup and order management."
-	return []*toolbus.Tool{
-		rawTool(t, toolbus.Def[map[string]any]{Name: "read_file", Description: "Read a file.", Schema: json.RawMessage(readFileSchema), Strict: true}),
-		rawTool(t, toolbus.Def[map[string]any]{Name: "set_limits", Description: "Set limits.", Schema: json.RawMessage(limitsSchema)}),
-		rawTool(t, toolbus.Def[map[string]any]{Name: "tag", Description: "Tag things.", Schema: json.RawMessage(tagsSchema), Strict: true}),
-		rawTool(t, toolbus.Def[map[string]any]{Name: "get_customer", Description: "Fetch a customer profile by customer ID.",
-			Schema: json.RawMessage(idSchema), Strict: true, Namespace: "crm", NamespaceDescription: crm}),
-		rawTool(t, toolbus.Def[map[string]any]{Name: "list_open_orders", Description: "List open orders for a customer ID.",
-			Schema: json.RawMessage(idSchema), Strict: true, Namespace: "crm", NamespaceDescription: crm, DeferLoading: true}),
-		rawTool(t, toolbus.Def[map[string]any]{Name: "get_shipping_eta", Description: "Look up shipping ETA details for an order.",
-			Schema: json.RawMessage(etaSchema), DeferLoading: true}),
+	return []*toolbus.Spec{
+		rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: "read_file", Description: "Read a file.", Strict: true}, Schema: json.RawMessage(readFileSchema)}),
+		rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: "set_limits", Description: "Set limits."}, Schema: json.RawMessage(limitsSchema)}),
+		rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: "tag", Description: "Tag things.", Strict: true}, Schema: json.RawMessage(tagsSchema)}),
+		rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: "get_customer", Description: "Fetch a customer profile by customer ID.", Strict: true, Namespace: "crm", NamespaceDescription: crm},
+			Schema: json.RawMessage(idSchema)}),
+		rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: "list_open_orders", Description: "List open orders for a customer ID.", Strict: true, Namespace: "crm", NamespaceDescription: crm, DeferLoading: true},
+			Schema: json.RawMessage(idSchema)}),
+		rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: "get_shipping_eta", Description: "Look up shipping ETA details for an order.", DeferLoading: true},
+			Schema: json.RawMessage(etaSchema)}),
 	}
 }
 
 // toolByName finds a test tool.
-func toolByName(t *testing.T, tools []*toolbus.Tool, name string) *toolbus.Tool {
+func toolByName(t *testing.T, tools []*toolbus.Spec, name string) *toolbus.Spec {
 	t.Helper()
 	for _, tool := range tools {
 		if tool.Name == name {
@@ -302,5 +302,5 @@ func kinds(items []gateway.Item) []gateway.ItemKind {
 
 // toolbusDef is a minimal definition of a tool without parameters.
 func toolbusDef(name string) toolbus.Def[map[string]any] {
-	return toolbus.Def[map[string]any]{Name: name, Schema: json.RawMessage(`{"type":"object","properties":{}}`)}
+	return toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: name}, Schema: json.RawMessage(`{"type":"object","properties":{}}`)}
 }

@@ -12,10 +12,10 @@ import (
 	"github.com/toolbus/toolbus"
 )
 
-func deferredTool(t *testing.T, name, namespace, description string) *toolbus.Tool {
+func deferredTool(t *testing.T, name, namespace, description string) *toolbus.Spec {
 	t.Helper()
 	tool, err := toolbus.Define(toolbus.Def[map[string]any]{
-		Name: name, Namespace: namespace, Description: description, DeferLoading: true, Category: "test",
+		Spec:   toolbus.Spec{Name: name, Namespace: namespace, Description: description, DeferLoading: true, Category: "test"},
 		Schema: json.RawMessage(`{"type":"object","properties":{}}`),
 		Execute: func(_ context.Context, _ toolbus.Call, _ map[string]any) (toolbus.Result, error) {
 			return toolbus.Result{}, nil
@@ -24,12 +24,12 @@ func deferredTool(t *testing.T, name, namespace, description string) *toolbus.To
 	if err != nil {
 		t.Fatal(err)
 	}
-	return tool
+	return &tool.Spec
 }
 
 func TestSearchDeferred(t *testing.T) {
 	eager, err := toolbus.Define(toolbus.Def[map[string]any]{
-		Name: "list_open_orders_now", Description: "open orders", Category: "test",
+		Spec:   toolbus.Spec{Name: "list_open_orders_now", Description: "open orders", Category: "test"},
 		Schema: json.RawMessage(`{"type":"object","properties":{}}`),
 		Execute: func(context.Context, toolbus.Call, map[string]any) (toolbus.Result, error) {
 			return toolbus.Result{}, nil
@@ -38,8 +38,8 @@ func TestSearchDeferred(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools := []*toolbus.Tool{
-		eager,
+	tools := []*toolbus.Spec{
+		&eager.Spec,
 		deferredTool(t, "get_customer", "crm", "Fetch a customer profile."),
 		deferredTool(t, "list_open_orders", "crm", "List open orders for a customer."),
 		deferredTool(t, "get_shipping_eta", "", "Look up shipping ETA details for an order."),

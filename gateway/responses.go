@@ -168,7 +168,7 @@ func (m *Responses) params(req *Request, input []responses.ResponseInputItemUnio
 // defer_loading, and a tool_search tool when any is deferred (hosted by the provider
 // when hostedSearch is set, as with Config.HostedToolSearch). A Strict tool whose schema
 // cannot be made strict goes out non-strict; unlike the gateway, this logs nothing.
-func ResponsesToolDefinitions(tools []*toolbus.Tool, hostedSearch bool) (json.RawMessage, error) {
+func ResponsesToolDefinitions(tools []*toolbus.Spec, hostedSearch bool) (json.RawMessage, error) {
 	defs, err := responsesTools(tools, hostedSearch, nil)
 	if err != nil {
 		return nil, err
@@ -196,14 +196,14 @@ func requestField(body []byte, key string) (json.RawMessage, error) {
 }
 
 // tools translates the tool set of one request.
-func (m *Responses) tools(set []*toolbus.Tool) ([]responses.ToolUnionParam, error) {
+func (m *Responses) tools(set []*toolbus.Spec) ([]responses.ToolUnionParam, error) {
 	return responsesTools(set, m.cfg.HostedToolSearch, m.strict)
 }
 
 // responsesTools translates a tool set: plain functions at the top level, tools with a
 // namespace grouped into `type: namespace` tools (placed where their first tool stood),
 // deferred ones marked defer_loading, and a tool_search tool when any is deferred.
-func responsesTools(set []*toolbus.Tool, hostedSearch bool, warn *fallbackLog) ([]responses.ToolUnionParam, error) {
+func responsesTools(set []*toolbus.Spec, hostedSearch bool, warn *fallbackLog) ([]responses.ToolUnionParam, error) {
 	var out []responses.ToolUnionParam
 	namespaces := make(map[string]*responses.NamespaceToolParam)
 	for _, t := range set {
@@ -239,7 +239,7 @@ func responsesTools(set []*toolbus.Tool, hostedSearch bool, warn *fallbackLog) (
 
 // functionJSON is one Responses function definition: the SDK's typed fields, then the
 // parameter schema spliced in byte for byte.
-func functionJSON(t *toolbus.Tool, warn *fallbackLog) (json.RawMessage, error) {
+func functionJSON(t *toolbus.Spec, warn *fallbackLog) (json.RawMessage, error) {
 	params, strict := toolParams(t, warn)
 	fn := responses.FunctionToolParam{Name: t.Name, Strict: openai.Bool(strict)}
 	if t.Description != "" {
@@ -337,9 +337,9 @@ func imageURL(p toolbus.ContentPart) string {
 // loaded by a client-executed tool search comes back with its own name as namespace
 // ("namespace": "get_shipping_eta"); the tool has none, so neither has the call. The
 // call's Raw keeps what the model sent.
-func callNamespace(set []*toolbus.Tool, name, namespace string) string {
+func callNamespace(set []*toolbus.Spec, name, namespace string) string {
 	if namespace == name {
-		if t := findTool(set, name); t != nil && t.Namespace == "" {
+		if findTool(set, "", name) != nil && findTool(set, namespace, name) == nil {
 			return ""
 		}
 	}
@@ -354,7 +354,7 @@ type search struct {
 
 // output translates the response's output items and collects the tool searches this
 // gateway must answer.
-func (m *Responses) output(res *responses.Response, set []*toolbus.Tool) ([]Item, []search, error) {
+func (m *Responses) output(res *responses.Response, set []*toolbus.Spec) ([]Item, []search, error) {
 	if !res.JSON.Output.Valid() {
 		return nil, nil, &Error{Provider: ProviderResponses, Message: "malformed response: no output list"}
 	}
@@ -408,7 +408,7 @@ func (m *Responses) output(res *responses.Response, set []*toolbus.Tool) ([]Item
 // answerSearch runs a client-executed tool search over the deferred tools and returns
 // the tool_search_output item holding their definitions, namespaced tools inside their
 // namespace.
-func (m *Responses) answerSearch(set []*toolbus.Tool, s search) (Item, error) {
+func (m *Responses) answerSearch(set []*toolbus.Spec, s search) (Item, error) {
 	found := searchDeferred(set, searchQuery(s.args))
 	var loaded []responses.ResponseToolSearchOutputItemParamToolUnion
 	namespaces := make(map[string]*responses.ToolSearchOutputNamespaceToolParam)
@@ -456,7 +456,7 @@ func (m *Responses) answerSearch(set []*toolbus.Tool, s search) (Item, error) {
 
 // namespaceDescription is the first description any tool gives its namespace. The API
 // requires one, so a namespace without says at least what it is.
-func namespaceDescription(set []*toolbus.Tool, ns string) string {
+func namespaceDescription(set []*toolbus.Spec, ns string) string {
 	for _, t := range set {
 		if t.Namespace == ns && t.NamespaceDescription != "" {
 			return t.NamespaceDescription

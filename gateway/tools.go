@@ -18,7 +18,7 @@ var emptyParams = json.RawMessage(`{"type":"object","properties":{}}`)
 // toolParams returns the parameter schema a tool is sent with and whether it is sent
 // strict: the strict projection for Strict tools whose schema allows one, otherwise the
 // schema exactly as the tool gave it.
-func toolParams(t *toolbus.Tool, warn *fallbackLog) (json.RawMessage, bool) {
+func toolParams(t *toolbus.Spec, warn *fallbackLog) (json.RawMessage, bool) {
 	if t.Params == nil {
 		return emptyParams, false
 	}
@@ -69,20 +69,20 @@ const maxSearchResults = 8
 const maxSearchRounds = 4
 
 // hasDeferred reports whether any tool waits behind tool search.
-func hasDeferred(tools []*toolbus.Tool) bool {
-	return slices.ContainsFunc(tools, func(t *toolbus.Tool) bool { return t.DeferLoading })
+func hasDeferred(tools []*toolbus.Spec) bool {
+	return slices.ContainsFunc(tools, func(t *toolbus.Spec) bool { return t.DeferLoading })
 }
 
 // searchDeferred answers a tool search: the deferred tools the query names (by tool name
 // or namespace), or when it names none, those sharing most words with the query; best
 // first and in tool-set order among equals, at most maxSearchResults.
-func searchDeferred(tools []*toolbus.Tool, query string) []*toolbus.Tool {
+func searchDeferred(tools []*toolbus.Spec, query string) []*toolbus.Spec {
 	words := searchWords(query)
 	if len(words) == 0 {
 		return nil
 	}
 	type hit struct {
-		tool  *toolbus.Tool
+		tool  *toolbus.Spec
 		score int
 		order int
 	}
@@ -127,7 +127,7 @@ func searchDeferred(tools []*toolbus.Tool, query string) []*toolbus.Tool {
 		}
 		return cmp.Compare(a.order, b.order)
 	})
-	found := make([]*toolbus.Tool, 0, min(len(hits), maxSearchResults))
+	found := make([]*toolbus.Spec, 0, min(len(hits), maxSearchResults))
 	for _, h := range hits[:min(len(hits), maxSearchResults)] {
 		found = append(found, h.tool)
 	}
@@ -205,10 +205,10 @@ func searchQuery(args json.RawMessage) string {
 	return strings.Join(parts, " ")
 }
 
-// findTool finds a tool by name; tool names are unique in a turn's set.
-func findTool(set []*toolbus.Tool, name string) *toolbus.Tool {
+// findTool finds a tool by namespace ("" for none) and name.
+func findTool(set []*toolbus.Spec, namespace, name string) *toolbus.Spec {
 	for _, t := range set {
-		if t.Name == name {
+		if t.Name == name && t.Namespace == namespace {
 			return t
 		}
 	}

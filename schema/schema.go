@@ -165,3 +165,22 @@ func (s *Schema) validate(v any) error {
 	}
 	return newValidationError(res, v)
 }
+
+// MarshalJSON encodes the schema as its raw document, byte for byte.
+func (s *Schema) MarshalJSON() ([]byte, error) {
+	if s == nil {
+		return []byte("null"), nil
+	}
+	return s.JSON(), nil
+}
+
+// UnmarshalJSON builds the schema with [FromJSON], so a decoded schema has passed the same
+// checks as a defined one. The raw bytes are kept as given, inner whitespace included.
+func (s *Schema) UnmarshalJSON(b []byte) error {
+	p, err := FromJSON(b)
+	if err != nil {
+		return err
+	}
+	*s = *newSchema(p.raw, p.validator, p.required)
+	return nil
+}

@@ -1,7 +1,6 @@
 package toolsets
 
 import (
-	"context"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -14,88 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// externalTool is a tool of another process's namespace, as its published catalog describes it.
-func externalTool(t testing.TB, name, category string) *toolbus.Tool {
-	t.Helper()
-	tool, err := toolbus.Define(toolbus.Def[struct {
-		Query string `json:"query"`
-	}]{
-		Name: name, Description: "external " + name, Category: category, Namespace: "crm",
-		Execute: func(context.Context, toolbus.Call, struct {
-			Query string `json:"query"`
-		}) (toolbus.Result, error) {
-			return toolbus.TextResult("remote"), nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tool
-}
-
-func TestTextTurnOrder(t *testing.T) {
-	set, err := TextTurn(TurnContext{
-		Agent:    "agent-1",
-		External: []*toolbus.Tool{externalTool(t, "crm_search", "crm"), externalTool(t, "crm_get", "crm")},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command", "crm_search", "crm_get"}
-	if got := set.Names(); !slices.Equal(got, want) {
-		t.Fatalf("names %v, want %v", got, want)
-	}
-	// Categories appear in assembly order, each in one run.
-	var cats []string
-	for _, tool := range set.Tools() {
-		if len(cats) == 0 || cats[len(cats)-1] != tool.Category {
-			cats = append(cats, tool.Category)
-		}
-	}
-	if !slices.Equal(cats, []string{"todo", "computer", "crm"}) {
-		t.Errorf("category runs %v", cats)
-	}
-	if !slices.Equal(Categories(), []string{"todo", "computer"}) {
-		t.Errorf("Categories() = %v", Categories())
-	}
-	// Names are unique and every tool can be looked up.
-	seen := map[string]bool{}
-	for _, name := range set.Names() {
-		if seen[name] {
-			t.Errorf("duplicate %s", name)
-		}
-		seen[name] = true
-		if _, ok := set.Lookup(name); !ok {
-			t.Errorf("lookup %s failed", name)
-		}
-	}
-}
-
-func TestTextTurnRefusesBadExternals(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		external []*toolbus.Tool
-		want     string
-	}{
-		{"duplicate name", []*toolbus.Tool{externalTool(t, "read_file", "crm")}, `duplicate tool name "read_file"`},
-		{"duplicate among externals", []*toolbus.Tool{externalTool(t, "x", "crm"), externalTool(t, "x", "crm")}, `duplicate tool name "x"`},
-		{"built-in category", []*toolbus.Tool{externalTool(t, "shell", "computer")}, `shell claims the built-in category "computer"`},
-		{"nil tool", []*toolbus.Tool{nil}, "tool 0 is nil"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := TextTurn(TurnContext{External: tc.external})
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %v, want %q", err, tc.want)
-			}
-		})
-	}
 }
 
 // sampleArgs are valid arguments for every built-in tool.
@@ -109,11 +32,29 @@ var sampleArgs = map[string]string{
 }
 
 func TestEveryToolIsComplete(t *testing.T) {
-	set, err := TextTurn(TurnContext{})
+	var tools []*toolbus.Tool
+	for _, c := range Categories() {
+		ts, err := ForCategory(c, Handles{Todos: newBucket(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tools = append(tools, ts...)
+	}
+	kit, err := Assemble(bus.TurnSpec{}, nil, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, tool := range set.Tools() {
+	if len(tools) != kit.Tools.Len() {
+		t.Fatalf("hosts run %d tools, a main turn shows %d", len(tools), kit.Tools.Len())
+	}
+	for i, tool := range tools {
+		// What a turn shows is what a host runs.
+		if spec := kit.Tools.Specs()[i]; spec.Name != tool.Name || string(spec.Params.JSON()) != string(tool.Params.JSON()) ||
+			spec.Description != tool.Description || spec.Mode != tool.Mode || spec.Timeout != tool.Timeout {
+			t.Errorf("spec %d %s differs from the host's tool %s", i, spec.Name, tool.Name)
+		}
+	}
+	for _, tool := range tools {
 		t.Run(tool.Name, func(t *testing.T) {
 			if !slices.Contains(Categories(), tool.Category) {
 				t.Errorf("category %q is not hosted by this build", tool.Category)
@@ -149,17 +90,17 @@ func TestForCategory(t *testing.T) {
 	kv := newBucket(t)
 	for _, tc := range []struct {
 		category string
-		tc       TurnContext
+		h        Handles
 		names    []string
 		err      string
 	}{
-		{"computer", TurnContext{}, []string{"list_files", "read_file", "write_file", "run_command"}, ""},
-		{"todo", TurnContext{Todos: kv}, []string{"todo_read", "todo_write"}, ""},
-		{"todo", TurnContext{}, nil, "needs a todo bucket"},
-		{"web", TurnContext{}, nil, `unknown tool category "web" (this build hosts todo, computer)`},
+		{"computer", Handles{}, []string{"list_files", "read_file", "write_file", "run_command"}, ""},
+		{"todo", Handles{Todos: kv}, []string{"todo_read", "todo_write"}, ""},
+		{"todo", Handles{}, nil, "needs a todo bucket"},
+		{"web", Handles{}, nil, `unknown tool category "web" (this build hosts todo, computer)`},
 	} {
 		t.Run(tc.category, func(t *testing.T) {
-			tools, err := ForCategory(tc.category, tc.tc)
+			tools, err := ForCategory(tc.category, tc.h)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err = %v, want %q", err, tc.err)
@@ -183,7 +124,7 @@ func TestForCategory(t *testing.T) {
 	}
 
 	// The host's tools execute: a write through the todo host reads back through it.
-	tools, err := ForCategory("todo", TurnContext{Todos: kv})
+	tools, err := ForCategory("todo", Handles{Todos: kv})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,12 +140,12 @@ func TestForCategory(t *testing.T) {
 	}
 }
 
-func TestComputerConfigReachesTools(t *testing.T) {
-	set, err := TextTurn(TurnContext{Computer: computer.Config{CommandTimeout: 7 * time.Second, MaxCommandTimeout: 9 * time.Second}})
+func TestComputerConfigReachesSpecs(t *testing.T) {
+	kit, err := Assemble(bus.TurnSpec{}, nil, nil, Options{Computer: computer.Config{CommandTimeout: 7 * time.Second, MaxCommandTimeout: 9 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	run, _ := set.Lookup("run_command")
+	run, _ := kit.Tools.Lookup("", "run_command")
 	if !strings.Contains(run.Description, "7.0 s timeout") || !strings.Contains(run.Description, "at most 9.0 s") {
 		t.Errorf("description %q", run.Description)
 	}
@@ -243,27 +184,4 @@ func newBucket(t testing.TB) jetstream.KeyValue {
 		t.Fatal(err)
 	}
 	return kv
-}
-
-func BenchmarkTextTurn(b *testing.B) {
-	ext := []*toolbus.Tool{externalTool(b, "crm_search", "crm")}
-	set, err := TextTurn(TurnContext{External: ext})
-	if err != nil {
-		b.Fatal(err)
-	}
-	built := set.Tools()
-	b.Run("baseline=NewSet of built tools", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := toolbus.NewSet(built...); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("TextTurn", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := TextTurn(TurnContext{External: ext}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
 }

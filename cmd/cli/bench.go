@@ -18,11 +18,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -168,13 +171,21 @@ type noArgs struct{}
 func newBencher(ctx context.Context, o benchOptions, progress io.Writer) (*bencher, error) {
 	b := &bencher{o: o, progress: progress}
 	b.noop = toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "noop", Description: "Does nothing.", Category: "bench",
+		Spec: toolbus.Spec{
+			Name:        "noop",
+			Description: "Does nothing.",
+			Category:    "bench",
+		},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			return toolbus.TextResult("ok"), nil
 		},
 	})
 	b.wait = toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "wait20ms", Description: "Waits 20 ms.", Category: "bench",
+		Spec: toolbus.Spec{
+			Name:        "wait20ms",
+			Description: "Waits 20 ms.",
+			Category:    "bench",
+		},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			t := time.NewTimer(20 * time.Millisecond)
 			defer t.Stop()
@@ -187,7 +198,11 @@ func newBencher(ctx context.Context, o benchOptions, progress io.Writer) (*bench
 		},
 	})
 	b.block = toolbus.MustDefine(toolbus.Def[noArgs]{
-		Name: "block", Description: "Blocks until cancelled.", Category: "bench",
+		Spec: toolbus.Spec{
+			Name:        "block",
+			Description: "Blocks until cancelled.",
+			Category:    "bench",
+		},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
 			r := b.blockCh.Load()
 			r.started.Done()
@@ -258,21 +273,28 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		step, call, err := b.turnSteps(ctx, "no-op", b.noop, 1, b.o.n)
+		step, call, err := b.turnSteps(ctx, "no-op", &b.noop.Spec, 1, b.o.n)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, compare(host, raw, 0, false), compare(call, raw, 1.5, true), compare(step, raw, 0, false))
+
+		b.say("one no-op call through a turn to a foreign host…")
+		foreign, err := b.foreignCall(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, compare(foreign, raw, 0, false))
 	}
 
 	if want("parallel") {
 		b.say("8 parallel 20 ms calls against one…")
 		steps := max(b.o.n/40, 20)
-		single, _, err := b.turnSteps(ctx, "20 ms", b.wait, 1, steps)
+		single, _, err := b.turnSteps(ctx, "20 ms", &b.wait.Spec, 1, steps)
 		if err != nil {
 			return nil, err
 		}
-		eight, _, err := b.turnSteps(ctx, "parallel 20 ms", b.wait, 8, steps)
+		eight, _, err := b.turnSteps(ctx, "parallel 20 ms", &b.wait.Spec, 8, steps)
 		if err != nil {
 			return nil, err
 		}
@@ -303,7 +325,7 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 
 	if want("assembly") {
 		b.say("turn assembly…")
-		asm, err := b.assembly()
+		asm, err := b.assembly(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -407,9 +429,10 @@ func (b *bencher) echo() (*nats.Conn, func(), error) {
 // and records the time between handing a response to the turn and being
 // asked again: everything the runtime does for that step's calls.
 type stepModel struct {
-	tool  string
-	calls int
-	steps int
+	tool      string
+	namespace string
+	calls     int
+	steps     int
 
 	mu   sync.Mutex
 	last time.Time
@@ -428,7 +451,7 @@ func (m *stepModel) Respond(ctx context.Context, req *gateway.Request) (*gateway
 	}
 	resp := &gateway.Response{Items: make([]gateway.Item, m.calls)}
 	for i := range resp.Items {
-		resp.Items[i] = gateway.Item{Kind: gateway.KindFunctionCall, CallID: fmt.Sprintf("c%d_%d", req.Step, i), Name: m.tool, Arguments: "{}"}
+		resp.Items[i] = gateway.Item{Kind: gateway.KindFunctionCall, CallID: fmt.Sprintf("c%d_%d", req.Step, i), Name: m.tool, Namespace: m.namespace, Arguments: "{}"}
 	}
 	m.mu.Lock()
 	m.last = time.Now()
@@ -440,7 +463,7 @@ func (m *stepModel) Respond(ctx context.Context, req *gateway.Request) (*gateway
 // model's response handed over → the model asked again: repair, dispatch,
 // execution, results, transcript and status) and each call's round trip
 // (the turn's publish → the turn's receipt of the reply).
-func (b *bencher) turnSteps(ctx context.Context, what string, tool *toolbus.Tool, calls, steps int) (step, call benchResult, err error) {
+func (b *bencher) turnSteps(ctx context.Context, what string, tool *toolbus.Spec, calls, steps int) (step, call benchResult, err error) {
 	set, err := toolbus.NewSet(tool)
 	if err != nil {
 		return step, call, err
@@ -455,9 +478,9 @@ func (b *bencher) turnSteps(ctx context.Context, what string, tool *toolbus.Tool
 	var samples, trips []time.Duration
 	for warm := true; len(samples) < steps; warm = false {
 		n := min(100, steps-len(samples))
-		m := &stepModel{tool: tool.Name, calls: calls, steps: n}
-		res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Tools: set, MaxSteps: n + 1,
-			Input: []gateway.Item{gateway.UserMessage("bench")}})
+		m := &stepModel{tool: tool.Name, namespace: tool.Namespace, calls: calls, steps: n}
+		res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: n + 1}}})
 		if err != nil {
 			return step, call, err
 		}
@@ -514,7 +537,7 @@ func (b *bencher) rawThroughput(ctx context.Context) (benchResult, error) {
 // turnThroughput runs concurrent turns of one no-op call per step and counts
 // calls per second across them.
 func (b *bencher) turnThroughput(ctx context.Context) (benchResult, error) {
-	set, err := toolbus.NewSet(b.noop)
+	set, err := toolbus.NewSet(&b.noop.Spec)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -526,8 +549,8 @@ func (b *bencher) turnThroughput(ctx context.Context) (benchResult, error) {
 	for range b.o.turns {
 		wg.Go(func() {
 			m := &stepModel{tool: b.noop.Name, calls: 1, steps: steps}
-			res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Tools: set, MaxSteps: steps + 1,
-				Input: []gateway.Item{gateway.UserMessage("bench")}})
+			res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}})
 			if err == nil && res.State != bus.TurnCompleted {
 				err = fmt.Errorf("turn ended %s: %s", res.State, res.Error)
 			}
@@ -550,7 +573,7 @@ func (b *bencher) turnThroughput(ctx context.Context) (benchResult, error) {
 // abortLatency starts a turn with `inflight` blocked calls, publishes its
 // abort, and measures until the last call's context is cancelled.
 func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (benchResult, error) {
-	set, err := toolbus.NewSet(b.block)
+	set, err := toolbus.NewSet(&b.block.Spec)
 	if err != nil {
 		return benchResult{}, err
 	}
@@ -567,8 +590,8 @@ func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (bench
 		b.blockCh.Store(r)
 		m := &stepModel{tool: b.block.Name, calls: inflight, steps: 1}
 		done := make(chan actors.TurnResult, 1)
-		id, err := b.node.Spawn(ctx, actors.TurnConfig{Model: m, Tools: set, MaxSteps: 2,
-			Input: []gateway.Item{gateway.UserMessage("bench")}, Done: func(r actors.TurnResult) { done <- r }})
+		id, err := b.node.Spawn(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: 2}}, Done: func(r actors.TurnResult) { done <- r }})
 		if err != nil {
 			return benchResult{}, err
 		}
@@ -595,31 +618,125 @@ func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (bench
 	return res, nil
 }
 
-// assembly measures building a text turn's tool set, against putting the
-// same, already-defined tools into a set.
-func (b *bencher) assembly() ([]benchResult, error) {
-	tc := toolsets.TurnContext{Agent: "bench"}
-	prebuilt, err := toolsets.TextTurn(tc)
+// foreignCall measures one no-op call through a turn to a category served by a plain
+// micro service that follows docs/protocol.md (not a toolbus host), found through the
+// bus catalog.
+func (b *bencher) foreignCall(ctx context.Context) (benchResult, error) {
+	nc, err := b.srv.Connect("bench-foreign")
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer nc.Close()
+	svc, err := startForeignHost(nc, "foreign", "ext", 1)
+	if err != nil {
+		return benchResult{}, err
+	}
+	defer func() { _ = svc.Stop() }()
+	cat := catalog.New(b.node.Conn(), catalog.Options{Logger: actors.DiscardLogger()})
+	if err := cat.Refresh(ctx); err != nil {
+		return benchResult{}, err
+	}
+	spec, err := cat.Lookup("ext.tool_0")
+	if err != nil {
+		return benchResult{}, err
+	}
+	_, call, err := b.turnSteps(ctx, "foreign no-op", spec, 1, b.o.n)
+	call.Name = "one no-op call through a turn to a foreign host (dispatch → reply)"
+	return call, err
+}
+
+// startForeignHost serves n no-op tools of category in namespace as a plain micro
+// service, answering each request in its handler.
+func startForeignHost(nc *nats.Conn, category, namespace string, n int) (micro.Service, error) {
+	svc, err := micro.AddService(nc, micro.Config{
+		Name: bus.CategoryService(category), Version: "0.1.0",
+		Metadata: map[string]string{catalog.KeyCategory: category, catalog.KeyNode: "bench-foreign"},
+	})
 	if err != nil {
 		return nil, err
 	}
-	tools := prebuilt.Tools()
-	var asm, set []time.Duration
+	params := schema.MustFromJSON([]byte(`{"type":"object","properties":{}}`))
+	for i := range n {
+		spec := toolbus.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("Foreign tool number %d.", i),
+			Namespace: namespace, NamespaceDescription: "Tools of " + namespace + ".", Category: category, Params: params}
+		name := spec.Name
+		handler := micro.HandlerFunc(func(r micro.Request) {
+			b, _ := json.Marshal(bus.ToolReply{Call: r.Headers().Get(bus.HeaderCall), Tool: name, Outcome: bus.OutcomeOK,
+				Content: []bus.ContentPart{{Type: bus.ContentText, Text: "ok"}}})
+			_ = r.Respond(b)
+		})
+		if err := svc.AddEndpoint(name, handler, micro.WithEndpointSubject(bus.ToolSubject(category, name)),
+			micro.WithEndpointQueueGroup(bus.CategoryQueue(category)), micro.WithEndpointMetadata(catalog.Metadata(&spec))); err != nil {
+			_ = svc.Stop()
+			return nil, err
+		}
+	}
+	return svc, nil
+}
+
+// assembly measures building a main turn's kit: built-in tools only, against putting
+// the same specs into a set; then from a catalog of 500 foreign tools in 20 namespaces,
+// all named by the agent's profile.
+func (b *bencher) assembly(ctx context.Context) ([]benchResult, error) {
+	spec := bus.TurnSpec{Agent: "bench", Input: "bench"}
+	prebuilt, err := toolsets.Assemble(spec, nil, nil, toolsets.Options{})
+	if err != nil {
+		return nil, err
+	}
+	specs := prebuilt.Tools.Specs()
+
+	nc, err := b.srv.Connect("bench-catalog")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	profile := &toolsets.Profile{Version: toolsets.ProfileVersion, Agent: "bench"}
+	for i := range 20 {
+		ns := fmt.Sprintf("ns%02d", i)
+		svc, err := startForeignHost(nc, "cat"+ns, ns, 25)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = svc.Stop() }()
+		profile.Namespaces = append(profile.Namespaces, toolsets.NamespaceRef{Name: ns})
+	}
+	cat := catalog.New(b.node.Conn(), catalog.Options{Logger: actors.DiscardLogger()})
+	if err := cat.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	big, err := toolsets.Assemble(spec, profile, cat, toolsets.Options{})
+	if err != nil {
+		return nil, err
+	}
+	if big.Tools.Len() != len(specs)+500 || len(big.Notes) > 0 {
+		return nil, fmt.Errorf("assembly from the catalog: %d tools (want %d), notes %q", big.Tools.Len(), len(specs)+500, big.Notes)
+	}
+
+	var asm, set, asmBig []time.Duration
 	for range b.o.n {
 		t0 := time.Now()
-		if _, err := toolsets.TextTurn(tc); err != nil {
+		if _, err := toolsets.Assemble(spec, nil, nil, toolsets.Options{}); err != nil {
 			return nil, err
 		}
 		asm = append(asm, time.Since(t0))
 		t0 = time.Now()
-		if _, err := toolbus.NewSet(tools...); err != nil {
+		if _, err := toolbus.NewSet(specs...); err != nil {
 			return nil, err
 		}
 		set = append(set, time.Since(t0))
+		t0 = time.Now()
+		if _, err := toolsets.Assemble(spec, profile, cat, toolsets.Options{}); err != nil {
+			return nil, err
+		}
+		asmBig = append(asmBig, time.Since(t0))
 	}
-	base := latency("tool set from already-defined tools", set, "")
-	r := latency(fmt.Sprintf("turn assembly (%d tools)", len(tools)), asm, "")
-	return []benchResult{base, compare(r, base, 0, false)}, nil
+	base := latency("tool set from already-built specs", set, "")
+	r := latency(fmt.Sprintf("turn assembly (%d built-in tools)", len(specs)), asm, "")
+	rb := latency(fmt.Sprintf("turn assembly from a catalog of 500 tools in 20 namespaces (%d tools)", big.Tools.Len()), asmBig, "")
+	rb.Target = "p50 ≤ 100 µs"
+	met := rb.P50 <= 100
+	rb.Met = &met
+	return []benchResult{base, compare(r, base, 0, false), rb}, nil
 }
 
 // latency summarises samples in microseconds.

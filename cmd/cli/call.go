@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,8 +15,8 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
-	"github.com/toolbus/toolbus/toolsets"
 )
 
 // replyGrace is how long past a call's deadline the command waits for the
@@ -24,10 +25,12 @@ const replyGrace = 5 * time.Second
 
 func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("call", "[flags] TOOL [JSON]",
-		"Calls one tool through the bus, as a turn would: the arguments go through the\n"+
-			"tool's repair ladder and schema first, then one request goes to the tool's\n"+
-			"category host. Without -server the host is an embedded node working in -home.\n"+
-			"Ctrl-C stops the call.", stderr)
+		"Calls one tool through the bus, as a turn would: the tool's spec comes from the\n"+
+			"catalog of the bus, so any category served there can be called (name a\n"+
+			"namespaced tool as namespace.tool); the arguments go through the tool's repair\n"+
+			"ladder and schema first, then one request goes to the tool's category host.\n"+
+			"Without -server the host is an embedded node working in -home. Ctrl-C stops\n"+
+			"the call.", stderr)
 	var bf busFlags
 	bf.register(fs)
 	var (
@@ -53,13 +56,21 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		raw = pos[1]
 	}
 
-	set, err := toolsets.TextTurn(toolsets.TurnContext{Agent: *agent})
+	bc, err := connect(ctx, bf, embedOptions{home: *home}, newLogger(stderr))
 	if err != nil {
 		return err
 	}
-	tool, ok := set.Lookup(name)
-	if !ok {
-		return fmt.Errorf("unknown tool %q; the tools available are: %s", name, strings.Join(set.Names(), ", "))
+	defer bc.Close()
+	cat := catalog.New(bc.nc, catalog.Options{Logger: newLogger(stderr)})
+	if err := cat.Refresh(ctx); err != nil {
+		return err
+	}
+	tool, err := cat.Lookup(name)
+	if errors.Is(err, catalog.ErrNotServed) {
+		return fmt.Errorf("%w; the tools served on %s are: %s", err, bc.where, strings.Join(servedNames(cat), ", "))
+	}
+	if err != nil {
+		return err
 	}
 	parsed, err := tool.Params.Parse(raw, schema.ParseOptions{Destructive: tool.Destructive})
 	if err != nil {
@@ -68,12 +79,6 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if rungs := repairRungs(rungNames(parsed.Rungs)); len(rungs) > 0 {
 		fmt.Fprintf(stderr, "arguments repaired (%s): %s\n", strings.Join(rungs, ", "), parsed.JSON)
 	}
-
-	bc, err := connect(ctx, bf, embedOptions{home: *home}, newLogger(stderr))
-	if err != nil {
-		return err
-	}
-	defer bc.Close()
 	reply, err := callTool(ctx, bc, tool, *agent, parsed)
 	if err != nil {
 		return err
@@ -98,7 +103,11 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if reply.Outcome != bus.OutcomeOK {
 			mark = "✗"
 		}
-		fmt.Fprintf(stderr, "%s %s (%s)\n", mark, tool.CompletedLabel(parsed.JSON, res), formatElapsed(reply.Duration))
+		label := cmp.Or(reply.Label, tool.QualifiedName())
+		if reply.Completion != nil && reply.Completion.Label != "" {
+			label = reply.Completion.Label
+		}
+		fmt.Fprintf(stderr, "%s %s (%s)\n", mark, label, formatElapsed(reply.Duration))
 	}
 	switch {
 	case interrupted:
@@ -112,7 +121,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // callTool sends one tool request and waits for the host's reply. The call
 // runs as a turn of its own, so a cancelled ctx can abort it like any turn's
 // call; the reply then tells how it stopped.
-func callTool(ctx context.Context, bc *busConn, tool *toolbus.Tool, agent string, args schema.Args) (bus.ToolReply, error) {
+func callTool(ctx context.Context, bc *busConn, tool *toolbus.Spec, agent string, args schema.Args) (bus.ToolReply, error) {
 	timeout := tool.Timeout
 	if timeout <= 0 {
 		timeout = actors.DefaultCallTimeout
@@ -159,6 +168,20 @@ func callTool(ctx context.Context, bc *busConn, tool *toolbus.Tool, agent string
 		return bus.ToolReply{}, fmt.Errorf("call %s: malformed reply from the host: %q", tool.Name, resp.Data)
 	}
 	return reply, nil
+}
+
+// servedNames lists the qualified names of the tools on the bus.
+func servedNames(cat *catalog.Catalog) []string {
+	var names []string
+	for _, c := range cat.Categories() {
+		for _, s := range c.Specs {
+			names = append(names, s.QualifiedName())
+		}
+	}
+	if len(names) == 0 {
+		return []string{"none"}
+	}
+	return names
 }
 
 func rungNames(rungs []schema.Rung) []string {

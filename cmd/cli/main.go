@@ -57,6 +57,7 @@ var commands = []command{
 	{"run", "run one agent turn and show its activities live", cmdRun},
 	{"tools", "list the tools a turn assembles, as the model receives them", cmdTools},
 	{"call", "validate arguments and call one tool through the bus", cmdCall},
+	{"agent", "set, get, list or remove agent profiles (needs -server)", cmdAgent},
 	{"abort", "abort a running turn (needs -server)", cmdAbort},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
 	{"bench", "run the performance suite", func(ctx context.Context, args []string, stdout, _ io.Writer) error {

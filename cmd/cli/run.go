@@ -77,8 +77,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	req := bus.StartTurn{
-		Turn: bus.NewID(), Agent: *agent, Prompt: prompt, Instructions: *instructions, MaxSteps: *maxSteps,
+	req := bus.TurnSpec{
+		ID: bus.NewID(), Kind: bus.TurnMain, Agent: *agent, Input: prompt, Instructions: *instructions,
+		Limits: bus.TurnLimits{MaxSteps: *maxSteps},
 	}
 	if path, ok := strings.CutPrefix(*model, "script:"); ok {
 		// Sent inline, so a remote node needs no copy of the file.
@@ -128,7 +129,7 @@ func gatewayConfig(baseURL string, hostedSearch bool) gateway.Config {
 }
 
 // readScript validates a script file and returns it compacted, to be sent
-// inline in the StartTurn request.
+// inline in the turn spec.
 func readScript(path string) (json.RawMessage, error) {
 	if _, err := gateway.LoadScript(path); err != nil {
 		return nil, err
@@ -147,26 +148,26 @@ func readScript(path string) (json.RawMessage, error) {
 // followTurn subscribes to the turn's subjects, asks a node to start it, and
 // shows its messages until the turn is done. A cancelled ctx aborts the turn,
 // which still ends with a status that says how every call ended.
-func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.StartTurn, r *renderer) (bus.TurnStatus, error) {
+func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.TurnSpec, r *renderer) (bus.TurnStatus, error) {
 	msgs := make(chan *nats.Msg, 256)
 	stop := make(chan struct{})
 	defer close(stop)
-	sub, err := bc.nc.Subscribe(bus.TurnSubjects(req.Turn), func(m *nats.Msg) {
+	sub, err := bc.nc.Subscribe(bus.TurnSubjects(req.ID), func(m *nats.Msg) {
 		select {
 		case msgs <- m:
 		case <-stop:
 		}
 	})
 	if err != nil {
-		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.Turn, err)
+		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.ID, err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.Turn, err)
+		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.ID, err)
 	}
 	// The subscription must reach the server before the turn can publish.
 	if err := bc.nc.Flush(); err != nil {
-		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.Turn, err)
+		return bus.TurnStatus{}, fmt.Errorf("subscribe to turn %s: %w", req.ID, err)
 	}
 	if ctx.Err() != nil {
 		return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: errors.New("interrupted before the turn started")}
@@ -191,13 +192,13 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 		case <-interrupt:
 			interrupt = nil
 			r.interrupted = true
-			if err := actors.Abort(bc.nc, req.Turn, "interrupted"); err != nil {
+			if err := actors.Abort(bc.nc, req.ID, "interrupted"); err != nil {
 				return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: err}
 			}
 			giveUp = time.After(abortWait)
 		case <-giveUp:
 			return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: fmt.Errorf(
-				"turn %s did not end within %s of the abort; it may still be running", req.Turn, abortWait)}
+				"turn %s did not end within %s of the abort; it may still be running", req.ID, abortWait)}
 		case <-tick:
 			r.tick()
 		case m := <-msgs:
@@ -210,10 +211,10 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 }
 
 // startTurn asks a node to run the turn and returns once it exists.
-func startTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.StartTurn) (bus.StartTurnReply, error) {
+func startTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.TurnSpec) (bus.StartTurnReply, error) {
 	b, err := json.Marshal(req)
 	if err != nil {
-		return bus.StartTurnReply{}, fmt.Errorf("encode start turn: %w", err)
+		return bus.StartTurnReply{}, fmt.Errorf("encode turn spec: %w", err)
 	}
 	// An interrupt must not cut the request short: once the node has the turn,
 	// the abort that follows reaches it.
@@ -273,6 +274,10 @@ func (r *renderer) message(m *nats.Msg) (bus.TurnStatus, bool) {
 			return bus.TurnStatus{}, false
 		}
 		switch ts.Status {
+		case bus.StatusStarted:
+			for _, n := range st.Notes {
+				r.println(r.style(ansiDim, "note: "+n))
+			}
 		case bus.StatusStep:
 			r.step(st)
 		case bus.StatusDone:

@@ -7,19 +7,72 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/schema"
 )
 
-// Tools returns the computer tools configured by cfg, in the order the model sees them.
-func Tools(cfg Config) []*toolbus.Tool {
-	c := cfg.withDefaults()
-	return []*toolbus.Tool{
-		toolbus.MustDefine(toolbus.Def[listArgs]{
+// Specs returns the specs of the computer tools configured by cfg, in the order the model
+// sees them.
+func Specs(cfg Config) []*toolbus.Spec {
+	specs := specs(cfg.withDefaults())
+	out := make([]*toolbus.Spec, len(specs))
+	for i := range specs {
+		out[i] = &specs[i]
+	}
+	return out
+}
+
+// specs are the tools' specs; Tools adds the functions.
+func specs(c Config) []toolbus.Spec {
+	return []toolbus.Spec{
+		{
 			Name: "list_files",
 			Description: "List the files and directories in a directory of your home directory (the agent home). " +
 				"Directories end in '/', files show their size. Paths are relative to the home and can be passed to read_file.",
 			Mode:     toolbus.Parallel,
 			ReadOnly: true,
 			Category: Category,
+			Params:   schema.MustFor[listArgs](),
+		},
+		{
+			Name: "read_file",
+			Description: "Read a text file in the agent home. Lines come numbered (number, tab, text) and the result says how many lines the file has; " +
+				"read long files in parts with offset and limit. Binary files are refused.",
+			Mode:     toolbus.Parallel,
+			ReadOnly: true,
+			Category: Category,
+			Params:   schema.MustFor[readArgs](),
+		},
+		{
+			Name: "write_file",
+			Description: "Write a text file in the agent home, replacing it or, with append, adding to its end. " +
+				"Missing parent directories are created.",
+			Mode:        toolbus.Sequential,
+			Destructive: true,
+			Category:    Category,
+			Params:      schema.MustFor[writeArgs](),
+		},
+		{
+			Name: "run_command",
+			Description: fmt.Sprintf("Run a shell command (/bin/sh -c) in the agent home and return its exit code and output (stdout and stderr together). "+
+				"The command runs without a terminal or input, with a %s timeout unless timeout_seconds says otherwise (at most %s); "+
+				"long output keeps its beginning and end. Background processes are stopped when the command ends.",
+				formatDuration(c.CommandTimeout), formatDuration(c.MaxCommandTimeout)),
+			Mode:        toolbus.Sequential,
+			Destructive: true,
+			Category:    Category,
+			Timeout:     c.MaxCommandTimeout + 3*c.KillGrace + 5*time.Second,
+			Params:      schema.MustFor[commandArgs](),
+		},
+	}
+}
+
+// Tools returns the computer tools configured by cfg, in the order the model sees them.
+func Tools(cfg Config) []*toolbus.Tool {
+	c := cfg.withDefaults()
+	specs := specs(c)
+	return []*toolbus.Tool{
+		toolbus.MustDefine(toolbus.Def[listArgs]{
+			Spec: specs[0],
 			DescribeActivity: func(a listArgs) string {
 				return "Listing " + display(cleanArg(a.Path))
 			},
@@ -37,12 +90,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			Execute: c.listFiles,
 		}),
 		toolbus.MustDefine(toolbus.Def[readArgs]{
-			Name: "read_file",
-			Description: "Read a text file in the agent home. Lines come numbered (number, tab, text) and the result says how many lines the file has; " +
-				"read long files in parts with offset and limit. Binary files are refused.",
-			Mode:     toolbus.Parallel,
-			ReadOnly: true,
-			Category: Category,
+			Spec: specs[1],
 			DescribeActivity: func(a readArgs) string {
 				return "Reading " + cleanArg(a.Path)
 			},
@@ -56,12 +104,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			Execute: c.readFile,
 		}),
 		toolbus.MustDefine(toolbus.Def[writeArgs]{
-			Name: "write_file",
-			Description: "Write a text file in the agent home, replacing it or, with append, adding to its end. " +
-				"Missing parent directories are created.",
-			Mode:        toolbus.Sequential,
-			Destructive: true,
-			Category:    Category,
+			Spec: specs[2],
 			DescribeActivity: func(a writeArgs) string {
 				if a.Append {
 					return "Appending to " + cleanArg(a.Path)
@@ -81,17 +124,10 @@ func Tools(cfg Config) []*toolbus.Tool {
 			Execute: c.writeFile,
 		}),
 		toolbus.MustDefine(toolbus.Def[commandArgs]{
-			Name: "run_command",
-			Description: fmt.Sprintf("Run a shell command (/bin/sh -c) in the agent home and return its exit code and output (stdout and stderr together). "+
-				"The command runs without a terminal or input, with a %s timeout unless timeout_seconds says otherwise (at most %s); "+
-				"long output keeps its beginning and end. Background processes are stopped when the command ends.",
-				formatDuration(c.CommandTimeout), formatDuration(c.MaxCommandTimeout)),
-			Mode:        toolbus.Sequential,
-			Destructive: true,
-			Category:    Category,
+			Spec: specs[3],
 			// The command's own timeout governs; the call's deadline leaves room for it and for
 			// stopping the process group.
-			Timeout: c.MaxCommandTimeout + 3*c.KillGrace + 5*time.Second,
+
 			DescribeActivity: func(a commandArgs) string {
 				return fmt.Sprintf("Running `%s`", shortCommand(a.Command))
 			},

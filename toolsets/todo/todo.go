@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // Category is the tool category of the todo tools.
@@ -101,17 +102,47 @@ type writeArgs struct {
 // turn side needs only their schemas).
 var ErrNoStore = errors.New("the todo list store is not available on this node")
 
-// Tools returns todo_read and todo_write over kv. kv may be nil where the tools are only
-// described, never run: Execute then fails with ErrNoStore.
-func Tools(kv jetstream.KeyValue) []*toolbus.Tool {
-	s := store{kv: kv}
-	return []*toolbus.Tool{
-		toolbus.MustDefine(toolbus.Def[readArgs]{
+// Specs returns the specs of the todo tools, in the order the model sees them.
+func Specs() []*toolbus.Spec {
+	specs := specs()
+	out := make([]*toolbus.Spec, len(specs))
+	for i := range specs {
+		out[i] = &specs[i]
+	}
+	return out
+}
+
+// specs are the tools' specs; Tools adds the functions.
+func specs() []toolbus.Spec {
+	return []toolbus.Spec{
+		{
 			Name:        "todo_read",
 			Description: "Read your todo list: each item with its id, status and content.",
 			Mode:        toolbus.Parallel,
 			ReadOnly:    true,
 			Category:    Category,
+			Params:      schema.MustFor[readArgs](),
+		},
+		{
+			Name: "todo_write",
+			Description: "Replace your todo list with the given items. Use it to plan multi-step work and to track progress: " +
+				"mark an item in_progress when you start it (one at a time) and completed as soon as it is done. " +
+				"Send the whole list every time, keeping each item's id.",
+			Mode:     toolbus.Sequential,
+			Category: Category,
+			Params:   schema.MustFor[writeArgs](),
+		},
+	}
+}
+
+// Tools returns todo_read and todo_write over kv, the todo bucket. Specs describes them
+// without one; a nil kv makes every call fail with ErrNoStore.
+func Tools(kv jetstream.KeyValue) []*toolbus.Tool {
+	specs := specs()
+	s := store{kv: kv}
+	return []*toolbus.Tool{
+		toolbus.MustDefine(toolbus.Def[readArgs]{
+			Spec: specs[0],
 			DescribeActivity: func(readArgs) string {
 				return "Reading the todo list"
 			},
@@ -125,12 +156,7 @@ func Tools(kv jetstream.KeyValue) []*toolbus.Tool {
 			Execute: s.read,
 		}),
 		toolbus.MustDefine(toolbus.Def[writeArgs]{
-			Name: "todo_write",
-			Description: "Replace your todo list with the given items. Use it to plan multi-step work and to track progress: " +
-				"mark an item in_progress when you start it (one at a time) and completed as soon as it is done. " +
-				"Send the whole list every time, keeping each item's id.",
-			Mode:     toolbus.Sequential,
-			Category: Category,
+			Spec: specs[1],
 			DescribeActivity: func(writeArgs) string {
 				return "Updating the todo list"
 			},

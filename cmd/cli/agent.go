@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+// agentUsage is the synopsis of the agent command.
+const agentUsage = `set|get|list|rm [flags] [AGENT]`
+
+func cmdAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fs := newFlagSet("agent", agentUsage, agentAbout, stderr)
+		if _, err := parseArgs(fs, args); err != nil {
+			return err
+		}
+		return usagef("want a subcommand: set, get, list or rm")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "set":
+		return agentSet(ctx, args, stdout, stderr)
+	case "get":
+		return agentGet(ctx, args, stdout, stderr)
+	case "list", "ls":
+		return agentList(ctx, args, stdout, stderr)
+	case "rm", "delete":
+		return agentRm(ctx, args, stdout, stderr)
+	}
+	return usagef("unknown subcommand %q: want set, get, list or rm", sub)
+}
+
+const agentAbout = "Reads and writes agent profiles, the JSON documents in the KV bucket\n" +
+	bus.BucketAgents + " that say which external namespaces an agent's turns include\n" +
+	"(docs/protocol.md, \"Agent profiles\"). They live on the bus: every command needs\n" +
+	"-server (or NATS_URL).\n" +
+	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... AGENT\n" +
+	"  toolbus agent get AGENT        prints the stored document\n" +
+	"  toolbus agent list             one line an agent\n" +
+	"  toolbus agent rm AGENT"
+
+// listFlag collects a repeated string flag; a value may hold several, comma-separated.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("agent set", "[flags] AGENT",
+		"Writes an agent's profile, from a file (-f) or from flags, replacing the stored one.\n"+
+			"A document is checked before anything is stored; a refusal names each problem by\n"+
+			"its JSON path.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		file     = fs.String("f", "", "read the profile document from this file (- for standard input)")
+		deferred listFlag
+		upfront  listFlag
+	)
+	fs.Var(&deferred, "namespace", "include this external namespace, deferred behind tool search (repeatable, or comma-separated)")
+	fs.Var(&upfront, "upfront", "include this external namespace with its tools loaded up front (repeatable, or comma-separated)")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one agent id")
+	}
+	agent := pos[0]
+	if err := checkAgent(agent); err != nil {
+		return err
+	}
+	var doc []byte
+	switch {
+	case *file != "" && (len(deferred) > 0 || len(upfront) > 0):
+		return usagef("-f gives the whole document: leave out -namespace and -upfront")
+	case *file != "":
+		if doc, err = readDoc(*file); err != nil {
+			return err
+		}
+		// The agent named on the command line is the key; the document must agree.
+		var head struct {
+			Agent string `json:"agent"`
+		}
+		if json.Unmarshal(doc, &head) == nil && head.Agent != "" && head.Agent != agent {
+			return fmt.Errorf("the document is for agent %q, not %q", head.Agent, agent)
+		}
+	default:
+		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent}
+		for _, ns := range deferred {
+			p.Namespaces = append(p.Namespaces, toolsets.NamespaceRef{Name: ns, Load: toolsets.LoadDeferred})
+		}
+		for _, ns := range upfront {
+			p.Namespaces = append(p.Namespaces, toolsets.NamespaceRef{Name: ns, Load: toolsets.LoadUpfront})
+		}
+		if doc, err = p.Encode(); err != nil {
+			return err
+		}
+	}
+	nc, err := bf.dialFor(ctx, "agent set")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	profiles, err := openProfiles(ctx, nc)
+	if err != nil {
+		return err
+	}
+	p, err := profiles.Put(ctx, doc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "agent %s: profile stored (%s)\n", p.Agent, describeNamespaces(p))
+	return nil
+}
+
+// readDoc reads a document from a file, or standard input for "-".
+func readDoc(path string) ([]byte, error) {
+	var (
+		b   []byte
+		err error
+	)
+	if path == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read profile: %w", err)
+	}
+	return b, nil
+}
+
+func describeNamespaces(p *toolsets.Profile) string {
+	if len(p.Namespaces) == 0 {
+		return "built-in tools only"
+	}
+	var parts []string
+	for _, ns := range p.Namespaces {
+		load := toolsets.LoadDeferred
+		if !ns.Deferred() {
+			load = toolsets.LoadUpfront
+		}
+		parts = append(parts, ns.Name+" ("+load+")")
+	}
+	return "namespaces " + strings.Join(parts, ", ")
+}
+
+func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("agent get", "[flags] AGENT", "Prints an agent's stored profile document.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one agent id")
+	}
+	if err := checkAgent(pos[0]); err != nil {
+		return err
+	}
+	profiles, nc, err := profilesOn(ctx, bf, "agent get")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	raw, err := profiles.Raw(ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(json.RawMessage(raw), "", "  ")
+	if err != nil {
+		b = raw // a document this build cannot read is shown as stored
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
+}
+
+func agentList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("agent list", "[flags]", "Lists the agents that have a profile.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	profiles, nc, err := profilesOn(ctx, bf, "agent list")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	list, lerr := profiles.List(ctx)
+	if len(list) == 0 && lerr == nil {
+		fmt.Fprintln(stderr, "no agent has a profile")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tVERSION\tNAMESPACES")
+	for _, p := range list {
+		fmt.Fprintf(tw, "%s\t%d\t%s\n", p.Agent, p.Version, strings.TrimPrefix(describeNamespaces(p), "namespaces "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return lerr
+}
+
+func agentRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("agent rm", "[flags] AGENT", "Deletes an agent's profile; its turns then get built-in tools only.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one agent id")
+	}
+	if err := checkAgent(pos[0]); err != nil {
+		return err
+	}
+	profiles, nc, err := profilesOn(ctx, bf, "agent rm")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	if err := profiles.Delete(ctx, pos[0]); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "agent %s: profile deleted\n", pos[0])
+	return nil
+}
+
+// profilesOn dials the bus and opens the profile bucket.
+func profilesOn(ctx context.Context, bf busFlags, what string) (*toolsets.Profiles, *nats.Conn, error) {
+	nc, err := bf.dialFor(ctx, what)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := openProfiles(ctx, nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return p, nc, nil
+}
+
+// openProfiles opens the profile bucket of the bus, creating it if this is the first
+// profile.
+func openProfiles(ctx context.Context, nc *nats.Conn) (*toolsets.Profiles, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("agent profiles: %w", err)
+	}
+	p, err := toolsets.OpenProfiles(ctx, js, 1)
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("agent profiles live in JetStream, which the bus does not offer to this user: %w", err)
+	}
+	return p, err
+}
+
+// dialFor dials -server, which the command needs.
+func (b *busFlags) dialFor(ctx context.Context, what string) (*nats.Conn, error) {
+	if b.server == "" {
+		return nil, usagef("%s works on a running bus: pass -server URL (or set NATS_URL)", what)
+	}
+	return b.dial(ctx)
+}
+
+var _ flag.Value = (*listFlag)(nil)

@@ -1,0 +1,169 @@
+package toolsets
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/toolsets/computer"
+)
+
+// Catalog is where assembly finds the tools of external namespaces (catalog.Catalog).
+type Catalog interface {
+	// Namespace returns the specs of a namespace served on the bus, or why it cannot be
+	// included.
+	Namespace(name string) ([]*toolbus.Spec, error)
+}
+
+// Decision is what a turn's policy says about one call the model made.
+type Decision uint8
+
+const (
+	// Run dispatches the call.
+	Run Decision = iota
+	// Refuse answers the call with an error result and does not run it.
+	Refuse
+)
+
+// TextRule is what a turn does with a response that calls no tool.
+type TextRule uint8
+
+const (
+	// TextEnds completes the turn with the text as its answer.
+	TextEnds TextRule = iota
+	// TextRepairOnce sends the policy's RepairInstruction once and asks again; a second
+	// response without a call fails the turn. A turn that must end through a local tool
+	// (a task's submit_result) has this rule.
+	TextRepairOnce
+)
+
+// Policy is what differs between turn kinds, and the one place where it does.
+type Policy struct {
+	Kind bus.TurnKind
+	// Admit decides whether a call runs, and why not. Nil runs every call.
+	Admit func(spec *toolbus.Spec) (Decision, string)
+	Text  TextRule
+	// RepairInstruction is the developer message TextRepairOnce sends.
+	RepairInstruction string
+}
+
+// LocalTool is a tool the turn answers itself, without the bus: a task's submit_result.
+// Its result's Terminate ends the turn.
+type LocalTool struct {
+	Spec   *toolbus.Spec
+	Answer func(ctx context.Context, args json.RawMessage) (toolbus.Result, error)
+}
+
+// LocalCategory is the category of local tools; no host serves it.
+const LocalCategory = "turn"
+
+// Kit is everything a turn needs from assembly.
+type Kit struct {
+	// Tools are the specs the model sees, in order, local tools last.
+	Tools *toolbus.Set
+	// Instructions are added to the turn's own (skills, task rules).
+	Instructions string
+	// Local are the turn-local tools by name.
+	Local  map[string]LocalTool
+	Policy Policy
+	// Notes say what assembly could not include (a namespace with no host), for the turn's
+	// status; the turn runs with the rest.
+	Notes []string
+}
+
+// Options carry the configuration built-in specs depend on.
+type Options struct {
+	Computer computer.Config
+}
+
+// policies are the turn kinds' policies.
+var policies = map[bus.TurnKind]Policy{
+	bus.TurnMain: {Kind: bus.TurnMain, Text: TextEnds},
+	// A job's turn runs like a main turn; its catalog lacks job and workflow tools.
+	bus.TurnJob: {Kind: bus.TurnJob, Text: TextEnds},
+	// A task turn only reads and submits: whatever else reached its catalog is refused,
+	// and it cannot end with text alone.
+	bus.TurnTask: {
+		Kind: bus.TurnTask,
+		Admit: func(s *toolbus.Spec) (Decision, string) {
+			if s.ReadOnly || s.Category == LocalCategory {
+				return Run, ""
+			}
+			return Refuse, fmt.Sprintf("a task turn may only read and submit its result; %s changes things", s.QualifiedName())
+		},
+		Text:              TextRepairOnce,
+		RepairInstruction: "This task ends only when you call submit_result with your result. Do that now.",
+	},
+}
+
+// PolicyFor returns the policy of a turn kind ("" is main).
+func PolicyFor(kind bus.TurnKind) (Policy, error) {
+	if kind == "" {
+		kind = bus.TurnMain
+	}
+	p, ok := policies[kind]
+	if !ok {
+		return Policy{}, fmt.Errorf("unknown turn kind %q", kind)
+	}
+	return p, nil
+}
+
+// Assemble builds a turn's kit from its spec, its agent's profile (nil: none) and the
+// catalog of the bus (nil: no external namespaces can be included). The order is fixed:
+// the built-in categories the kind includes, then the profile's namespaces in profile
+// order, then local tools. A namespace that cannot be included is a note in the kit,
+// not an error: the turn runs with the rest.
+func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*Kit, error) {
+	policy, err := PolicyFor(spec.Kind)
+	if err != nil {
+		return nil, err
+	}
+	kit := &Kit{Policy: policy}
+	var specs []*toolbus.Spec
+	h := Handles{Computer: opts.Computer}
+	for _, c := range categories {
+		if c.in(policy.Kind, profile) {
+			specs = append(specs, c.specs(h)...)
+		}
+	}
+	if profile != nil && policy.Kind != bus.TurnTask {
+		for _, ref := range profile.Namespaces {
+			if cat == nil {
+				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: this node has no catalog of the bus", ref.Name))
+				continue
+			}
+			ns, err := cat.Namespace(ref.Name)
+			if err != nil {
+				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: %v", ref.Name, err))
+				continue
+			}
+			deferred := ref.Deferred()
+			for _, s := range ns {
+				if Builtin(s.Category) {
+					kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s is left out: it claims the built-in category %s", s.QualifiedName(), s.Category))
+					continue
+				}
+				if s.DeferLoading != deferred {
+					c := *s
+					c.DeferLoading = deferred
+					s = &c
+				}
+				specs = append(specs, s)
+			}
+		}
+	}
+	set, err := toolbus.NewSet(specs...)
+	if err != nil {
+		return nil, fmt.Errorf("assemble %s turn: %w", policy.Kind, err)
+	}
+	kit.Tools = set
+	return kit, nil
+}
+
+// NewKit is the kit of a main turn with exactly the given tools, for programs that
+// assemble their own tool set.
+func NewKit(set *toolbus.Set) *Kit {
+	return &Kit{Tools: set, Policy: policies[bus.TurnMain]}
+}

@@ -1,0 +1,295 @@
+package toolsets
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// ProfileVersion is the newest profile document version this build reads and writes.
+// Each version keeps its own schema below, so stored documents of an older version stay
+// readable when a newer one adds fields.
+const ProfileVersion = 1
+
+// Profile is an agent's profile: one JSON document per agent in the KV bucket
+// bus.BucketAgents, under the agent's id. No profile means built-in tools only.
+//
+// Version 1 holds the external namespaces the agent's main turns include. The design's
+// other fields (web providers, skills, brain, jobs, approvals, sandbox) come in later
+// versions with the features that use them.
+type Profile struct {
+	Version int    `json:"version"`
+	Agent   string `json:"agent"`
+	// Namespaces are the external tool namespaces, served by other processes, that the
+	// agent's main and job turns include, in this order.
+	Namespaces []NamespaceRef `json:"namespaces,omitempty"`
+}
+
+// NamespaceRef names one external namespace and how its tools are shown to the model.
+type NamespaceRef struct {
+	Name string `json:"name"`
+	// Load is LoadDeferred (the default: behind tool search until the model asks) or
+	// LoadUpfront (every tool in every request).
+	Load string `json:"load,omitempty"`
+}
+
+// How a namespace's tools are loaded.
+const (
+	LoadDeferred = "deferred"
+	LoadUpfront  = "upfront"
+)
+
+// Deferred reports whether the namespace's tools wait behind tool search.
+func (r NamespaceRef) Deferred() bool { return r.Load != LoadUpfront }
+
+// profileSchemas are the document schemas, by version.
+var profileSchemas = map[int]*schema.Schema{
+	1: schema.MustFromJSON([]byte(`{
+  "type": "object",
+  "properties": {
+    "version": {"const": 1},
+    "agent": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
+    "namespaces": {
+      "type": "array",
+      "items": {
+        "type": "object",
+        "properties": {
+          "name": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
+          "load": {"enum": ["deferred", "upfront"]}
+        },
+        "required": ["name"],
+        "additionalProperties": false
+      }
+    }
+  },
+  "required": ["version", "agent"],
+  "additionalProperties": false
+}`)),
+}
+
+// ProfileError refuses a profile document, naming each problem by its JSON pointer.
+type ProfileError struct {
+	Problems []Problem
+}
+
+// Problem is one thing wrong in a document, at Path (a JSON pointer, "/" for the root).
+type Problem struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (e *ProfileError) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Path + ": " + p.Message
+	}
+	return "invalid agent profile: " + strings.Join(lines, "; ")
+}
+
+func profileError(path, format string, args ...any) *ProfileError {
+	return &ProfileError{Problems: []Problem{{Path: path, Message: fmt.Sprintf(format, args...)}}}
+}
+
+// ParseProfile reads and checks a profile document: its version's schema, then the rules
+// a schema cannot say (the agent-id rule, namespace names, no namespace twice, no
+// built-in category named as a namespace). Every error is a *ProfileError.
+func ParseProfile(doc []byte) (*Profile, error) {
+	var head struct {
+		Version *json.RawMessage `json:"version"`
+	}
+	if err := json.Unmarshal(doc, &head); err != nil {
+		return nil, profileError("/", "not a JSON object: %v", err)
+	}
+	if head.Version == nil {
+		return nil, profileError("/version", "missing: a profile says which version of the document it is (this build writes %d)", ProfileVersion)
+	}
+	var version int
+	if err := json.Unmarshal(*head.Version, &version); err != nil || version < 1 {
+		return nil, profileError("/version", "%s is not a version: want a whole number from 1", *head.Version)
+	}
+	sch, ok := profileSchemas[version]
+	if !ok {
+		return nil, profileError("/version", "version %d is newer than this build reads (up to %d)", version, ProfileVersion)
+	}
+	if err := sch.Validate(doc); err != nil {
+		var ve *schema.ValidationError
+		if errors.As(err, &ve) {
+			pe := &ProfileError{}
+			for _, l := range ve.Leaves {
+				pe.Problems = append(pe.Problems, Problem{Path: l.Path, Message: l.Message})
+			}
+			return nil, pe
+		}
+		return nil, profileError("/", "%v", err)
+	}
+	var p Profile
+	if err := json.Unmarshal(doc, &p); err != nil {
+		return nil, profileError("/", "%v", err)
+	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// check applies the rules beyond the schema.
+func (p *Profile) check() error {
+	if err := bus.CheckAgent(p.Agent); err != nil {
+		return profileError("/agent", "%v", err)
+	}
+	pe := &ProfileError{}
+	for i, ns := range p.Namespaces {
+		path := fmt.Sprintf("/namespaces/%d/name", i)
+		switch {
+		case toolbus.CheckNamespace(ns.Name) != nil:
+			pe.Problems = append(pe.Problems, Problem{path, toolbus.CheckNamespace(ns.Name).Error()})
+		case Builtin(ns.Name):
+			pe.Problems = append(pe.Problems, Problem{path, fmt.Sprintf("%q is a built-in category, in every main turn already; name external namespaces only", ns.Name)})
+		case slices.ContainsFunc(p.Namespaces[:i], func(o NamespaceRef) bool { return o.Name == ns.Name }):
+			pe.Problems = append(pe.Problems, Problem{path, fmt.Sprintf("namespace %q is named twice", ns.Name)})
+		}
+	}
+	if len(pe.Problems) > 0 {
+		return pe
+	}
+	return nil
+}
+
+// Encode returns the profile as a document of the newest version.
+func (p *Profile) Encode() ([]byte, error) {
+	c := *p
+	c.Version = ProfileVersion
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, fmt.Errorf("encode profile %s: %w", p.Agent, err)
+	}
+	return b, nil
+}
+
+// ErrNoProfile reports an agent without a profile.
+var ErrNoProfile = errors.New("no profile")
+
+// Profiles is the store of agent profiles.
+type Profiles struct {
+	kv jetstream.KeyValue
+}
+
+// OpenProfiles opens (creating if needed) the profile bucket.
+func OpenProfiles(ctx context.Context, js jetstream.JetStream, replicas int) (*Profiles, error) {
+	kv, err := bus.KeyValue(ctx, js, bus.BucketAgents, replicas)
+	if err != nil {
+		return nil, err
+	}
+	return &Profiles{kv: kv}, nil
+}
+
+// NewProfiles wraps an open profile bucket.
+func NewProfiles(kv jetstream.KeyValue) *Profiles { return &Profiles{kv: kv} }
+
+// Put checks a profile document and stores it under its agent. A refused document is a
+// *ProfileError and nothing is stored.
+func (s *Profiles) Put(ctx context.Context, doc []byte) (*Profile, error) {
+	p, err := ParseProfile(doc)
+	if err != nil {
+		return nil, err
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, doc); err != nil {
+		return nil, profileError("/", "%v", err)
+	}
+	if _, err := s.kv.Put(ctx, p.Agent, compact.Bytes()); err != nil {
+		return nil, fmt.Errorf("store profile %s: %w", p.Agent, err)
+	}
+	return p, nil
+}
+
+// Get reads an agent's profile; an agent without one yields ErrNoProfile.
+func (s *Profiles) Get(ctx context.Context, agent string) (*Profile, error) {
+	if err := bus.CheckAgent(agent); err != nil {
+		return nil, err
+	}
+	e, err := s.kv.Get(ctx, agent)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("agent %s: %w", agent, ErrNoProfile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read profile %s: %w", agent, err)
+	}
+	p, err := ParseProfile(e.Value())
+	if err != nil {
+		return nil, fmt.Errorf("stored profile of %s: %w", agent, err)
+	}
+	return p, nil
+}
+
+// Raw reads an agent's stored document as it is.
+func (s *Profiles) Raw(ctx context.Context, agent string) ([]byte, error) {
+	if err := bus.CheckAgent(agent); err != nil {
+		return nil, err
+	}
+	e, err := s.kv.Get(ctx, agent)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, fmt.Errorf("agent %s: %w", agent, ErrNoProfile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read profile %s: %w", agent, err)
+	}
+	return e.Value(), nil
+}
+
+// List returns every stored profile, by agent. A stored document this build cannot read
+// is returned as an error naming its agent, after the readable ones.
+func (s *Profiles) List(ctx context.Context) ([]*Profile, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list profiles: %w", err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var (
+		out  []*Profile
+		errs []error
+	)
+	for _, k := range keys {
+		p, err := s.Get(ctx, k)
+		switch {
+		case errors.Is(err, ErrNoProfile):
+			// Deleted meanwhile.
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			out = append(out, p)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Delete removes an agent's profile; an agent without one yields ErrNoProfile.
+func (s *Profiles) Delete(ctx context.Context, agent string) error {
+	if err := bus.CheckAgent(agent); err != nil {
+		return err
+	}
+	if _, err := s.kv.Get(ctx, agent); errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("agent %s: %w", agent, ErrNoProfile)
+	}
+	if err := s.kv.Delete(ctx, agent); err != nil {
+		return fmt.Errorf("delete profile %s: %w", agent, err)
+	}
+	return nil
+}
