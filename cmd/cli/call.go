@@ -67,7 +67,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	tool, err := cat.Lookup(name)
 	if errors.Is(err, catalog.ErrNotServed) {
-		return fmt.Errorf("%w; the tools served on %s are: %s", err, bc.where, strings.Join(servedNames(cat), ", "))
+		return fmt.Errorf("unknown tool %q; the tools served on %s are: %s", name, bc.where, strings.Join(servedNames(cat), ", "))
 	}
 	if err != nil {
 		return err

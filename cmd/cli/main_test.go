@@ -417,16 +417,16 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 
 func TestTools(t *testing.T) {
 	ctx := testContext(t)
-	set, err := toolsets.TextTurn(toolsets.TurnContext{Agent: defaultAgent})
+	kit, err := toolsets.Assemble(bus.TurnSpec{Agent: defaultAgent}, nil, nil, toolsets.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
-	responsesDefs, err := gateway.ResponsesToolDefinitions(set.Tools(), false)
+	responsesDefs, err := gateway.ResponsesToolDefinitions(kit.Tools.Specs(), false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chatDefs, err := gateway.ChatToolDefinitions(set.Tools())
+	chatDefs, err := gateway.ChatToolDefinitions(kit.Tools.Specs())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -536,7 +536,7 @@ func TestCall(t *testing.T) {
 			name:   "unknown tool",
 			args:   []string{"read_fil", `{}`},
 			code:   exitFailed,
-			stderr: []string{`toolbus: unknown tool "read_fil"; the tools available are: todo_read, todo_write, list_files, read_file, write_file, run_command`},
+			stderr: []string{`toolbus: unknown tool "read_fil"; the tools served on the embedded bus are: list_files, read_file, write_file, run_command, todo_read, todo_write`},
 		},
 		{
 			name:   "tool error",
