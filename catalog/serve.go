@@ -65,5 +65,10 @@ func Serve(nc *nats.Conn, s Service) (micro.Service, error) {
 			return nil, fmt.Errorf("serve category %s: endpoint %s: %w", s.Category, spec.Name, err)
 		}
 	}
+	// The service's interest must reach the server before anyone is told it is up.
+	if err := nc.Flush(); err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("serve category %s: %w", s.Category, err)
+	}
 	return svc, nil
 }

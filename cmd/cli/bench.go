@@ -646,32 +646,20 @@ func (b *bencher) foreignCall(ctx context.Context) (benchResult, error) {
 }
 
 // startForeignHost serves n no-op tools of category in namespace as a plain micro
-// service, answering each request in its handler.
+// service that answers each request in its handler, with no toolbus host around it.
 func startForeignHost(nc *nats.Conn, category, namespace string, n int) (micro.Service, error) {
-	svc, err := micro.AddService(nc, micro.Config{
-		Name: bus.CategoryService(category), Version: "0.1.0",
-		Metadata: map[string]string{catalog.KeyCategory: category, catalog.KeyNode: "bench-foreign"},
-	})
-	if err != nil {
-		return nil, err
-	}
 	params := schema.MustFromJSON([]byte(`{"type":"object","properties":{}}`))
-	for i := range n {
-		spec := toolbus.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("Foreign tool number %d.", i),
+	specs := make([]*toolbus.Spec, n)
+	for i := range specs {
+		specs[i] = &toolbus.Spec{Name: fmt.Sprintf("tool_%d", i), Description: fmt.Sprintf("Foreign tool number %d.", i),
 			Namespace: namespace, NamespaceDescription: "Tools of " + namespace + ".", Category: category, Params: params}
-		name := spec.Name
-		handler := micro.HandlerFunc(func(r micro.Request) {
-			b, _ := json.Marshal(bus.ToolReply{Call: r.Headers().Get(bus.HeaderCall), Tool: name, Outcome: bus.OutcomeOK,
+	}
+	return catalog.Serve(nc, catalog.Service{Category: category, Node: "bench-foreign", Specs: specs,
+		Handle: func(s *toolbus.Spec, r micro.Request) {
+			b, _ := json.Marshal(bus.ToolReply{Call: r.Headers().Get(bus.HeaderCall), Tool: s.Name, Outcome: bus.OutcomeOK,
 				Content: []bus.ContentPart{{Type: bus.ContentText, Text: "ok"}}})
 			_ = r.Respond(b)
-		})
-		if err := svc.AddEndpoint(name, handler, micro.WithEndpointSubject(bus.ToolSubject(category, name)),
-			micro.WithEndpointQueueGroup(bus.CategoryQueue(category)), micro.WithEndpointMetadata(catalog.Metadata(&spec))); err != nil {
-			_ = svc.Stop()
-			return nil, err
-		}
-	}
-	return svc, nil
+		}})
 }
 
 // assembly measures building a main turn's kit: built-in tools only, against putting
