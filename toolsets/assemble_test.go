@@ -1,0 +1,348 @@
+package toolsets
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// busWithForeignHosts is an embedded server on which two categories are served by plain
+// micro services, and a catalog that has read them: crm (namespace crm: a read-only and a
+// destructive tool) and billing (published without a namespace).
+func busWithForeignHosts(t *testing.T) (*bus.Server, *catalog.Catalog) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	params := schema.MustFromJSON([]byte(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`))
+	for _, c := range []struct {
+		category string
+		specs    []*toolbus.Spec
+	}{
+		{"crm", []*toolbus.Spec{
+			{Name: "lookup", Description: "Look a customer up.", Category: "crm", Namespace: "crm", NamespaceDescription: "CRM.", ReadOnly: true, Params: params},
+			{Name: "erase", Description: "Erase a customer.", Category: "crm", Namespace: "crm", Destructive: true, Mode: toolbus.Sequential, Params: params},
+		}},
+		{"billing", []*toolbus.Spec{
+			{Name: "invoice", Description: "Send an invoice.", Category: "billing", DeferLoading: true, Params: params},
+		}},
+	} {
+		nc, err := srv.Connect("host-" + c.category)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		svc, err := catalog.Serve(nc, catalog.Service{Category: c.category, Node: "elsewhere", Specs: c.specs,
+			Handle: func(*toolbus.Spec, micro.Request) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = svc.Stop() })
+	}
+	nc, err := srv.Connect("catalog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cat := catalog.New(nc, catalog.Options{FirstReply: 500 * time.Millisecond, Quiet: 100 * time.Millisecond})
+	if err := cat.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return srv, cat
+}
+
+var builtins = []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
+
+func TestAssemblePerKind(t *testing.T) {
+	_, cat := busWithForeignHosts(t)
+	profile := &Profile{Version: 1, Agent: "ann", Namespaces: []NamespaceRef{
+		{Name: "billing", Load: LoadUpfront}, {Name: "ghost"}, {Name: "crm"},
+	}}
+	for _, tc := range []struct {
+		name     string
+		kind     bus.TurnKind
+		profile  *Profile
+		cat      Catalog
+		names    []string
+		deferred []string
+		notes    []string
+		text     TextRule
+	}{
+		{
+			name: "main, no profile", kind: bus.TurnMain, cat: cat,
+			names: builtins, text: TextEnds,
+		},
+		{
+			name: "main with profile", kind: bus.TurnMain, profile: profile, cat: cat,
+			names:    append(slices.Clone(builtins), "billing.invoice", "crm.lookup", "crm.erase"),
+			deferred: []string{"crm.lookup", "crm.erase"},
+			notes:    []string{"namespace ghost is left out: namespace ghost: not served on the bus"},
+			text:     TextEnds,
+		},
+		{
+			name: "main without a catalog", kind: bus.TurnMain, profile: profile,
+			names: builtins,
+			notes: []string{"namespace billing is left out: this node has no catalog of the bus", "namespace ghost is left out", "namespace crm is left out"},
+			text:  TextEnds,
+		},
+		{
+			name: "empty kind is main", kind: "", profile: profile, cat: cat,
+			names:    append(slices.Clone(builtins), "billing.invoice", "crm.lookup", "crm.erase"),
+			deferred: []string{"crm.lookup", "crm.erase"},
+			notes:    []string{"namespace ghost"},
+			text:     TextEnds,
+		},
+		{
+			name: "job", kind: bus.TurnJob, profile: profile, cat: cat,
+			names:    append(slices.Clone(builtins), "billing.invoice", "crm.lookup", "crm.erase"),
+			deferred: []string{"crm.lookup", "crm.erase"},
+			notes:    []string{"namespace ghost"},
+			text:     TextEnds,
+		},
+		{
+			// A task turn has its own fixed catalog: no computer, todo or namespace
+			// tools, whatever the profile names.
+			name: "task", kind: bus.TurnTask, profile: profile, cat: cat,
+			names: nil, text: TextRepairOnce,
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kit, err := Assemble(bus.TurnSpec{Kind: tc.kind, Agent: "ann", Task: "t1"}, tc.profile, tc.cat, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := kit.Tools.Names(); !slices.Equal(got, tc.names) {
+				t.Errorf("tools %v, want %v", got, tc.names)
+			}
+			var deferred []string
+			for _, s := range kit.Tools.Specs() {
+				if s.DeferLoading {
+					deferred = append(deferred, s.QualifiedName())
+				}
+			}
+			if !slices.Equal(deferred, tc.deferred) {
+				t.Errorf("deferred %v, want %v", deferred, tc.deferred)
+			}
+			if len(kit.Notes) != len(tc.notes) {
+				t.Fatalf("notes %q, want %d like %q", kit.Notes, len(tc.notes), tc.notes)
+			}
+			for i, want := range tc.notes {
+				if !strings.Contains(kit.Notes[i], want) {
+					t.Errorf("note %d %q lacks %q", i, kit.Notes[i], want)
+				}
+			}
+			if kit.Policy.Text != tc.text {
+				t.Errorf("text rule %d, want %d", kit.Policy.Text, tc.text)
+			}
+		})
+	}
+	// Assembly copies what it changes: the catalog's own specs keep their loading.
+	crm, err := cat.Namespace("billing")
+	if err != nil || !crm[0].DeferLoading {
+		t.Errorf("the catalog's billing.invoice changed: %+v %v", crm, err)
+	}
+}
+
+func TestTaskPolicyAdmitsOnlyReadsAndLocalTools(t *testing.T) {
+	p, err := PolicyFor(bus.TurnTask)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		spec toolbus.Spec
+		want Decision
+	}{
+		{toolbus.Spec{Name: "get_page", Category: "brain", ReadOnly: true}, Run},
+		{toolbus.Spec{Name: "submit_result", Category: LocalCategory}, Run},
+		{toolbus.Spec{Name: "run_command", Category: "computer", Destructive: true}, Refuse},
+		{toolbus.Spec{Name: "write_note", Namespace: "crm", Category: "crm"}, Refuse},
+	} {
+		d, why := p.Admit(&tc.spec)
+		if d != tc.want {
+			t.Errorf("%s: %d (%s), want %d", tc.spec.QualifiedName(), d, why, tc.want)
+		}
+		if d == Refuse && !strings.Contains(why, tc.spec.QualifiedName()) {
+			t.Errorf("%s: reason %q does not name the tool", tc.spec.QualifiedName(), why)
+		}
+	}
+	for _, k := range []bus.TurnKind{bus.TurnMain, bus.TurnJob, ""} {
+		if p, err := PolicyFor(k); err != nil || p.Admit != nil || p.Text != TextEnds {
+			t.Errorf("policy of %q: %+v %v", k, p, err)
+		}
+	}
+	if _, err := PolicyFor("chat"); err == nil {
+		t.Error("an unknown kind has a policy")
+	}
+}
+
+func TestAssembleRefusesClashes(t *testing.T) {
+	params := schema.MustFromJSON([]byte(`{"type":"object"}`))
+	dup := &toolbus.Spec{Name: "lookup", Category: "crm2", Namespace: "crm", Params: params}
+	builtinClaim := &toolbus.Spec{Name: "shell", Category: "computer", Namespace: "ops", Params: params}
+	cat := fakeCatalog{
+		"crm": {{Name: "lookup", Category: "crm", Namespace: "crm", Params: params}, dup},
+		"ops": {builtinClaim},
+	}
+	_, err := Assemble(bus.TurnSpec{}, &Profile{Version: 1, Agent: "a", Namespaces: []NamespaceRef{{Name: "crm"}}}, cat, Options{})
+	if err == nil || !strings.Contains(err.Error(), `duplicate tool "crm.lookup"`) {
+		t.Errorf("duplicate in a namespace: %v", err)
+	}
+	kit, err := Assemble(bus.TurnSpec{}, &Profile{Version: 1, Agent: "a", Namespaces: []NamespaceRef{{Name: "ops"}}}, cat, Options{})
+	if err != nil || kit.Tools.Len() != len(builtins) || len(kit.Notes) != 1 || !strings.Contains(kit.Notes[0], "claims the built-in category computer") {
+		t.Errorf("a tool claiming a built-in category: %v %v", kit, err)
+	}
+}
+
+// fakeCatalog serves assembly from a map, for the rules that need no bus.
+type fakeCatalog map[string][]*toolbus.Spec
+
+func (c fakeCatalog) Namespace(name string) ([]*toolbus.Spec, error) {
+	if s, ok := c[name]; ok {
+		return s, nil
+	}
+	return nil, catalog.ErrNotServed
+}
+
+func TestParseProfile(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		doc   string
+		paths []string // the problems' paths; none means valid
+	}{
+		{"minimal", `{"version":1,"agent":"ann"}`, nil},
+		{"namespaces", `{"version":1,"agent":"ann","namespaces":[{"name":"crm"},{"name":"billing","load":"upfront"}]}`, nil},
+		{"not an object", `[1]`, []string{"/"}},
+		{"not JSON", `{"version":`, []string{"/"}},
+		{"no version", `{"agent":"ann"}`, []string{"/version"}},
+		{"version as text", `{"version":"1","agent":"ann"}`, []string{"/version"}},
+		{"future version", `{"version":2,"agent":"ann","approvals":{}}`, []string{"/version"}},
+		{"no agent", `{"version":1}`, []string{"/"}},
+		{"bad agent", `{"version":1,"agent":"a.b"}`, []string{"/agent"}},
+		{"unknown field", `{"version":1,"agent":"ann","skills":[]}`, []string{"/skills"}},
+		{"bad load", `{"version":1,"agent":"ann","namespaces":[{"name":"crm","load":"lazy"}]}`, []string{"/namespaces/0/load"}},
+		{"namespace not a token", `{"version":1,"agent":"ann","namespaces":[{"name":"crm"},{"name":"my crm"}]}`, []string{"/namespaces/1/name"}},
+		{"separator in namespace", `{"version":1,"agent":"ann","namespaces":[{"name":"a__b"}]}`, []string{"/namespaces/0/name"}},
+		{"built-in", `{"version":1,"agent":"ann","namespaces":[{"name":"computer"}]}`, []string{"/namespaces/0/name"}},
+		{"twice", `{"version":1,"agent":"ann","namespaces":[{"name":"crm"},{"name":"x"},{"name":"crm"}]}`, []string{"/namespaces/2/name"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParseProfile([]byte(tc.doc))
+			if len(tc.paths) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := p.Encode()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := ParseProfile(b); err != nil {
+					t.Errorf("the encoded profile %s does not parse: %v", b, err)
+				}
+				return
+			}
+			var pe *ProfileError
+			if !errors.As(err, &pe) {
+				t.Fatalf("err = %v (%T), want a *ProfileError", err, err)
+			}
+			var paths []string
+			for _, pr := range pe.Problems {
+				paths = append(paths, pr.Path)
+			}
+			if !slices.Equal(paths, tc.paths) {
+				t.Errorf("paths %v, want %v (%v)", paths, tc.paths, err)
+			}
+		})
+	}
+}
+
+func TestProfilesStore(t *testing.T) {
+	srv, _ := busWithForeignHosts(t)
+	nc, err := srv.Connect("profiles")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	store, err := OpenProfiles(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if list, err := store.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("empty store: %v %v", list, err)
+	}
+	if _, err := store.Get(ctx, "ann"); !errors.Is(err, ErrNoProfile) {
+		t.Fatalf("missing profile: %v", err)
+	}
+	doc := []byte(`{
+  "version": 1,
+  "agent": "ann",
+  "namespaces": [{"name": "crm"}]
+}`)
+	if _, err := store.Put(ctx, doc); err != nil {
+		t.Fatal(err)
+	}
+	p, err := store.Get(ctx, "ann")
+	if err != nil || p.Agent != "ann" || len(p.Namespaces) != 1 || !p.Namespaces[0].Deferred() {
+		t.Fatalf("get: %+v %v", p, err)
+	}
+	raw, err := store.Raw(ctx, "ann")
+	if err != nil || string(raw) != `{"version":1,"agent":"ann","namespaces":[{"name":"crm"}]}` {
+		t.Errorf("stored document %s %v", raw, err)
+	}
+	// A refused document stores nothing: the old profile stays.
+	if _, err := store.Put(ctx, []byte(`{"version":1,"agent":"ann","namespaces":[{"name":"crm","load":"soon"}]}`)); err == nil {
+		t.Fatal("a bad document was stored")
+	}
+	if p, err := store.Get(ctx, "ann"); err != nil || p.Namespaces[0].Load != "" {
+		t.Errorf("after a refused put: %+v %v", p, err)
+	}
+	if _, err := store.Put(ctx, []byte(`{"version":1,"agent":"bob"}`)); err != nil {
+		t.Fatal(err)
+	}
+	list, err := store.List(ctx)
+	if err != nil || len(list) != 2 || list[0].Agent != "ann" || list[1].Agent != "bob" {
+		t.Fatalf("list %+v %v", list, err)
+	}
+	// A stored document this build cannot read (written around the CLI) is reported
+	// with its agent, and the rest still list.
+	kv, err := js.KeyValue(ctx, bus.BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "cid", []byte(`{"version":7,"agent":"cid"}`)); err != nil {
+		t.Fatal(err)
+	}
+	list, err = store.List(ctx)
+	if len(list) != 2 || err == nil || !strings.Contains(err.Error(), "stored profile of cid") || !strings.Contains(err.Error(), "version 7 is newer") {
+		t.Errorf("list with an unreadable document: %d profiles, %v", len(list), err)
+	}
+	if err := store.Delete(ctx, "bob"); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, "bob"); !errors.Is(err, ErrNoProfile) {
+		t.Errorf("delete twice: %v", err)
+	}
+	if _, err := store.Get(ctx, "a/b"); !errors.Is(err, bus.ErrBadAgent) {
+		t.Errorf("bad agent id: %v", err)
+	}
+}
