@@ -68,12 +68,17 @@ async function main() {
     process.stderr.write(`${err.message}\n\n${usage}`);
     process.exit(2);
   }
-  const nc = await connect({
-    servers: cfg.servers,
-    ...(cfg.user ? { user: cfg.user, pass: cfg.pass } : {}),
-    name: `toolbus-host-${CATEGORY}@${cfg.name}`,
-    maxReconnectAttempts: -1, // ride out a node restart
-  });
+  let nc;
+  try {
+    nc = await connect({
+      servers: cfg.servers,
+      ...(cfg.user ? { user: cfg.user, pass: cfg.pass } : {}),
+      name: `toolbus-host-${CATEGORY}@${cfg.name}`,
+      maxReconnectAttempts: -1, // ride out a node restart
+    });
+  } catch (err) {
+    throw new Error(`connect to ${cfg.servers.join(",")}${cfg.user ? ` as ${cfg.user}` : ""}: ${err.message}`);
+  }
   (async () => {
     for await (const s of nc.status()) {
       if (s.type === "disconnect" || s.type === "reconnect" || s.type === "error") {
@@ -87,29 +92,43 @@ async function main() {
   log.info("worker ready", { service: svc.info().name, id: svc.info().id, server: nc.getServer(), node: cfg.name });
 
   let stopping = false;
-  const shutdown = async (signal) => {
+  // shutdown stops the host and drains the connection, then exits with code.
+  const shutdown = async (why, code) => {
     if (stopping) return;
     stopping = true;
-    log.info("stopping", { signal });
+    log.info("stopping", { why });
     // Whatever hangs, the process ends.
     setTimeout(() => {
       log.error("did not stop in time; exiting");
       process.exit(1);
     }, 15_000).unref();
-    await host.stop();
-    await nc.drain();
+    try {
+      await host.stop();
+      if (!nc.isClosed()) await nc.drain();
+    } catch (err) {
+      log.warn("stop", { err: err?.message ?? String(err) });
+    }
     log.info("stopped");
-    process.exit(0);
+    process.exit(code);
   };
-  process.on("SIGTERM", () => void shutdown("SIGTERM"));
-  process.on("SIGINT", () => void shutdown("SIGINT"));
+  process.on("SIGTERM", () => void shutdown("SIGTERM", 0));
+  process.on("SIGINT", () => void shutdown("SIGINT", 0));
 
-  // The connection closing by itself (not by our drain) ends the worker.
-  const err = await nc.closed();
-  if (!stopping) {
-    log.error("connection closed", { err: err?.message ?? "" });
-    process.exit(1);
-  }
+  // The service stops by itself when one of its subscriptions fails (a
+  // permissions violation, say) or the connection closes: a host that
+  // serves nothing must not linger.
+  svc.stopped.then((err) => {
+    if (!stopping) {
+      log.error("the micro service stopped", { err: err?.message ?? "" });
+      void shutdown("the micro service stopped", 1);
+    }
+  });
+  nc.closed().then((err) => {
+    if (!stopping) {
+      log.error("connection closed", { err: err?.message ?? "" });
+      void shutdown("the connection closed", 1);
+    }
+  });
 }
 
 main().catch((err) => {
