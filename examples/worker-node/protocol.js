@@ -54,11 +54,12 @@ export function truncatedHeader(v) {
   return v !== undefined && v !== null && v !== "" && v !== "false";
 }
 
-const rfc3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-](\d{2}):(\d{2}))$/;
+const rfc3339 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(Z|[+-](\d{2}):(\d{2}))$/;
 
 /**
  * parseDeadline parses an absolute RFC 3339 time with an optional fraction
- * of up to 9 digits (Go's time.RFC3339Nano, what turns send) and returns it
+ * (turns send 9 digits at most; like Go's time.Parse, any number is taken)
+ * and returns it
  * in milliseconds since the epoch (with a fraction: sub-millisecond digits
  * are kept as far as a double holds them). It throws on anything else.
  */

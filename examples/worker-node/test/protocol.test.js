@@ -4,14 +4,15 @@ import assert from "node:assert/strict";
 
 import { ArgumentError, compileArgs, goDuration, parseDeadline, truncatedHeader, validAgent, validToken } from "../protocol.js";
 
-test("parseDeadline takes RFC 3339 with up to 9 fractional digits", () => {
+test("parseDeadline takes RFC 3339 with an optional fraction", () => {
+  assert.ok(Math.abs(parseDeadline("2026-11-30T18:00:00.1234567891Z") - (Date.UTC(2026, 10, 30, 18) + 123.4567891)) < 1e-3);
   assert.equal(parseDeadline("2026-11-30T18:00:00Z"), Date.UTC(2026, 10, 30, 18));
   assert.equal(parseDeadline("2026-11-30T18:00:00.5Z"), Date.UTC(2026, 10, 30, 18) + 500);
   assert.ok(Math.abs(parseDeadline("2026-11-30T18:00:00.123456789Z") - (Date.UTC(2026, 10, 30, 18) + 123.456789)) < 1e-3);
   assert.equal(parseDeadline("2026-11-30T19:30:00+01:30"), Date.UTC(2026, 10, 30, 18));
   assert.equal(parseDeadline("2026-11-30T16:00:00-02:00"), Date.UTC(2026, 10, 30, 18));
   for (const bad of ["", "yesterday", "2026-11-30", "2026-11-30 18:00:00Z", "2026-11-30T18:00:00", "2026-11-30T18:00:00.Z",
-    "2026-11-30T18:00:00.1234567890Z", "2026-02-30T18:00:00Z", "2026-13-01T00:00:00Z", "2026-11-30T24:00:00Z", "2026-11-30T18:00:00+25:00"]) {
+    "2026-02-30T18:00:00Z", "2026-13-01T00:00:00Z", "2026-11-30T24:00:00Z", "2026-11-30T18:00:00+25:00"]) {
     assert.throws(() => parseDeadline(bad), Error, bad);
   }
 });
