@@ -11,5 +11,10 @@
 // own nats-server and must never enter our go.mod); the first install needs
 // the module proxy and takes a few minutes on two cores.
 //
+// The WorkerNode tests also run the Node.js category host of
+// examples/worker-node: they need node (20 or later) and npm in PATH, and
+// install its packages with `npm ci` into the same bin dir, once per
+// package-lock.json.
+//
 // A test fails, never skips, when a binary cannot be built or installed.
 package integration

@@ -47,6 +47,9 @@ var bins struct {
 	nodeErr, cliErr, natsErr error
 	// home isolates the nats CLI from the user's contexts and config.
 	home string
+	// dir caches installed tools across runs: the nats CLI, the Node.js
+	// worker's npm packages.
+	dir string
 }
 
 func TestMain(m *testing.M) {
@@ -87,6 +90,7 @@ func prepareBinaries(dir string) {
 	if binDir == "" {
 		binDir = filepath.Join(root, "integration", ".bin")
 	}
+	bins.dir = binDir
 	bins.nats, bins.natsErr = installNatsCLI(goCmd, binDir)
 }
 
