@@ -325,8 +325,32 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 	var cat toolsets.Catalog
 	if n.catalog != nil {
 		cat = n.catalog
+		n.freshenCatalog(ctx, profile)
 	}
 	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer})
+}
+
+// catalogPatience is how old the catalog may be before a turn whose profile names a
+// namespace it lacks refreshes it first: a host that came up without announcing itself is
+// found by the next turn that needs it, and a namespace with no host costs one refresh a
+// second at most.
+const catalogPatience = time.Second
+
+// freshenCatalog refreshes the catalog when the profile names a namespace it lacks.
+func (n *Node) freshenCatalog(ctx context.Context, profile *toolsets.Profile) {
+	if profile == nil || len(profile.Namespaces) == 0 {
+		return
+	}
+	names := make([]string, len(profile.Namespaces))
+	for i, ns := range profile.Namespaces {
+		names[i] = ns.Name
+	}
+	if n.catalog.Serves(names...) || n.catalog.Age() < catalogPatience {
+		return
+	}
+	if err := n.catalog.Refresh(ctx); err != nil {
+		n.log.Warn("catalog refresh before a turn failed", "err", err)
+	}
 }
 
 // Spawn starts a turn with cfg; Conn, JS, Node, the kit and the defaults come from the

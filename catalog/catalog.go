@@ -108,6 +108,7 @@ type Catalog struct {
 	categories map[string]*Category
 	namespaces map[string][]*toolbus.Spec // namespace -> specs, namespace filled in
 	refreshed  bool
+	at         time.Time // when the last refresh ended
 
 	refreshMu sync.Mutex // one refresh at a time
 	watch     struct {
@@ -137,7 +138,7 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 	categories := build(infos)
 	namespaces := indexNamespaces(categories)
 	c.mu.Lock()
-	c.categories, c.namespaces, c.refreshed = categories, namespaces, true
+	c.categories, c.namespaces, c.refreshed, c.at = categories, namespaces, true, time.Now()
 	c.mu.Unlock()
 	return nil
 }
@@ -283,6 +284,28 @@ func (c *Catalog) Refreshed() bool {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return c.refreshed
+}
+
+// Serves reports whether every namespace in names is in the catalog.
+func (c *Catalog) Serves(names ...string) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, n := range names {
+		if _, ok := c.namespaces[n]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// Age is how long ago the last refresh ended; forever before the first.
+func (c *Catalog) Age() time.Duration {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.refreshed {
+		return time.Duration(1<<63 - 1)
+	}
+	return time.Since(c.at)
 }
 
 // Categories lists the categories on the bus, by name.

@@ -626,11 +626,22 @@ func TestWorkerNodeTurn(t *testing.T) {
 		return out
 	}
 
+	// Nothing joins a turn because it merely appeared on the bus: before the profile
+	// names crm, the agent's tools are the built-in ones.
+	if out := cli(t, "tools", "-agent", "demo"); strings.Contains(out, "crm.") || !strings.Contains(out, "run_command") {
+		t.Errorf("toolbus tools -agent demo lists crm tools before the profile names them:\n%s", out)
+	}
+	if out := cli(t, "tools", "-catalog"); !strings.Contains(out, "crm.lookup_customer") || !strings.Contains(out, "js1") {
+		t.Errorf("toolbus tools -catalog does not list the worker's tools with its host:\n%s", out)
+	}
 	cli(t, "agent", "set", "-namespace", "crm", "demo")
 
 	t.Run("tools", func(t *testing.T) {
-		if out := cli(t, "tools", "-agent", "demo"); !strings.Contains(out, "crm.lookup_customer") {
-			t.Errorf("toolbus tools -agent demo does not list crm.lookup_customer:\n%s", out)
+		out := cli(t, "tools", "-agent", "demo")
+		for _, want := range []string{"crm.lookup_customer (deferred)", "crm.read_file (deferred)", "\nread_file ", "crm.slow_report"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("toolbus tools -agent demo lacks %q:\n%s", want, out)
+			}
 		}
 	})
 

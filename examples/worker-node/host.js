@@ -6,7 +6,7 @@ import { headers as natsHeaders, nuid } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
 
 import {
-  Header, Outcome, allAborts, compileArgs, eventSubject, goDuration, parseDeadline,
+  Header, Outcome, allAborts, catalogChanged, compileArgs, eventSubject, goDuration, parseDeadline,
   queueGroup, serviceName, toolSubject, truncatedHeader, validAgent, validToken,
 } from "./protocol.js";
 
@@ -122,7 +122,17 @@ export class Host {
     });
     // Interest must reach the server before anyone is told the host is up.
     await this.nc.flush();
+    this.announce("up");
     return this.service;
+  }
+
+  /** announce tells the bus's catalogs that this host started ("up") or is stopping ("down"). */
+  announce(state) {
+    try {
+      this.nc.publish(catalogChanged, JSON.stringify({ category: this.category, node: this.node, state }));
+    } catch (e) {
+      this.log.warn("announce to catalogs", { state, err: e?.message ?? String(e) });
+    }
   }
 
   /** abort cancels every call of the turn named by an abort's subject. */
@@ -154,6 +164,7 @@ export class Host {
     }
     for (const ac of this.directCalls ?? []) ac.abort(cause.stopping());
     await this.service?.stop(); // drains: requests still queued are answered `unavailable`
+    this.announce("down");
     let timer;
     const grace = new Promise((resolve) => { timer = setTimeout(() => resolve(false), STOP_GRACE_MS); });
     const settled = await Promise.race([Promise.allSettled([...this.calls]).then(() => true), grace]);

@@ -30,6 +30,8 @@ export const Outcome = Object.freeze({
 export const toolSubject = (category, tool) => `toolbus.tool.${category}.${tool}`;
 export const eventSubject = (turn, call, kind) => `toolbus.turn.${turn}.evt.${call}.${kind}`;
 export const allAborts = "toolbus.turn.*.abort";
+// Where a host says it started or is stopping, so catalogs refresh at once.
+export const catalogChanged = "toolbus.catalog.changed";
 export const serviceName = (category) => `toolbus-${category}`;
 export const queueGroup = (category) => `toolbus.${category}`;
 
