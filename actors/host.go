@@ -104,30 +104,43 @@ type endpointStats struct {
 	nanos    atomic.Int64
 }
 
-// NewHostProps returns the props of a category host actor.
-func NewHostProps(cfg HostConfig) (*actor.Props, error) {
-	if !bus.ValidToken(cfg.Category) {
-		return nil, fmt.Errorf("category host: invalid category %q", cfg.Category)
+// withDefaults fills what a host config may leave out; the one place host defaults live.
+func (c HostConfig) withDefaults() HostConfig {
+	if c.MaxConcurrent <= 0 {
+		c.MaxConcurrent = DefaultMaxConcurrent
 	}
-	if cfg.Conn == nil {
-		return nil, fmt.Errorf("category host %s: no connection", cfg.Category)
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = DefaultCallTimeout
 	}
-	if len(cfg.Tools) == 0 {
-		return nil, fmt.Errorf("category host %s: no tools", cfg.Category)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
 	}
-	for _, t := range cfg.Tools {
-		if t.Category != cfg.Category {
-			return nil, fmt.Errorf("category host %s: tool %s belongs to category %q", cfg.Category, t.Name, t.Category)
+	return c
+}
+
+// validate checks a host config.
+func (c HostConfig) validate() error {
+	switch {
+	case !bus.ValidToken(c.Category):
+		return fmt.Errorf("category host: invalid category %q", c.Category)
+	case c.Conn == nil:
+		return fmt.Errorf("category host %s: no connection", c.Category)
+	case len(c.Tools) == 0:
+		return fmt.Errorf("category host %s: no tools", c.Category)
+	}
+	for _, t := range c.Tools {
+		if t.Category != c.Category {
+			return fmt.Errorf("category host %s: tool %s belongs to category %q", c.Category, t.Name, t.Category)
 		}
 	}
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = DefaultMaxConcurrent
-	}
-	if cfg.DefaultTimeout <= 0 {
-		cfg.DefaultTimeout = DefaultCallTimeout
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	return nil
+}
+
+// NewHostProps returns the props of a category host actor.
+func NewHostProps(cfg HostConfig) (*actor.Props, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	shared := &hostShared{nc: cfg.Conn}
 	return actor.PropsFromProducer(func() actor.Actor {

@@ -60,6 +60,34 @@ type NodeConfig struct {
 	Logger      *slog.Logger
 }
 
+// withDefaults fills what a node config may leave out; the one place node defaults live.
+// Turn and host defaults stay with TurnConfig and HostConfig: zero values pass through.
+func (c NodeConfig) withDefaults() NodeConfig {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	return c
+}
+
+// validate checks a node config.
+func (c NodeConfig) validate() error {
+	switch {
+	case !bus.ValidToken(c.Name):
+		return fmt.Errorf("start node: invalid name %q", c.Name)
+	case c.Connect == nil:
+		return fmt.Errorf("start node %s: no Connect function", c.Name)
+	case c.MaxSteps < 0 || c.MaxSteps > bus.MaxStepsLimit:
+		return fmt.Errorf("start node %s: max steps %d out of range (0 for the default, up to %d)", c.Name, c.MaxSteps, bus.MaxStepsLimit)
+	}
+	if c.Home != "" && c.HomeRoot != "" {
+		return fmt.Errorf("start node %s: Home and HomeRoot exclude each other", c.Name)
+	}
+	return nil
+}
+
 // Node is the supervisor of one process: it hosts tool categories and runs
 // turns, each as a child actor.
 type Node struct {
@@ -124,14 +152,9 @@ func (nodeActor) Receive(ctx actor.Context) {
 // StartNode starts a node: its actor system, its hosts and, if asked, its
 // turn intake.
 func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
-	if !bus.ValidToken(cfg.Name) {
-		return nil, fmt.Errorf("start node: invalid name %q", cfg.Name)
-	}
-	if cfg.Connect == nil {
-		return nil, fmt.Errorf("start node %s: no Connect function", cfg.Name)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
 	n.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {

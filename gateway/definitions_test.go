@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus"
@@ -148,5 +149,44 @@ func TestToolDefinitionsEmpty(t *testing.T) {
 		if err != nil || string(got) != "[]" {
 			t.Errorf("%s: %s, %v; want [] and no error", name, got, err)
 		}
+	}
+}
+
+// Chat Completions has no namespaces: two namespaces may each have a tool of one name,
+// and both go out flattened, distinct from a built-in of that name; a flattened name
+// that would pass the providers' 64 characters is shortened, stably.
+func TestChatFlatteningIsCollisionFree(t *testing.T) {
+	spec := func(name, namespace string) *toolbus.Spec {
+		return rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: name, Namespace: namespace}, Schema: json.RawMessage(`{"type":"object","properties":{}}`)})
+	}
+	long := "a_namespace_with_a_name_long_enough_to_matter"
+	tools := []*toolbus.Spec{spec("read_file", ""), spec("read_file", "crm"), spec("read_file", "mail"), spec("fetch_every_record_there_is", long)}
+	defs, err := gateway.ChatToolDefinitions(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sent []struct{ Function struct{ Name string } }
+	if err := json.Unmarshal(defs, &sent); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range sent {
+		names = append(names, d.Function.Name)
+	}
+	if len(names) != 4 || names[0] != "read_file" || names[1] != "crm__read_file" || names[2] != "mail__read_file" {
+		t.Fatalf("names %q", names)
+	}
+	if n := names[3]; len(n) != 64 || !strings.HasPrefix(n, long[:40]) {
+		t.Errorf("long name %q (%d characters)", n, len(n))
+	}
+	again, _ := gateway.ChatToolDefinitions(tools)
+	if !bytes.Equal(defs, again) {
+		t.Error("flattened names differ between requests")
+	}
+
+	// A tool without a namespace whose name looks flattened clashes, and says so.
+	_, err = gateway.ChatToolDefinitions([]*toolbus.Spec{spec("crm__read_file", ""), spec("read_file", "crm")})
+	if err == nil || !strings.Contains(err.Error(), `tools crm__read_file and crm.read_file both go out as "crm__read_file"`) {
+		t.Errorf("clash: %v", err)
 	}
 }
