@@ -298,8 +298,10 @@ func (h *host) begin(m *hostCall) {
 		badHeader = fmt.Errorf("bad %s header %q", bus.HeaderTurn, call.Turn)
 	case !bus.ValidToken(call.ID):
 		badHeader = fmt.Errorf("bad %s header %q", bus.HeaderCall, call.ID)
-	case call.Agent != "" && !validAgent(call.Agent):
-		badHeader = fmt.Errorf("bad %s header %q: want letters, digits, '_' or '-'", bus.HeaderAgent, call.Agent)
+	case call.Agent != "":
+		if err := bus.CheckAgent(call.Agent); err != nil {
+			badHeader = fmt.Errorf("bad %s header %q: %w", bus.HeaderAgent, call.Agent, err)
+		}
 	}
 	if badHeader != nil {
 		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
@@ -352,19 +354,6 @@ func (h *host) begin(m *hostCall) {
 			h.mu.Unlock()
 		}
 	}()
-}
-
-// validAgent accepts agent ids that are safe as one path element and one KV key.
-func validAgent(s string) bool {
-	if len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
 }
 
 // run executes one call and replies. It never panics.

@@ -420,6 +420,11 @@ func (n *Node) StartTurn(ctx context.Context, req bus.StartTurn) (string, error)
 	if req.Turn != "" && !bus.ValidToken(req.Turn) {
 		return "", fmt.Errorf("start turn: invalid turn id %q", req.Turn)
 	}
+	if req.Agent != "" {
+		if err := bus.CheckAgent(req.Agent); err != nil {
+			return "", fmt.Errorf("start turn: bad agent %q: %w", req.Agent, err)
+		}
+	}
 	if req.Prompt == "" {
 		return "", errors.New("start turn: the prompt is empty")
 	}

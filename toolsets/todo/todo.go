@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Category is the tool category of the todo tools.
@@ -150,16 +150,14 @@ type store struct {
 	kv jetstream.KeyValue
 }
 
-// keyRe is the character set of a KV key; checkKey adds the rules about dots.
-var keyRe = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
-
-// checkKey refuses agent ids that are not valid KV keys (subject tokens joined by dots).
+// checkKey refuses a call without an agent, and agent ids that cannot key a todo list: those
+// that bus.CheckAgent refuses (an error that matches bus.ErrBadAgent).
 func checkKey(agent string) error {
-	switch {
-	case agent == "":
+	if agent == "" {
 		return errors.New("this call carries no agent id, so it has no todo list")
-	case !keyRe.MatchString(agent) || strings.HasPrefix(agent, ".") || strings.HasSuffix(agent, ".") || strings.Contains(agent, ".."):
-		return fmt.Errorf("agent id %q cannot key a todo list: use letters, digits and - / _ = . (no leading, trailing or double dots)", agent)
+	}
+	if err := bus.CheckAgent(agent); err != nil {
+		return fmt.Errorf("agent %q cannot key a todo list: %w", agent, err)
 	}
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
 )
 
 func TestMain(m *testing.M) {
@@ -239,9 +240,10 @@ func TestAgentKeys(t *testing.T) {
 		ok    bool
 	}{
 		{"agent-1", true},
-		{"team.agent_2", true},
-		{"a/b=c", true},
+		{"A_b-9", true},
 		{"", false},
+		{"team.agent_2", false},
+		{"a/b=c", false},
 		{"a b", false},
 		{"a.*", false},
 		{"a.>", false},
@@ -253,6 +255,9 @@ func TestAgentKeys(t *testing.T) {
 		_, err := call(t, write, tc.agent, "t1", items("1:pending:x"))
 		if (err == nil) != tc.ok {
 			t.Errorf("agent %q: err = %v, want ok=%v", tc.agent, err, tc.ok)
+		}
+		if !tc.ok && tc.agent != "" && !errors.Is(err, bus.ErrBadAgent) {
+			t.Errorf("agent %q: err = %v, want one matching bus.ErrBadAgent", tc.agent, err)
 		}
 	}
 }
