@@ -417,7 +417,7 @@ func (n *Node) startFromBus(data []byte) bus.StartTurnReply {
 // StartTurn starts a turn described by a StartTurn envelope; its progress
 // and end are published on the turn's subjects.
 func (n *Node) StartTurn(ctx context.Context, req bus.StartTurn) (string, error) {
-	if req.Turn != "" && !bus.ValidToken(req.Turn) {
+	if req.Turn != "" && !bus.ValidID(req.Turn) {
 		return "", fmt.Errorf("start turn: invalid turn id %q", req.Turn)
 	}
 	if req.Agent != "" {

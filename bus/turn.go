@@ -15,7 +15,7 @@ import (
 // sending, so nothing is missed.
 type StartTurn struct {
 	// Turn is the new turn's id, chosen by the caller so it can subscribe
-	// first. It must be a valid token; empty means the node picks one.
+	// first. It must satisfy ValidID; empty means the node picks one.
 	Turn         string `json:"turn_id,omitempty"`
 	Agent        string `json:"agent,omitempty"`
 	Task         string `json:"task,omitempty"`
