@@ -177,27 +177,23 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 // needs no JetStream access at all.
 //
 // Right after a cluster forms, JetStream may not answer yet (no meta or
-// stream leader): retry until ctx ends rather than fail the start.
+// stream leader, a peer not yet seen): retry until ctx ends rather than
+// fail the start (bus.Retry).
 func (n *Node) setupStore(ctx context.Context) error {
 	needTodos := slices.Contains(n.cfg.Categories, todo.Category)
-	for {
-		var err error
+	return bus.Retry(ctx, "set up JetStream", n.log, func(ctx context.Context) error {
 		if needTodos && n.todos == nil {
-			n.todos, err = bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
+			kv, err := bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
+			if err != nil {
+				return err
+			}
+			n.todos = kv
 		}
-		if err == nil && n.cfg.Turns {
-			err = n.ensureTranscripts(ctx)
+		if n.cfg.Turns {
+			return n.ensureTranscripts(ctx)
 		}
-		if err == nil {
-			return nil
-		}
-		n.log.Info("JetStream not ready; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("set up JetStream: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // ensureTranscripts creates the transcript stream if it does not exist; an

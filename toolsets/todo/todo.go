@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
@@ -171,8 +170,11 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 	if err := checkKey(agent); err != nil {
 		return List{}, 0, err
 	}
+	// The bucket has no stream leader to answer for a few seconds after the
+	// node that led it is lost: wait within ctx, which carries the call's
+	// deadline.
 	var e jetstream.KeyValueEntry
-	err := whileUnavailable(ctx, func() (err error) {
+	err := bus.Retry(ctx, "load todo list of "+agent, nil, func(ctx context.Context) (err error) {
 		e, err = kv.Get(ctx, agent)
 		return err
 	})
@@ -180,7 +182,7 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 		return List{Agent: agent, Items: []StoredItem{}}, 0, nil
 	}
 	if err != nil {
-		return List{}, 0, fmt.Errorf("load todo list of %s: %w", agent, err)
+		return List{}, 0, err
 	}
 	var l List
 	if err := json.Unmarshal(e.Value(), &l); err != nil {
@@ -193,23 +195,6 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 }
 
 var errCorrupt = errors.New("stored todo list is not valid")
-
-// whileUnavailable runs op again while the bucket has no stream leader to
-// answer (for a few seconds after the node that led it is lost), until ctx,
-// which carries the call's deadline, ends.
-func whileUnavailable(ctx context.Context, op func() error) error {
-	for {
-		err := op()
-		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
 
 func (s store) read(ctx context.Context, call toolbus.Call, _ readArgs) (toolbus.Result, error) {
 	l, _, err := Load(ctx, s.kv, call.Agent)
@@ -313,7 +298,7 @@ func (s store) update(ctx context.Context, call toolbus.Call, items []Item) (Wri
 		if err != nil {
 			return WriteDetails{}, false, fmt.Errorf("encode todo list: %w", err)
 		}
-		err = whileUnavailable(ctx, func() error {
+		err = bus.Retry(ctx, "store todo list of "+call.Agent, nil, func(ctx context.Context) error {
 			if rev == 0 {
 				_, err := s.kv.Create(ctx, call.Agent, value)
 				return err
@@ -325,7 +310,7 @@ func (s store) update(ctx context.Context, call toolbus.Call, items []Item) (Wri
 			return d, corrupt, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return WriteDetails{}, false, fmt.Errorf("store todo list of %s: %w", call.Agent, err)
+			return WriteDetails{}, false, err
 		}
 		if attempt == maxAttempts {
 			return WriteDetails{}, false, fmt.Errorf("store todo list of %s: still conflicting with other writers after %d attempts; try again", call.Agent, attempt)
