@@ -101,7 +101,11 @@ func TestForeignNamespaceInATurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = svc.Stop() }()
-	if _, err := h.node.Profiles().Put(ctx, []byte(`{"version":1,"agent":"ann","namespaces":[{"name":"crm","load":"upfront"},{"name":"ghost"}]}`)); err != nil {
+	profiles, err := h.node.Profiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := profiles.Put(ctx, []byte(`{"version":1,"agent":"ann","namespaces":[{"name":"crm","load":"upfront"},{"name":"ghost"}]}`)); err != nil {
 		t.Fatal(err)
 	}
 

@@ -360,41 +360,29 @@ var errHostStopping = errors.New("the category host is stopping")
 
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
-	hdr := m.req.Headers()
-	call := toolbus.Call{
-		Turn:  hdr.Get(bus.HeaderTurn),
-		ID:    hdr.Get(bus.HeaderCall),
-		Tool:  m.tool.Name,
-		Agent: hdr.Get(bus.HeaderAgent),
-		Task:  hdr.Get(bus.HeaderTask),
-	}
-	now := time.Now()
+	req, badHeader := bus.ParseToolRequest(nats.Header(m.req.Headers()))
+	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
 	timeout := m.tool.Timeout
 	if timeout <= 0 {
 		timeout = h.cfg.DefaultTimeout
 	}
-	call.Deadline = now.Add(timeout)
-	var badHeader error
-	if d := hdr.Get(bus.HeaderDeadline); d != "" {
-		if dl, err := bus.ParseDeadline(d); err != nil {
-			badHeader = fmt.Errorf("bad %s header %q: %w", bus.HeaderDeadline, d, err)
-		} else if dl.Before(call.Deadline) {
-			call.Deadline = dl
-		}
+	call.Deadline = time.Now().Add(timeout)
+	if !req.Deadline.IsZero() && req.Deadline.Before(call.Deadline) {
+		call.Deadline = req.Deadline
 	}
 	if call.ID == "" {
 		call.ID = bus.NewID() // a direct request, e.g. `nats req`
 	}
-	switch {
-	case call.Turn != "" && !bus.ValidToken(call.Turn):
-		badHeader = fmt.Errorf("bad %s header %q", bus.HeaderTurn, call.Turn)
-	case !bus.ValidToken(call.ID):
-		badHeader = fmt.Errorf("bad %s header %q", bus.HeaderCall, call.ID)
-	case call.Agent != "" && !validAgent(call.Agent):
-		badHeader = fmt.Errorf("bad %s header %q: want letters, digits, '_' or '-'", bus.HeaderAgent, call.Agent)
-	}
 	if badHeader != nil {
 		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
+		return
+	}
+	// A turn refuses these itself; a direct request must not get past either.
+	// Any Toolbus-Truncated but "false" counts (bus.ParseToolRequest).
+	if req.Truncated && m.tool.Destructive {
+		h.stats[m.tool.Name].errors.Add(1)
+		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid,
+			Error: "arguments were cut off (truncated); re-issue the call with the complete arguments"})
 		return
 	}
 	switch {
@@ -446,19 +434,6 @@ func (h *host) begin(m *hostCall) {
 	}()
 }
 
-// validAgent accepts agent ids that are safe as one path element and one KV key.
-func validAgent(s string) bool {
-	if len(s) > 128 {
-		return false
-	}
-	for _, r := range s {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return false
-		}
-	}
-	return true
-}
-
 // run executes one call and replies. It never panics.
 func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	tool := m.tool
@@ -468,13 +443,6 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	args := m.req.Data()
 	if len(args) == 0 {
 		args = []byte("{}")
-	}
-	// A turn refuses these itself; a direct request must not get past either.
-	if tool.Destructive && m.req.Headers().Get(bus.HeaderTruncated) == "true" {
-		reply.Outcome, reply.Error = bus.OutcomeInvalid, "arguments were cut off (truncated); re-issue the call with the complete arguments"
-		st.errors.Add(1)
-		h.reply(m.req, reply)
-		return
 	}
 	// Anyone on the bus can publish here: validate again, and never repair.
 	if err := tool.Params.Validate(args); err != nil {

@@ -82,9 +82,6 @@ func (c NodeConfig) validate() error {
 	case c.MaxSteps < 0 || c.MaxSteps > bus.MaxStepsLimit:
 		return fmt.Errorf("start node %s: max steps %d out of range (0 for the default, up to %d)", c.Name, c.MaxSteps, bus.MaxStepsLimit)
 	}
-	if c.Home != "" && c.HomeRoot != "" {
-		return fmt.Errorf("start node %s: Home and HomeRoot exclude each other", c.Name)
-	}
 	return nil
 }
 
@@ -101,10 +98,12 @@ type Node struct {
 	// profiles and catalog serve turn assembly; set on a node that runs turns.
 	profiles *toolsets.Profiles
 	catalog  *catalog.Catalog
-	connMu   sync.Mutex // guards conns: restarted hosts reconnect from their actors
-	conns    []*nats.Conn
-	super    *nodeSupervisor
-	subs     []*nats.Subscription
+	// assemblyMu guards profiles and catalog, opened on first use.
+	assemblyMu sync.Mutex
+	connMu     sync.Mutex // guards conns: restarted hosts reconnect from their actors
+	conns      []*nats.Conn
+	super      *nodeSupervisor
+	subs       []*nats.Subscription
 	// transcripts is set once the transcript stream is known to exist.
 	transcripts atomic.Bool
 	closeOnce   sync.Once
@@ -193,8 +192,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		}
 	}
 	if cfg.Turns {
-		n.catalog = catalog.New(n.nc, cfg.Catalog)
-		if err := n.catalog.Watch(); err != nil {
+		if _, _, err := n.assembly(ctx); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 		}
@@ -211,30 +209,49 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 // needs no JetStream access at all.
 //
 // Right after a cluster forms, JetStream may not answer yet (no meta or
-// stream leader): retry until ctx ends rather than fail the start.
+// stream leader, a peer not yet seen): retry until ctx ends rather than
+// fail the start (bus.Retry).
 func (n *Node) setupStore(ctx context.Context) error {
 	needTodos := slices.Contains(n.cfg.Categories, todo.Category)
-	for {
-		var err error
+	return bus.Retry(ctx, "set up JetStream", n.log, func(ctx context.Context) error {
 		if needTodos && n.todos == nil {
-			n.todos, err = bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
+			kv, err := bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
+			if err != nil {
+				return err
+			}
+			n.todos = kv
 		}
-		if err == nil && n.cfg.Turns {
-			err = n.ensureTranscripts(ctx)
-		}
-		if err == nil && n.cfg.Turns && n.profiles == nil {
-			n.profiles, err = toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
-		}
-		if err == nil {
+		if !n.cfg.Turns {
 			return nil
 		}
-		n.log.Info("JetStream not ready; retrying", "err", err)
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("set up JetStream: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(250 * time.Millisecond):
+		return n.ensureTranscripts(ctx)
+	})
+}
+
+// assembly returns what assembling turns needs, the profile store and the catalog of the
+// bus, opening them on first use: a node that takes turns over the bus opens them when
+// it starts; one whose turns come only through Spawn, when the first needs them.
+func (n *Node) assembly(ctx context.Context) (*toolsets.Profiles, *catalog.Catalog, error) {
+	n.assemblyMu.Lock()
+	defer n.assemblyMu.Unlock()
+	if n.profiles == nil {
+		err := bus.Retry(ctx, "open the agent profiles", n.log, func(ctx context.Context) error {
+			p, err := toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
+			n.profiles = p
+			return err
+		})
+		if err != nil {
+			return nil, nil, err
 		}
 	}
+	if n.catalog == nil {
+		c := catalog.New(n.nc, n.cfg.Catalog)
+		if err := c.Watch(); err != nil {
+			return nil, nil, err
+		}
+		n.catalog = c
+	}
+	return n.profiles, n.catalog, nil
 }
 
 // ensureTranscripts creates the transcript stream if it does not exist; an
@@ -273,11 +290,11 @@ func (n *Node) Conn() *nats.Conn { return n.nc }
 // JetStream is the node's JetStream handle.
 func (n *Node) JetStream() jetstream.JetStream { return n.js }
 
-// Catalog is the node's catalog of the bus; nil on a node that runs no turns.
-func (n *Node) Catalog() *catalog.Catalog { return n.catalog }
-
-// Profiles is the agent profile store; nil on a node that runs no turns.
-func (n *Node) Profiles() *toolsets.Profiles { return n.profiles }
+// Profiles is the agent profile store, opened on first use.
+func (n *Node) Profiles(ctx context.Context) (*toolsets.Profiles, error) {
+	p, _, err := n.assembly(ctx)
+	return p, err
+}
 
 // Host starts a host for a category with the given tools, on a connection of
 // its own, and returns once it serves them.
@@ -334,9 +351,13 @@ func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
 // Assemble builds the kit of a turn: its agent's profile (none: built-in tools only) and
 // the node's catalog of the bus decide which external namespaces it includes.
 func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, error) {
+	profiles, cat, err := n.assembly(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("assemble turn: %w", err)
+	}
 	var profile *toolsets.Profile
-	if spec.Agent != "" && n.profiles != nil {
-		p, err := n.profiles.Get(ctx, spec.Agent)
+	if spec.Agent != "" {
+		p, err := profiles.Get(ctx, spec.Agent)
 		switch {
 		case errors.Is(err, toolsets.ErrNoProfile):
 		case err != nil:
@@ -345,11 +366,7 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 			profile = p
 		}
 	}
-	var cat toolsets.Catalog
-	if n.catalog != nil {
-		cat = n.catalog
-		n.freshenCatalog(ctx, profile)
-	}
+	n.freshenCatalog(ctx, cat, profile)
 	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer})
 }
 
@@ -360,7 +377,7 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 const catalogPatience = time.Second
 
 // freshenCatalog refreshes the catalog when the profile names a namespace it lacks.
-func (n *Node) freshenCatalog(ctx context.Context, profile *toolsets.Profile) {
+func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile *toolsets.Profile) {
 	if profile == nil || len(profile.Namespaces) == 0 {
 		return
 	}
@@ -368,10 +385,10 @@ func (n *Node) freshenCatalog(ctx context.Context, profile *toolsets.Profile) {
 	for i, ns := range profile.Namespaces {
 		names[i] = ns.Name
 	}
-	if n.catalog.Serves(names...) || n.catalog.Age() < catalogPatience {
+	if cat.Serves(names...) || cat.Age() < catalogPatience {
 		return
 	}
-	if err := n.catalog.Refresh(ctx); err != nil {
+	if err := cat.Refresh(ctx); err != nil {
 		n.log.Warn("catalog refresh before a turn failed", "err", err)
 	}
 }
@@ -403,15 +420,16 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = n.log
 	}
-	if cfg.Unavailable == nil && n.catalog != nil {
-		cfg.Unavailable = func(string) { n.catalog.Kick() }
-	}
 	if cfg.Kit == nil {
 		kit, err := n.Assemble(ctx, cfg.Spec)
 		if err != nil {
 			return "", err
 		}
 		cfg.Kit = kit
+		if cfg.Unavailable == nil {
+			_, cat, _ := n.assembly(ctx)
+			cfg.Unavailable = func(string) { cat.Kick() }
+		}
 	}
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
@@ -538,9 +556,11 @@ func (n *Node) Close() {
 }
 
 func (n *Node) close() {
+	n.assemblyMu.Lock()
 	if n.catalog != nil {
 		n.catalog.Close()
 	}
+	n.assemblyMu.Unlock()
 	for _, s := range n.subs {
 		_ = s.Unsubscribe()
 	}

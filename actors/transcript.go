@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -21,27 +20,22 @@ var errNoTranscript = errors.New("no such turn")
 
 // ReadTranscript reads a turn's transcript back from the transcript stream,
 // in the turn's order. A stream that is electing a leader does not answer:
-// each attempt is bounded, and attempts go on until ctx ends.
+// attempts, each bounded, go on while JetStream gives the errors of a
+// missing leader (bus.Retry), until ctx ends.
 func ReadTranscript(ctx context.Context, js jetstream.JetStream, turn string) ([]gateway.Item, error) {
 	if !bus.ValidToken(turn) {
 		return nil, fmt.Errorf("read transcript: invalid turn id %q", turn)
 	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, 3*time.Second)
-		items, err := readTranscript(actx, js, turn)
-		cancel()
-		if err == nil {
-			return items, nil
-		}
-		if errors.Is(err, errNoTranscript) || ctx.Err() != nil {
-			return nil, fmt.Errorf("read transcript %s: %w", turn, err)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("read transcript %s: %w (last error: %v)", turn, ctx.Err(), err)
-		case <-time.After(250 * time.Millisecond):
-		}
+	var items []gateway.Item
+	err := bus.Retry(ctx, "read transcript "+turn, nil, func(ctx context.Context) error {
+		var err error
+		items, err = readTranscript(ctx, js, turn)
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	return items, nil
 }
 
 type transcriptPart struct {

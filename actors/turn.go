@@ -87,7 +87,7 @@ func (c TurnConfig) withDefaults() TurnConfig {
 // validate checks a config after withDefaults.
 func (c TurnConfig) validate() error {
 	switch {
-	case !bus.ValidToken(c.Spec.ID):
+	case !bus.ValidID(c.Spec.ID):
 		return fmt.Errorf("turn: invalid id %q", c.Spec.ID)
 	case c.Model == nil:
 		return fmt.Errorf("turn %s: no model", c.Spec.ID)
@@ -97,6 +97,11 @@ func (c TurnConfig) validate() error {
 		return fmt.Errorf("turn %s: no tool kit", c.Spec.ID)
 	case c.Spec.Kind != "" && !c.Spec.Kind.Valid():
 		return fmt.Errorf("turn %s: invalid kind %q", c.Spec.ID, c.Spec.Kind)
+	}
+	if c.Spec.Agent != "" {
+		if err := bus.CheckAgent(c.Spec.Agent); err != nil {
+			return fmt.Errorf("turn %s: %w", c.Spec.ID, err)
+		}
 	}
 	return nil
 }
@@ -336,7 +341,7 @@ func (t *turn) prepare(calls []gateway.Item, truncated bool) {
 	t.next, t.running, t.seqRunning = 0, 0, false
 	for _, it := range calls {
 		pc := &pendingCall{item: it, wireID: it.CallID}
-		if !bus.ValidToken(pc.wireID) || len(pc.wireID) > 128 {
+		if !bus.ValidID(pc.wireID) {
 			pc.wireID = bus.NewID()
 		}
 		if _, dup := t.byWire[pc.wireID]; dup {
@@ -455,21 +460,14 @@ func (t *turn) dispatch(pc *pendingCall) {
 		Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
 		Reply:   bus.ResultSubject(t.cfg.Spec.ID, pc.wireID),
 		Data:    pc.args,
-		Header:  make(nats.Header, 6),
+		Header:  make(nats.Header, 7),
 	}
-	m.Header.Set(bus.HeaderTurn, t.cfg.Spec.ID)
-	m.Header.Set(bus.HeaderCall, pc.wireID)
-	m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(deadline))
-	m.Header.Set(bus.HeaderTraceparent, "00-"+t.trace+"-"+randomHex(8)+"-01")
-	if t.cfg.Spec.Agent != "" {
-		m.Header.Set(bus.HeaderAgent, t.cfg.Spec.Agent)
-	}
-	if t.cfg.Spec.Task != "" {
-		m.Header.Set(bus.HeaderTask, t.cfg.Spec.Task)
-	}
-	if pc.record.Truncated {
-		m.Header.Set(bus.HeaderTruncated, "true")
-	}
+	bus.ToolRequest{
+		Turn: t.cfg.Spec.ID, Call: pc.wireID, Agent: t.cfg.Spec.Agent, Task: t.cfg.Spec.Task,
+		Deadline:    deadline,
+		Traceparent: "00-" + t.trace + "-" + randomHex(8) + "-01",
+		Truncated:   pc.record.Truncated,
+	}.SetHeaders(m.Header)
 	if err := t.cfg.Conn.PublishMsg(m); err != nil {
 		pc.resolve(bus.OutcomeUnavailable, fmt.Sprintf("dispatch %s: %v", pc.tool.Name, err))
 		return
@@ -844,20 +842,15 @@ func (t *turn) waitTranscript() error {
 				err = ctx.Err()
 			}
 		}
-		for err != nil {
-			if ctx.Err() != nil {
-				return fmt.Errorf("store transcript: %w", err)
-			}
-			t.log.Info("transcript append failed; retrying", "err", err)
-			actx, acancel := context.WithTimeout(ctx, 2*time.Second)
-			_, err = t.cfg.JS.PublishMsg(actx, a.msg)
-			acancel()
-			if err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(250 * time.Millisecond):
-				}
-			}
+		if err == nil {
+			continue
+		}
+		t.log.Info("transcript append failed; retrying", "err", err)
+		if err := bus.Retry(ctx, "store transcript", t.log, func(ctx context.Context) error {
+			_, err := t.cfg.JS.PublishMsg(ctx, a.msg)
+			return err
+		}); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -220,11 +220,9 @@ const (
 	HeaderTurn        = "Toolbus-Turn"
 	HeaderCall        = "Toolbus-Call"
 	HeaderAgent       = "Toolbus-Agent"
-	HeaderHome        = "Toolbus-Home"
 	HeaderTask        = "Toolbus-Task"
 	HeaderDeadline    = "Toolbus-Deadline" // absolute, see FormatDeadline
 	HeaderTraceparent = "traceparent"      // W3C trace context; the server reads it for sampled message tracing
-	HeaderTool        = "Toolbus-Tool"
 	HeaderTruncated   = "Toolbus-Truncated"
 	HeaderSeq         = "Toolbus-Seq" // a transcript message's position in its turn, from 1
 )
@@ -235,7 +233,9 @@ func FormatDeadline(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// ParseDeadline reads a [HeaderDeadline] value.
+// ParseDeadline reads a [HeaderDeadline] value: an RFC 3339 date-time with
+// or without fractional seconds (1 to 9 digits), "Z" or a numeric offset,
+// the separators "T" and "Z" in either case. It returns the instant in UTC.
 func ParseDeadline(s string) (time.Time, error) {
-	return time.Parse(time.RFC3339Nano, s)
+	return parseRFC3339(s)
 }

@@ -79,11 +79,11 @@ func (s *TurnSpec) Normalize() {
 // spelled on the wire.
 func (s *TurnSpec) Check() error {
 	switch {
-	case s.ID != "" && (!ValidToken(s.ID) || len(s.ID) > maxIDLen):
-		return fmt.Errorf("turn spec: turn_id %q is not a valid token (at most %d bytes, no '.', '*', '>', spaces or control characters)", s.ID, maxIDLen)
+	case s.ID != "" && !ValidID(s.ID):
+		return fmt.Errorf("turn spec: turn_id %q is not a valid id (at most %d bytes, no '.', '*', '>', spaces or control characters)", s.ID, MaxIDLen)
 	case s.Kind != "" && !s.Kind.Valid():
 		return fmt.Errorf("turn spec: kind %q: want %s, %s or %s", s.Kind, TurnMain, TurnJob, TurnTask)
-	case s.Parent != "" && !ValidToken(s.Parent):
+	case s.Parent != "" && !ValidID(s.Parent):
 		return fmt.Errorf("turn spec: parent_turn_id %q is not a valid token", s.Parent)
 	case s.Kind == TurnTask && s.Task == "":
 		return errors.New("turn spec: a task turn needs a task_id")
@@ -99,9 +99,6 @@ func (s *TurnSpec) Check() error {
 	}
 	return nil
 }
-
-// maxIDLen bounds turn and call ids.
-const maxIDLen = 128
 
 // StartTurnReply answers a TurnSpec sent to start a turn.
 type StartTurnReply struct {

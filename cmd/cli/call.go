@@ -129,15 +129,10 @@ func callTool(ctx context.Context, bc *busConn, tool *toolbus.Spec, agent string
 	turn := bus.NewID()
 	m := nats.NewMsg(bus.ToolSubject(tool.Category, tool.Name))
 	m.Data = args.JSON
-	m.Header.Set(bus.HeaderTurn, turn)
-	m.Header.Set(bus.HeaderCall, bus.NewID())
-	m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(time.Now().Add(timeout)))
-	if agent != "" {
-		m.Header.Set(bus.HeaderAgent, agent)
-	}
-	if args.Truncated {
-		m.Header.Set(bus.HeaderTruncated, "true")
-	}
+	bus.ToolRequest{
+		Turn: turn, Call: bus.NewID(), Agent: agent,
+		Deadline: time.Now().Add(timeout), Truncated: args.Truncated,
+	}.SetHeaders(m.Header)
 
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+replyGrace)
 	defer cancel()

@@ -143,18 +143,14 @@ func newLogger(stderr io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-// checkAgent refuses agent ids the category hosts would refuse on every call.
+// checkAgent refuses agent ids the category hosts would refuse on every call
+// (bus.CheckAgent); an empty one means no agent.
 func checkAgent(agent string) error {
 	if agent == "" {
 		return nil
 	}
-	if len(agent) > 128 {
-		return usagef("-agent %q is longer than 128 characters", agent)
-	}
-	for _, r := range agent {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-			return usagef("-agent %q: want letters, digits, '_' or '-'", agent)
-		}
+	if err := bus.CheckAgent(agent); err != nil {
+		return usagef("-agent %q: %v", agent, err)
 	}
 	return nil
 }

@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -176,16 +175,14 @@ type store struct {
 	kv jetstream.KeyValue
 }
 
-// keyRe is the character set of a KV key; checkKey adds the rules about dots.
-var keyRe = regexp.MustCompile(`^[-/_=.a-zA-Z0-9]+$`)
-
-// checkKey refuses agent ids that are not valid KV keys (subject tokens joined by dots).
+// checkKey refuses a call without an agent, and agent ids that cannot key a todo list: those
+// that bus.CheckAgent refuses (an error that matches bus.ErrBadAgent).
 func checkKey(agent string) error {
-	switch {
-	case agent == "":
+	if agent == "" {
 		return errors.New("this call carries no agent id, so it has no todo list")
-	case !keyRe.MatchString(agent) || strings.HasPrefix(agent, ".") || strings.HasSuffix(agent, ".") || strings.Contains(agent, ".."):
-		return fmt.Errorf("agent id %q cannot key a todo list: use letters, digits and - / _ = . (no leading, trailing or double dots)", agent)
+	}
+	if err := bus.CheckAgent(agent); err != nil {
+		return fmt.Errorf("agent %q cannot key a todo list: %w", agent, err)
 	}
 	return nil
 }
@@ -199,8 +196,11 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 	if err := checkKey(agent); err != nil {
 		return List{}, 0, err
 	}
+	// The bucket has no stream leader to answer for a few seconds after the
+	// node that led it is lost: wait within ctx, which carries the call's
+	// deadline.
 	var e jetstream.KeyValueEntry
-	err := whileUnavailable(ctx, func() (err error) {
+	err := bus.Retry(ctx, "load todo list of "+agent, nil, func(ctx context.Context) (err error) {
 		e, err = kv.Get(ctx, agent)
 		return err
 	})
@@ -208,7 +208,7 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 		return List{Agent: agent, Items: []StoredItem{}}, 0, nil
 	}
 	if err != nil {
-		return List{}, 0, fmt.Errorf("load todo list of %s: %w", agent, err)
+		return List{}, 0, err
 	}
 	var l List
 	if err := json.Unmarshal(e.Value(), &l); err != nil {
@@ -221,23 +221,6 @@ func Load(ctx context.Context, kv jetstream.KeyValue, agent string) (List, uint6
 }
 
 var errCorrupt = errors.New("stored todo list is not valid")
-
-// whileUnavailable runs op again while the bucket has no stream leader to
-// answer (for a few seconds after the node that led it is lost), until ctx,
-// which carries the call's deadline, ends.
-func whileUnavailable(ctx context.Context, op func() error) error {
-	for {
-		err := op()
-		if !errors.Is(err, nats.ErrNoResponders) && !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
-}
 
 func (s store) read(ctx context.Context, call toolbus.Call, _ readArgs) (toolbus.Result, error) {
 	l, _, err := Load(ctx, s.kv, call.Agent)
@@ -341,7 +324,7 @@ func (s store) update(ctx context.Context, call toolbus.Call, items []Item) (Wri
 		if err != nil {
 			return WriteDetails{}, false, fmt.Errorf("encode todo list: %w", err)
 		}
-		err = whileUnavailable(ctx, func() error {
+		err = bus.Retry(ctx, "store todo list of "+call.Agent, nil, func(ctx context.Context) error {
 			if rev == 0 {
 				_, err := s.kv.Create(ctx, call.Agent, value)
 				return err
@@ -353,7 +336,7 @@ func (s store) update(ctx context.Context, call toolbus.Call, items []Item) (Wri
 			return d, corrupt, nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return WriteDetails{}, false, fmt.Errorf("store todo list of %s: %w", call.Agent, err)
+			return WriteDetails{}, false, err
 		}
 		if attempt == maxAttempts {
 			return WriteDetails{}, false, fmt.Errorf("store todo list of %s: still conflicting with other writers after %d attempts; try again", call.Agent, attempt)

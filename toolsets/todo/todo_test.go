@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
 )
 
 func TestMain(m *testing.M) {
@@ -24,6 +25,13 @@ func TestMain(m *testing.M) {
 
 // newBucket starts an in-process JetStream server and returns a fresh todo bucket on it.
 func newBucket(t testing.TB) jetstream.KeyValue {
+	t.Helper()
+	_, kv := newStore(t)
+	return kv
+}
+
+// newStore is newBucket that also returns the JetStream handle.
+func newStore(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		ServerName: "todo-test", DontListen: true, JetStream: true, StoreDir: t.TempDir(),
@@ -55,7 +63,7 @@ func newBucket(t testing.TB) jetstream.KeyValue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return kv
+	return js, kv
 }
 
 func toolNamed(t testing.TB, kv jetstream.KeyValue, name string) *toolbus.Tool {
@@ -239,9 +247,10 @@ func TestAgentKeys(t *testing.T) {
 		ok    bool
 	}{
 		{"agent-1", true},
-		{"team.agent_2", true},
-		{"a/b=c", true},
+		{"A_b-9", true},
 		{"", false},
+		{"team.agent_2", false},
+		{"a/b=c", false},
 		{"a b", false},
 		{"a.*", false},
 		{"a.>", false},
@@ -253,6 +262,9 @@ func TestAgentKeys(t *testing.T) {
 		_, err := call(t, write, tc.agent, "t1", items("1:pending:x"))
 		if (err == nil) != tc.ok {
 			t.Errorf("agent %q: err = %v, want ok=%v", tc.agent, err, tc.ok)
+		}
+		if !tc.ok && tc.agent != "" && !errors.Is(err, bus.ErrBadAgent) {
+			t.Errorf("agent %q: err = %v, want one matching bus.ErrBadAgent", tc.agent, err)
 		}
 	}
 }
@@ -395,30 +407,26 @@ func BenchmarkWrite(b *testing.B) {
 	})
 }
 
-func TestWhileUnavailableRetriesUntilAnswered(t *testing.T) {
-	calls := 0
-	err := whileUnavailable(t.Context(), func() error {
-		calls++
-		switch calls {
-		case 1:
-			return nats.ErrNoResponders
-		case 2:
-			return jetstream.ErrNoStreamResponse
-		}
-		return nil
-	})
-	if err != nil || calls != 3 {
-		t.Errorf("err %v after %d calls, want nil after 3", err, calls)
+// TestStoreWaitsForAnAnswer: a bucket whose stream does not answer (here
+// deleted; after a node is lost, one without a leader) gets "no responders";
+// the store asks again until the call's context ends, then says why.
+func TestStoreWaitsForAnAnswer(t *testing.T) {
+	js, kv := newStore(t)
+	if err := js.DeleteKeyValue(t.Context(), "todos"); err != nil {
+		t.Fatal(err)
 	}
-
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	err = whileUnavailable(ctx, func() error { return nats.ErrNoResponders })
-	if !errors.Is(err, nats.ErrNoResponders) {
-		t.Errorf("with ctx done: %v", err)
-	}
-	other := errors.New("bad")
-	if err := whileUnavailable(t.Context(), func() error { return other }); err != other {
-		t.Errorf("other errors pass through: %v", err)
+	for _, tool := range []string{"todo_read", "todo_write"} {
+		t.Run(tool, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+			defer cancel()
+			raw, _ := json.Marshal(items("1:pending:x"))
+			_, err := toolNamed(t, kv, tool).Execute(ctx, toolbus.Call{Agent: "agent-1", Turn: "t1", Args: raw, Progress: func(string) {}})
+			if ctx.Err() == nil {
+				t.Errorf("%s returned before its context ended: %v", tool, err)
+			}
+			if !errors.Is(err, nats.ErrNoResponders) || !strings.HasPrefix(err.Error(), "load todo list of agent-1: ") {
+				t.Errorf("%s: %v; want the last no-responders error of loading the list", tool, err)
+			}
+		})
 	}
 }

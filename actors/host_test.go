@@ -1,0 +1,129 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+)
+
+// TestHostReadsRequestHeaders sends direct requests with hand-made headers:
+// the host reads them with bus.ParseToolRequest, so a Toolbus-Truncated
+// other than "false" stops a destructive tool, and a bad header is refused
+// with the parser's message.
+func TestHostReadsRequestHeaders(t *testing.T) {
+	var wrote, peeked atomic.Int32
+	write := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Spec: toolbus.Spec{Name: "write", Category: "test", Destructive: true},
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			wrote.Add(1)
+			return toolbus.TextResult("written by " + c.Agent), nil
+		},
+	})
+	peek := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Spec: toolbus.Spec{Name: "peek", Category: "test", ReadOnly: true},
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			peeked.Add(1)
+			return toolbus.TextResult(c.Deadline.Format(time.RFC3339Nano)), nil
+		},
+	})
+	h := newHarness(t, write, peek)
+	nc, err := h.srv.Connect("direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+
+	const truncatedErr = "arguments were cut off (truncated); re-issue the call with the complete arguments"
+	soon := time.Now().Add(time.Minute).UTC().Truncate(time.Second)
+	late := soon.Add(time.Hour) // after the host's own limit (DefaultCallTimeout)
+	tests := []struct {
+		name    string
+		tool    string
+		headers map[string]string
+		outcome bus.Outcome
+		err     string // the reply's error, exactly
+		call    string // the reply's call id, when the request names one
+		// deadline is the one peek must see; zero: before late, the host's own.
+		deadline time.Time
+	}{
+		{"destructive, truncated true", "write", map[string]string{bus.HeaderTruncated: "true", bus.HeaderCall: "c1"}, bus.OutcomeInvalid, truncatedErr, "c1", time.Time{}},
+		{"destructive, truncated 1", "write", map[string]string{bus.HeaderTruncated: "1"}, bus.OutcomeInvalid, truncatedErr, "", time.Time{}},
+		{"destructive, truncated yes", "write", map[string]string{bus.HeaderTruncated: "yes"}, bus.OutcomeInvalid, truncatedErr, "", time.Time{}},
+		{"destructive, truncated TRUE", "write", map[string]string{bus.HeaderTruncated: "TRUE"}, bus.OutcomeInvalid, truncatedErr, "", time.Time{}},
+		{"destructive, truncated false", "write", map[string]string{bus.HeaderTruncated: "false"}, bus.OutcomeOK, "", "", time.Time{}},
+		{"destructive, truncated False", "write", map[string]string{bus.HeaderTruncated: "False"}, bus.OutcomeOK, "", "", time.Time{}},
+		{"destructive, truncated empty", "write", map[string]string{bus.HeaderTruncated: ""}, bus.OutcomeOK, "", "", time.Time{}},
+		{"destructive, not truncated", "write", nil, bus.OutcomeOK, "", "", time.Time{}},
+		{"read-only, truncated 1", "peek", map[string]string{bus.HeaderTruncated: "1"}, bus.OutcomeOK, "", "", time.Time{}},
+		{
+			"deadline in lower case", "peek",
+			map[string]string{bus.HeaderDeadline: strings.ToLower(soon.Format(time.RFC3339)), bus.HeaderTurn: "t1", bus.HeaderCall: "c2"},
+			bus.OutcomeOK, "", "c2", soon,
+		},
+		{"deadline with an offset", "peek", map[string]string{bus.HeaderDeadline: soon.In(time.FixedZone("", -5*3600)).Format(time.RFC3339Nano)}, bus.OutcomeOK, "", "", soon},
+		{"deadline after the host's limit", "peek", map[string]string{bus.HeaderDeadline: bus.FormatDeadline(late)}, bus.OutcomeOK, "", "", time.Time{}},
+		{
+			"bad deadline", "peek", map[string]string{bus.HeaderDeadline: "2026-11-29 19:09:29Z", bus.HeaderCall: "c3"}, bus.OutcomeInvalid,
+			`bad Toolbus-Deadline header "2026-11-29 19:09:29Z": want an RFC 3339 time such as 2006-01-02T15:04:05.999999999Z or 2006-01-02T15:04:05+01:00`, "c3", time.Time{},
+		},
+		{
+			"bad agent", "write", map[string]string{bus.HeaderAgent: "team.a"}, bus.OutcomeInvalid,
+			`bad Toolbus-Agent header "team.a": agent id has '.' at position 5; only ASCII letters, digits, '_' and '-' are allowed`, "", time.Time{},
+		},
+		{"bad turn", "peek", map[string]string{bus.HeaderTurn: "t.1", bus.HeaderCall: "c4"}, bus.OutcomeInvalid, `bad Toolbus-Turn header "t.1"`, "c4", time.Time{}},
+		{"turn id too long", "peek", map[string]string{bus.HeaderTurn: strings.Repeat("t", bus.MaxIDLen+1)}, bus.OutcomeInvalid, `bad Toolbus-Turn header "` + strings.Repeat("t", bus.MaxIDLen+1) + `"`, "", time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := nats.NewMsg(bus.ToolSubject("test", tc.tool))
+			for k, v := range tc.headers {
+				m.Header.Set(k, v)
+			}
+			res, err := nc.RequestMsg(m, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r bus.ToolReply
+			if err := json.Unmarshal(res.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Outcome != tc.outcome || r.Error != tc.err {
+				t.Errorf("outcome %s, error %q; want %s, %q", r.Outcome, r.Error, tc.outcome, tc.err)
+			}
+			switch {
+			case tc.call != "" && r.Call != tc.call:
+				t.Errorf("call id %q, want %q", r.Call, tc.call)
+			case tc.call == "" && !bus.ValidID(r.Call):
+				t.Errorf("call id %q: the host should have made one", r.Call)
+			}
+			if tc.tool != "peek" || r.Outcome != bus.OutcomeOK {
+				return
+			}
+			var text string
+			if len(r.Content) > 0 {
+				text = r.Content[0].Text
+			}
+			got, err := time.Parse(time.RFC3339Nano, text)
+			switch {
+			case err != nil:
+				t.Errorf("peek's deadline %q: %v", text, err)
+			case !tc.deadline.IsZero() && !got.Equal(tc.deadline):
+				t.Errorf("peek's deadline %v, want the header's %v", got, tc.deadline)
+			case tc.deadline.IsZero() && !got.Before(late):
+				t.Errorf("peek's deadline %v, want the host's own limit, before %v", got, late)
+			}
+		})
+	}
+	// Only the accepted calls ran: four writes and four peeks.
+	if w, p := wrote.Load(), peeked.Load(); w != 4 || p != 4 {
+		t.Errorf("write ran %d times, peek %d; want 4 and 4", w, p)
+	}
+}

@@ -1,0 +1,147 @@
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bounds of [Retry].
+const (
+	// RetryAttemptTimeout bounds each attempt: a request that no JetStream
+	// server answers (no meta or stream leader to answer it) would
+	// otherwise hold the whole wait.
+	RetryAttemptTimeout = 3 * time.Second
+	retryMinBackoff     = 50 * time.Millisecond
+	retryMaxBackoff     = time.Second
+	retryLogEvery       = time.Second
+)
+
+// Retry calls f until it succeeds, f fails with an error that JetStream
+// does not give only while it has no leader, or ctx ends. Each attempt gets
+// a context bounded by [RetryAttemptTimeout] (and by ctx); attempts are
+// spaced from 50 ms, doubling up to 1 s. Failures are logged to log, when
+// it is not nil, at most once a second.
+//
+// Retried, because a JetStream without a leader, or one still forming,
+// answers so for a few seconds:
+//   - nats.ErrNoResponders and jetstream.ErrNoStreamResponse: nobody
+//     serves the request (a stream with no leader; a server whose
+//     JetStream is not up yet);
+//   - context.DeadlineExceeded (or nats.ErrTimeout) of an attempt whose
+//     context expired while ctx had not: nobody answered in time;
+//   - JetStream API errors "JetStream system temporarily unavailable"
+//     (10008: no meta leader), "expected last sequence per subject
+//     temporarily unavailable" (10163), "JetStream not enabled" (10076)
+//     and "JetStream not enabled for account" (10039), as a server says
+//     while its JetStream or the account's is starting;
+//   - a placement that fails because a peer is offline ("no suitable peers
+//     for placement, peer offline", 10005), as it does right after a
+//     cluster forms, until the meta leader has heard from every peer.
+//
+// A server without JetStream, or a cluster with a peer down for good,
+// answers some of these for ever: then ctx bounds the wait.
+//
+// Every error Retry returns is prefixed with what: any other error of f at
+// once, as "<what>: <error>"; when ctx ends, the last error of f that says
+// more than that ctx ended, fmt.Errorf("%s: %w", what, lastErr).
+func Retry(ctx context.Context, what string, log *slog.Logger, f func(ctx context.Context) error) error {
+	return retry(ctx, what, log, RetryAttemptTimeout, f)
+}
+
+func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout time.Duration, f func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	var (
+		lastErr error
+		logged  time.Time
+		timer   *time.Timer
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		err := f(actx)
+		attemptEnded := actx.Err() != nil
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			// The attempt may have failed only because ctx ended: an error
+			// before it then says more.
+			if lastErr == nil || !errors.Is(err, ctx.Err()) {
+				lastErr = err
+			}
+			return fmt.Errorf("%s: %w", what, lastErr)
+		}
+		lastErr = err
+		timedOut := attemptEnded && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
+		if !timedOut && !retryable(err) {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		if log != nil && time.Since(logged) >= retryLogEvery {
+			logged = time.Now()
+			log.Info("JetStream not ready; retrying", "what", what, "attempt", attempt, "err", err)
+		}
+		wait := retryBackoff(attempt)
+		if timer == nil {
+			timer = time.NewTimer(wait)
+		} else {
+			timer.Reset(wait)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w", what, lastErr)
+		case <-timer.C:
+		}
+	}
+}
+
+// retryBackoff is the wait after the attempt-th failure: 50 ms, doubling
+// up to 1 s.
+func retryBackoff(attempt int) time.Duration {
+	d := retryMinBackoff
+	for i := 1; i < attempt && d < retryMaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, retryMaxBackoff)
+}
+
+// JetStream API error codes that a leaderless or starting JetStream gives
+// (nats-server's errors.json); nats.go names only some of them.
+const (
+	errCodeClusterNotAvailable       jetstream.ErrorCode = 10008 // JSClusterNotAvailErr
+	errCodeLastSeqPerSubjectNotReady jetstream.ErrorCode = 10163 // JSStreamExpectedLastSeqPerSubjectNotReady
+	placementPeerOffline                                 = "peer offline"
+)
+
+// retryable reports whether err is one a JetStream without a leader, or
+// still forming, gives (see Retry); deadlines are Retry's to judge.
+func retryable(err error) bool {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		return false
+	}
+	switch apiErr.ErrorCode {
+	case errCodeClusterNotAvailable, errCodeLastSeqPerSubjectNotReady,
+		jetstream.JSErrCodeJetStreamNotEnabled, jetstream.JSErrCodeJetStreamNotEnabledForAccount:
+		return true
+	case errCodeNoPeers:
+		return strings.Contains(apiErr.Description, placementPeerOffline)
+	}
+	return false
+}
