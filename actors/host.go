@@ -373,16 +373,26 @@ func (h *host) begin(m *hostCall) {
 	if call.ID == "" {
 		call.ID = bus.NewID() // a direct request, e.g. `nats req`
 	}
+	st := h.stats[m.tool.Name]
 	if badHeader != nil {
+		st.errors.Add(1)
 		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
 		return
 	}
 	// A turn refuses these itself; a direct request must not get past either.
 	// Any Toolbus-Truncated but "false" counts (bus.ParseToolRequest).
 	if req.Truncated && m.tool.Destructive {
-		h.stats[m.tool.Name].errors.Add(1)
+		st.errors.Add(1)
 		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid,
 			Error: "arguments were cut off (truncated); re-issue the call with the complete arguments"})
+		return
+	}
+	// A request that waited out its deadline on the way (a slow route, a lost host's
+	// redelivery) is not run: its caller has given up on it.
+	if !req.Deadline.IsZero() && !req.Deadline.After(time.Now()) {
+		st.errors.Add(1)
+		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeTimeout,
+			Error: "deadline already past on arrival (" + bus.FormatDeadline(req.Deadline) + "); the tool did not run"})
 		return
 	}
 	switch {

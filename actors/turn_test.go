@@ -406,17 +406,29 @@ func TestHostRefusesInvalidDirectRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	past := bus.FormatDeadline(time.Now().Add(-time.Second))
 	for _, tc := range []struct {
 		args    string
+		headers map[string]string
 		outcome bus.Outcome
 		errPart string
 	}{
-		{`{"n":0}`, bus.OutcomeInvalid, "/n"},
-		{`{"n":"3"}`, bus.OutcomeInvalid, "/n"},
-		{`not json`, bus.OutcomeInvalid, "invalid arguments"},
-		{`{"n":3}`, bus.OutcomeOK, ""},
+		{`{"n":0}`, nil, bus.OutcomeInvalid, "/n"},
+		{`{"n":"3"}`, nil, bus.OutcomeInvalid, "/n"},
+		{`not json`, nil, bus.OutcomeInvalid, "invalid arguments"},
+		{`{"n":3}`, map[string]string{bus.HeaderDeadline: "tomorrow"}, bus.OutcomeInvalid, `bad Toolbus-Deadline header "tomorrow"`},
+		{`{"n":3}`, map[string]string{bus.HeaderDeadline: past}, bus.OutcomeTimeout, "deadline already past on arrival (" + past + "); the tool did not run"},
+		{`{"n":3}`, map[string]string{bus.HeaderTurn: "a.b"}, bus.OutcomeInvalid, `bad Toolbus-Turn header "a.b"`},
+		// Counted once: an empty header is an absent one, and truncation only
+		// stops destructive tools.
+		{`{"n":3}`, map[string]string{bus.HeaderDeadline: "", bus.HeaderTruncated: "1"}, bus.OutcomeOK, ""},
 	} {
-		m, err := nc.Request(bus.ToolSubject("test", "count"), []byte(tc.args), 5*time.Second)
+		msg := nats.NewMsg(bus.ToolSubject("test", "count"))
+		msg.Data = []byte(tc.args)
+		for k, v := range tc.headers {
+			msg.Header.Set(k, v)
+		}
+		m, err := nc.RequestMsg(msg, 5*time.Second)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.args, err)
 		}
@@ -425,11 +437,31 @@ func TestHostRefusesInvalidDirectRequest(t *testing.T) {
 			t.Fatal(err)
 		}
 		if r.Outcome != tc.outcome || !strings.Contains(r.Error, tc.errPart) {
-			t.Errorf("%s: outcome %s error %q, want %s containing %q", tc.args, r.Outcome, r.Error, tc.outcome, tc.errPart)
+			t.Errorf("%s %v: outcome %s error %q, want %s containing %q", tc.args, tc.headers, r.Outcome, r.Error, tc.outcome, tc.errPart)
 		}
 	}
 	if n := ran.Load(); n != 1 {
 		t.Errorf("tool ran %d times, want 1", n)
+	}
+	// Every refusal counts as an error in the endpoint's stats; the run as ok.
+	m, err := nc.Request("$SRV.STATS."+bus.CategoryService("test"), nil, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				OK     int64 `json:"ok"`
+				Errors int64 `json:"errors"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatal(err)
+	}
+	if len(stats.Endpoints) != 1 || stats.Endpoints[0].Data.OK != 1 || stats.Endpoints[0].Data.Errors != 6 {
+		t.Errorf("stats %s", m.Data)
 	}
 }
 
