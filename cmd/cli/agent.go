@@ -87,7 +87,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("want one agent id")
 	}
 	agent := pos[0]
-	if err := checkAgent(agent); err != nil {
+	if err := checkAgentArg(agent); err != nil {
 		return err
 	}
 	var doc []byte
@@ -177,7 +177,7 @@ func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) != 1 {
 		return usagef("want one agent id")
 	}
-	if err := checkAgent(pos[0]); err != nil {
+	if err := checkAgentArg(pos[0]); err != nil {
 		return err
 	}
 	profiles, nc, err := profilesOn(ctx, bf, "agent get")
@@ -240,7 +240,7 @@ func agentRm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) != 1 {
 		return usagef("want one agent id")
 	}
-	if err := checkAgent(pos[0]); err != nil {
+	if err := checkAgentArg(pos[0]); err != nil {
 		return err
 	}
 	profiles, nc, err := profilesOn(ctx, bf, "agent rm")
@@ -252,6 +252,14 @@ func agentRm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	fmt.Fprintf(stderr, "agent %s: profile deleted\n", pos[0])
+	return nil
+}
+
+// checkAgentArg checks the AGENT argument of the agent subcommands.
+func checkAgentArg(agent string) error {
+	if err := bus.CheckAgent(agent); err != nil {
+		return usagef("agent %q: %v", agent, err)
+	}
 	return nil
 }
 
