@@ -215,17 +215,11 @@ func (s *Profiles) Put(ctx context.Context, doc []byte) (*Profile, error) {
 
 // Get reads an agent's profile; an agent without one yields ErrNoProfile.
 func (s *Profiles) Get(ctx context.Context, agent string) (*Profile, error) {
-	if err := bus.CheckAgent(agent); err != nil {
+	raw, err := s.Raw(ctx, agent)
+	if err != nil {
 		return nil, err
 	}
-	e, err := s.kv.Get(ctx, agent)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, fmt.Errorf("agent %s: %w", agent, ErrNoProfile)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read profile %s: %w", agent, err)
-	}
-	p, err := ParseProfile(e.Value())
+	p, err := ParseProfile(raw)
 	if err != nil {
 		return nil, fmt.Errorf("stored profile of %s: %w", agent, err)
 	}

@@ -166,21 +166,32 @@ func describeNamespaces(p *toolsets.Profile) string {
 	return "namespaces " + strings.Join(parts, ", ")
 }
 
-func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("agent get", "[flags] AGENT", "Prints an agent's stored profile document.", stderr)
+// agentStore parses the flags of a subcommand that works on the store, wants `agents`
+// agent ids as arguments (0 or 1), and opens the store on the bus. The caller closes nc.
+func agentStore(ctx context.Context, name, synopsis, about string, agents int, args []string, stderr io.Writer) (
+	pos []string, profiles *toolsets.Profiles, nc *nats.Conn, err error) {
+	fs := newFlagSet(name, synopsis, about, stderr)
 	var bf busFlags
 	bf.register(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
+	if pos, err = parseArgs(fs, args); err != nil {
+		return nil, nil, nil, err
 	}
-	if len(pos) != 1 {
-		return usagef("want one agent id")
+	switch {
+	case agents == 0 && len(pos) > 0:
+		return nil, nil, nil, usagef("unexpected arguments %q", pos)
+	case agents == 1 && len(pos) != 1:
+		return nil, nil, nil, usagef("want one agent id")
+	case agents == 1:
+		if err := checkAgentArg(pos[0]); err != nil {
+			return nil, nil, nil, err
+		}
 	}
-	if err := checkAgentArg(pos[0]); err != nil {
-		return err
-	}
-	profiles, nc, err := profilesOn(ctx, bf, "agent get")
+	profiles, nc, err = profilesOn(ctx, bf, name)
+	return pos, profiles, nc, err
+}
+
+func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	pos, profiles, nc, err := agentStore(ctx, "agent get", "[flags] AGENT", "Prints an agent's stored profile document.", 1, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -198,17 +209,7 @@ func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 func agentList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("agent list", "[flags]", "Lists the agents that have a profile.", stderr)
-	var bf busFlags
-	bf.register(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) > 0 {
-		return usagef("unexpected arguments %q", pos)
-	}
-	profiles, nc, err := profilesOn(ctx, bf, "agent list")
+	_, profiles, nc, err := agentStore(ctx, "agent list", "[flags]", "Lists the agents that have a profile.", 0, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -230,20 +231,7 @@ func agentList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func agentRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("agent rm", "[flags] AGENT", "Deletes an agent's profile; its turns then get built-in tools only.", stderr)
-	var bf busFlags
-	bf.register(fs)
-	pos, err := parseArgs(fs, args)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 1 {
-		return usagef("want one agent id")
-	}
-	if err := checkAgentArg(pos[0]); err != nil {
-		return err
-	}
-	profiles, nc, err := profilesOn(ctx, bf, "agent rm")
+	pos, profiles, nc, err := agentStore(ctx, "agent rm", "[flags] AGENT", "Deletes an agent's profile; its turns then get built-in tools only.", 1, args, stderr)
 	if err != nil {
 		return err
 	}
