@@ -385,8 +385,7 @@ func (b *bencher) hostRequestReply(ctx context.Context) (benchResult, error) {
 	for i := range b.o.n + 200 {
 		m := nats.NewMsg(subject)
 		m.Data = []byte(`{}`)
-		m.Header.Set(bus.HeaderCall, fmt.Sprint("h", i))
-		m.Header.Set(bus.HeaderDeadline, bus.FormatDeadline(time.Now().Add(time.Minute)))
+		bus.ToolRequest{Call: fmt.Sprint("h", i), Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
 		t0 := time.Now()
 		reply, err := nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
