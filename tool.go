@@ -382,16 +382,19 @@ type Set struct {
 
 type setKey struct{ namespace, name string }
 
-// NewSet builds a set, refusing a spec that fails [Spec.Check] and two specs with the same
-// namespace and name.
+// NewSet builds a set, refusing a nil spec, one without a name or parameter schema, and
+// two specs with the same namespace and name. The rest of [Spec.Check] is for whoever
+// makes specs (Define, a catalog): a turn builds a set per turn.
 func NewSet(specs ...*Spec) (*Set, error) {
 	s := &Set{index: make(map[setKey]*Spec, len(specs)), specs: make([]*Spec, 0, len(specs))}
 	for i, sp := range specs {
-		if sp == nil {
+		switch {
+		case sp == nil:
 			return nil, fmt.Errorf("tool set: spec %d is nil", i)
-		}
-		if err := sp.Check(); err != nil {
-			return nil, fmt.Errorf("tool set: %s: %w", sp.QualifiedName(), err)
+		case sp.Name == "":
+			return nil, fmt.Errorf("tool set: spec %d has no name", i)
+		case sp.Params == nil:
+			return nil, fmt.Errorf("tool set: %s has no parameter schema", sp.QualifiedName())
 		}
 		k := setKey{sp.Namespace, sp.Name}
 		if _, dup := s.index[k]; dup {

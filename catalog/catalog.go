@@ -107,8 +107,11 @@ type Catalog struct {
 	mu         sync.RWMutex
 	categories map[string]*Category
 	namespaces map[string][]*toolbus.Spec // namespace -> specs, namespace filled in
-	refreshed  bool
-	at         time.Time // when the last refresh ended
+	// loads holds each namespace's specs as turns include them: [0] loaded up front,
+	// [1] deferred. Built once a refresh, so assembling a turn copies nothing.
+	loads     map[string][2][]*toolbus.Spec
+	refreshed bool
+	at        time.Time // when the last refresh ended
 
 	refreshMu sync.Mutex // one refresh at a time
 	watch     struct {
@@ -122,7 +125,8 @@ type Catalog struct {
 // New returns an empty catalog reading the bus through nc.
 func New(nc *nats.Conn, opts Options) *Catalog {
 	opts = opts.withDefaults()
-	return &Catalog{nc: nc, opts: opts, log: opts.Logger, categories: map[string]*Category{}, namespaces: map[string][]*toolbus.Spec{}}
+	return &Catalog{nc: nc, opts: opts, log: opts.Logger, categories: map[string]*Category{},
+		namespaces: map[string][]*toolbus.Spec{}, loads: map[string][2][]*toolbus.Spec{}}
 }
 
 // Refresh asks every micro service on the bus for its info ($SRV.INFO), keeps the
@@ -137,8 +141,9 @@ func (c *Catalog) Refresh(ctx context.Context) error {
 	}
 	categories := build(infos)
 	namespaces := indexNamespaces(categories)
+	loads := indexLoads(namespaces)
 	c.mu.Lock()
-	c.categories, c.namespaces, c.refreshed, c.at = categories, namespaces, true, time.Now()
+	c.categories, c.namespaces, c.loads, c.refreshed, c.at = categories, namespaces, loads, true, time.Now()
 	c.mu.Unlock()
 	return nil
 }
@@ -270,6 +275,28 @@ func indexNamespaces(categories map[string]*Category) map[string][]*toolbus.Spec
 	return ns
 }
 
+// indexLoads makes each namespace's two variants for turns: loaded up front and
+// deferred, sharing a spec wherever it already loads that way.
+func indexLoads(namespaces map[string][]*toolbus.Spec) map[string][2][]*toolbus.Spec {
+	loads := make(map[string][2][]*toolbus.Spec, len(namespaces))
+	for name, specs := range namespaces {
+		var v [2][]*toolbus.Spec
+		for i, deferred := range []bool{false, true} {
+			v[i] = make([]*toolbus.Spec, len(specs))
+			for j, s := range specs {
+				if s.DeferLoading != deferred {
+					c := *s
+					c.DeferLoading = deferred
+					s = &c
+				}
+				v[i][j] = s
+			}
+		}
+		loads[name] = v
+	}
+	return loads
+}
+
 func sortedKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
@@ -317,6 +344,23 @@ func (c *Catalog) Categories() []Category {
 		out = append(out, *c.categories[name])
 	}
 	return out
+}
+
+// Tools returns the tools of a namespace as a turn includes them: loaded up front, or
+// deferred behind tool search, whatever their hosts publish. The specs are shared and
+// must not be changed. Errors are those of Namespace.
+func (c *Catalog) Tools(namespace string, deferred bool) ([]*toolbus.Spec, error) {
+	c.mu.RLock()
+	v, ok := c.loads[namespace]
+	c.mu.RUnlock()
+	if !ok {
+		_, err := c.Namespace(namespace)
+		return nil, err
+	}
+	if deferred {
+		return v[1], nil
+	}
+	return v[0], nil
 }
 
 // Namespace returns the tools of a namespace, each with its namespace set. The specs are

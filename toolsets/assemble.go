@@ -12,9 +12,10 @@ import (
 
 // Catalog is where assembly finds the tools of external namespaces (catalog.Catalog).
 type Catalog interface {
-	// Namespace returns the specs of a namespace served on the bus, or why it cannot be
-	// included.
-	Namespace(name string) ([]*toolbus.Spec, error)
+	// Tools returns the specs of a namespace served on the bus, each loaded up front or
+	// deferred behind tool search as asked, or why the namespace cannot be included. The
+	// specs are shared: assembly does not change them.
+	Tools(namespace string, deferred bool) ([]*toolbus.Spec, error)
 }
 
 // Decision is what a turn's policy says about one call the model made.
@@ -134,21 +135,15 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: this node has no catalog of the bus", ref.Name))
 				continue
 			}
-			ns, err := cat.Namespace(ref.Name)
+			ns, err := cat.Tools(ref.Name, ref.Deferred())
 			if err != nil {
 				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: %v", ref.Name, err))
 				continue
 			}
-			deferred := ref.Deferred()
 			for _, s := range ns {
 				if Builtin(s.Category) {
 					kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s is left out: it claims the built-in category %s", s.QualifiedName(), s.Category))
 					continue
-				}
-				if s.DeferLoading != deferred {
-					c := *s
-					c.DeferLoading = deferred
-					s = &c
 				}
 				specs = append(specs, s)
 			}

@@ -212,7 +212,7 @@ func TestAssembleRefusesClashes(t *testing.T) {
 // fakeCatalog serves assembly from a map, for the rules that need no bus.
 type fakeCatalog map[string][]*toolbus.Spec
 
-func (c fakeCatalog) Namespace(name string) ([]*toolbus.Spec, error) {
+func (c fakeCatalog) Tools(name string, _ bool) ([]*toolbus.Spec, error) {
 	if s, ok := c[name]; ok {
 		return s, nil
 	}
