@@ -73,9 +73,13 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	spec := bus.TurnSpec{Kind: bus.TurnKind(*kind), Agent: *agent}
+	spec.Normalize()
 	if bf.server == "" {
 		// The same assembly a node makes for an agent without a profile; listing the
 		// built-in tools needs no bus.
+		if set["agent"] {
+			fmt.Fprintf(stderr, "toolbus: without -server no profile is read: the built-in tools of a %s turn\n", spec.Kind)
+		}
 		kit, err := toolsets.Assemble(spec, nil, nil, toolsets.Options{})
 		if err != nil {
 			return err
