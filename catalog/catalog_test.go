@@ -397,3 +397,29 @@ func BenchmarkNamespaceLookup(b *testing.B) {
 		}
 	}
 }
+
+// FuzzFromEndpoint: whatever metadata a host publishes is refused with an error or gives
+// a spec that passes Check and survives a second round trip unchanged.
+func FuzzFromEndpoint(f *testing.F) {
+	f.Add("t", "{}", "parallel", "true", "30s", "crm", `{"type":"object","properties":{"a":{"type":"string"}}}`)
+	f.Add("t", "x", "sequential", "false", "", "", `{"type":"object"}`)
+	f.Add("a.b", "", "eventually", "yes", "-1s", "a__b", `{"type":"array"}`)
+	f.Fuzz(func(t *testing.T, name, description, mode, flag, timeout, namespace, sch string) {
+		md := map[string]string{KeyDescription: description, KeyMode: mode, KeyStrict: flag, KeyReadOnly: flag,
+			KeyTimeout: timeout, KeyNamespace: namespace, KeySchema: sch}
+		s, err := FromEndpoint("c", name, bus.ToolSubject("c", name), md)
+		if err != nil {
+			return
+		}
+		if err := s.Check(); err != nil {
+			t.Fatalf("accepted a spec that fails Check: %v", err)
+		}
+		back, err := FromEndpoint("c", name, bus.ToolSubject("c", name), Metadata(s))
+		if err != nil {
+			t.Fatalf("its own metadata is refused: %v", err)
+		}
+		if !sameSpec(s, back) || string(s.Params.JSON()) != string(back.Params.JSON()) {
+			t.Fatalf("round trip changed %+v into %+v", s, back)
+		}
+	})
+}

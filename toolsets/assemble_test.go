@@ -346,3 +346,37 @@ func TestProfilesStore(t *testing.T) {
 		t.Errorf("bad agent id: %v", err)
 	}
 }
+
+// FuzzParseProfile: any document is either refused with a *ProfileError or parses into a
+// profile that encodes to a document that parses back the same.
+func FuzzParseProfile(f *testing.F) {
+	for _, seed := range []string{
+		`{"version":1,"agent":"ann"}`,
+		`{"version":1,"agent":"ann","namespaces":[{"name":"crm"},{"name":"billing","load":"upfront"}]}`,
+		`{"version":2,"agent":"ann"}`, `{"version":"1"}`, `[]`, `{"version":1,"agent":"a.b"}`,
+		`{"version":1,"agent":"ann","namespaces":[{"name":"a__b"},{"name":"a__b"}]}`, `{"version":1e400}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		p, err := ParseProfile(doc)
+		if err != nil {
+			var pe *ProfileError
+			if !errors.As(err, &pe) || len(pe.Problems) == 0 {
+				t.Fatalf("error %v (%T) is not a ProfileError with problems", err, err)
+			}
+			return
+		}
+		b, err := p.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseProfile(b)
+		if err != nil {
+			t.Fatalf("re-encoded %s does not parse: %v", b, err)
+		}
+		if back.Agent != p.Agent || !slices.Equal(back.Namespaces, p.Namespaces) {
+			t.Fatalf("round trip changed %+v into %+v", p, back)
+		}
+	})
+}
