@@ -49,6 +49,14 @@ type NodeConfig struct {
 	// Catalog tunes the node's catalog of the bus, which turns use to include the
 	// external namespaces their agents' profiles name.
 	Catalog catalog.Options
+	// MaxTurns bounds the turns the node takes from the intake at once (default
+	// DefaultMaxTurns); TurnLease is how long it may go without signalling progress on
+	// one before the intake gives it to another node (DefaultTurnLease); HandBackGrace
+	// bounds how long a stopping node waits for its turns to reach a checkpoint
+	// (DefaultHandBackGrace).
+	MaxTurns      int
+	TurnLease     time.Duration
+	HandBackGrace time.Duration
 	// MaxConcurrent bounds the calls each host of the node executes at once
 	// (default DefaultMaxConcurrent).
 	MaxConcurrent int
@@ -68,6 +76,15 @@ func (c NodeConfig) withDefaults() NodeConfig {
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 1
+	}
+	if c.MaxTurns <= 0 {
+		c.MaxTurns = DefaultMaxTurns
+	}
+	if c.TurnLease <= 0 {
+		c.TurnLease = DefaultTurnLease
+	}
+	if c.HandBackGrace <= 0 {
+		c.HandBackGrace = DefaultHandBackGrace
 	}
 	return c
 }
@@ -98,6 +115,7 @@ type Node struct {
 	// profiles and catalog serve turn assembly; set on a node that runs turns.
 	profiles *toolsets.Profiles
 	catalog  *catalog.Catalog
+	intake   *intake
 	// assemblyMu guards profiles and catalog, opened on first use.
 	assemblyMu sync.Mutex
 	connMu     sync.Mutex // guards conns: restarted hosts reconnect from their actors
@@ -111,8 +129,9 @@ type Node struct {
 
 // node actor messages.
 type (
-	spawnHost struct{ cfg HostConfig }
-	spawnTurn struct{ cfg *TurnConfig }
+	spawnHost   struct{ cfg HostConfig }
+	spawnTurn   struct{ cfg *TurnConfig }
+	handBackAll struct{}
 )
 
 // nodeActor spawns hosts and turns as its children, so stopping the node
@@ -121,6 +140,12 @@ type nodeActor struct{}
 
 func (nodeActor) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
+	case *handBackAll:
+		for _, c := range ctx.Children() {
+			if strings.Contains(c.Id, "/turn-") {
+				ctx.Send(c, &handBack{})
+			}
+		}
 	case *spawnHost:
 		props, err := NewHostProps(m.cfg)
 		if err != nil {
@@ -193,6 +218,14 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.Turns {
 		if _, _, err := n.assembly(ctx); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+		}
+		if err := n.openIntake(ctx); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
+		}
+		if err := n.runIntake(); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 		}
@@ -483,7 +516,11 @@ func Abort(nc *nats.Conn, turn, reason string) error {
 // shared queue.
 func (n *Node) listenForTurns() error {
 	handle := func(m *nats.Msg) {
-		reply := n.startFromBus(m.Data)
+		node := ""
+		if m.Subject == bus.NodeStartTurnSubject(n.cfg.Name) {
+			node = n.cfg.Name
+		}
+		reply := n.startFromBus(m.Data, node)
 		b, _ := json.Marshal(reply)
 		if err := m.Respond(b); err != nil {
 			n.log.Warn("answer start turn", "err", err)
@@ -501,24 +538,35 @@ func (n *Node) listenForTurns() error {
 	return n.nc.Flush()
 }
 
-// startFromBus starts a turn described by a TurnSpec envelope.
-func (n *Node) startFromBus(data []byte) bus.StartTurnReply {
+// startFromBus queues the turn a TurnSpec envelope describes; node, when set, is the
+// node that must run it.
+func (n *Node) startFromBus(data []byte, node string) bus.StartTurnReply {
 	var spec bus.TurnSpec
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&spec); err != nil {
 		return bus.StartTurnReply{Node: n.cfg.Name, Error: "start turn: malformed turn spec: " + err.Error()}
 	}
-	id, err := n.Start(context.Background(), spec)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := n.Submit(ctx, spec, node)
 	if err != nil {
 		return bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}
 	}
 	return bus.StartTurnReply{Turn: id, Node: n.cfg.Name}
 }
 
-// Start starts the turn a spec describes, with the model it names; its progress and end
-// are published on the turn's subjects.
+// Start queues the turn a spec describes as a durable turn (Submit): any node that runs
+// turns takes it; its progress and end are published on the turn's subjects.
 func (n *Node) Start(ctx context.Context, spec bus.TurnSpec) (string, error) {
+	if n.intake != nil {
+		return n.Submit(ctx, spec, "")
+	}
+	return n.startHere(ctx, spec)
+}
+
+// startHere runs a turn on this node without the intake: it ends with the node.
+func (n *Node) startHere(ctx context.Context, spec bus.TurnSpec) (string, error) {
 	if err := spec.Check(); err != nil {
 		return "", fmt.Errorf("start turn: %w", err)
 	}
@@ -556,6 +604,7 @@ func (n *Node) Close() {
 }
 
 func (n *Node) close() {
+	n.stopIntake(n.cfg.HandBackGrace)
 	n.assemblyMu.Lock()
 	if n.catalog != nil {
 		n.catalog.Close()

@@ -58,6 +58,9 @@ type TurnConfig struct {
 	// Unavailable, when set, hears of each call no host answered (its category), so a
 	// catalog can refresh.
 	Unavailable func(category string)
+
+	// dur links a durable turn to its record; set by the node's intake.
+	dur *durable
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -119,6 +122,9 @@ type TurnResult struct {
 	Steps      int
 	Calls      []bus.CallRecord
 	Transcript []gateway.Item
+	// HandedBack reports a durable turn its node gave back to the intake (the node is
+	// stopping) instead of ending it; Fenced, one that another node took over.
+	HandedBack, Fenced bool
 }
 
 // callState is where a call of the current batch stands.
@@ -142,6 +148,7 @@ type pendingCall struct {
 	start  time.Time
 	record bus.CallRecord
 	output toolbus.Result
+	stored bool // the output is in the transcript stream already
 }
 
 // Messages the turn actor receives besides *nats.Msg.
@@ -154,6 +161,8 @@ type (
 	}
 	callExpired    struct{ wireID string }
 	abortGraceOver struct{}
+	checkpointed   struct{}
+	handBack       struct{}
 	localDone      struct {
 		wireID string
 		res    toolbus.Result
@@ -180,6 +189,7 @@ type turn struct {
 	records    []bus.CallRecord
 	unsaved    []gateway.Item // transcript items not yet appended to the stream
 	appends    []*transcriptAppend
+	seq        int // the last transcript message's position (HeaderSeq)
 
 	modelCtx    context.Context
 	modelCancel context.CancelFunc
@@ -228,8 +238,17 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.abandonRunning()
 	case *localDone:
 		t.onLocalDone(m)
+	case *checkpointed:
+		t.onCheckpointed()
+	case *handBack:
+		t.onHandBack()
 	case *actor.Stopping:
-		if !t.finished && t.self != nil {
+		if !t.finished && t.cfg.dur != nil {
+			// A durable turn stopped from outside is not ended: its record and
+			// transcript stay as they are, and the intake gives it to another
+			// node, which resumes it.
+			t.finished = true
+		} else if !t.finished && t.self != nil {
 			// Stopped from outside (the node is closing): the turn still
 			// ends with an account of every call.
 			t.fail(ErrNodeStopped)
@@ -254,7 +273,9 @@ func (t *turn) start(ctx actor.Context) {
 	}
 	t.modelCtx, t.modelCancel = context.WithCancel(context.Background())
 	t.byWire = make(map[string]*pendingCall)
-	t.transcript = append(t.transcript, t.cfg.Input...)
+	if d := t.cfg.dur; d == nil || d.resume == nil {
+		t.transcript = append(t.transcript, t.cfg.Input...)
+	}
 
 	forward := func(m *nats.Msg) { t.sys.Root.Send(t.self, m) }
 	for _, subj := range []string{
@@ -273,6 +294,10 @@ func (t *turn) start(ctx actor.Context) {
 	}
 	if err := t.cfg.Conn.Flush(); err != nil {
 		t.fail(fmt.Errorf("%w: flush subscriptions: %w", ErrRuntime, err))
+		return
+	}
+	if d := t.cfg.dur; d != nil && d.resume != nil {
+		t.resume()
 		return
 	}
 	t.appendTranscript(t.cfg.Input)
@@ -308,6 +333,11 @@ func (t *turn) callModel() {
 
 func (t *turn) onModelReply(m *modelReply) {
 	t.waiting = false
+	if t.handingBack() {
+		// Whatever the model said is dropped: the node that resumes asks again.
+		t.handOver()
+		return
+	}
 	if t.aborted {
 		t.finish(bus.TurnAborted, t.abortErr)
 		return
@@ -331,6 +361,12 @@ func (t *turn) onModelReply(m *modelReply) {
 		return
 	}
 	t.prepare(calls, resp.Truncated)
+	if t.cfg.dur != nil {
+		// The response and the batch are stored before any call goes out, so a
+		// node that resumes the turn knows every call the model made.
+		t.checkpoint(t.schedule)
+		return
+	}
 	t.schedule()
 }
 
@@ -541,6 +577,11 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 		res.IsError = true
 	}
 	pc.output = res
+	if t.cfg.dur != nil {
+		// A durable turn records each finished call at once: a node that resumes
+		// the turn runs no call again whose result was recorded.
+		t.storeOutputs(pc)
+	}
 	t.running--
 	if t.seqRunning && pc.tool.Mode == toolbus.Sequential {
 		t.seqRunning = false
@@ -674,7 +715,12 @@ func (t *turn) completeBatch() {
 		t.finish(bus.TurnAborted, t.abortErr)
 	case terminate:
 		t.finish(bus.TurnTerminated, nil)
+	case t.handingBack():
+		t.handOver()
 	default:
+		if t.cfg.dur != nil {
+			t.checkpoint(nil)
+		}
 		t.callModel()
 	}
 }
@@ -685,24 +731,33 @@ func (t *turn) closeBatch() (terminate bool) {
 	outputs := make([]gateway.Item, 0, len(t.batch))
 	records := make([]bus.CallRecord, 0, len(t.batch))
 	for _, pc := range t.batch {
-		outputs = append(outputs, gateway.Item{
-			Kind:      gateway.KindCallOutput,
-			CallID:    pc.item.CallID,
-			Name:      pc.item.Name,
-			Namespace: pc.item.Namespace,
-			Output:    pc.output.Content,
-			IsError:   pc.output.IsError,
-		})
+		out := pc.outputItem()
+		outputs = append(outputs, out)
+		if !pc.stored {
+			t.appendTranscript([]gateway.Item{out})
+			pc.stored = true
+		}
 		terminate = terminate || pc.output.Terminate
 		records = append(records, pc.record)
 	}
 	t.batch = t.batch[:0]
 	t.transcript = append(t.transcript, outputs...)
-	t.appendTranscript(outputs)
 	t.records = append(t.records, records...)
 	t.flushTranscript()
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	return terminate
+}
+
+// outputItem is the call's output as the transcript holds it.
+func (pc *pendingCall) outputItem() gateway.Item {
+	return gateway.Item{
+		Kind:      gateway.KindCallOutput,
+		CallID:    pc.item.CallID,
+		Name:      pc.item.Name,
+		Namespace: pc.item.Namespace,
+		Output:    pc.output.Content,
+		IsError:   pc.output.IsError,
+	}
 }
 
 func (t *turn) fail(err error) {
@@ -743,6 +798,20 @@ func (t *turn) finish(state bus.TurnState, err error) {
 	}
 	if res.Err != nil {
 		res.Error = res.Err.Error()
+	}
+	if t.cfg.dur != nil {
+		if err := t.saveEnd(state, res.Error); err != nil {
+			var fenced *fencedError
+			if errors.As(err, &fenced) {
+				res.Fenced = true
+				t.log.Warn("turn taken over by another node; stopping without ending it", "err", err)
+				if t.cfg.Done != nil {
+					t.cfg.Done(res)
+				}
+				return
+			}
+			t.log.Warn("store the turn's end", "err", err)
+		}
 	}
 	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.Error})
 	if t.cfg.Done != nil {
@@ -804,13 +873,19 @@ func (t *turn) flushTranscript() {
 		t.log.Warn("encode transcript", "err", err)
 		return
 	}
-	seq := len(t.appends) + 1
-	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.Spec.ID))
-	m.Data = b
-	m.Header.Set(bus.HeaderSeq, strconv.Itoa(seq))
+	m := t.transcriptMsg(b)
 	a := &transcriptAppend{msg: m}
 	a.ack, a.err = t.cfg.JS.PublishMsgAsync(m)
 	t.appends = append(t.appends, a)
+}
+
+// transcriptMsg is the next message of the turn's transcript.
+func (t *turn) transcriptMsg(data []byte) *nats.Msg {
+	t.seq++
+	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.Spec.ID))
+	m.Data = data
+	m.Header.Set(bus.HeaderSeq, strconv.Itoa(t.seq))
+	return m
 }
 
 // transcriptAppend is one message of the transcript on its way to the stream.
@@ -832,6 +907,9 @@ func (t *turn) waitTranscript() error {
 	ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
 	defer cancel()
 	for _, a := range t.appends {
+		if a.ack == nil && a.err == nil {
+			continue // stored synchronously by a checkpoint
+		}
 		err := a.err
 		if err == nil {
 			select {

@@ -4,14 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // JetStream buckets and streams of toolbus.
 const (
-	BucketTodos       = "toolbus_todos"
-	BucketAgents      = "toolbus_agents" // agent profiles, one JSON document per agent
+	BucketTodos  = "toolbus_todos"
+	BucketAgents = "toolbus_agents" // agent profiles, one JSON document per agent
+	BucketTurns  = "toolbus_turns"  // turn records: spec, owner, step, state (TurnRecord)
+	StreamIntake = "TOOLBUS_INTAKE" // turn specs waiting for, or held by, a node (work queue)
+	// ConsumerRunners is the intake consumer every turn-running node pulls from.
+	ConsumerRunners   = "runners"
 	StreamTranscripts = "TOOLBUS_TRANSCRIPTS"
 )
 
@@ -110,6 +115,43 @@ func TranscriptStreamConfig(replicas int) jetstream.StreamConfig {
 		Replicas:    replicas,
 		AllowDirect: true,
 	}
+}
+
+// IntakeStreamConfig is the configuration of the turn intake: a work queue, so a spec
+// is held by one node at a time and removed when its turn ends.
+func IntakeStreamConfig(replicas int) jetstream.StreamConfig {
+	return jetstream.StreamConfig{
+		Name:        StreamIntake,
+		Description: "toolbus turn intake: one turn spec per turn until the turn ends",
+		Subjects:    []string{AllIntake},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+		// A turn id is published once; a client's retry is stored once.
+		Duplicates: 10 * time.Minute,
+	}
+}
+
+// RunnerConsumerConfig is the durable consumer of the intake for turns any node may
+// run (name ConsumerRunners), or, with node set, for the turns asked of that node.
+// A node holds a spec while its turn runs and signals progress well within lease; a
+// spec whose node stops signalling is redelivered to another node after lease.
+func RunnerConsumerConfig(node string, lease time.Duration) jetstream.ConsumerConfig {
+	c := jetstream.ConsumerConfig{
+		Durable:       ConsumerRunners,
+		Description:   "turn-running nodes",
+		FilterSubject: IntakeAny(">"),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       lease,
+		MaxDeliver:    -1,
+		MaxAckPending: 100_000,
+	}
+	if node != "" {
+		c.Durable = ConsumerRunners + "-" + node
+		c.Description = "turns asked of node " + node
+		c.FilterSubject = IntakeNode(node, ">")
+	}
+	return c
 }
 
 // JetStream API error codes and the placement error that capReplicas reads

@@ -24,6 +24,7 @@ const (
 	turnPrefix       = Prefix + ".turn."
 	nodePrefix       = Prefix + ".node."
 	transcriptPrefix = Prefix + ".transcript."
+	intakePrefix     = Prefix + ".intake."
 )
 
 // Subject wildcards for subscriptions and permissions.
@@ -36,7 +37,16 @@ const (
 	AllStatuses    = Prefix + ".turn.*.status.>"
 	AllTranscripts = Prefix + ".transcript.>"
 	AllNodeStarts  = Prefix + ".node.*.turn.start"
+	AllIntake      = Prefix + ".intake.>"
 )
+
+// IntakeAny is the intake subject of a turn any node may run:
+// "toolbus.intake.any.<turn>".
+func IntakeAny(turn string) string { return intakePrefix + "any." + turn }
+
+// IntakeNode is the intake subject of a turn asked of one node:
+// "toolbus.intake.node.<node>.<turn>".
+func IntakeNode(node, turn string) string { return intakePrefix + "node." + node + "." + turn }
 
 // CatalogChanged is where a category host says that it started or is stopping, so
 // catalogs refresh at once instead of at their next periodic refresh. The body is a
@@ -63,6 +73,8 @@ const (
 	StatusStarted = "started"
 	StatusStep    = "step"
 	StatusDone    = "done"
+	// StatusBeat is the heartbeat of a running turn's owner, so clients notice a lost one.
+	StatusBeat = "beat"
 )
 
 // ToolSubject is the request subject of one tool: "toolbus.tool.<category>.<tool>".

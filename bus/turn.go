@@ -24,6 +24,9 @@ const (
 	TurnTask TurnKind = "task"
 )
 
+// Ended reports whether a turn in state s has ended.
+func (s TurnState) Ended() bool { return s != "" && s != TurnQueued && s != TurnRunning }
+
 // Valid reports whether k is a defined kind. The empty kind is not valid; [TurnSpec.Normalize]
 // makes it TurnMain.
 func (k TurnKind) Valid() bool {
@@ -100,6 +103,53 @@ func (s *TurnSpec) Check() error {
 	return nil
 }
 
+// TurnRecord is the stored state of a durable turn, in the KV bucket BucketTurns under
+// its id: what it is, who drives it, where it stands. Its revision is the turn's lease
+// of record: a node writes it only with the revision it last read or wrote, so two
+// nodes never drive one turn.
+type TurnRecord struct {
+	Spec  TurnSpec  `json:"spec"`
+	State TurnState `json:"state"` // TurnQueued, TurnRunning or an end state
+	// Owner is the node that drives the turn (empty while queued); Epoch counts the
+	// claims, one per node that took the turn.
+	Owner string `json:"owner,omitempty"`
+	Epoch int    `json:"epoch"`
+	Step  int    `json:"step"`
+	// Stored is how many transcript messages the turn has stored (their Toolbus-Seq
+	// runs from 1 to Stored).
+	Stored int `json:"stored"`
+	// Batch is the current batch of calls, in the model's order.
+	Batch   []CallState `json:"batch,omitempty"`
+	Resumes []Resume    `json:"resumes,omitempty"`
+	Error   string      `json:"error,omitempty"`
+	Created time.Time   `json:"created"`
+	Updated time.Time   `json:"updated"`
+}
+
+// CallState is where one call of a turn's current batch stands.
+type CallState struct {
+	Call      string `json:"call_id"`
+	Tool      string `json:"tool"`
+	Namespace string `json:"namespace,omitempty"`
+	// State is "pending" (not yet answered) or "done".
+	State   string  `json:"state"`
+	Outcome Outcome `json:"outcome,omitempty"`
+}
+
+// Call states of a CallState.
+const (
+	CallPending = "pending"
+	CallDone    = "done"
+)
+
+// Resume records a node taking over a turn.
+type Resume struct {
+	Node string    `json:"node"`
+	From string    `json:"from,omitempty"` // the previous owner
+	At   time.Time `json:"at"`
+	Why  string    `json:"why"`
+}
+
 // StartTurnReply answers a TurnSpec sent to start a turn.
 type StartTurnReply struct {
 	Turn  string `json:"turn_id,omitempty"`
@@ -111,6 +161,7 @@ type StartTurnReply struct {
 type TurnState string
 
 const (
+	TurnQueued     TurnState = "queued" // waiting in the intake for a node
 	TurnRunning    TurnState = "running"
 	TurnCompleted  TurnState = "completed"  // the model stopped calling tools
 	TurnTerminated TurnState = "terminated" // a tool result asked to end the turn
@@ -153,6 +204,8 @@ type TurnStatus struct {
 	Error string       `json:"error,omitempty"`
 	// Notes say what the turn's assembly left out (a namespace no host serves); sent
 	// with StatusStarted.
-	Notes []string  `json:"notes,omitempty"`
-	Time  time.Time `json:"time"`
+	Notes []string `json:"notes,omitempty"`
+	// Resumed is set on StatusStarted when a node took over a turn another drove.
+	Resumed *Resume   `json:"resumed,omitempty"`
+	Time    time.Time `json:"time"`
 }

@@ -208,6 +208,8 @@ func run(ctx context.Context, args []string) error {
 	defer node.Close()
 	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
 	<-ctx.Done()
-	log.Info("node stopping", "node", o.name)
+	// From here a second signal stops the process at once.
+	stop()
+	log.Info("node stopping: handing running turns back (a second signal stops at once)", "node", o.name)
 	return nil
 }

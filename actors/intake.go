@@ -1,0 +1,405 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/asynkron/protoactor-go/actor"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Defaults of the turn intake.
+const (
+	// DefaultMaxTurns bounds the turns one node runs at once.
+	DefaultMaxTurns = 64
+	// DefaultTurnLease is how long a node may go without signalling progress on a
+	// turn before the intake gives the turn to another node. The node signals three
+	// times a lease.
+	DefaultTurnLease = 15 * time.Second
+	// DefaultHandBackGrace bounds how long a stopping node waits for its turns to
+	// reach a checkpoint and go back to the intake.
+	DefaultHandBackGrace = 20 * time.Second
+)
+
+// ErrTurnExists refuses a turn id that is already queued, running or ended.
+var ErrTurnExists = errors.New("turn id already used")
+
+// intake is a node's part of the durable turn intake.
+type intake struct {
+	kv       jetstream.KeyValue
+	stream   jetstream.Stream
+	cancel   context.CancelFunc
+	loops    sync.WaitGroup
+	slots    chan struct{}
+	held     sync.WaitGroup // one per turn being taken or run
+	mu       sync.Mutex
+	running  map[string]*heldTurn // turn id → the turn this node holds
+	stopping bool
+}
+
+// heldTurn is a turn this node took from the intake.
+type heldTurn struct {
+	msg  jetstream.Msg
+	pid  *actor.PID
+	done chan TurnResult
+}
+
+// openIntake creates (or opens) the intake stream, the turns bucket and the consumers.
+func (n *Node) openIntake(ctx context.Context) error {
+	in := &intake{running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
+	err := bus.Retry(ctx, "open the turn intake", n.log, func(ctx context.Context) error {
+		var err error
+		if in.kv, err = bus.KeyValue(ctx, n.js, bus.BucketTurns, n.cfg.Replicas); err != nil {
+			return err
+		}
+		in.stream, err = n.js.Stream(ctx, bus.StreamIntake)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			in.stream, err = bus.Stream(ctx, n.js, bus.IntakeStreamConfig(n.cfg.Replicas))
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	n.intake = in
+	return nil
+}
+
+// Submit queues a durable turn: its record is created (which refuses an id already
+// used) and its spec published into the intake, where a node that runs turns takes it
+// (node, when set, names the one that must). It returns the turn's id.
+func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (string, error) {
+	if err := spec.Check(); err != nil {
+		return "", fmt.Errorf("start turn: %w", err)
+	}
+	spec.Normalize()
+	if spec.ID == "" {
+		spec.ID = bus.NewID()
+	}
+	if node != "" && !bus.ValidToken(node) {
+		return "", fmt.Errorf("start turn: invalid node name %q", node)
+	}
+	if _, err := n.model(spec); err != nil {
+		return "", fmt.Errorf("start turn: %w", err)
+	}
+	in := n.intake
+	if in == nil {
+		return "", errors.New("start turn: this node does not run the turn intake (start it with Turns)")
+	}
+	now := time.Now()
+	rec, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
+	if err != nil {
+		return "", err
+	}
+	if _, err := in.kv.Create(ctx, spec.ID, rec); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if e, gerr := in.kv.Get(ctx, spec.ID); gerr == nil {
+				var old bus.TurnRecord
+				if json.Unmarshal(e.Value(), &old) == nil {
+					return "", fmt.Errorf("start turn %s: %w: it is %s%s since %s", spec.ID, ErrTurnExists, old.State,
+						ownerOf(old), old.Updated.Format(time.RFC3339))
+				}
+			}
+			return "", fmt.Errorf("start turn %s: %w", spec.ID, ErrTurnExists)
+		}
+		return "", fmt.Errorf("start turn %s: record: %w", spec.ID, err)
+	}
+	subject := bus.IntakeAny(spec.ID)
+	if node != "" {
+		subject = bus.IntakeNode(node, spec.ID)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	if _, err := n.js.Publish(ctx, subject, b, jetstream.WithMsgID(spec.ID)); err != nil {
+		return "", fmt.Errorf("start turn %s: intake: %w", spec.ID, err)
+	}
+	return spec.ID, nil
+}
+
+func ownerOf(r bus.TurnRecord) string {
+	if r.Owner == "" {
+		return ""
+	}
+	return " on node " + r.Owner
+}
+
+// runIntake pulls turn specs for this node while it has room for another turn.
+func (n *Node) runIntake() error {
+	in := n.intake
+	ctx, cancel := context.WithCancel(context.Background())
+	in.cancel = cancel
+	for _, node := range []string{"", n.cfg.Name} {
+		cons, err := in.stream.CreateOrUpdateConsumer(ctx, bus.RunnerConsumerConfig(node, n.cfg.TurnLease))
+		if err != nil {
+			cancel()
+			return fmt.Errorf("intake consumer: %w", err)
+		}
+		in.loops.Add(1)
+		go func() {
+			defer in.loops.Done()
+			n.pull(ctx, cons)
+		}()
+	}
+	return nil
+}
+
+// pull takes one spec at a time, each when a slot is free, so that no spec waits in
+// this node while its lease runs.
+func (n *Node) pull(ctx context.Context, cons jetstream.Consumer) {
+	in := n.intake
+	for {
+		select {
+		case in.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		var msg jetstream.Msg
+		for msg == nil {
+			fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
+			batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+			if err == nil {
+				for m := range batch.Messages() {
+					msg = m
+				}
+				err = batch.Error()
+			}
+			fcancel()
+			if ctx.Err() != nil {
+				if msg != nil {
+					_ = msg.Nak() // taken while stopping: another node runs it
+				}
+				<-in.slots
+				return
+			}
+			if err != nil && msg == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+				n.log.Warn("intake fetch", "err", err)
+				select {
+				case <-ctx.Done():
+					<-in.slots
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		}
+		in.held.Add(1)
+		go func() {
+			defer in.held.Done()
+			defer func() { <-in.slots }()
+			n.take(msg)
+		}()
+	}
+}
+
+// take claims the turn of an intake message, runs it here until it ends or is handed
+// back, and settles the message accordingly.
+func (n *Node) take(msg jetstream.Msg) {
+	in := n.intake
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var spec bus.TurnSpec
+	if err := json.Unmarshal(msg.Data(), &spec); err != nil || spec.ID == "" {
+		n.log.Error("intake: a message that is not a turn spec; dropped", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return
+	}
+	log := n.log.With("turn", spec.ID)
+	d, err := n.claim(ctx, spec)
+	switch {
+	case errors.Is(err, errTurnOver):
+		_ = msg.Ack()
+		return
+	case err != nil:
+		log.Warn("intake: could not take the turn; another node will", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	if d.resume == nil && d.rec.Stored > 0 {
+		// Taken over: read back what the turn stored.
+		items, err := ReadTranscript(ctx, n.js, spec.ID)
+		if err != nil && !errors.Is(err, errNoTranscript) {
+			log.Warn("intake: could not read the transcript to resume; another node will", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+		d.resume = items
+	}
+	model, err := n.model(spec)
+	if err != nil {
+		n.endUnstarted(ctx, d, spec, fmt.Errorf("%w: %w", ErrModel, err))
+		_ = msg.Ack()
+		return
+	}
+	kit, err := n.Assemble(ctx, spec)
+	if err != nil {
+		n.endUnstarted(ctx, d, spec, fmt.Errorf("%w: %w", ErrRuntime, err))
+		_ = msg.Ack()
+		return
+	}
+	h := &heldTurn{msg: msg, done: make(chan TurnResult, 1)}
+	in.mu.Lock()
+	if in.stopping {
+		in.mu.Unlock()
+		_ = msg.Nak()
+		return
+	}
+	in.running[spec.ID] = h
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		delete(in.running, spec.ID)
+		in.mu.Unlock()
+	}()
+
+	cfg := TurnConfig{Spec: spec, Model: model, Kit: kit, dur: d, Done: func(r TurnResult) { h.done <- r },
+		Unavailable: func(string) { n.catalog.Kick() }}
+	if _, err := n.Spawn(ctx, cfg); err != nil {
+		log.Warn("intake: could not start the turn; another node will", "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	// The lease: progress three times a lease, and a heartbeat for clients.
+	beat := time.NewTicker(n.cfg.TurnLease / 3)
+	defer beat.Stop()
+	for {
+		select {
+		case r := <-h.done:
+			switch {
+			case r.HandedBack:
+				_ = msg.Nak()
+			case r.Fenced:
+				// Another node holds the turn and its message now.
+			default:
+				_ = msg.Ack()
+			}
+			return
+		case <-beat.C:
+			_ = msg.InProgress()
+			n.beat(spec)
+		}
+	}
+}
+
+// beat publishes a heartbeat of a turn this node runs.
+func (n *Node) beat(spec bus.TurnSpec) {
+	b, err := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind, State: bus.TurnRunning, Time: time.Now()})
+	if err == nil {
+		err = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusBeat), b)
+	}
+	if err != nil {
+		n.log.Debug("heartbeat", "turn", spec.ID, "err", err)
+	}
+}
+
+// errTurnOver reports an intake message of a turn that has ended already.
+var errTurnOver = errors.New("the turn has ended")
+
+// claim makes this node the turn's owner: at the record's revision, so that of two
+// nodes given the same turn one wins.
+func (n *Node) claim(ctx context.Context, spec bus.TurnSpec) (*durable, error) {
+	kv := n.intake.kv
+	var rec bus.TurnRecord
+	var rev uint64
+	e, err := kv.Get(ctx, spec.ID)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		// Published without a record (by hand, or the record was lost): make one.
+		now := time.Now()
+		rec = bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now}
+	case err != nil:
+		return nil, err
+	default:
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return nil, fmt.Errorf("turn record: %w", err)
+		}
+		rev = e.Revision()
+	}
+	if rec.State.Ended() {
+		return nil, errTurnOver
+	}
+	d := &durable{kv: kv}
+	prev := rec.Owner
+	if prev != "" || rec.Stored > 0 {
+		why := "the turn's node stopped signalling progress (lost, or killed)"
+		if prev == "" {
+			why = "the turn was handed back by its node (stopping)"
+		}
+		d.lost = prev
+		if d.lost == "" && len(rec.Resumes) > 0 {
+			d.lost = rec.Resumes[len(rec.Resumes)-1].Node
+		}
+		rec.Resumes = append(rec.Resumes, bus.Resume{Node: n.cfg.Name, From: prev, At: time.Now(), Why: why})
+	}
+	rec.Spec, rec.State, rec.Owner, rec.Updated = spec, bus.TurnRunning, n.cfg.Name, time.Now()
+	rec.Epoch++
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if rev == 0 {
+		rev, err = kv.Create(ctx, spec.ID, b)
+	} else {
+		rev, err = kv.Update(ctx, spec.ID, b, rev)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim: %w", err)
+	}
+	d.rev, d.rec = rev, rec
+	return d, nil
+}
+
+// endUnstarted ends a claimed turn that could not start here, and says so.
+func (n *Node) endUnstarted(ctx context.Context, d *durable, spec bus.TurnSpec, err error) {
+	d.rec.State, d.rec.Error, d.rec.Updated = bus.TurnFailed, err.Error(), time.Now()
+	if _, werr := updateRecord(ctx, d.kv, spec.ID, d.rec, d.rev, n.log); werr != nil {
+		n.log.Warn("store the turn's end", "turn", spec.ID, "err", werr)
+	}
+	b, _ := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind,
+		State: bus.TurnFailed, Error: err.Error(), Time: time.Now()})
+	_ = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusDone), b)
+}
+
+// stopIntake stops taking turns and hands the running ones back: each at its next
+// checkpoint, within grace; a turn that does not make it is stopped where it is and
+// the intake gives it to another node at once.
+func (n *Node) stopIntake(grace time.Duration) {
+	in := n.intake
+	if in == nil || in.cancel == nil {
+		return
+	}
+	in.cancel()
+	in.loops.Wait()
+	in.mu.Lock()
+	in.stopping = true
+	held := make([]*heldTurn, 0, len(in.running))
+	for _, h := range in.running {
+		held = append(held, h)
+	}
+	in.mu.Unlock()
+	if len(held) == 0 {
+		return
+	}
+	n.log.Info("handing turns back to the intake", "turns", len(held), "grace", grace)
+	n.sys.Root.Send(n.pid, &handBackAll{})
+	all := make(chan struct{})
+	go func() { in.held.Wait(); close(all) }()
+	select {
+	case <-all:
+		return
+	case <-time.After(grace):
+	}
+	in.mu.Lock()
+	for id, h := range in.running {
+		n.log.Warn("turn did not reach a checkpoint in time; another node resumes it", "turn", id)
+		_ = h.msg.Nak()
+	}
+	in.mu.Unlock()
+}
