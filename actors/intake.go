@@ -98,18 +98,28 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 	if err != nil {
 		return "", err
 	}
-	if _, err := in.kv.Create(ctx, spec.ID, rec); err != nil {
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			if e, gerr := in.kv.Get(ctx, spec.ID); gerr == nil {
-				var old bus.TurnRecord
-				if json.Unmarshal(e.Value(), &old) == nil {
-					return "", fmt.Errorf("start turn %s: %w: it is %s%s since %s", spec.ID, ErrTurnExists, old.State,
-						ownerOf(old), old.Updated.Format(time.RFC3339))
-				}
-			}
-			return "", fmt.Errorf("start turn %s: %w", spec.ID, ErrTurnExists)
+	// A stream electing a leader does not answer: retry, and take a record found on a
+	// retry for ours when it is the one we wrote.
+	err = bus.Retry(ctx, "create the turn record", n.log, func(ctx context.Context) error {
+		_, err := in.kv.Create(ctx, spec.ID, rec)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
 		}
-		return "", fmt.Errorf("start turn %s: record: %w", spec.ID, err)
+		e, gerr := in.kv.Get(ctx, spec.ID)
+		if gerr != nil {
+			return gerr
+		}
+		var old bus.TurnRecord
+		if json.Unmarshal(e.Value(), &old) != nil {
+			return fmt.Errorf("%w (its record is unreadable)", ErrTurnExists)
+		}
+		if old.Created.Equal(now) {
+			return nil
+		}
+		return fmt.Errorf("%w: it is %s%s since %s", ErrTurnExists, old.State, ownerOf(old), old.Updated.Format(time.RFC3339))
+	})
+	if err != nil {
+		return "", fmt.Errorf("start turn %s: %w", spec.ID, err)
 	}
 	subject := bus.IntakeAny(spec.ID)
 	if node != "" {
@@ -119,7 +129,10 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 	if err != nil {
 		return "", err
 	}
-	if _, err := n.js.Publish(ctx, subject, b, jetstream.WithMsgID(spec.ID)); err != nil {
+	if err := bus.Retry(ctx, "queue the turn", n.log, func(ctx context.Context) error {
+		_, err := n.js.Publish(ctx, subject, b, jetstream.WithMsgID(spec.ID))
+		return err
+	}); err != nil {
 		return "", fmt.Errorf("start turn %s: intake: %w", spec.ID, err)
 	}
 	return spec.ID, nil
