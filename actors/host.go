@@ -53,8 +53,9 @@ type HostConfig struct {
 
 // hostCall is a tool request taken from the micro handler.
 type hostCall struct {
-	tool *toolbus.Tool
-	req  micro.Request
+	tool  *toolbus.Tool
+	req   micro.Request
+	trace string // the request's traceparent, passed on with the call's events
 }
 
 // hostReady asks a host whether it serves; it answers with hostStarted.
@@ -63,13 +64,19 @@ type hostReady struct{}
 type hostStarted struct{ err error }
 
 // hostFailed tells a host that its service or connection ended without being asked to.
-type hostFailed struct{ err error }
+// gen is the incarnation that failed: a connection that closes ends the service too, and
+// the second report must not fail the incarnation that replaced the first.
+type hostFailed struct {
+	err error
+	gen int
+}
 
 // hostShared is what a host's incarnations share across supervised restarts.
 type hostShared struct {
 	mu      sync.Mutex
 	nc      *nats.Conn
 	started bool // a first start succeeded: later starts are restarts
+	gen     int  // incarnations so far
 }
 
 // host is the actor that serves one category on one node. The actor owns the
@@ -82,6 +89,8 @@ type host struct {
 	log      *slog.Logger
 	sys      *actor.ActorSystem
 	self     *actor.PID
+	gen      int         // this incarnation
+	failed   atomic.Bool // this incarnation reported its failure
 	svc      micro.Service
 	abortSub *nats.Subscription
 	startErr error
@@ -165,6 +174,10 @@ func (h *host) Receive(ctx actor.Context) {
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		h.sys, h.self = ctx.ActorSystem(), ctx.Self()
+		h.shared.mu.Lock()
+		h.shared.gen++
+		h.gen = h.shared.gen
+		h.shared.mu.Unlock()
 		restart := h.shared.isStarted()
 		if err := h.start(); err != nil {
 			h.startErr = fmt.Errorf("category host %s: %w", h.cfg.Category, err)
@@ -183,7 +196,7 @@ func (h *host) Receive(ctx actor.Context) {
 	case *hostReady:
 		ctx.Respond(hostStarted{err: h.startErr})
 	case *hostFailed:
-		if !h.isStopped() {
+		if m.gen == h.gen && !h.isStopped() {
 			// Fail to the supervisor (the node), which restarts the host.
 			panic(fmt.Errorf("category host %s: %w", h.cfg.Category, m.err))
 		}
@@ -233,11 +246,11 @@ func (h *host) isStopped() bool {
 
 // fail tells the actor that its service or connection ended on its own.
 func (h *host) fail(err error) {
-	if h.isStopped() {
+	if h.isStopped() || !h.failed.CompareAndSwap(false, true) {
 		return
 	}
 	h.log.Warn("category host failed", "err", err)
-	h.sys.Root.Send(h.self, &hostFailed{err: err})
+	h.sys.Root.Send(h.self, &hostFailed{err: err, gen: h.gen})
 }
 
 func (h *host) start() error {
@@ -361,6 +374,7 @@ var errHostStopping = errors.New("the category host is stopping")
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
 	req, badHeader := bus.ParseToolRequest(nats.Header(m.req.Headers()))
+	m.trace = req.Traceparent
 	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
 	timeout := m.tool.Timeout
 	if timeout <= 0 {
@@ -480,7 +494,12 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		ev := bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Label: label, Time: time.Now()}
 		b, err := json.Marshal(ev)
 		if err == nil {
-			err = h.cfg.Conn.Publish(bus.EventSubject(call.Turn, call.ID, kind), b)
+			msg := nats.NewMsg(bus.EventSubject(call.Turn, call.ID, kind))
+			msg.Data = b
+			if m.trace != "" {
+				msg.Header.Set(bus.HeaderTraceparent, m.trace)
+			}
+			err = h.cfg.Conn.PublishMsg(msg)
 		}
 		if err != nil {
 			h.log.Warn("publish event", "turn", call.Turn, "call", call.ID, "kind", kind, "err", err)

@@ -81,6 +81,16 @@ func TestHostRestartsAfterItsConnectionCloses(t *testing.T) {
 			t.Errorf("log lacks %q:\n%s", want, logs.String())
 		}
 	}
+	// The closed connection also stopped the micro service: that second report of the
+	// same failure must not fail the new incarnation.
+	for range 5 {
+		if err := call(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := strings.Count(logs.String(), "restarting it"); n != 1 {
+		t.Errorf("the host was restarted %d times, want 1:\n%s", n, logs.String())
+	}
 }
 
 // connByName finds one of the node's connections by its name.
