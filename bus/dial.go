@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 // Credentials authenticate a client connecting over the network.
@@ -19,7 +21,7 @@ type Credentials struct {
 // Dial connects to a NATS server or cluster at url (comma-separated URLs for
 // a cluster), named name, and keeps reconnecting for as long as the process
 // runs. It fails fast, with the server's own words, when the first connection
-// is refused.
+// is refused. The error shows url with its credentials masked.
 func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.Option) (*nats.Conn, error) {
 	all := []nats.Option{
 		nats.Name(name),
@@ -38,7 +40,7 @@ func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.
 	}
 	nc, err := nats.Connect(url, append(all, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", url, err)
+		return nil, fmt.Errorf("connect to %s: %w", redact.URL(url), err)
 	}
 	return nc, nil
 }

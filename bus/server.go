@@ -19,6 +19,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 // Defaults for the JetStream limits. The server's own defaults are 75% of
@@ -245,10 +247,15 @@ func clusterOptions(o *server.Options, c *ClusterConfig) error {
 		}
 		u, err := url.Parse(r)
 		if err != nil {
-			return fmt.Errorf("route %q: %w", r, err)
+			// A *url.Error quotes the whole URL, credentials included.
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			return fmt.Errorf("route %q: %w", redact.URL(r), err)
 		}
 		if u.Host == "" {
-			return fmt.Errorf("route %q: no host", r)
+			return fmt.Errorf("route %q: no host", redact.URL(r))
 		}
 		if u.User == nil && c.Username != "" {
 			u.User = url.UserPassword(c.Username, c.Password)

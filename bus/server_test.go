@@ -156,6 +156,8 @@ func TestConfigErrors(t *testing.T) {
 		{"cluster on open address without credentials", Config{Cluster: &ClusterConfig{Name: "c", Listen: "0.0.0.0:6222"}}, "route credentials are required"},
 		{"cluster with half the credentials", Config{Cluster: &ClusterConfig{Name: "c", Listen: "127.0.0.1:-1", Username: "r"}}, "go together"},
 		{"cluster with bad route", Config{Cluster: &ClusterConfig{Name: "c", Listen: "127.0.0.1:-1", Routes: []string{"nats://"}}}, "no host"},
+		{"route with credentials and a bad port", Config{Cluster: &ClusterConfig{Name: "c", Listen: "127.0.0.1:-1", Routes: []string{"nats://r:routesecret@127.0.0.1:port"}}},
+			`route "nats://r:xxxxx@127.0.0.1:port": invalid port`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -166,6 +168,9 @@ func TestConfigErrors(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("error %q does not mention %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "routesecret") {
+				t.Errorf("error %q shows the route password", err)
 			}
 		})
 	}
@@ -512,5 +517,22 @@ func TestServerLoggerLevels(t *testing.T) {
 				t.Errorf("fatal message %q, want fatal", msg)
 			}
 		})
+	}
+}
+
+// A refused connection names the server without the password of its URL.
+func TestDialErrorHidesURLCredentials(t *testing.T) {
+	s, _ := startServer(t, Config{Listen: "127.0.0.1:0", Users: []User{{Name: "ops", Password: "right"}}})
+	url := strings.Replace(s.ClientURL(), "nats://", "nats://ops:wrongsecret@", 1)
+	nc, err := Dial(testContext(t), url, "dial-test", Credentials{})
+	if err == nil {
+		nc.Close()
+		t.Fatal("connected with a wrong password")
+	}
+	if !errors.Is(err, nats.ErrAuthorization) {
+		t.Errorf("err = %v, want %v", err, nats.ErrAuthorization)
+	}
+	if strings.Contains(err.Error(), "wrongsecret") || !strings.Contains(err.Error(), "nats://ops:xxxxx@127.0.0.1:") {
+		t.Errorf("error %q: want the URL with its password masked", err)
 	}
 }

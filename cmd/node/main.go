@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -149,7 +150,7 @@ func run(ctx context.Context, args []string) error {
 	if o.server != "" {
 		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds}
 		connect = func(name string) (*nats.Conn, error) { return bus.Dial(ctx, o.server, name, cred) }
-		where = "connected to " + o.server
+		where = "connected to " + redact.URL(o.server)
 	} else {
 		cfg := bus.Config{
 			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
