@@ -14,6 +14,8 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 // Environment variables read by [ConfigFromEnv].
@@ -25,9 +27,16 @@ const (
 // DefaultBaseURL is the OpenAI API, used when Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.openai.com/v1/"
 
-// DefaultRequestTimeout bounds one HTTP attempt when Config.RequestTimeout is zero. It is
-// long because a reasoning model may think for minutes before it answers.
-const DefaultRequestTimeout = 10 * time.Minute
+// DefaultRequestTimeout bounds one HTTP attempt when Config.RequestTimeout is zero. A
+// reasoning model at a high effort may think for minutes before it answers, and an
+// attempt cut short is asked again from the start, so this leaves it room; a local server
+// that answers fast or not at all is better served by a shorter one.
+const DefaultRequestTimeout = 5 * time.Minute
+
+// DefaultMaxResponseBytes caps one response body when Config.MaxResponseBytes is zero.
+// The largest answers of the APIs, a long text with encrypted reasoning, are a few
+// hundred KiB.
+const DefaultMaxResponseBytes int64 = 32 << 20
 
 // DefaultMaxRetries is the number of retries after the first attempt when
 // Config.MaxRetries is zero.
@@ -41,10 +50,17 @@ type Config struct {
 	APIKey string
 	// BaseURL is the API root, e.g. "http://localhost:11434/v1". Empty means DefaultBaseURL.
 	BaseURL string
-	// RequestTimeout bounds one HTTP attempt; zero means DefaultRequestTimeout. An
-	// attempt that times out is not retried. The context given to Respond bounds the
-	// whole call, retries included.
+	// RequestTimeout bounds one HTTP attempt, from sending the request to the last byte
+	// of the answer; zero means DefaultRequestTimeout. An attempt that gets no answer in
+	// time is retried like a network error (MaxRetries, with backoff), and the last one
+	// ends the call with an error wrapping ErrRequestTimeout: "no answer from URL within
+	// 5m0s (3 attempts)". One whose answer stalls after it began is not retried. The
+	// context given to Respond bounds the whole call, retries included.
 	RequestTimeout time.Duration
+	// MaxResponseBytes caps the body of one response; zero means
+	// DefaultMaxResponseBytes. A body past it fails the call with a *Error, and the rest
+	// is never read.
+	MaxResponseBytes int64
 	// MaxRetries is how often a request is retried on 408, 409, 429, 5xx and network
 	// errors, with exponential backoff or the server's Retry-After. Zero means
 	// DefaultMaxRetries; a negative value disables retries.
@@ -91,6 +107,13 @@ func (c Config) requestTimeout() time.Duration {
 	return c.RequestTimeout
 }
 
+func (c Config) maxResponseBytes() int64 {
+	if c.MaxResponseBytes <= 0 {
+		return DefaultMaxResponseBytes
+	}
+	return c.MaxResponseBytes
+}
+
 func (c Config) maxRetries() int {
 	switch {
 	case c.MaxRetries < 0:
@@ -116,8 +139,9 @@ func (c Config) requestOptions(provider string, log *slog.Logger, red redactor) 
 		option.WithBaseURL(c.baseURL()),
 		option.WithAPIKey(c.APIKey),
 		option.WithMaxRetries(c.maxRetries()),
-		option.WithRequestTimeout(c.requestTimeout()),
-		option.WithMiddleware(logAttempts(provider, log, red)),
+		// No option.WithRequestTimeout: the SDK does not retry an attempt that
+		// timed out. boundAttempts times each attempt itself, and bounds its body.
+		option.WithMiddleware(logAttempts(provider, log, red), c.boundAttempts()),
 	}
 	if c.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
@@ -216,14 +240,19 @@ func classify(ctx context.Context, provider string, cfg Config, red redactor, er
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%s: %w", provider, ctxErr)
 	}
+	var large *bodyTooLarge
+	if errors.As(err, &large) {
+		return &Error{Provider: provider, Message: fmt.Sprintf(
+			"response body exceeds %s; stopped reading it (is %s an endpoint of this API? the cap is Config.MaxResponseBytes)",
+			formatBytes(large.limit), redact.URL(cfg.baseURL()))}
+	}
+	var timeout *attemptTimeout
+	if errors.As(err, &timeout) {
+		return red.error(fmt.Errorf("%s: %w", provider, timeout))
+	}
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
 		return &Error{Provider: provider, Status: apiErr.StatusCode, Message: red.string(statusMessage(apiErr, cfg))}
-	}
-	if errors.Is(err, context.DeadlineExceeded) {
-		// The caller's context is alive, so the SDK's per-attempt timeout fired.
-		return red.error(fmt.Errorf("%s: no answer from %s within the request timeout (%s): %w",
-			provider, cfg.baseURL(), cfg.requestTimeout(), err))
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
@@ -245,7 +274,7 @@ func statusMessage(apiErr *openai.Error, cfg Config) string {
 	case http.StatusForbidden:
 		return fmt.Sprintf("access denied (the key lacks permission for this model or endpoint): %s", msg)
 	case http.StatusNotFound:
-		return fmt.Sprintf("not found at %s (unknown model, or the endpoint does not speak this API): %s", cfg.baseURL(), msg)
+		return fmt.Sprintf("not found at %s (unknown model, or the endpoint does not speak this API): %s", redact.URL(cfg.baseURL()), msg)
 	}
 	return msg
 }

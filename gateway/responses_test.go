@@ -519,19 +519,6 @@ func TestResponsesFailedStatus(t *testing.T) {
 	}
 }
 
-func TestResponsesRequestTimeout(t *testing.T) {
-	api := newFakeAPI(t, exchange{hang: true})
-	cfg := api.config(&bytes.Buffer{})
-	cfg.RequestTimeout = 100 * time.Millisecond
-	cfg.MaxRetries = -1
-	ctx := context.Background()
-	_, err := newResponses(t, cfg).Respond(ctx, &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "request timeout") {
-		t.Fatalf("err = %v, want the request timeout", err)
-	}
-	noKey(t, "error", err.Error())
-}
-
 func TestResponsesAbort(t *testing.T) {
 	api := newFakeAPI(t, exchange{hang: true})
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,170 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus/gateway"
+)
+
+func ask(t *testing.T, m gateway.Model) (*gateway.Response, error) {
+	t.Helper()
+	return m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+}
+
+// A silent endpoint: every attempt times out, each is retried as a network error would
+// be, and the call ends naming the endpoint, the timeout and the attempts made.
+func TestRequestTimeoutRetriedThenReported(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		retries  int
+		attempts int
+		open     func(*testing.T, gateway.Config) gateway.Model
+		provider string
+	}{
+		{"responses, one retry", 1, 2, func(t *testing.T, c gateway.Config) gateway.Model { return newResponses(t, c) }, "openai"},
+		{"chat, default retries", 0, 1 + gateway.DefaultMaxRetries, func(t *testing.T, c gateway.Config) gateway.Model { return newChat(t, c) }, "chat"},
+		{"no retries", -1, 1, func(t *testing.T, c gateway.Config) gateway.Model { return newChat(t, c) }, "chat"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			script := make([]exchange, tc.attempts)
+			for i := range script {
+				script[i] = exchange{hang: true}
+			}
+			api := newFakeAPI(t, script...)
+			var logs bytes.Buffer
+			cfg := api.config(&logs)
+			cfg.RequestTimeout = 50 * time.Millisecond
+			cfg.MaxRetries = tc.retries
+			_, err := ask(t, tc.open(t, cfg))
+			if !errors.Is(err, gateway.ErrRequestTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err = %v, want ErrRequestTimeout", err)
+			}
+			attempts := fmt.Sprintf("%d attempts", tc.attempts)
+			if tc.attempts == 1 {
+				attempts = "1 attempt"
+			}
+			want := fmt.Sprintf("%s: no answer from %s/v1 within 50ms (%s)", tc.provider, api.srv.URL, attempts)
+			if err.Error() != want {
+				t.Errorf("err = %q\nwant  %q", err, want)
+			}
+			if n := len(api.requests()); n != tc.attempts {
+				t.Errorf("%d attempts reached the server, want %d", n, tc.attempts)
+			}
+			if got := strings.Count(logs.String(), "no answer from"); got != tc.attempts {
+				t.Errorf("%d attempts logged as timed out, want %d:\n%s", got, tc.attempts, logs.String())
+			}
+			noKey(t, "error", err.Error())
+		})
+	}
+}
+
+// An answer that begins and then stalls is cut at the timeout too, and not retried:
+// the endpoint is alive and working on it.
+func TestRequestTimeoutStalledBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"id":"resp_1","output":[`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	_, err := ask(t, newResponses(t, gateway.Config{APIKey: testKey, BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), RequestTimeout: 50 * time.Millisecond}))
+	want := fmt.Sprintf("openai: the answer from %s/v1 was not complete within 50ms (attempt 1; an answer cut short is not retried)", srv.URL)
+	if !errors.Is(err, gateway.ErrRequestTimeout) || err.Error() != want {
+		t.Fatalf("err = %v\nwant  %s", err, want)
+	}
+}
+
+// An endpoint that sends without end: the step fails at the cap with a *gateway.Error,
+// and memory grows with the cap, not with what the server sent.
+func TestResponseBodyCapped(t *testing.T) {
+	const serverMax = 512 << 20 // bounds the server's loop should the cap fail
+	for _, tc := range []struct {
+		name   string
+		limit  int64 // 0: the default
+		status int
+	}{
+		{"1 MiB", 1 << 20, http.StatusOK},
+		{"default", 0, http.StatusOK},
+		{"error status", 1 << 20, http.StatusBadRequest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent atomic.Int64
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.Copy(io.Discard, r.Body)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, `{"id":"`)
+				chunk := bytes.Repeat([]byte("a"), 64<<10)
+				for sent.Load() < serverMax {
+					n, err := w.Write(chunk)
+					sent.Add(int64(n))
+					if err != nil {
+						return // the client hung up
+					}
+				}
+			}))
+			t.Cleanup(srv.Close)
+			limit := tc.limit
+			if limit == 0 {
+				limit = gateway.DefaultMaxResponseBytes
+			}
+			m := newResponses(t, gateway.Config{APIKey: testKey, BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxResponseBytes: tc.limit})
+
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			_, err := ask(t, m)
+			runtime.ReadMemStats(&after)
+
+			var gwErr *gateway.Error
+			if !errors.As(err, &gwErr) {
+				t.Fatalf("err = %v (%T), want a *gateway.Error", err, err)
+			}
+			want := fmt.Sprintf("openai: response body exceeds %d MiB; stopped reading it (is %s/v1 an endpoint of this API? the cap is Config.MaxResponseBytes)", limit>>20, srv.URL)
+			if err.Error() != want {
+				t.Errorf("err = %q\nwant  %q", err, want)
+			}
+			allocated := after.TotalAlloc - before.TotalAlloc
+			grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+			t.Logf("cap %d MiB: allocated %.1f MiB in all during the call, heap %+.1f MiB after it; the server had sent %.1f MiB when it was cut off",
+				limit>>20, float64(allocated)/(1<<20), float64(grown)/(1<<20), float64(sent.Load())/(1<<20))
+			// Everything the call allocated, garbage included, bounds how far the heap
+			// can have grown.
+			if bound := uint64(8*limit + 8<<20); allocated > bound {
+				t.Errorf("the call allocated %d bytes; want at most %d for a cap of %d", allocated, bound, limit)
+			}
+		})
+	}
+}
+
+// A body announced larger than the cap is refused before a byte of it is read.
+func TestResponseBodyAnnouncedTooLarge(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", fmt.Sprint(int64(2)<<30))
+		w.WriteHeader(http.StatusOK)
+		_, _ = io.WriteString(w, `{"id":"`)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // until the client hangs up
+	}))
+	t.Cleanup(srv.Close)
+	_, err := ask(t, newChat(t, gateway.Config{BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), MaxResponseBytes: 4 << 10}))
+	var gwErr *gateway.Error
+	if !errors.As(err, &gwErr) || !strings.HasPrefix(err.Error(), "chat: response body exceeds 4 KiB; stopped reading it") {
+		t.Fatalf("err = %v, want a *gateway.Error about the 4 KiB cap", err)
+	}
+}
