@@ -35,15 +35,15 @@ type Chat struct {
 }
 
 // NewChat returns a Chat gateway for model. A local server may need no API key; the
-// OpenAI endpoint (an empty BaseURL) does.
+// OpenAI API (an empty BaseURL) does.
 func NewChat(model string, cfg Config) (*Chat, error) {
 	if model == "" {
 		return nil, errors.New("chat gateway: model name is empty")
 	}
-	if cfg.BaseURL == "" && cfg.APIKey == "" {
-		return nil, fmt.Errorf("chat gateway for %s: no base URL and no API key: pass --base-url for a local server, or set %s for OpenAI", model, EnvAPIKey)
+	if cfg.apiKey() == "" && IsOpenAIAPI(cfg.baseURL()) {
+		return nil, fmt.Errorf("chat gateway for %s: no API key for the OpenAI API: set %s, or pass --base-url for a local server", model, EnvAPIKey)
 	}
-	log, red := cfg.logger(), newRedactor(cfg.APIKey)
+	log, red := cfg.logger(), cfg.redactor()
 	return &Chat{
 		model:   model,
 		cfg:     cfg,

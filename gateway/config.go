@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -20,9 +21,19 @@ import (
 
 // Environment variables read by [ConfigFromEnv].
 const (
-	EnvAPIKey  = "OPENAI_API_KEY"
-	EnvBaseURL = "OPENAI_BASE_URL"
+	// EnvAPIKey is OpenAI's key (Config.OpenAIKey): it goes only to the OpenAI API.
+	EnvAPIKey = "OPENAI_API_KEY"
+	// EnvModelAPIKey is the key of the endpoint at the base URL, whatever it is
+	// (Config.APIKey).
+	EnvModelAPIKey = "TOOLBUS_MODEL_API_KEY"
+	EnvBaseURL     = "OPENAI_BASE_URL"
+	// EnvRequestTimeout is Config.RequestTimeout, in Go's duration syntax (90s, 2m).
+	EnvRequestTimeout = "TOOLBUS_REQUEST_TIMEOUT"
 )
+
+// OpenAIHost is the host of the OpenAI API, the only one OPENAI_API_KEY is sent to
+// (regional hosts under it, such as eu.api.openai.com, too).
+const OpenAIHost = "api.openai.com"
 
 // DefaultBaseURL is the OpenAI API, used when Config.BaseURL is empty.
 const DefaultBaseURL = "https://api.openai.com/v1/"
@@ -44,10 +55,16 @@ const DefaultMaxRetries = 2
 
 // Config configures the OpenAI-protocol gateways ([Responses] and [Chat]).
 type Config struct {
-	// APIKey is sent as a bearer token. It is removed from errors, items and logs
-	// wherever a server or model echoes it; keys shorter than 8 characters are
-	// placeholders for local servers ("ollama", "EMPTY") and are left alone.
+	// APIKey is the key of the endpoint at BaseURL, sent to it as a bearer token
+	// whatever it is: a key given for that endpoint (TOOLBUS_MODEL_API_KEY, a key file).
+	// Both keys are removed from errors, items and logs wherever a server or model
+	// echoes them; keys shorter than 8 characters are placeholders for local servers
+	// ("ollama", "EMPTY") and are left alone.
 	APIKey string
+	// OpenAIKey is OpenAI's key (OPENAI_API_KEY). It is sent only when APIKey is empty
+	// and BaseURL is the OpenAI API: https on OpenAIHost or a host under it. A local
+	// server or a proxy at another base URL never sees it.
+	OpenAIKey string
 	// BaseURL is the API root, e.g. "http://localhost:11434/v1". Empty means DefaultBaseURL.
 	BaseURL string
 	// RequestTimeout bounds one HTTP attempt, from sending the request to the last byte
@@ -85,12 +102,91 @@ type Config struct {
 	MaxSteps int
 }
 
-// ConfigFromEnv returns a Config holding OPENAI_API_KEY and OPENAI_BASE_URL.
-func ConfigFromEnv() Config {
-	return Config{
-		APIKey:  os.Getenv(EnvAPIKey),
-		BaseURL: os.Getenv(EnvBaseURL),
+// ConfigFromEnv returns a Config holding OPENAI_API_KEY (as OpenAIKey),
+// TOOLBUS_MODEL_API_KEY (as APIKey), OPENAI_BASE_URL and TOOLBUS_REQUEST_TIMEOUT. It
+// fails only on a request timeout that is no duration.
+func ConfigFromEnv() (Config, error) {
+	c := Config{
+		OpenAIKey: os.Getenv(EnvAPIKey),
+		APIKey:    os.Getenv(EnvModelAPIKey),
+		BaseURL:   os.Getenv(EnvBaseURL),
 	}
+	if v := os.Getenv(EnvRequestTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return Config{}, fmt.Errorf("%s=%q: want a positive duration such as 90s or 5m", EnvRequestTimeout, v)
+		}
+		c.RequestTimeout = d
+	}
+	return c, nil
+}
+
+// maxKeyFile bounds a key file: a key is a line, not a document.
+const maxKeyFile = 64 << 10
+
+// ReadKeyFile reads an API key from a file holding it alone, white space around it
+// trimmed. Its errors never show the file's content.
+func ReadKeyFile(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("API key file: %w", err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return "", fmt.Errorf("API key file: %w", err)
+	}
+	key := strings.TrimSpace(string(b))
+	switch {
+	case len(b) > maxKeyFile:
+		return "", fmt.Errorf("API key file %s is larger than %s: want the key alone", path, formatBytes(maxKeyFile))
+	case key == "":
+		return "", fmt.Errorf("API key file %s is empty", path)
+	case strings.ContainsAny(key, " \t\r\n"):
+		return "", fmt.Errorf("API key file %s holds more than one word: want the key alone", path)
+	}
+	return key, nil
+}
+
+// IsOpenAIAPI reports whether baseURL is the OpenAI API, the only endpoint OPENAI_API_KEY
+// is sent to: https, on OpenAIHost or a host under it, on the default port.
+func IsOpenAIAPI(baseURL string) bool {
+	u, err := url.Parse(baseURL)
+	if err != nil || !strings.EqualFold(u.Scheme, "https") || u.User != nil {
+		return false
+	}
+	if p := u.Port(); p != "" && p != "443" {
+		return false
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	return host == OpenAIHost || strings.HasSuffix(host, "."+OpenAIHost)
+}
+
+// apiKey is the key sent to the base URL: the endpoint's own, else OpenAI's when the
+// endpoint is OpenAI's.
+func (c Config) apiKey() string {
+	if c.APIKey != "" {
+		return c.APIKey
+	}
+	if IsOpenAIAPI(c.baseURL()) {
+		return c.OpenAIKey
+	}
+	return ""
+}
+
+// keyAdvice says where the key for the base URL comes from, for errors about a
+// missing or refused key.
+func (c Config) keyAdvice() string {
+	switch {
+	case c.APIKey != "":
+		return "check " + EnvModelAPIKey + " or the -api-key-file"
+	case IsOpenAIAPI(c.baseURL()):
+		return "check " + EnvAPIKey
+	case c.OpenAIKey != "":
+		return fmt.Sprintf("%s is sent only to %s: give %s its own key in %s or -api-key-file",
+			EnvAPIKey, OpenAIHost, redact.URL(c.baseURL()), EnvModelAPIKey)
+	}
+	return fmt.Sprintf("give %s its key in %s or -api-key-file", redact.URL(c.baseURL()), EnvModelAPIKey)
 }
 
 func (c Config) baseURL() string {
@@ -137,7 +233,7 @@ func (c Config) logger() *slog.Logger {
 func (c Config) requestOptions(provider string, log *slog.Logger, red redactor) []option.RequestOption {
 	opts := []option.RequestOption{
 		option.WithBaseURL(c.baseURL()),
-		option.WithAPIKey(c.APIKey),
+		option.WithAPIKey(c.apiKey()),
 		option.WithMaxRetries(c.maxRetries()),
 		// No option.WithRequestTimeout: the SDK does not retry an attempt that
 		// timed out. boundAttempts times each attempt itself, and bounds its body.
@@ -180,33 +276,48 @@ func retriable(status int) bool {
 		status == http.StatusTooManyRequests || status >= http.StatusInternalServerError
 }
 
-// redactor removes the API key from text that may have echoed it: server error messages,
-// transport errors, model output.
-type redactor struct{ key string }
+// redactor removes the API keys from text that may have echoed them: server error
+// messages, transport errors, model output.
+type redactor struct{ keys []string }
 
 // minSecretLen is the shortest key treated as a secret. Local servers take placeholder
 // keys such as "ollama" or "EMPTY"; redacting those would deface ordinary text ("try
 // ollama pull") while hiding nothing.
 const minSecretLen = 8
 
-func newRedactor(key string) redactor {
-	if len(key) < minSecretLen {
-		return redactor{}
+func newRedactor(keys ...string) redactor {
+	var r redactor
+	for _, k := range keys {
+		if len(k) >= minSecretLen {
+			r.keys = append(r.keys, k)
+		}
 	}
-	return redactor{key: key}
+	return r
 }
+
+// redactor of the keys of c.
+func (c Config) redactor() redactor { return newRedactor(c.APIKey, c.OpenAIKey) }
 
 const redacted = "[redacted]"
 
-func (r redactor) string(s string) string {
-	if r.key == "" || !strings.Contains(s, r.key) {
-		return s
+func (r redactor) holds(s string) bool {
+	for _, k := range r.keys {
+		if strings.Contains(s, k) {
+			return true
+		}
 	}
-	return strings.ReplaceAll(s, r.key, redacted)
+	return false
+}
+
+func (r redactor) string(s string) string {
+	for _, k := range r.keys {
+		s = strings.ReplaceAll(s, k, redacted)
+	}
+	return s
 }
 
 func (r redactor) bytes(b []byte) []byte {
-	if r.key == "" || !strings.Contains(string(b), r.key) {
+	if !r.holds(string(b)) {
 		return b
 	}
 	return []byte(r.string(string(b)))
@@ -227,7 +338,7 @@ func (r redactor) error(err error) error {
 		return nil
 	}
 	msg := err.Error()
-	if r.key == "" || !strings.Contains(msg, r.key) {
+	if !r.holds(msg) {
 		return err
 	}
 	return &redactedError{msg: r.string(msg), err: err}
@@ -270,7 +381,10 @@ func statusMessage(apiErr *openai.Error, cfg Config) string {
 	}
 	switch apiErr.StatusCode {
 	case http.StatusUnauthorized:
-		return fmt.Sprintf("the API key was refused (check %s): %s", EnvAPIKey, msg)
+		if cfg.apiKey() == "" {
+			return fmt.Sprintf("the endpoint wants an API key and none was sent (%s): %s", cfg.keyAdvice(), msg)
+		}
+		return fmt.Sprintf("the API key was refused (%s): %s", cfg.keyAdvice(), msg)
 	case http.StatusForbidden:
 		return fmt.Sprintf("access denied (the key lacks permission for this model or endpoint): %s", msg)
 	case http.StatusNotFound:

@@ -4,13 +4,16 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/toolbus/toolbus/gateway"
 )
 
 func TestOpen(t *testing.T) {
 	withKey := gateway.Config{APIKey: testKey}
+	openAIKey := gateway.Config{OpenAIKey: testKey}
 	local := gateway.Config{BaseURL: "http://localhost:11434/v1"}
+	localWithOpenAIKey := gateway.Config{BaseURL: "http://localhost:11434/v1", OpenAIKey: testKey}
 	for _, tc := range []struct {
 		spec    string
 		cfg     gateway.Config
@@ -22,7 +25,12 @@ func TestOpen(t *testing.T) {
 		{spec: "script:testdata/script.json", want: "*gateway.Scripted"},
 		{spec: "script:testdata/missing.json", wantErr: "load script"},
 		{spec: "openai:gpt-5.4", cfg: withKey, want: "*gateway.Responses", model: "gpt-5.4"},
-		{spec: "openai:gpt-5.4", cfg: local, wantErr: "OPENAI_API_KEY"},
+		{spec: "openai:gpt-5.4", cfg: openAIKey, want: "*gateway.Responses", model: "gpt-5.4"},
+		{spec: "openai:gpt-5.4", cfg: gateway.Config{}, wantErr: "no API key: set OPENAI_API_KEY"},
+		{spec: "openai:gpt-5.4", cfg: local, wantErr: "no API key for http://localhost:11434/v1 (give http://localhost:11434/v1 its key in TOOLBUS_MODEL_API_KEY or -api-key-file)"},
+		{spec: "openai:gpt-5.4", cfg: localWithOpenAIKey, wantErr: "OPENAI_API_KEY is sent only to api.openai.com: give http://localhost:11434/v1 its own key in TOOLBUS_MODEL_API_KEY or -api-key-file"},
+		{spec: "chat:gpt-4.1", cfg: openAIKey, want: "*gateway.Chat", model: "gpt-4.1"},
+		{spec: "chat:llama3.1", cfg: localWithOpenAIKey, want: "*gateway.Chat", model: "llama3.1"},
 		{spec: "chat:llama3.1", cfg: local, want: "*gateway.Chat", model: "llama3.1"},
 		{spec: "chat:gpt-4.1", cfg: withKey, want: "*gateway.Chat", model: "gpt-4.1"},
 		{spec: "chat:llama3.1", wantErr: "--base-url"},
@@ -76,11 +84,23 @@ func typeName(m gateway.Model) string {
 }
 
 func TestConfigFromEnv(t *testing.T) {
+	const endpointKey = "sk-endpoint-0b9e2c4d"
 	t.Setenv("OPENAI_API_KEY", testKey)
+	t.Setenv("TOOLBUS_MODEL_API_KEY", endpointKey)
 	t.Setenv("OPENAI_BASE_URL", "http://localhost:8000/v1")
-	cfg := gateway.ConfigFromEnv()
-	if cfg.APIKey != testKey || cfg.BaseURL != "http://localhost:8000/v1" {
+	t.Setenv("TOOLBUS_REQUEST_TIMEOUT", "90s")
+	cfg, err := gateway.ConfigFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OpenAIKey != testKey || cfg.APIKey != endpointKey || cfg.BaseURL != "http://localhost:8000/v1" || cfg.RequestTimeout != 90*time.Second {
 		t.Errorf("config %+v", cfg)
+	}
+	for _, bad := range []string{"2", "-1m", "soon"} {
+		t.Setenv("TOOLBUS_REQUEST_TIMEOUT", bad)
+		if _, err := gateway.ConfigFromEnv(); err == nil || !strings.Contains(err.Error(), "TOOLBUS_REQUEST_TIMEOUT=") {
+			t.Errorf("TOOLBUS_REQUEST_TIMEOUT=%s: err = %v, want one naming the variable", bad, err)
+		}
 	}
 }
 

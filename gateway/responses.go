@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/redact"
 )
 
 // ProviderResponses names the items the Responses gateway returns; it sends their Raw
@@ -33,15 +34,20 @@ type Responses struct {
 	strict  *fallbackLog
 }
 
-// NewResponses returns a Responses gateway for model. It needs an API key.
+// NewResponses returns a Responses gateway for model. It needs an API key: OpenAI's for
+// the OpenAI API, the endpoint's own (Config.APIKey) for any other.
 func NewResponses(model string, cfg Config) (*Responses, error) {
 	if model == "" {
 		return nil, errors.New("responses gateway: model name is empty")
 	}
-	if cfg.APIKey == "" {
+	switch {
+	case cfg.apiKey() != "":
+	case IsOpenAIAPI(cfg.baseURL()):
 		return nil, fmt.Errorf("responses gateway for %s: no API key: set %s", model, EnvAPIKey)
+	default:
+		return nil, fmt.Errorf("responses gateway for %s: no API key for %s (%s)", model, redact.URL(cfg.baseURL()), cfg.keyAdvice())
 	}
-	log, red := cfg.logger(), newRedactor(cfg.APIKey)
+	log, red := cfg.logger(), cfg.redactor()
 	return &Responses{
 		model:   model,
 		cfg:     cfg,

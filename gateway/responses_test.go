@@ -459,7 +459,7 @@ func TestResponsesFatalStatus(t *testing.T) {
 		want   []string
 	}{
 		{http.StatusUnauthorized, `{"error":{"message":"Incorrect API key provided: ` + testKey + `.","type":"invalid_request_error","code":"invalid_api_key"}}`,
-			[]string{"HTTP 401", "OPENAI_API_KEY", "Incorrect API key provided: [redacted]"}},
+			[]string{"HTTP 401", "the API key was refused (check TOOLBUS_MODEL_API_KEY or the -api-key-file)", "Incorrect API key provided: [redacted]"}},
 		{http.StatusForbidden, `{"error":{"message":"Project does not have access to model gpt-5.4"}}`,
 			[]string{"HTTP 403", "access denied", "does not have access"}},
 		{http.StatusNotFound, `{"error":{"message":"The model 'gpt-9' does not exist","code":"model_not_found"}}`,

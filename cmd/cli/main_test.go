@@ -31,7 +31,7 @@ const (
 func TestMain(m *testing.M) {
 	// The flags read these; a developer's environment must not send the
 	// tests to a real bus or model.
-	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL"} {
+	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBUS_MODEL_API_KEY", "TOOLBUS_REQUEST_TIMEOUT"} {
 		os.Unsetenv(v)
 	}
 	goleak.VerifyTestMain(m,

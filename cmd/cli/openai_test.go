@@ -300,7 +300,7 @@ func TestRunAgainstModelServer(t *testing.T) {
 		{"chat json", "chat:llama-test", "/v1/chat/completions", chatScript, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(gateway.EnvAPIKey, fakeKey)
+			t.Setenv(gateway.EnvModelAPIKey, fakeKey)
 			srv := newModelServer(t, tc.path, tc.steps(t)...)
 			args := []string{"run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome}
 			if tc.json {
@@ -386,7 +386,7 @@ func TestRunModelServerRefusesKey(t *testing.T) {
 		{"chat:llama-test", "/v1/chat/completions"},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
-			t.Setenv(gateway.EnvAPIKey, fakeKey)
+			t.Setenv(gateway.EnvModelAPIKey, fakeKey)
 			srv := newModelServer(t, tc.path, refused)
 			code, stdout, stderr := cli(testContext(t), "run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome, demoPrompt)
 			if code != exitFailed {
@@ -395,7 +395,7 @@ func TestRunModelServerRefusesKey(t *testing.T) {
 			if n := srv.requests(); n != 1 {
 				t.Errorf("the server got %d requests, want 1: a refused key is not retried", n)
 			}
-			for _, want := range []string{"toolbus: turn failed: ", "HTTP 401", "the API key was refused (check OPENAI_API_KEY)", "Incorrect API key provided: [redacted]."} {
+			for _, want := range []string{"toolbus: turn failed: ", "HTTP 401", "the API key was refused (check TOOLBUS_MODEL_API_KEY or the -api-key-file)", "Incorrect API key provided: [redacted]."} {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("stderr lacks %q:\n%s", want, stderr)
 				}
@@ -417,10 +417,13 @@ func TestGatewayConfig(t *testing.T) {
 		{"", "http://env.example/v1", false},
 		{"http://localhost:11434/v1", "http://localhost:11434/v1", true},
 	} {
-		got := gatewayConfig(tc.baseURL, tc.hosted)
-		if got.APIKey != fakeKey || got.BaseURL != tc.wantURL || got.HostedToolSearch != tc.hosted {
+		got, err := gatewayConfig(tc.baseURL, tc.hosted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.OpenAIKey != fakeKey || got.BaseURL != tc.wantURL || got.HostedToolSearch != tc.hosted {
 			t.Errorf("gatewayConfig(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
-				tc.baseURL, tc.hosted, got.APIKey == fakeKey, got.BaseURL, got.HostedToolSearch, tc.wantURL, tc.hosted)
+				tc.baseURL, tc.hosted, got.OpenAIKey == fakeKey, got.BaseURL, got.HostedToolSearch, tc.wantURL, tc.hosted)
 		}
 	}
 }

@@ -90,7 +90,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		req.Model = *model
 	}
 
-	gw := gatewayConfig(*baseURL, *hostedSearch)
+	gw, err := gatewayConfig(*baseURL, *hostedSearch)
+	if err != nil {
+		return err
+	}
 	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw}, newLogger(stderr))
 	if err != nil {
 		return err
@@ -118,14 +121,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // gatewayConfig is the model gateway configuration of an embedded node: the
-// key and base URL from the environment, the flags over them.
-func gatewayConfig(baseURL string, hostedSearch bool) gateway.Config {
-	gw := gateway.ConfigFromEnv()
+// keys, base URL and request timeout from the environment, the flags over them.
+func gatewayConfig(baseURL string, hostedSearch bool) (gateway.Config, error) {
+	gw, err := gateway.ConfigFromEnv()
+	if err != nil {
+		return gateway.Config{}, err
+	}
 	if baseURL != "" {
 		gw.BaseURL = baseURL
 	}
 	gw.HostedToolSearch = hostedSearch
-	return gw
+	return gw, nil
 }
 
 // readScript validates a script file and returns it compacted, to be sent

@@ -194,7 +194,10 @@ func run(ctx context.Context, args []string) error {
 	if homeRoot == "" && o.home == "" {
 		homeRoot = xdgDir("XDG_DATA_HOME", ".local/share", "homes")
 	}
-	gw := gateway.ConfigFromEnv()
+	gw, err := gateway.ConfigFromEnv()
+	if err != nil {
+		return err
+	}
 	if o.baseURL != "" {
 		gw.BaseURL = o.baseURL
 	}
