@@ -37,13 +37,16 @@ type modelServer struct {
 	path  string
 	steps []modelStep
 
+	// auth is the Authorization header every request must carry.
+	auth string
+
 	mu   sync.Mutex
 	seen int
 }
 
 func newModelServer(t *testing.T, path string, steps ...modelStep) *modelServer {
 	t.Helper()
-	s := &modelServer{t: t, path: path, steps: steps}
+	s := &modelServer{t: t, path: path, steps: steps, auth: "Bearer " + fakeKey}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(s.srv.Close)
 	return s
@@ -61,8 +64,8 @@ func (s *modelServer) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != s.path {
 		s.t.Errorf("request %d: %s %s, want POST %s", n+1, r.Method, r.URL.Path, s.path)
 	}
-	if got := r.Header.Get("Authorization"); got != "Bearer "+fakeKey {
-		s.t.Errorf("request %d: Authorization %q, want the bearer key", n+1, got)
+	if got := r.Header.Get("Authorization"); got != s.auth {
+		s.t.Errorf("request %d: Authorization %q, want %q", n+1, got, s.auth)
 	}
 	if n >= len(s.steps) {
 		s.t.Errorf("unexpected request %d:\n%s", n+1, body)
@@ -417,7 +420,7 @@ func TestGatewayConfig(t *testing.T) {
 		{"", "http://env.example/v1", false},
 		{"http://localhost:11434/v1", "http://localhost:11434/v1", true},
 	} {
-		got, err := gatewayConfig(tc.baseURL, tc.hosted)
+		got, err := gatewayConfig(gatewayFlags{baseURL: tc.baseURL, hostedSearch: tc.hosted})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -425,5 +428,69 @@ func TestGatewayConfig(t *testing.T) {
 			t.Errorf("gatewayConfig(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
 				tc.baseURL, tc.hosted, got.OpenAIKey == fakeKey, got.BaseURL, got.HostedToolSearch, tc.wantURL, tc.hosted)
 		}
+	}
+}
+
+// OPENAI_API_KEY goes only to OpenAI: a server at another -base-url gets no
+// key, or the one -api-key-file (or TOOLBUS_MODEL_API_KEY) gives it.
+func TestRunModelServerKeyScope(t *testing.T) {
+	const openAIKey = "sk-openai-never-local-3c2b1a09"
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	answer := modelStep{body: chatCompletion("chatcmpl-1", "stop", `{"role":"assistant","content":"Hello."}`)}
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string // TOOLBUS_MODEL_API_KEY
+		auth string
+	}{
+		{"OpenAI's key withheld", nil, "", ""},
+		{"key file", []string{"-api-key-file", keyFile}, "", "Bearer " + fakeKey},
+		{"key file over the variable", []string{"-api-key-file", keyFile}, "sk-env-overridden-77", "Bearer " + fakeKey},
+		{"the endpoint's variable", nil, fakeKey, "Bearer " + fakeKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(gateway.EnvAPIKey, openAIKey)
+			t.Setenv(gateway.EnvModelAPIKey, tc.env)
+			srv := newModelServer(t, "/v1/chat/completions", answer)
+			srv.auth = tc.auth
+			args := append([]string{"run", "-model", "chat:llama-test", "-base-url", srv.baseURL(), "-home", demoHome}, tc.args...)
+			code, stdout, stderr := cli(testContext(t), append(args, demoPrompt)...)
+			if code != exitOK || srv.requests() != 1 {
+				t.Fatalf("exit %d after %d requests; stderr:\n%s\nstdout:\n%s", code, srv.requests(), stderr, stdout)
+			}
+			for _, key := range []string{openAIKey, fakeKey} {
+				if strings.Contains(stdout+stderr, key) {
+					t.Errorf("a key was printed:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+				}
+			}
+		})
+	}
+}
+
+// A model endpoint that never answers ends the turn after -request-timeout
+// per attempt, with an error that says so, instead of waiting in silence.
+func TestRunModelServerSilent(t *testing.T) {
+	var attempts sync.WaitGroup
+	attempts.Add(1 + gateway.DefaultMaxRetries)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read to the end: only then does the server notice the client hang up.
+		_, _ = io.Copy(io.Discard, r.Body)
+		attempts.Done()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	code, stdout, stderr := cli(testContext(t), "run", "-model", "chat:llama-test", "-base-url", srv.URL+"/v1",
+		"-request-timeout", "50ms", "-home", demoHome, demoPrompt)
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", code, exitFailed, stderr, stdout)
+	}
+	attempts.Wait() // exactly three attempts reached the server (a fourth would panic)
+	// Each attempt is logged as it fails; the last line says how the turn ended.
+	want := fmt.Sprintf("\ntoolbus: turn failed: model failed: model step 0: chat: no answer from %s/v1 within 50ms (3 attempts)\n", srv.URL)
+	if !strings.HasSuffix(stderr, want) || strings.Count(stderr, "model request failed") != 3 {
+		t.Errorf("stderr:\n%s\nwant three failed attempts, then:%s", stderr, want)
 	}
 }

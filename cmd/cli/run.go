@@ -37,8 +37,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var bf busFlags
 	bf.register(fs)
 	var (
-		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs OPENAI_API_KEY) or chat:MODEL (Chat Completions, e.g. a local server at -base-url) (env TOOLBUS_MODEL)")
-		baseURL      = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI)")
+		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs a key) or chat:MODEL (Chat Completions, e.g. a local server at -base-url) (env TOOLBUS_MODEL)")
+		baseURL      = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI). OPENAI_API_KEY is sent only to https://api.openai.com; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
+		apiKeyFile   = fs.String("api-key-file", "", "embedded node: a file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
+		reqTimeout   = fs.Duration("request-timeout", 0, fmt.Sprintf("embedded node: how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
 		hostedSearch = fs.Bool("hosted-tool-search", false, "embedded node, openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
 		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
@@ -60,6 +62,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("no model: pass -model script:FILE, openai:MODEL or chat:MODEL")
 	case *maxSteps < 0:
 		return usagef("-max-steps %d: want a positive number", *maxSteps)
+	case *reqTimeout < 0:
+		return usagef("-request-timeout %s: want a positive duration", *reqTimeout)
 	case *nodeName != "" && bf.server == "":
 		return usagef("-node picks a node of a running bus: it needs -server")
 	case *nodeName != "" && !bus.ValidToken(*nodeName):
@@ -67,7 +71,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"home", "store-dir", "base-url", "hosted-tool-search"} {
+		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
 			}
@@ -90,7 +94,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		req.Model = *model
 	}
 
-	gw, err := gatewayConfig(*baseURL, *hostedSearch)
+	gw, err := gatewayConfig(gatewayFlags{baseURL: *baseURL, keyFile: *apiKeyFile, requestTimeout: *reqTimeout, hostedSearch: *hostedSearch})
 	if err != nil {
 		return err
 	}
@@ -120,17 +124,32 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return turnExit(final)
 }
 
+// gatewayFlags are the flags of run that configure the embedded node's gateway.
+type gatewayFlags struct {
+	baseURL, keyFile string
+	requestTimeout   time.Duration
+	hostedSearch     bool
+}
+
 // gatewayConfig is the model gateway configuration of an embedded node: the
 // keys, base URL and request timeout from the environment, the flags over them.
-func gatewayConfig(baseURL string, hostedSearch bool) (gateway.Config, error) {
+func gatewayConfig(f gatewayFlags) (gateway.Config, error) {
 	gw, err := gateway.ConfigFromEnv()
 	if err != nil {
 		return gateway.Config{}, err
 	}
-	if baseURL != "" {
-		gw.BaseURL = baseURL
+	if f.baseURL != "" {
+		gw.BaseURL = f.baseURL
 	}
-	gw.HostedToolSearch = hostedSearch
+	if f.keyFile != "" {
+		if gw.APIKey, err = gateway.ReadKeyFile(f.keyFile); err != nil {
+			return gateway.Config{}, err
+		}
+	}
+	if f.requestTimeout > 0 {
+		gw.RequestTimeout = f.requestTimeout
+	}
+	gw.HostedToolSearch = f.hostedSearch
 	return gw, nil
 }
 

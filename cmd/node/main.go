@@ -57,6 +57,8 @@ type options struct {
 	homeRoot      string
 	replicas      int
 	baseURL       string
+	apiKeyFile    string
+	reqTimeout    time.Duration
 	logLevel      string
 }
 
@@ -83,7 +85,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
 	fs.StringVar(&o.homeRoot, "home-root", "", "directory holding one home per agent (default $XDG_DATA_HOME/toolbus/homes)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the node's JetStream buckets and streams (capped by the cluster size)")
-	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "model API base URL for turns (env OPENAI_BASE_URL)")
+	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "model API base URL for turns (env OPENAI_BASE_URL). OPENAI_API_KEY is sent only to https://api.openai.com; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
+	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
+	fs.DurationVar(&o.reqTimeout, "request-timeout", 0, fmt.Sprintf("how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: node [flags]\n\nRuns a toolbus node. Flags:\n")
@@ -101,6 +105,9 @@ func parseFlags(args []string) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.reqTimeout < 0 {
+		return nil, fmt.Errorf("-request-timeout %s: want a positive duration", o.reqTimeout)
 	}
 	if !bus.ValidToken(o.name) {
 		return nil, fmt.Errorf("-name %q: want one subject token (no dots, spaces or wildcards)", o.name)
@@ -200,6 +207,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	if o.baseURL != "" {
 		gw.BaseURL = o.baseURL
+	}
+	if o.apiKeyFile != "" {
+		if gw.APIKey, err = gateway.ReadKeyFile(o.apiKeyFile); err != nil {
+			return err
+		}
+	}
+	if o.reqTimeout > 0 {
+		gw.RequestTimeout = o.reqTimeout
 	}
 	gw.Logger = log
 	node, err := actors.StartNode(ctx, actors.NodeConfig{

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -33,6 +34,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "dotted name", args: []string{"-name", "a.b"}, wantErr: `-name "a.b"`},
 		{name: "server and listen", args: []string{"-server", "nats://x", "-listen", "127.0.0.1:0"}, wantErr: "pick one"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
+		{name: "request timeout and key file", args: []string{"-request-timeout", "90s", "-api-key-file", "/run/secrets/model-key"},
+			check: func(t *testing.T, o *options) {
+				if o.reqTimeout != 90*time.Second || o.apiKeyFile != "/run/secrets/model-key" {
+					t.Errorf("request timeout %s, key file %q", o.reqTimeout, o.apiKeyFile)
+				}
+			}},
+		{name: "negative request timeout", args: []string{"-request-timeout", "-1m"}, wantErr: "-request-timeout -1m0s: want a positive duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
