@@ -76,6 +76,9 @@ type renderer struct {
 	frame    int
 	pending  string // the latest model text, printed once the turn moves on
 	printed  string // the last model text printed
+	// waitingSince is when the turn last asked the model, while its answer is
+	// out; zero otherwise. A terminal shows it as a live line.
+	waitingSince time.Time
 	// interrupted: this process asked for the abort, and a second Ctrl-C quits.
 	interrupted bool
 }
@@ -121,9 +124,10 @@ func (r *renderer) clear(b *bytes.Buffer) {
 	r.drawn = 0
 }
 
-// draw writes the live region: one line per running call.
+// draw writes the live region: one line per running call, and one while the
+// model is thinking.
 func (r *renderer) draw(b *bytes.Buffer) {
-	if !r.tty || len(r.live) == 0 {
+	if !r.tty || (len(r.live) == 0 && r.waitingSince.IsZero()) {
 		return
 	}
 	width := r.width() - 1 // never touch the last column: some terminals wrap there
@@ -143,6 +147,10 @@ func (r *renderer) draw(b *bytes.Buffer) {
 		fmt.Fprintf(b, "%s\n", r.style(ansiDim, fmt.Sprintf("  … and %d more", more)))
 		r.drawn++
 	}
+	if !r.waitingSince.IsZero() {
+		fmt.Fprintf(b, "%s waiting for the model %s\n", spin, r.style(ansiDim, formatElapsed(now.Sub(r.waitingSince))))
+		r.drawn++
+	}
 }
 
 // tick advances the spinners and elapsed times.
@@ -151,9 +159,10 @@ func (r *renderer) tick() {
 	r.redraw()
 }
 
-// redraw draws the live region anew.
+// redraw draws the live region anew; it erases one that has nothing left to
+// show.
 func (r *renderer) redraw() {
-	if !r.tty || len(r.live) == 0 {
+	if !r.tty || (r.drawn == 0 && len(r.live) == 0 && r.waitingSince.IsZero()) {
 		return
 	}
 	var b bytes.Buffer
@@ -174,12 +183,24 @@ func (r *renderer) flushText() {
 	r.println(text)
 }
 
+// awaitModel notes that the turn has asked the model: it started, or it sent
+// the outputs of a batch of calls. The next message of the turn ends the wait.
+func (r *renderer) awaitModel() {
+	r.waitingSince = r.now()
+	r.redraw()
+}
+
+// answered ends the wait for the model: whatever the turn says next comes
+// after the model's answer, or instead of it.
+func (r *renderer) answered() { r.waitingSince = time.Time{} }
+
 func (r *renderer) started(turn string, node string) {
 	r.println(r.style(ansiDim, fmt.Sprintf("turn %s on node %s", turn, node)))
 }
 
 // event shows a call's activity event.
 func (r *renderer) event(ev bus.Event) {
+	r.answered()
 	r.flushText()
 	switch ev.Kind {
 	case bus.EventStarted:
@@ -204,6 +225,7 @@ func (r *renderer) event(ev bus.Event) {
 
 // result shows the reply of a call that ran.
 func (r *renderer) result(call string, reply bus.ToolReply) {
+	r.answered()
 	r.flushText()
 	a := r.running(call)
 	if a == nil {
@@ -249,14 +271,17 @@ func (r *renderer) running(call string) *activity {
 }
 
 // step shows a turn status: a model response (its text) or the record of a
-// batch of calls, which also accounts for calls that never ran.
+// batch of calls, which also accounts for calls that never ran. After a batch
+// the turn asks the model again.
 func (r *renderer) step(st bus.TurnStatus) {
+	r.answered()
 	r.flushText()
 	if len(st.Calls) == 0 {
 		r.pending = st.Text
 		return
 	}
 	r.settle(st.Calls)
+	r.awaitModel()
 }
 
 // settle matches a batch's records to the calls shown: a record whose call
@@ -326,6 +351,7 @@ func repairRungs(rungs []string) []string {
 
 // aborted notes an abort request seen on the turn's subject.
 func (r *renderer) aborted(a bus.Abort) {
+	r.answered()
 	r.flushText()
 	msg := "abort requested"
 	if a.Reason != "" {
@@ -339,6 +365,7 @@ func (r *renderer) aborted(a bus.Abort) {
 
 // done shows the end of the turn: the answer, then a summary line.
 func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
+	r.answered()
 	for _, a := range slices.Clone(r.live) {
 		r.finish(a, bus.OutcomeAbandoned, "no result arrived before the turn ended", 0)
 	}

@@ -188,3 +188,57 @@ func TestTruncateAndElapsed(t *testing.T) {
 		}
 	}
 }
+
+// While the model thinks, a terminal shows how long it has been thinking:
+// from the turn's start or a batch record until the turn's next message.
+func TestRendererWaitsForModel(t *testing.T) {
+	var out bytes.Buffer
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	r := &renderer{w: &out, tty: true, width: func() int { return 60 }, now: clock.now}
+	check := func(want ...string) {
+		t.Helper()
+		want = append(want, "")
+		if got := screen(t, out.String()); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("screen:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	r.started("T1", "n1")
+	r.awaitModel() // the turn's started status
+	clock.advance(2500 * time.Millisecond)
+	r.tick()
+	check("turn T1 on node n1", "⠙ waiting for the model 2.5s")
+	clock.advance(2 * time.Minute)
+	r.tick()
+	check("turn T1 on node n1", "⠹ waiting for the model 2m03s")
+
+	// The model answered with a call: the call replaces the waiting line.
+	r.event(bus.Event{Call: "c1", Tool: "read_file", Kind: bus.EventStarted, Label: "Reading a.txt"})
+	check("turn T1 on node n1", "⠹ Reading a.txt 0µs")
+	r.result("c1", bus.ToolReply{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK, Label: "Read a.txt", Duration: 2 * time.Millisecond})
+	r.step(bus.TurnStatus{Calls: []bus.CallRecord{{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK}}})
+	clock.advance(time.Second)
+	r.tick()
+	check("turn T1 on node n1", "✓ Read a.txt (2ms)", "⠸ waiting for the model 1.0s")
+
+	// Any message of the turn ends the wait, even one that prints nothing; the
+	// next tick erases the line.
+	r.event(bus.Event{Call: "other", Kind: bus.EventProgress, Label: "not ours"})
+	r.tick()
+	check("turn T1 on node n1", "✓ Read a.txt (2ms)")
+
+	r.awaitModel()
+	r.done(bus.TurnStatus{State: bus.TurnCompleted, Step: 2, Text: "Done.", Calls: make([]bus.CallRecord, 1)}, 3*time.Second)
+	check("turn T1 on node n1", "✓ Read a.txt (2ms)", "", "Done.", "", "completed · 2 steps · 1 call · 3.0s")
+}
+
+func TestRendererPlainShowsNoWait(t *testing.T) {
+	var out bytes.Buffer
+	r := &renderer{w: &out, now: time.Now}
+	r.started("T1", "n1")
+	r.awaitModel()
+	r.tick()
+	r.done(bus.TurnStatus{State: bus.TurnCompleted, Step: 1, Text: "Done."}, time.Second)
+	if want := "turn T1 on node n1\n\nDone.\n\ncompleted · 1 step · 0 calls · 1.0s\n"; out.String() != want {
+		t.Errorf("output %q, want %q", out.String(), want)
+	}
+}

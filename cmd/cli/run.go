@@ -303,6 +303,7 @@ func (r *renderer) message(m *nats.Msg) (bus.TurnStatus, bool) {
 			for _, n := range st.Notes {
 				r.println(r.style(ansiDim, "note: "+n))
 			}
+			r.awaitModel()
 		case bus.StatusStep:
 			r.step(st)
 		case bus.StatusDone:
