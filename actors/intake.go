@@ -76,8 +76,8 @@ func (n *Node) openIntake(ctx context.Context) error {
 // used) and its spec published into the intake, where a node that runs turns takes it
 // (node, when set, names the one that must). It returns the turn's id.
 func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (string, error) {
-	if err := spec.Check(); err != nil {
-		return "", fmt.Errorf("start turn: %w", err)
+	if err := checkStartable(spec); err != nil {
+		return "", err
 	}
 	spec.Normalize()
 	if spec.ID == "" {
@@ -136,6 +136,19 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 		return "", fmt.Errorf("start turn %s: intake: %w", spec.ID, err)
 	}
 	return spec.ID, nil
+}
+
+// checkStartable refuses a spec no node can run to an end.
+func checkStartable(spec bus.TurnSpec) error {
+	if err := spec.Check(); err != nil {
+		return fmt.Errorf("start turn: %w", err)
+	}
+	if spec.Kind == bus.TurnTask {
+		// A task turn ends only through its task's submit_result, which comes with
+		// the workflow that starts it.
+		return errors.New("start turn: task turns are started by workflows, which this build does not have; start a main turn")
+	}
+	return nil
 }
 
 func ownerOf(r bus.TurnRecord) string {

@@ -567,8 +567,8 @@ func (n *Node) Start(ctx context.Context, spec bus.TurnSpec) (string, error) {
 
 // startHere runs a turn on this node without the intake: it ends with the node.
 func (n *Node) startHere(ctx context.Context, spec bus.TurnSpec) (string, error) {
-	if err := spec.Check(); err != nil {
-		return "", fmt.Errorf("start turn: %w", err)
+	if err := checkStartable(spec); err != nil {
+		return "", err
 	}
 	model, err := n.model(spec)
 	if err != nil {

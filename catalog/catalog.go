@@ -94,7 +94,7 @@ func (e *ConflictError) Error() string {
 }
 
 // ErrNotServed reports a namespace or tool that no host on the bus serves.
-var ErrNotServed = errors.New("not served on the bus")
+var ErrNotServed = errors.New("no host on the bus serves it")
 
 // Catalog is a cache of the tool categories served on the bus. Refresh reads them;
 // Watch keeps them current. Lookups never touch the bus, so a turn's assembly can use
@@ -384,7 +384,7 @@ func (c *Catalog) Namespace(name string) ([]*toolbus.Spec, error) {
 			return nil, cat.Err
 		}
 	}
-	return nil, fmt.Errorf("namespace %s: %w", name, ErrNotServed)
+	return nil, ErrNotServed
 }
 
 // Lookup finds one tool by the name a person gives it: "namespace.tool", or a bare name

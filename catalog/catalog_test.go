@@ -106,8 +106,8 @@ func TestFromEndpointRefusals(t *testing.T) {
 	}{
 		{"bad bool", "everything", subject, with(KeyStrict, "yes"), `metadata "strict": "yes" is not true or false`},
 		{"bad mode", "everything", subject, with(KeyMode, "eventually"), `metadata "mode": invalid mode "eventually"`},
-		{"bad timeout", "everything", subject, with(KeyTimeout, "90"), `metadata "timeout": "90" is not a positive Go duration`},
-		{"negative timeout", "everything", subject, with(KeyTimeout, "-1s"), `"-1s" is not a positive Go duration`},
+		{"bad timeout", "everything", subject, with(KeyTimeout, "90"), `metadata "timeout": "90" is not a Go duration of zero or more`},
+		{"negative timeout", "everything", subject, with(KeyTimeout, "-1s"), `"-1s" is not a Go duration of zero or more`},
 		{"no schema", "everything", subject, with(KeySchema, "<delete>"), `no "schema" metadata`},
 		{"array root", "everything", subject, with(KeySchema, `{"type":"array"}`), "function tool parameters must use a root object schema"},
 		{"remote ref", "everything", subject, with(KeySchema, `{"type":"object","properties":{"a":{"$ref":"https://example.com/x.json"}}}`), "schema"},

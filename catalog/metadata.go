@@ -100,7 +100,7 @@ func FromEndpoint(category, name, subject string, md map[string]string) (*toolbu
 	if v, ok := md[KeyTimeout]; ok && v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {
-			return nil, fmt.Errorf("endpoint %s: metadata %q: %q is not a positive Go duration such as \"30s\"", name, KeyTimeout, v)
+			return nil, fmt.Errorf("endpoint %s: metadata %q: %q is not a Go duration of zero or more, such as \"30s\"", name, KeyTimeout, v)
 		}
 		s.Timeout = d
 	}

@@ -130,6 +130,8 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 		}
 	}
 	if profile != nil && policy.Kind != bus.TurnTask {
+		type key struct{ namespace, name string }
+		seen := make(map[key]string)
 		for _, ref := range profile.Namespaces {
 			if cat == nil {
 				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: this node has no catalog of the bus", ref.Name))
@@ -145,6 +147,13 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 					kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s is left out: it claims the built-in category %s", s.QualifiedName(), s.Category))
 					continue
 				}
+				// Two categories may publish one tool in one namespace; the first
+				// (by category name) serves it, and the turn still runs.
+				if first, dup := seen[key{s.Namespace, s.Name}]; dup {
+					kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s of category %s is left out: category %s serves it already", s.QualifiedName(), s.Category, first))
+					continue
+				}
+				seen[key{s.Namespace, s.Name}] = s.Category
 				specs = append(specs, s)
 			}
 		}

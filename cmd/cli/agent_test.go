@@ -64,7 +64,7 @@ func TestAgentProfiles(t *testing.T) {
 
 	code, out, errOut = run([]string{"tools"}, "-agent", "ann")
 	expect("tools after the profile", code, exitOK, out, errOut, "stdout", "crm.lookup (deferred)", "run_command")
-	expect("tools after the profile", code, exitOK, out, errOut, "stderr", "note: namespace ghost is left out: namespace ghost: not served on the bus")
+	expect("tools after the profile", code, exitOK, out, errOut, "stderr", "note: namespace ghost is left out: no host on the bus serves it")
 
 	code, out, errOut = run([]string{"tools"}, "-agent", "ann", "-kind", "task")
 	if code != exitOK || strings.Contains(out, "crm.") || strings.Contains(out, "run_command") || strings.Contains(out, "todo_") {

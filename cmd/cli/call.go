@@ -112,6 +112,9 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	switch {
 	case interrupted:
 		return &exitError{code: exitInterrupted, err: fmt.Errorf("%s %s: %s", name, reply.Outcome, reply.Error)}
+	case reply.Outcome != bus.OutcomeOK && reply.Error == "":
+		// An error result: its text is the output printed above.
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s (the tool's message is above)", name, reply.Outcome)}
 	case reply.Outcome != bus.OutcomeOK:
 		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s: %s", name, reply.Outcome, reply.Error)}
 	}

@@ -146,7 +146,7 @@ func printCatalog(stdout, stderr io.Writer, cat *catalog.Catalog) error {
 			continue
 		}
 		for _, s := range c.Skipped {
-			fmt.Fprintf(stderr, "toolbus: category %s: endpoint %s skipped\n", c.Name, s)
+			fmt.Fprintf(stderr, "toolbus: category %s: skipped endpoint %s\n", c.Name, s)
 		}
 		var names []string
 		for _, h := range c.Hosts {
