@@ -34,6 +34,8 @@ type durable struct {
 	resume []gateway.Item
 	// lost names the node the turn was taken from, for the messages of abandoned calls.
 	lost string
+	// lease is the intake's lease, told to clients with the started status.
+	lease time.Duration
 
 	busy     bool                  // a checkpoint is being written
 	inflight chan checkpointResult // its result, read by the actor or by drain
@@ -330,7 +332,7 @@ func (t *turn) resume() {
 	note := resumeNote(r)
 	t.transcript = append(t.transcript, note)
 	t.appendTranscript([]gateway.Item{note})
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Resumed: &r})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Resumed: &r, Lease: d.lease})
 
 	calls := openBatch(items)
 	if calls == nil {

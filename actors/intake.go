@@ -190,7 +190,8 @@ func (n *Node) pull(ctx context.Context, cons jetstream.Consumer) {
 		}
 		var msg jetstream.Msg
 		for msg == nil {
-			fctx, fcancel := context.WithTimeout(ctx, 2*time.Second)
+			// A short pull: a stopping node waits for the one out.
+			fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
 			batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
 			if err == nil {
 				for m := range batch.Messages() {
@@ -285,6 +286,7 @@ func (n *Node) take(msg jetstream.Msg) {
 		in.mu.Unlock()
 	}()
 
+	d.lease = n.cfg.TurnLease
 	cfg := TurnConfig{Spec: spec, Model: model, Kit: kit, dur: d, Done: func(r TurnResult) { h.done <- r },
 		Unavailable: func(string) { n.catalog.Kick() }}
 	if _, err := n.Spawn(ctx, cfg); err != nil {
@@ -316,7 +318,8 @@ func (n *Node) take(msg jetstream.Msg) {
 
 // beat publishes a heartbeat of a turn this node runs.
 func (n *Node) beat(spec bus.TurnSpec) {
-	b, err := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind, State: bus.TurnRunning, Time: time.Now()})
+	b, err := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind, State: bus.TurnRunning,
+		Lease: n.cfg.TurnLease, Time: time.Now()})
 	if err == nil {
 		err = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusBeat), b)
 	}

@@ -301,7 +301,11 @@ func (t *turn) start(ctx actor.Context) {
 		return
 	}
 	t.appendTranscript(t.cfg.Input)
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes})
+	var lease time.Duration
+	if t.cfg.dur != nil {
+		lease = t.cfg.dur.lease
+	}
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Lease: lease})
 	t.sys.Root.Send(t.self, &turnStep{})
 }
 

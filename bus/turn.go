@@ -206,6 +206,10 @@ type TurnStatus struct {
 	// with StatusStarted.
 	Notes []string `json:"notes,omitempty"`
 	// Resumed is set on StatusStarted when a node took over a turn another drove.
-	Resumed *Resume   `json:"resumed,omitempty"`
-	Time    time.Time `json:"time"`
+	Resumed *Resume `json:"resumed,omitempty"`
+	// Lease, on the StatusStarted and StatusBeat of a durable turn, is how long its node
+	// may stay silent before the intake gives the turn to another node: a client that
+	// hears nothing of the turn for that long knows its node is lost.
+	Lease time.Duration `json:"lease_ns,omitempty"`
+	Time  time.Time     `json:"time"`
 }

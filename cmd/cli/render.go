@@ -198,6 +198,19 @@ func (r *renderer) started(turn string, node string) {
 	r.println(r.style(ansiDim, fmt.Sprintf("turn %s on node %s", turn, node)))
 }
 
+// runningOn says which node runs the turn, and whether it took it over.
+func (r *renderer) runningOn(st bus.TurnStatus) {
+	if res := st.Resumed; res != nil {
+		from := res.From
+		if from == "" {
+			from = "the intake"
+		}
+		r.println(r.style(ansiDim, fmt.Sprintf("turn %s resumed on node %s (from %s: %s)", st.Turn, st.Node, from, res.Why)))
+		return
+	}
+	r.started(st.Turn, st.Node)
+}
+
 // event shows a call's activity event.
 func (r *renderer) event(ev bus.Event) {
 	r.answered()

@@ -197,12 +197,15 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 	if ctx.Err() != nil {
 		return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: errors.New("interrupted before the turn started")}
 	}
-	reply, err := startTurn(ctx, bc, subject, nodeName, req)
-	if err != nil {
+	if _, err := startTurn(ctx, bc, subject, nodeName, req); err != nil {
 		return bus.TurnStatus{}, err
 	}
-	r.started(reply.Turn, reply.Node)
 	began := time.Now()
+	// A durable turn's node beats every third of its lease; a turn silent for a
+	// whole lease lost its node, and the intake gives it to another within another.
+	w := &ownerWatch{turn: req.ID, r: r}
+	lost := time.NewTimer(time.Hour)
+	defer lost.Stop()
 
 	var tick <-chan time.Time
 	if r.tty {
@@ -226,13 +229,74 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 				"turn %s did not end within %s of the abort; it may still be running", req.ID, abortWait)}
 		case <-tick:
 			r.tick()
+		case <-lost.C:
+			if err := w.silent(); err != nil {
+				return bus.TurnStatus{}, err
+			}
+			lost.Reset(w.lease)
 		case m := <-msgs:
+			w.heard(m)
+			if w.lease > 0 {
+				lost.Reset(w.lease)
+			}
 			if st, done := r.message(m); done {
 				r.done(st, time.Since(began))
 				return st, nil
 			}
 		}
 	}
+}
+
+// ownerWatch notices a durable turn whose node went silent, and its resumption.
+type ownerWatch struct {
+	turn   string
+	r      *renderer
+	node   string        // the node that runs the turn
+	lease  time.Duration // from its started or beat status
+	missed int           // leases in a row without a word
+}
+
+// heard notes a message of the turn.
+func (w *ownerWatch) heard(m *nats.Msg) {
+	ts, ok := bus.ParseTurnSubject(m.Subject)
+	if !ok {
+		return
+	}
+	if w.missed > 0 {
+		w.missed = 0
+	}
+	if ts.Kind != bus.KindStatus || (ts.Status != bus.StatusStarted && ts.Status != bus.StatusBeat) {
+		return
+	}
+	var st bus.TurnStatus
+	if json.Unmarshal(m.Data, &st) != nil {
+		return
+	}
+	if st.Lease > 0 {
+		w.lease = st.Lease
+	}
+	if st.Node != "" {
+		w.node = st.Node
+	}
+}
+
+// silent is called after a lease without a word: the first time it says the node seems
+// lost; after three leases it gives up with a clear error.
+func (w *ownerWatch) silent() error {
+	if w.lease <= 0 {
+		return nil
+	}
+	w.missed++
+	switch w.missed {
+	case 1:
+		w.r.println(w.r.style(ansiDim, fmt.Sprintf("node %s has said nothing of turn %s for %s: it seems lost; waiting for another node to resume the turn",
+			w.node, w.turn, w.lease)))
+	case 3:
+		return &exitError{code: exitFailed, err: fmt.Errorf(
+			"turn %s: its node %s was lost and no node resumed the turn within %s; when a node that runs turns is up, `toolbus resume %s` queues it again",
+			w.turn, w.node, 3*w.lease, w.turn)}
+	}
+	return nil
 }
 
 // startTurn asks a node to run the turn and returns once it exists.
@@ -300,6 +364,7 @@ func (r *renderer) message(m *nats.Msg) (bus.TurnStatus, bool) {
 		}
 		switch ts.Status {
 		case bus.StatusStarted:
+			r.runningOn(st)
 			for _, n := range st.Notes {
 				r.println(r.style(ansiDim, "note: "+n))
 			}
