@@ -59,6 +59,8 @@ var commands = []command{
 	{"call", "validate arguments and call one tool through the bus", cmdCall},
 	{"agent", "set, get, list or remove agent profiles (needs -server)", cmdAgent},
 	{"abort", "abort a running turn (needs -server)", cmdAbort},
+	{"turns", "list the durable turns of a bus: state, node, step, age (needs -server)", cmdTurns},
+	{"resume", "queue again a turn whose node was lost (needs -server)", cmdResume},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
 	{"bench", "run the performance suite", func(ctx context.Context, args []string, stdout, _ io.Writer) error {
 		return runBench(ctx, args, stdout)

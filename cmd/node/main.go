@@ -53,6 +53,9 @@ type options struct {
 	routePass     string
 	categories    string
 	turns         bool
+	maxTurns      int
+	turnLease     time.Duration
+	handBack      time.Duration
 	home          string
 	homeRoot      string
 	replicas      int
@@ -82,6 +85,9 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.routePass, "route-pass", "", "cluster route password (default $TOOLBUS_ROUTE_PASSWORD)")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
+	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
+	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
+	fs.DurationVar(&o.handBack, "hand-back-grace", actors.DefaultHandBackGrace, "on stop, how long running turns get to reach a checkpoint and go back to the intake")
 	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
 	fs.StringVar(&o.homeRoot, "home-root", "", "directory holding one home per agent (default $XDG_DATA_HOME/toolbus/homes)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the node's JetStream buckets and streams (capped by the cluster size)")
@@ -220,6 +226,7 @@ func run(ctx context.Context, args []string) error {
 	node, err := actors.StartNode(ctx, actors.NodeConfig{
 		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
+		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
 	})
 	if err != nil {
 		return err

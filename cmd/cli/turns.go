@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("turns", "[flags]",
+		"Lists the durable turns of a running bus, newest first: each with its state, the node\n"+
+			"that runs it, its step and its age. A turn queued or running whose node is gone shows\n"+
+			"here until a node takes it; `toolbus resume ID` queues one again.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		all   = fs.Bool("all", false, "list ended turns too (default: queued and running ones, and those ended in the last hour)")
+		limit = fs.Int("n", 50, "list at most this many turns")
+	)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
+	nc, err := bf.dialFor(ctx, "turns")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := turnsBucket(ctx, nc)
+	if err != nil {
+		return err
+	}
+	lister, err := kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		fmt.Fprintln(stderr, "no turns")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list turns: %w", err)
+	}
+	var recs []bus.TurnRecord
+	for k := range lister.Keys() {
+		e, err := kv.Get(ctx, k)
+		if err != nil {
+			continue // ended and purged meanwhile
+		}
+		var r bus.TurnRecord
+		if json.Unmarshal(e.Value(), &r) == nil {
+			recs = append(recs, r)
+		}
+	}
+	now := time.Now()
+	recs = slices.DeleteFunc(recs, func(r bus.TurnRecord) bool {
+		return !*all && r.State.Ended() && now.Sub(r.Updated) > time.Hour
+	})
+	slices.SortFunc(recs, func(a, b bus.TurnRecord) int { return b.Created.Compare(a.Created) })
+	if len(recs) > *limit {
+		recs = recs[:*limit]
+	}
+	if len(recs) == 0 {
+		fmt.Fprintln(stderr, "no turns")
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TURN\tKIND\tAGENT\tSTATE\tNODE\tSTEP\tAGE\tUPDATED\tNOTE")
+	for _, r := range recs {
+		note := r.Error
+		if n := len(r.Resumes); n > 0 && note == "" {
+			last := r.Resumes[n-1]
+			note = fmt.Sprintf("resumed %d× (last on %s: %s)", n, last.Node, last.Why)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s ago\t%s\n", r.Spec.ID, r.Spec.Kind, dash(r.Spec.Agent), r.State, dash(r.Owner), r.Step,
+			formatElapsed(now.Sub(r.Created)), formatElapsed(now.Sub(r.Updated)), truncate(firstLineOf(note), 60))
+	}
+	return tw.Flush()
+}
+
+func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("resume", "[flags] TURN",
+		"Queues a turn again whose node was lost while no node could take it over (the intake\n"+
+			"gave up on it, or it was started before its node went down for good). A node that runs\n"+
+			"turns resumes it from its transcript, as after a node failure. A turn that has ended\n"+
+			"is refused.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("want one turn id")
+	}
+	id := pos[0]
+	if !bus.ValidID(id) {
+		return usagef("%q is not a turn id", id)
+	}
+	nc, err := bf.dialFor(ctx, "resume")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := turnsBucket(ctx, nc)
+	if err != nil {
+		return err
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("no turn %s on this bus", id)
+	}
+	if err != nil {
+		return fmt.Errorf("read turn %s: %w", id, err)
+	}
+	var rec bus.TurnRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return fmt.Errorf("turn %s: unreadable record: %w", id, err)
+	}
+	if rec.State.Ended() {
+		return fmt.Errorf("turn %s has ended (%s): nothing to resume", id, rec.State)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec.Spec)
+	if err != nil {
+		return err
+	}
+	// A new message id: the first publication of the turn is in the duplicate window.
+	msgID := fmt.Sprintf("%s.resume.%d", id, time.Now().UnixNano())
+	if _, err := js.Publish(ctx, bus.IntakeAny(id), b, jetstream.WithMsgID(msgID)); err != nil {
+		return fmt.Errorf("queue turn %s: %w", id, err)
+	}
+	fmt.Fprintf(stderr, "turn %s queued again (it was %s%s at step %d); follow it with toolbus watch\n", id, rec.State, ownerNote(rec.Owner), rec.Step)
+	return nil
+}
+
+func ownerNote(owner string) string {
+	if owner == "" {
+		return ""
+	}
+	return " on node " + owner
+}
+
+// turnsBucket opens the turns bucket of the bus.
+func turnsBucket(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketTurns)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, errors.New("this bus has no durable turns yet (no node that runs turns has started on it)")
+	}
+	return kv, err
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func firstLineOf(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
