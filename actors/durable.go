@@ -355,7 +355,7 @@ func (t *turn) resume() {
 		seq := pc.tool != nil && pc.tool.Mode == toolbus.Sequential
 		switch {
 		case done:
-			pc.state, pc.stored = callDone, true
+			pc.state, pc.stored, pc.resumed = callDone, true, true
 			pc.output = toolbus.Result{Content: out.Output, IsError: out.IsError}
 			pc.record.Outcome = bus.OutcomeOK
 			if out.IsError {

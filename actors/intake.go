@@ -239,6 +239,22 @@ func (n *Node) take(msg jetstream.Msg) {
 		return
 	}
 	log := n.log.With("turn", spec.ID)
+	// The lease runs from now: reading a long transcript back, while a stream elects
+	// a leader, must not let the intake give the turn to another node meanwhile.
+	progress := make(chan struct{})
+	defer close(progress)
+	go func() {
+		t := time.NewTicker(n.cfg.TurnLease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress()
+			case <-progress:
+				return
+			}
+		}
+	}()
 	d, err := n.claim(ctx, spec)
 	switch {
 	case errors.Is(err, errTurnOver):
@@ -250,14 +266,16 @@ func (n *Node) take(msg jetstream.Msg) {
 		return
 	}
 	if d.resume == nil && d.rec.Stored > 0 {
-		// Taken over: read back what the turn stored.
-		items, err := ReadTranscript(ctx, n.js, spec.ID)
+		// Taken over: read back what the turn stored, and number new messages after
+		// the last one (outputs stored after the last checkpoint included).
+		items, last, err := readTranscriptSeq(ctx, n.js, spec.ID)
 		if err != nil && !errors.Is(err, errNoTranscript) {
 			log.Warn("intake: could not read the transcript to resume; another node will", "err", err)
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
 		d.resume = items
+		d.rec.Stored = max(d.rec.Stored, last)
 	}
 	model, err := n.model(spec)
 	if err != nil {
@@ -294,7 +312,7 @@ func (n *Node) take(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
-	// The lease: progress three times a lease, and a heartbeat for clients.
+	// A heartbeat for clients, as often as the progress above.
 	beat := time.NewTicker(n.cfg.TurnLease / 3)
 	defer beat.Stop()
 	for {
@@ -310,7 +328,6 @@ func (n *Node) take(msg jetstream.Msg) {
 			}
 			return
 		case <-beat.C:
-			_ = msg.InProgress()
 			n.beat(spec)
 		}
 	}

@@ -404,10 +404,10 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 }
 
 // catalogPatience is how old the catalog may be before a turn whose profile names a
-// namespace it lacks refreshes it first: a host that came up without announcing itself is
-// found by the next turn that needs it, and a namespace with no host costs one refresh a
-// second at most.
-const catalogPatience = time.Second
+// namespace it lacks refreshes it first: a host that came up without announcing itself,
+// or whose announcement is still being read, is found by the next turn that needs it,
+// and a namespace with no host costs at most four refreshes a second.
+const catalogPatience = 250 * time.Millisecond
 
 // freshenCatalog refreshes the catalog when the profile names a namespace it lacks.
 func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile *toolsets.Profile) {
@@ -418,10 +418,7 @@ func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile
 	for i, ns := range profile.Namespaces {
 		names[i] = ns.Name
 	}
-	if cat.Serves(names...) || cat.Age() < catalogPatience {
-		return
-	}
-	if err := cat.Refresh(ctx); err != nil {
+	if err := cat.Ensure(ctx, catalogPatience, names...); err != nil {
 		n.log.Warn("catalog refresh before a turn failed", "err", err)
 	}
 }

@@ -149,6 +149,9 @@ type pendingCall struct {
 	record bus.CallRecord
 	output toolbus.Result
 	stored bool // the output is in the transcript stream already
+	// resumed: the output was read back with the transcript a resumed turn started from,
+	// so the turn's transcript holds it already.
+	resumed bool
 }
 
 // Messages the turn actor receives besides *nats.Msg.
@@ -736,7 +739,9 @@ func (t *turn) closeBatch() (terminate bool) {
 	records := make([]bus.CallRecord, 0, len(t.batch))
 	for _, pc := range t.batch {
 		out := pc.outputItem()
-		outputs = append(outputs, out)
+		if !pc.resumed {
+			outputs = append(outputs, out)
+		}
 		if !pc.stored {
 			t.appendTranscript([]gateway.Item{out})
 			pc.stored = true

@@ -135,6 +135,25 @@ func New(nc *nats.Conn, opts Options) *Catalog {
 func (c *Catalog) Refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
+	return c.refresh(ctx)
+}
+
+// Ensure refreshes the catalog when it lacks one of the namespaces and its last refresh
+// ended more than maxAge ago. A refresh in flight (after a host's announcement, say) is
+// waited for first, so its answer counts.
+func (c *Catalog) Ensure(ctx context.Context, maxAge time.Duration, namespaces ...string) error {
+	if c.Serves(namespaces...) {
+		return nil
+	}
+	c.refreshMu.Lock()
+	defer c.refreshMu.Unlock()
+	if c.Serves(namespaces...) || c.Age() < maxAge {
+		return nil
+	}
+	return c.refresh(ctx)
+}
+
+func (c *Catalog) refresh(ctx context.Context) error {
 	infos, err := c.gather(ctx)
 	if err != nil {
 		return fmt.Errorf("refresh catalog: %w", err)

@@ -369,6 +369,7 @@ type node struct {
 	// dir holds the node's store and homes.
 	dir  string
 	proc *process
+	args []string // what it was started with, for a restart
 }
 
 // startNode starts `node -name name` with a client listener on a free
@@ -386,8 +387,15 @@ func startNode(t testing.TB, name string, args ...string) *node {
 		"-store-dir", filepath.Join(n.dir, "store"),
 		"-home-root", filepath.Join(n.dir, "homes"),
 	}
-	n.proc = startProcess(t, "node "+name, nodeBin(t), append(base, args...)...)
+	n.args = append(base, args...)
+	n.proc = startProcess(t, "node "+name, nodeBin(t), n.args...)
 	return n
+}
+
+// restart starts the node again, as it was started (same port, store and homes).
+func (n *node) restart(t testing.TB) {
+	t.Helper()
+	n.proc = startProcess(t, "node "+n.name+" (restarted)", nodeBin(t), n.args...)
 }
 
 // waitReady waits until the node says it serves its categories and turns.

@@ -34,10 +34,12 @@ type runOutput struct {
 		} `json:"calls"`
 	} `json:"status"`
 	Transcript []struct {
-		Kind   string `json:"kind"`
-		CallID string `json:"call_id"`
-		Name   string `json:"name"`
-		Output []struct {
+		Kind     string          `json:"kind"`
+		Provider string          `json:"provider"`
+		Raw      json.RawMessage `json:"raw"`
+		CallID   string          `json:"call_id"`
+		Name     string          `json:"name"`
+		Output   []struct {
 			Text string `json:"text"`
 		} `json:"output"`
 		IsError bool `json:"is_error"`
@@ -62,6 +64,7 @@ func (r runOutput) output(callID string) (string, bool) {
 type scriptCall struct {
 	ID        string `json:"id"`
 	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
 	Arguments string `json:"arguments"`
 }
 

@@ -1,0 +1,473 @@
+//go:build linux
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// The durable-turn tests use a tool host of their own, slowhost (testdata/slowhost): tools
+// that take the time asked of them and log each execution, so a test can count how often
+// a call ran, whichever node drove the turn.
+
+var slowhostBin struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+func slowhostBinary(t testing.TB) string {
+	t.Helper()
+	slowhostBin.once.Do(func() {
+		goCmd, err := goTool()
+		if err != nil {
+			slowhostBin.err = err
+			return
+		}
+		root, err := repoRoot()
+		if err != nil {
+			slowhostBin.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "toolbus-slowhost-")
+		if err != nil {
+			slowhostBin.err = err
+			return
+		}
+		slowhostBin.path = filepath.Join(dir, "slowhost")
+		cmd := exec.Command(goCmd, "build", "-o", slowhostBin.path, "./integration/testdata/slowhost")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			slowhostBin.err = fmt.Errorf("build slowhost: %v\n%s", err, out)
+		}
+	})
+	if slowhostBin.err != nil {
+		t.Fatal(slowhostBin.err)
+	}
+	return slowhostBin.path
+}
+
+// slowhost is a running slowhost process and its execution log.
+type slowhost struct {
+	proc *process
+	log  string
+}
+
+// startSlowhost starts slowhost connected to the given client URLs (it reconnects to
+// any of them) and waits until the bus sees its category.
+func startSlowhost(t testing.TB, nc *nats.Conn, urls ...string) *slowhost {
+	t.Helper()
+	h := &slowhost{log: filepath.Join(t.TempDir(), "slowhost.log")}
+	h.proc = startProcess(t, "slowhost", slowhostBinary(t), "-server", strings.Join(urls, ","), "-log", h.log)
+	checkFor(t, "slowhost on the bus", func() error {
+		if _, err := nc.Request("$SRV.PING.toolbus-slow", nil, time.Second); err != nil {
+			return fmt.Errorf("slowhost not on the bus: %v\n%s", err, h.proc.stderr.String())
+		}
+		return nil
+	})
+	return h
+}
+
+// count is how often the log holds line.
+func (h *slowhost) count(line string) int {
+	b, _ := os.ReadFile(h.log)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		if l == line {
+			n++
+		}
+	}
+	return n
+}
+
+// waitStarted waits until every id's execution has started.
+func (h *slowhost) waitStarted(t testing.TB, ids ...string) {
+	t.Helper()
+	checkFor(t, "calls started", func() error {
+		for _, id := range ids {
+			if h.count("start "+id) == 0 {
+				b, _ := os.ReadFile(h.log)
+				return fmt.Errorf("call %s has not started; slowhost log:\n%s", id, b)
+			}
+		}
+		return nil
+	})
+}
+
+// startedTurns collects the started statuses of every turn.
+func startedTurns(t testing.TB, nc *nats.Conn) chan turnStarted {
+	t.Helper()
+	ch := make(chan turnStarted, 16)
+	sub, err := nc.Subscribe("toolbus.turn.*.status.started", func(m *nats.Msg) {
+		var st turnStarted
+		if json.Unmarshal(m.Data, &st) == nil {
+			ch <- st
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+type turnStarted struct {
+	Turn    string `json:"turn_id"`
+	Node    string `json:"node"`
+	Resumed *struct {
+		Node string `json:"node"`
+		From string `json:"from"`
+		Why  string `json:"why"`
+	} `json:"resumed"`
+}
+
+func nextStarted(t testing.TB, ch chan turnStarted) turnStarted {
+	t.Helper()
+	select {
+	case st := <-ch:
+		return st
+	case <-time.After(waitLimit):
+		t.Fatal("no turn started")
+	}
+	return turnStarted{}
+}
+
+// threeNodes starts a cluster of three nodes that all run turns, with three replicas of
+// everything, and short leases so that a lost node's turns move quickly.
+func threeNodes(t *testing.T, args ...string) []*node {
+	t.Helper()
+	var cport [3]int
+	var routes []string
+	for i := range cport {
+		cport[i] = freePort(t)
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", cport[i]))
+	}
+	var nodes []*node
+	for i := range 3 {
+		nodes = append(nodes, startNode(t, fmt.Sprintf("n%d", i+1), append([]string{
+			"-cluster-name", "c", "-cluster-listen", fmt.Sprintf("127.0.0.1:%d", cport[i]), "-routes", strings.Join(routes, ","),
+			"-replicas", "3", "-turns=true", "-turn-lease", "2s",
+		}, args...)...))
+	}
+	for _, n := range nodes {
+		n.waitReady(t)
+	}
+	return nodes
+}
+
+// resumeNoteFrom is the node a transcript's resume note says the turn came from.
+func resumeNoteFrom(raw json.RawMessage) string {
+	var note struct {
+		Type string `json:"type"`
+		From string `json:"from"`
+	}
+	if json.Unmarshal(raw, &note) != nil || note.Type != "toolbus.resume" {
+		return ""
+	}
+	return note.From
+}
+
+func urlsOf(nodes []*node) []string {
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, n.url)
+	}
+	return urls
+}
+
+func byName(nodes []*node, name string) *node {
+	for _, n := range nodes {
+		if n.name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// slowScript is a turn whose first batch is calls, then the answer.
+func slowScript(t testing.TB, steps ...[]scriptCall) string {
+	return writeScript(t, "All done.", steps...)
+}
+
+func slowCall(id, tool string, seconds float64) scriptCall {
+	return scriptCall{ID: id, Name: tool, Namespace: "slow", Arguments: fmt.Sprintf(`{"id":%q,"seconds":%g}`, id, seconds)}
+}
+
+// TestTurnResumesAfterNodeKill kills the node that drives a turn while a read-only and a
+// destructive call are in flight; another node resumes the turn from its checkpoint.
+func TestTurnResumesAfterNodeKill(t *testing.T) {
+	nodes := threeNodes(t, "-categories=")
+	urls := urlsOf(nodes)
+	nc := connect(t, strings.Join(urls, ","))
+	host := startSlowhost(t, nc, urls...)
+	if out, errOut, err := runCLI(t, "agent", "set", "-server", strings.Join(urls, ","), "-upfront", "slow", "dur"); err != nil {
+		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
+	}
+	started := startedTurns(t, nc)
+	script := slowScript(t, []scriptCall{
+		slowCall("q1", "wait", 0), // finishes and is recorded before the kill
+		slowCall("r1", "wait", 4), // read-only, in flight: runs again
+		slowCall("d1", "mark", 4), // destructive, in flight: abandoned
+	})
+	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", strings.Join(urls, ","), "-agent", "dur",
+		"-model", "script:"+script, "-json", "work slowly")
+	first := nextStarted(t, started)
+	host.waitStarted(t, "q1", "r1", "d1")
+	checkFor(t, "q1 finished", func() error {
+		if host.count("end q1") == 0 {
+			return fmt.Errorf("q1 has not finished")
+		}
+		return nil
+	})
+	owner := byName(nodes, first.Node)
+	if owner == nil {
+		t.Fatalf("turn started on unknown node %q", first.Node)
+	}
+	owner.proc.kill()
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("toolbus run exited %d\nstdout:\n%s\nstderr:\n%s", code, run.stdout.String(), run.stderr.String())
+	}
+	var r runOutput
+	if err := json.Unmarshal([]byte(run.stdout.String()), &r); err != nil {
+		t.Fatalf("decode run -json: %v\n%s", err, run.stdout.String())
+	}
+	rec := turnRecord(t, connect(t, otherURLs(nodes, owner)), first.Turn)
+	if r.Status.State != "completed" || r.Status.Node == owner.name || rec.Owner != r.Status.Node || len(rec.Resumes) != 1 ||
+		rec.Resumes[0].From != owner.name {
+		t.Errorf("turn ended %s on %s (%s); record: owner %s, resumes %+v; want completed on another node, resumed once from %s",
+			r.Status.State, r.Status.Node, r.Status.Error, rec.Owner, rec.Resumes, owner.name)
+	}
+	outcomes := map[string]string{}
+	for _, c := range r.Status.Calls {
+		outcomes[c.Call] = c.Outcome
+	}
+	if outcomes["q1"] != "ok" || outcomes["r1"] != "ok" || outcomes["d1"] != "abandoned" {
+		t.Errorf("outcomes %v, want q1 ok, r1 ok (run again), d1 abandoned", outcomes)
+	}
+	if got, _ := r.output("d1"); !strings.Contains(got, "the node running the turn ("+owner.name+") was lost") {
+		t.Errorf("d1's output %q does not say its node was lost", got)
+	}
+	// No call that had completed ran twice; the read-only one in flight ran again; the
+	// destructive one did not.
+	for line, want := range map[string]int{"start q1": 1, "start r1": 2, "start d1": 1} {
+		if got := host.count(line); got != want {
+			t.Errorf("slowhost logged %q %d times, want %d", line, got, want)
+		}
+	}
+	// The transcript is whole: every call has exactly one output, and it says where
+	// the turn was resumed.
+	calls, outputs, notes := 0, map[string]int{}, 0
+	for _, it := range r.Transcript {
+		switch {
+		case it.Kind == "function_call":
+			calls++
+		case it.Kind == "function_call_output":
+			outputs[it.CallID]++
+		case it.Kind == "opaque" && it.Provider == "toolbus" && resumeNoteFrom(it.Raw) == owner.name:
+			notes++
+		}
+	}
+	if calls != 3 || len(outputs) != 3 || outputs["q1"] != 1 || outputs["r1"] != 1 || outputs["d1"] != 1 || notes != 1 {
+		t.Errorf("transcript: %d calls, outputs %v, %d resume notes; want 3 calls with one output each and one note", calls, outputs, notes)
+	}
+}
+
+// TestGracefulStopHandsTurnsOver stops the node that drives a turn with SIGTERM while a
+// call runs: the call finishes, the turn goes back to the intake at its checkpoint, and
+// another node goes on from there, with nothing abandoned.
+func TestGracefulStopHandsTurnsOver(t *testing.T) {
+	nodes := threeNodes(t, "-categories=")
+	urls := urlsOf(nodes)
+	nc := connect(t, strings.Join(urls, ","))
+	host := startSlowhost(t, nc, urls...)
+	if out, errOut, err := runCLI(t, "agent", "set", "-server", strings.Join(urls, ","), "-upfront", "slow", "grace"); err != nil {
+		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
+	}
+	started := startedTurns(t, nc)
+	script := slowScript(t, []scriptCall{slowCall("w1", "wait", 2)}, []scriptCall{slowCall("w2", "wait", 0)})
+	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", strings.Join(urls, ","), "-agent", "grace",
+		"-model", "script:"+script, "-json", "work slowly")
+	first := nextStarted(t, started)
+	host.waitStarted(t, "w1")
+	owner := byName(nodes, first.Node)
+	owner.proc.terminate()
+	if code := owner.proc.wait(t); code != 0 {
+		t.Errorf("the stopped node exited %d, want 0:\n%s", code, tail(owner.proc.stderr.String()))
+	}
+	if !strings.Contains(owner.proc.stderr.String(), "turn handed back to the intake") {
+		t.Errorf("the stopped node does not say it handed the turn back:\n%s", tail(owner.proc.stderr.String()))
+	}
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("toolbus run exited %d\nstdout:\n%s\nstderr:\n%s", code, run.stdout.String(), run.stderr.String())
+	}
+	var r runOutput
+	if err := json.Unmarshal([]byte(run.stdout.String()), &r); err != nil {
+		t.Fatalf("decode run -json: %v\n%s", err, run.stdout.String())
+	}
+	for _, c := range r.Status.Calls {
+		if c.Outcome != "ok" {
+			t.Errorf("call %s: %s (%s), want ok", c.Call, c.Outcome, c.Error)
+		}
+	}
+	if r.Status.State != "completed" || host.count("start w1") != 1 || host.count("start w2") != 1 {
+		t.Errorf("turn %s; w1 ran %d times, w2 %d; want completed, once each", r.Status.State, host.count("start w1"), host.count("start w2"))
+	}
+	rec := turnRecord(t, connect(t, otherURLs(nodes, owner)), first.Turn)
+	if len(rec.Resumes) != 1 || rec.Resumes[0].From != "" || !strings.Contains(rec.Resumes[0].Why, "handed back") || rec.Owner == owner.name {
+		t.Errorf("the turn's record after the stop of %s: owner %s, resumes %+v; want one hand-back to another node", owner.name, rec.Owner, rec.Resumes)
+	}
+}
+
+// otherURLs are the client URLs of the nodes but one.
+func otherURLs(nodes []*node, but *node) string {
+	var urls []string
+	for _, n := range nodes {
+		if n != but {
+			urls = append(urls, n.url)
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
+// turnRecord reads a turn's record from the turns bucket.
+func turnRecord(t testing.TB, nc *nats.Conn, id string) bus.TurnRecord {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	kv, err := js.KeyValue(ctx, bus.BucketTurns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec bus.TurnRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+// TestNodeRestartResumesOwnTurns kills a lone node in a turn and starts it again on the
+// same store: it resumes its own turn.
+func TestNodeRestartResumesOwnTurns(t *testing.T) {
+	n := startNode(t, "solo", "-categories=", "-turn-lease", "2s")
+	n.waitReady(t)
+	nc := connect(t, n.url)
+	host := startSlowhost(t, nc, n.url)
+	if out, errOut, err := runCLI(t, "agent", "set", "-server", n.url, "-upfront", "slow", "solo"); err != nil {
+		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
+	}
+	started := startedTurns(t, nc)
+	script := slowScript(t, []scriptCall{slowCall("r1", "wait", 2)})
+	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", n.url, "-agent", "solo", "-model", "script:"+script, "-json", "work slowly")
+	nextStarted(t, started)
+	host.waitStarted(t, "r1")
+	n.proc.kill()
+	n.restart(t)
+	n.waitReady(t)
+	// The clients reconnect to the restarted node; the turn's progress comes to them
+	// once they are back.
+	if code := run.wait(t); code != 0 {
+		t.Fatalf("toolbus run exited %d\nstdout:\n%s\nstderr:\n%s", code, run.stdout.String(), run.stderr.String())
+	}
+	var r runOutput
+	if err := json.Unmarshal([]byte(run.stdout.String()), &r); err != nil {
+		t.Fatalf("decode run -json: %v\n%s", err, run.stdout.String())
+	}
+	if r.Status.State != "completed" || r.Status.Node != "solo" || host.count("start r1") != 2 {
+		t.Errorf("turn %s on %s, r1 ran %d times; want completed on solo, and the read-only call run again", r.Status.State, r.Status.Node, host.count("start r1"))
+	}
+	notes := 0
+	for _, it := range r.Transcript {
+		if it.Kind == "opaque" && it.Provider == "toolbus" && resumeNoteFrom(it.Raw) == "solo" {
+			notes++
+		}
+	}
+	if notes != 1 {
+		t.Errorf("%d notes of solo resuming its own turn in the transcript, want 1:\n%s", notes, run.stdout.String())
+	}
+}
+
+// TestDuplicateTurnIDRefused starts a turn id twice.
+func TestDuplicateTurnIDRefused(t *testing.T) {
+	n := startNode(t, "dup", "-categories=")
+	n.waitReady(t)
+	nc := connect(t, n.url)
+	spec := `{"turn_id":"dup-1","input":"hello","script":{"responses":[{"text":"hi"}]}}`
+	ask := func() map[string]string {
+		t.Helper()
+		m, err := nc.Request("toolbus.nodes.turn.start", []byte(spec), waitLimit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply map[string]string
+		if err := json.Unmarshal(m.Data, &reply); err != nil {
+			t.Fatal(err)
+		}
+		return reply
+	}
+	if r := ask(); r["error"] != "" || r["turn_id"] != "dup-1" {
+		t.Fatalf("first start: %v", r)
+	}
+	r := ask()
+	if !strings.Contains(r["error"], "start turn dup-1: create the turn record: turn id already used: it is ") {
+		t.Errorf("second start of dup-1: %v", r)
+	}
+}
+
+// TestClientSeesLostOwner kills the only node while `toolbus run` follows its turn: run
+// says the node seems lost, then gives up with what to do.
+func TestClientSeesLostOwner(t *testing.T) {
+	n := startNode(t, "lonely", "-categories=", "-turn-lease", "1s")
+	n.waitReady(t)
+	nc := connect(t, n.url)
+	host := startSlowhost(t, nc, n.url)
+	if out, errOut, err := runCLI(t, "agent", "set", "-server", n.url, "-upfront", "slow", "lost"); err != nil {
+		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
+	}
+	script := slowScript(t, []scriptCall{slowCall("r1", "wait", 30)})
+	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", n.url, "-agent", "lost", "-model", "script:"+script, "work slowly")
+	host.waitStarted(t, "r1")
+	n.proc.kill()
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	select {
+	case <-run.done:
+	case <-ctx.Done():
+		t.Fatalf("toolbus run did not give up:\n%s", run.stdout.String())
+	}
+	if code := run.wait(t); code != 1 {
+		t.Errorf("toolbus run exited %d, want 1", code)
+	}
+	for _, want := range []string{"node lonely has said nothing of turn", "seems lost"} {
+		if !strings.Contains(run.stdout.String(), want) {
+			t.Errorf("run output lacks %q:\n%s", want, run.stdout.String())
+		}
+	}
+	if !strings.Contains(run.stderr.String(), "was lost and no node resumed the turn") || !strings.Contains(run.stderr.String(), "toolbus resume") {
+		t.Errorf("run's error does not say what happened and what to do:\n%s", run.stderr.String())
+	}
+}
