@@ -6,8 +6,8 @@ import { headers as natsHeaders, nuid } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
 
 import {
-  Header, Outcome, allAborts, catalogChanged, compileArgs, eventSubject, goDuration, parseDeadline,
-  queueGroup, serviceName, toolSubject, truncatedHeader, validAgent, validToken,
+  Header, Outcome, allAborts, bytesOf, catalogChanged, compileArgs, eventSubject, formatDeadline, goDuration, nowNs,
+  parseToolRequest, queueGroup, serviceName, text, toolSubject,
 } from "./protocol.js";
 
 /** The version every toolbus host reports (actors.Version). */
@@ -173,42 +173,38 @@ export class Host {
     this.abortSub?.unsubscribe();
   }
 
-  /** begin checks a request's headers and starts the call. */
+  /**
+   * begin checks a request as the Go host does, in its order: the headers,
+   * truncation of a destructive tool, a deadline already past on arrival,
+   * the host stopping. Then it starts the call; run checks the arguments.
+   */
   begin(tool, msg) {
-    const hdr = msg.headers;
-    const get = (k) => hdr?.get(k) ?? "";
+    const st = this.stats.get(tool.name);
+    const { req, error } = parseToolRequest(this.headers(msg));
     const call = {
-      turn: get(Header.turn),
-      id: get(Header.call),
-      agent: get(Header.agent),
-      task: get(Header.task),
-      traceparent: get(Header.traceparent),
+      turn: text(req.turn),
+      id: text(req.call),
+      agent: text(req.agent),
+      task: text(req.task),
+      traceparent: text(req.traceparent),
     };
     const now = Date.now();
     call.deadline = now + (tool.timeoutMs > 0 ? tool.timeoutMs : DEFAULT_TIMEOUT_MS);
-    let bad = "";
-    const d = get(Header.deadline); // empty equals absent
-    if (d !== "") {
-      try {
-        call.deadline = Math.min(call.deadline, parseDeadline(d));
-      } catch (err) {
-        bad = `bad ${Header.deadline} header ${quote(d)}: ${err.message}`;
-      }
-    }
+    if (req.deadline !== null) call.deadline = Math.min(call.deadline, Number(req.deadline) / 1e6);
     if (call.id === "") call.id = nuid.next(); // a direct request, e.g. `nats req`
-    if (call.turn !== "" && !validToken(call.turn)) {
-      bad = `bad ${Header.turn} header ${quote(call.turn)}`;
-    } else if (!validToken(call.id)) {
-      bad = `bad ${Header.call} header ${quote(call.id)}`;
-    } else if (call.agent !== "" && !validAgent(call.agent)) {
-      bad = `bad ${Header.agent} header ${quote(call.agent)}: want letters, digits, '_' or '-'`;
-    }
-    if (bad) {
-      // Header refusals count in no statistic (§2).
-      this.reply(msg, { call_id: call.id, tool: tool.name, outcome: Outcome.invalid, error: bad });
-      return;
+    const refuse = (outcome, err) => {
+      st.errors++;
+      this.reply(msg, { call_id: call.id, tool: tool.name, outcome, error: err });
+    };
+    if (error) return refuse(Outcome.invalid, error);
+    // A turn refuses these itself; a direct request must not get past either.
+    if (req.truncated && tool.destructive) return refuse(Outcome.invalid, TRUNCATED);
+    // A request that waited out its deadline on the way: its caller has given up on it.
+    if (req.deadline !== null && req.deadline <= nowNs()) {
+      return refuse(Outcome.timeout, `deadline already past on arrival (${formatDeadline(req.deadline)}); the tool did not run`);
     }
     if (this.stopping) {
+      // Not counted in the stats (§2).
       this.reply(msg, { call_id: call.id, tool: tool.name, outcome: Outcome.unavailable, error: STOPPING });
       return;
     }
@@ -231,6 +227,20 @@ export class Host {
     this.calls.add(p);
   }
 
+  /**
+   * headers reads a request's headers with rawHeaders, or, should the raw
+   * block be missing (another nats.js), as nats.js decodes them.
+   */
+  headers(msg) {
+    const get = rawHeaders(msg);
+    if (get) return get;
+    if (!this.warnedHeaders) {
+      this.warnedHeaders = true;
+      this.log.warn("the raw headers of requests are not available; reading them as nats.js decodes them");
+    }
+    return (name) => bytesOf(msg.headers?.get(name) ?? "");
+  }
+
   /** run checks the arguments, executes the tool, replies, publishes events. */
   async run(tool, msg, call, signal) {
     const st = this.stats.get(tool.name);
@@ -240,23 +250,12 @@ export class Host {
       this.reply(msg, { ...reply, outcome, error });
     };
 
-    // A turn refuses these itself; a direct request must not get past either.
-    if (tool.destructive && truncatedHeader(msg.headers?.get(Header.truncated))) {
-      return refuse(Outcome.invalid, TRUNCATED);
-    }
     // Anyone on the bus can publish here: check again, and never repair.
     let args;
     try {
       args = tool.parse(new TextDecoder().decode(msg.data));
     } catch (err) {
       return refuse(Outcome.invalid, `invalid arguments for ${tool.name}: ${err.message}`);
-    }
-    if (Date.now() >= call.deadline) {
-      return refuse(Outcome.timeout, "call timeout: context deadline exceeded (the deadline had passed when the request arrived)");
-    }
-    if (signal.aborted) {
-      const c = signal.reason;
-      return refuse(c.outcome, `call ${c.outcome}: ${c.text}`);
     }
 
     const emit = (kind, label, data) => this.event(call, tool, kind, label, data);
@@ -372,9 +371,40 @@ export function endpointMetadata(t) {
   return md;
 }
 
-// quote renders a header value as Go's %q does for printable text.
-function quote(s) {
-  return JSON.stringify(s);
+/**
+ * rawHeaders returns a function that gives the first value of a request
+ * header as a byte string ("" when absent), read as nats.go reads it: the
+ * name matched exactly, spaces and tabs after the colon skipped, nothing
+ * else trimmed, the bytes as sent. nats.js trims every Unicode space from
+ * both ends of a value and decodes it as UTF-8: read that way, a value
+ * such as "c1\v", or one with a byte that is not UTF-8, would pass checks
+ * that the Go host refuses it in. The raw header block is taken from the
+ * message the micro service wraps (nats-core's MsgImpl, of the versions
+ * pinned in package.json); rawHeaders returns null when it is not there.
+ */
+export function rawHeaders(msg) {
+  const inner = msg?.msg ?? msg;
+  const len = inner?._msg?.hdr;
+  const data = inner?._rdata;
+  if (typeof len === "number" && data instanceof Uint8Array) {
+    const first = new Map();
+    if (len > 0) {
+      const block = Buffer.from(data.buffer, data.byteOffset, len).toString("latin1");
+      // nats.go's readMIMEHeader: the first line is the status line.
+      for (let line of block.split("\n").slice(1)) {
+        if (line.endsWith("\r")) line = line.slice(0, -1);
+        if (line === "") break;
+        const i = line.indexOf(":");
+        if (i <= 0) continue;
+        const key = line.slice(0, i);
+        let j = i + 1;
+        while (j < line.length && (line[j] === " " || line[j] === "\t")) j++;
+        if (!first.has(key)) first.set(key, line.slice(j));
+      }
+    }
+    return (name) => first.get(name) ?? "";
+  }
+  return null;
 }
 
 // A label function that throws must not cost the call its reply.
