@@ -493,6 +493,10 @@ func TestWorkerNodeServes(t *testing.T) {
 		})
 	}
 
+	t.Run("the same answers as the Go host", func(t *testing.T) {
+		testWorkerNodeAnswersLikeGo(t, nc)
+	})
+
 	t.Run("slow_report aborted", func(t *testing.T) {
 		started := subscribeChan(t, nc, "toolbus.turn.tw2.evt.*.started")
 		req := startProcess(t, "nats req slow_report", natsBin(t), "--server", n.url, "req", "--raw", "--timeout", waitLimit.String(),
@@ -723,4 +727,233 @@ func TestWorkerNodeTurn(t *testing.T) {
 			t.Errorf("the model was called again after the abort")
 		}
 	})
+}
+
+// sameAnswerPair is a tool of the node's Go host and a tool of the worker of
+// the same kind (read-only or destructive), sent the same requests.
+type sameAnswerPair struct {
+	goCategory, goTool, crmTool string
+}
+
+var (
+	readOnlyPair    = sameAnswerPair{"computer", "list_files", "lookup_customer"}
+	destructivePair = sameAnswerPair{"computer", "write_file", "add_note"}
+)
+
+// endpointCounts reads the ok and errors counters of a micro service's
+// endpoints ($SRV.STATS).
+func endpointCounts(t *testing.T, nc *nats.Conn, service string) map[string][2]int64 {
+	t.Helper()
+	m, err := nc.Request("$SRV.STATS."+service, nil, waitLimit)
+	if err != nil {
+		t.Fatalf("$SRV.STATS.%s: %v", service, err)
+	}
+	var stats struct {
+		Endpoints []struct {
+			Name string `json:"name"`
+			Data struct {
+				OK     int64 `json:"ok"`
+				Errors int64 `json:"errors"`
+			} `json:"data"`
+		} `json:"endpoints"`
+	}
+	if err := json.Unmarshal(m.Data, &stats); err != nil {
+		t.Fatalf("decode $SRV.STATS.%s: %v: %s", service, err, m.Data)
+	}
+	counts := map[string][2]int64{}
+	for _, e := range stats.Endpoints {
+		counts[e.Name] = [2]int64{e.Data.OK, e.Data.Errors}
+	}
+	return counts
+}
+
+// testWorkerNodeAnswersLikeGo sends the same requests to a tool of the Go
+// host (category computer of the node) and to a tool of the worker, and
+// compares the replies: outcome, error text (with the tool's name as
+// <tool>) and call id. The body is [1] unless a case says otherwise: both
+// hosts refuse it with the same text, so a request whose headers pass gets
+// an answer without running a tool, and a refusal before the arguments shows
+// the order of the checks. Every case is refused by both, so each must also
+// count once in the errors of its endpoint.
+func testWorkerNodeAnswersLikeGo(t *testing.T, nc *nats.Conn) {
+	const (
+		onlyASCII = "; only ASCII letters, digits, '_' and '-' are allowed"
+		argsError = "invalid arguments for <tool>: arguments do not match the schema:\n- /: value is array but should be object"
+		truncated = "arguments were cut off (truncated); re-issue the call with the complete arguments"
+		syntax    = "want an RFC 3339 time such as 2006-01-02T15:04:05.999999999Z or 2006-01-02T15:04:05+01:00"
+	)
+	long := strings.Repeat("x", 128)
+	umlauts := strings.Repeat("ü", 64) // 128 bytes
+	future := time.Now().Add(time.Hour).UTC()
+	h := func(kv ...string) nats.Header {
+		hdr := nats.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			hdr[kv[i]] = append(hdr[kv[i]], kv[i+1])
+		}
+		return hdr
+	}
+	past := func(v string) string { return "deadline already past on arrival (" + v + "); the tool did not run" }
+	tests := []struct {
+		name    string
+		pair    sameAnswerPair
+		header  nats.Header
+		body    string // [1] when empty
+		outcome string
+		err     string // the error both must send, with the tool's name as <tool>
+	}{
+		// Agent ids: bus.CheckAgent, 1 to 64 ASCII letters, digits, '_' or '-'.
+		{"agent of 64 characters", readOnlyPair, h("Toolbus-Agent", long[:64]), "", "invalid", argsError},
+		{"agent of 65 characters", readOnlyPair, h("Toolbus-Agent", long[:65]), "", "invalid",
+			`bad Toolbus-Agent header "` + long[:65] + `": agent id is 65 bytes long; at most 64 are allowed`},
+		{"agent of 128 characters", readOnlyPair, h("Toolbus-Agent", long), "", "invalid",
+			`bad Toolbus-Agent header "` + long + `": agent id is 128 bytes long; at most 64 are allowed`},
+		{"agent of 40 umlauts", readOnlyPair, h("Toolbus-Agent", umlauts[:80]), "", "invalid",
+			`bad Toolbus-Agent header "` + umlauts[:80] + `": agent id is 80 bytes long; at most 64 are allowed`},
+		{"agent with a path", readOnlyPair, h("Toolbus-Agent", "../a1"), "", "invalid",
+			`bad Toolbus-Agent header "../a1": agent id has '.' at position 1` + onlyASCII},
+		{"agent with a space", readOnlyPair, h("Toolbus-Agent", "a b"), "", "invalid",
+			`bad Toolbus-Agent header "a b": agent id has ' ' at position 2` + onlyASCII},
+		{"agent with an umlaut", readOnlyPair, h("Toolbus-Agent", "aüb"), "", "invalid",
+			`bad Toolbus-Agent header "aüb": agent id has 'ü' at position 2` + onlyASCII},
+		{"agent with a quote", readOnlyPair, h("Toolbus-Agent", "a'b"), "", "invalid",
+			`bad Toolbus-Agent header "a'b": agent id has '\'' at position 2` + onlyASCII},
+		{"agent with a byte that is not UTF-8", readOnlyPair, h("Toolbus-Agent", "ab\xff"), "", "invalid",
+			`bad Toolbus-Agent header "ab\xff": agent id has byte 0xff at position 3` + onlyASCII},
+
+		// Turn and call ids: bus.ValidID, a subject token of at most 128 bytes.
+		{"turn of 128 bytes", readOnlyPair, h("Toolbus-Turn", long), "", "invalid", argsError},
+		{"turn of 129 bytes", readOnlyPair, h("Toolbus-Turn", long+"x"), "", "invalid", `bad Toolbus-Turn header "` + long + `x"`},
+		{"call of 128 bytes", readOnlyPair, h("Toolbus-Call", long), "", "invalid", argsError},
+		{"call of 129 bytes", readOnlyPair, h("Toolbus-Call", long+"x"), "", "invalid", `bad Toolbus-Call header "` + long + `x"`},
+		{"call of 64 umlauts", readOnlyPair, h("Toolbus-Call", umlauts), "", "invalid", argsError},
+		{"call of 65 umlauts", readOnlyPair, h("Toolbus-Call", umlauts+"ü"), "", "invalid", `bad Toolbus-Call header "` + umlauts + `ü"`},
+		{"turn with an umlaut", readOnlyPair, h("Toolbus-Turn", "tür-1"), "", "invalid", argsError},
+		{"turn with a byte order mark", readOnlyPair, h("Toolbus-Turn", "t\ufeff1"), "", "invalid", argsError},
+		{"call with a no-break space", readOnlyPair, h("Toolbus-Call", "c\u00a01"), "", "invalid", `bad Toolbus-Call header "c\u00a01"`},
+		{"call ending in a no-break space", readOnlyPair, h("Toolbus-Call", "c1\u00a0"), "", "invalid", `bad Toolbus-Call header "c1\u00a0"`},
+		{"call ending in a vertical tab", readOnlyPair, h("Toolbus-Call", "c1\v"), "", "invalid", `bad Toolbus-Call header "c1\v"`},
+		{"call with DEL", readOnlyPair, h("Toolbus-Call", "c\x7f1"), "", "invalid", `bad Toolbus-Call header "c\x7f1"`},
+		{"call with a byte that is not UTF-8", readOnlyPair, h("Toolbus-Call", "c\xff"), "", "invalid", `bad Toolbus-Call header "c\xff"`},
+		{"call sent twice: the first counts", readOnlyPair, h("Toolbus-Call", "c1", "Toolbus-Call", "c 2"), "", "invalid", argsError},
+		{"bad turn before bad call", readOnlyPair, h("Toolbus-Turn", "t*", "Toolbus-Call", "c>", "Toolbus-Agent", "a.b", "Toolbus-Deadline", "x"),
+			"", "invalid", `bad Toolbus-Turn header "t*"`},
+		{"bad call before bad agent", readOnlyPair, h("Toolbus-Call", "c>", "Toolbus-Agent", "a.b", "Toolbus-Deadline", "x"),
+			"", "invalid", `bad Toolbus-Call header "c>"`},
+		{"bad agent before bad deadline", readOnlyPair, h("Toolbus-Agent", "a.b", "Toolbus-Deadline", "x"),
+			"", "invalid", `bad Toolbus-Agent header "a.b": agent id has '.' at position 2` + onlyASCII},
+
+		// Toolbus-Deadline: bus.ParseDeadline.
+		{"deadline in lower case", readOnlyPair, h("Toolbus-Deadline", "2099-01-01t00:00:00.5z"), "", "invalid", argsError},
+		{"deadline with 9 fractional digits", readOnlyPair, h("Toolbus-Deadline", future.Format(time.RFC3339Nano)), "", "invalid", argsError},
+		{"deadline with an offset", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T00:00:00-05:00"), "", "invalid", argsError},
+		{"deadline empty", readOnlyPair, h("Toolbus-Deadline", ""), "", "invalid", argsError},
+		{"deadline with 10 fractional digits", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T00:00:00.1234567891Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01T00:00:00.1234567891Z": more than 9 fractional digits`},
+		{"deadline tomorrow", readOnlyPair, h("Toolbus-Deadline", "tomorrow"), "", "invalid", `bad Toolbus-Deadline header "tomorrow": ` + syntax},
+		{"deadline without a fraction digit", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T00:00:00.Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01T00:00:00.Z": ` + syntax},
+		{"deadline without the offset's colon", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T00:00:00+0100"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01T00:00:00+0100": ` + syntax},
+		{"deadline with a space for T", readOnlyPair, h("Toolbus-Deadline", "2099-01-01 00:00:00Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01 00:00:00Z": ` + syntax},
+		{"deadline in month 13", readOnlyPair, h("Toolbus-Deadline", "2099-13-01T00:00:00Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-13-01T00:00:00Z": month out of range`},
+		{"deadline on February 29 of a common year", readOnlyPair, h("Toolbus-Deadline", "2099-02-29T00:00:00Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-02-29T00:00:00Z": day out of range`},
+		{"deadline at hour 24", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T24:00:00Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01T24:00:00Z": hour out of range`},
+		{"deadline at minute 60", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T00:60:00Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01T00:60:00Z": minute out of range`},
+		{"deadline at a leap second", readOnlyPair, h("Toolbus-Deadline", "2098-12-31T23:59:60Z"), "", "invalid",
+			`bad Toolbus-Deadline header "2098-12-31T23:59:60Z": second out of range`},
+		{"deadline with offset +24:00", readOnlyPair, h("Toolbus-Deadline", "2099-01-01T00:00:00+24:00"), "", "invalid",
+			`bad Toolbus-Deadline header "2099-01-01T00:00:00+24:00": time zone offset out of range`},
+
+		// A deadline already past: after the headers and truncation, before the arguments.
+		{"deadline past", readOnlyPair, h("Toolbus-Deadline", "2020-01-01T00:00:00Z"), "", "timeout", past("2020-01-01T00:00:00Z")},
+		{"deadline past, with valid arguments", readOnlyPair, h("Toolbus-Deadline", "2020-01-01T00:00:00Z"), `{}`, "timeout", past("2020-01-01T00:00:00Z")},
+		{"deadline past, in lower case with an offset", readOnlyPair, h("Toolbus-Deadline", "2020-01-01t01:00:00.120+01:00"), "", "timeout",
+			past("2020-01-01T00:00:00.12Z")},
+		{"deadline past, in nanoseconds", readOnlyPair, h("Toolbus-Deadline", "2020-01-01T00:00:00.123456789Z"), "", "timeout",
+			past("2020-01-01T00:00:00.123456789Z")},
+		{"deadline past, before year 0", readOnlyPair, h("Toolbus-Deadline", "0000-01-01T00:30:00+01:00"), "", "timeout",
+			past("-0001-12-31T23:30:00Z")},
+		{"deadline past, with a bad call", readOnlyPair, h("Toolbus-Call", "c.1", "Toolbus-Deadline", "2020-01-01T00:00:00Z"), "", "invalid",
+			`bad Toolbus-Call header "c.1"`},
+		{"deadline past, with truncation of a read-only tool", readOnlyPair, h("Toolbus-Truncated", "true", "Toolbus-Deadline", "2020-01-01T00:00:00Z"),
+			"", "timeout", past("2020-01-01T00:00:00Z")},
+
+		// Toolbus-Truncated: anything but absent, empty or false (any case) is truncated.
+		{"truncated FALSE", destructivePair, h("Toolbus-Truncated", "FALSE"), "", "invalid", argsError},
+		{"truncated False", destructivePair, h("Toolbus-Truncated", "False"), "", "invalid", argsError},
+		{"truncated falſe", destructivePair, h("Toolbus-Truncated", "falſe"), "", "invalid", argsError},
+		{"truncated empty", destructivePair, h("Toolbus-Truncated", ""), "", "invalid", argsError},
+		{"truncated true", destructivePair, h("Toolbus-Truncated", "true"), "", "invalid", truncated},
+		{"truncated 0", destructivePair, h("Toolbus-Truncated", "0"), "", "invalid", truncated},
+		{"truncated no", destructivePair, h("Toolbus-Truncated", "no"), "", "invalid", truncated},
+		{"truncated fals", destructivePair, h("Toolbus-Truncated", "fals"), "", "invalid", truncated},
+		{"truncated before a past deadline", destructivePair, h("Toolbus-Truncated", "1", "Toolbus-Deadline", "2020-01-01T00:00:00Z"),
+			"", "invalid", truncated},
+		{"bad agent before truncation", destructivePair, h("Toolbus-Agent", "a/b", "Toolbus-Truncated", "1", "Toolbus-Deadline", "2020-01-01T00:00:00Z"),
+			"", "invalid", `bad Toolbus-Agent header "a/b": agent id has '/' at position 2` + onlyASCII},
+		{"bad deadline before truncation", destructivePair, h("Toolbus-Truncated", "1", "Toolbus-Deadline", "2020-01-01"),
+			"", "invalid", `bad Toolbus-Deadline header "2020-01-01": ` + syntax},
+		{"past deadline of a destructive tool", destructivePair, h("Toolbus-Truncated", "false", "Toolbus-Deadline", "2020-01-01T00:00:00Z"),
+			"", "timeout", past("2020-01-01T00:00:00Z")},
+	}
+
+	ask := func(t *testing.T, subject string, hdr nats.Header, body string) crmReply {
+		t.Helper()
+		msg := &nats.Msg{Subject: subject, Header: nats.Header{}, Data: []byte(body)}
+		for k, v := range hdr {
+			msg.Header[k] = slices.Clone(v)
+		}
+		m, err := nc.RequestMsg(msg, waitLimit)
+		if err != nil {
+			t.Fatalf("request %s: %v", subject, err)
+		}
+		return decodeCRMReply(t, string(m.Data))
+	}
+	goBefore, crmBefore := endpointCounts(t, nc, "toolbus-computer"), endpointCounts(t, nc, crmService)
+	sent := map[sameAnswerPair]int64{}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			body := tt.body
+			if body == "" {
+				body = "[1]"
+			}
+			sent[tt.pair]++
+			g := ask(t, "toolbus.tool."+tt.pair.goCategory+"."+tt.pair.goTool, tt.header, body)
+			w := ask(t, "toolbus.tool.crm."+tt.pair.crmTool, tt.header, body)
+			goErr := strings.ReplaceAll(g.Error, tt.pair.goTool, "<tool>")
+			crmErr := strings.ReplaceAll(w.Error, tt.pair.crmTool, "<tool>")
+			if g.Outcome != tt.outcome || goErr != tt.err {
+				t.Errorf("the Go host answers %s %q, want %s %q: the case does not test what it says", g.Outcome, goErr, tt.outcome, tt.err)
+			}
+			if w.Outcome != g.Outcome || crmErr != goErr {
+				t.Errorf("the worker answers %s %q\nthe Go host answers %s %q", w.Outcome, crmErr, g.Outcome, goErr)
+			}
+			if w.Tool != tt.pair.crmTool || g.Tool != tt.pair.goTool {
+				t.Errorf("the replies name the tools %q and %q, want %q and %q", w.Tool, g.Tool, tt.pair.crmTool, tt.pair.goTool)
+			}
+			if tt.header.Get("Toolbus-Call") != "" && w.Call != g.Call {
+				t.Errorf("the worker's reply has call_id %q, the Go host's %q", w.Call, g.Call)
+			}
+			if w.Call == "" || g.Call == "" || w.Duration != 0 || g.Duration != 0 || w.Label != "" || g.Label != "" {
+				t.Errorf("call ids %q and %q, durations %d and %d, labels %q and %q; want call ids, no duration and no label for a refusal",
+					w.Call, g.Call, w.Duration, g.Duration, w.Label, g.Label)
+			}
+		})
+	}
+
+	// Every refusal counts once in the errors of its endpoint, on both hosts.
+	goAfter, crmAfter := endpointCounts(t, nc, "toolbus-computer"), endpointCounts(t, nc, crmService)
+	for pair, n := range sent {
+		goDelta := [2]int64{goAfter[pair.goTool][0] - goBefore[pair.goTool][0], goAfter[pair.goTool][1] - goBefore[pair.goTool][1]}
+		crmDelta := [2]int64{crmAfter[pair.crmTool][0] - crmBefore[pair.crmTool][0], crmAfter[pair.crmTool][1] - crmBefore[pair.crmTool][1]}
+		if want := [2]int64{0, n}; goDelta != want || crmDelta != want {
+			t.Errorf("after %d refusals: ok and errors of %s grew by %v, of crm.%s by %v; want %v on both",
+				n, pair.goTool, goDelta, pair.crmTool, crmDelta, want)
+		}
+	}
 }
