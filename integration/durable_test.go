@@ -330,8 +330,15 @@ func TestGracefulStopHandsTurnsOver(t *testing.T) {
 		t.Errorf("turn %s; w1 ran %d times, w2 %d; want completed, once each", r.Status.State, host.count("start w1"), host.count("start w2"))
 	}
 	rec := turnRecord(t, connect(t, otherURLs(nodes, owner)), first.Turn)
-	if len(rec.Resumes) != 1 || rec.Resumes[0].From != "" || !strings.Contains(rec.Resumes[0].Why, "handed back") || rec.Owner == owner.name {
-		t.Errorf("the turn's record after the stop of %s: owner %s, resumes %+v; want one hand-back to another node", owner.name, rec.Owner, rec.Resumes)
+	// The first move is the hand-back; on a loaded machine a node that took the turn
+	// may still be slow to read it back and let another take over from it, which the
+	// record shows too.
+	if len(rec.Resumes) == 0 || rec.Resumes[0].From != "" || !strings.Contains(rec.Resumes[0].Why, "handed back") ||
+		rec.Resumes[0].Node == owner.name || rec.Owner == owner.name {
+		t.Errorf("the turn's record after the stop of %s: owner %s, resumes %+v; want a hand-back to another node first", owner.name, rec.Owner, rec.Resumes)
+	}
+	if len(rec.Resumes) > 1 {
+		t.Logf("the turn moved again after the hand-back: %+v", rec.Resumes[1:])
 	}
 }
 
@@ -449,7 +456,7 @@ func TestClientSeesLostOwner(t *testing.T) {
 		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
 	}
 	script := slowScript(t, []scriptCall{slowCall("r1", "wait", 30)})
-	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", n.url, "-agent", "lost", "-model", "script:"+script, "work slowly")
+	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", n.url, "-agent", "lost", "-give-up", "3s", "-model", "script:"+script, "work slowly")
 	host.waitStarted(t, "r1")
 	n.proc.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)

@@ -49,6 +49,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		maxSteps     = fs.Int("max-steps", 0, fmt.Sprintf("the most model calls in the turn (default %d)", actors.DefaultMaxSteps))
 		instructions = fs.String("instructions", "", "instructions (system prompt) for the model")
 		asJSON       = fs.Bool("json", false, "print only the turn's transcript and final status, as JSON")
+		giveUp       = fs.Duration("give-up", 30*time.Second, "when the turn's node is lost: how long to wait for another node to resume the turn (at least three of its leases)")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -112,7 +113,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *asJSON {
 		r = &renderer{w: io.Discard, now: time.Now}
 	}
-	final, err := followTurn(ctx, bc, subject, *nodeName, req, r)
+	final, err := followTurn(ctx, bc, subject, *nodeName, req, r, *giveUp)
 	if err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func readScript(path string) (json.RawMessage, error) {
 // followTurn subscribes to the turn's subjects, asks a node to start it, and
 // shows its messages until the turn is done. A cancelled ctx aborts the turn,
 // which still ends with a status that says how every call ended.
-func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.TurnSpec, r *renderer) (bus.TurnStatus, error) {
+func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.TurnSpec, r *renderer, giveUp time.Duration) (bus.TurnStatus, error) {
 	msgs := make(chan *nats.Msg, 256)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -203,7 +204,7 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 	began := time.Now()
 	// A durable turn's node beats every third of its lease; a turn silent for a
 	// whole lease lost its node, and the intake gives it to another within another.
-	w := &ownerWatch{turn: req.ID, r: r}
+	w := &ownerWatch{turn: req.ID, r: r, giveUp: giveUp}
 	lost := time.NewTimer(time.Hour)
 	defer lost.Stop()
 
@@ -214,7 +215,7 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 		tick = t.C
 	}
 	interrupt := ctx.Done()
-	var giveUp <-chan time.Time
+	var abortOver <-chan time.Time
 	for {
 		select {
 		case <-interrupt:
@@ -223,8 +224,8 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 			if err := actors.Abort(bc.nc, req.ID, "interrupted"); err != nil {
 				return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: err}
 			}
-			giveUp = time.After(abortWait)
-		case <-giveUp:
+			abortOver = time.After(abortWait)
+		case <-abortOver:
 			return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: fmt.Errorf(
 				"turn %s did not end within %s of the abort; it may still be running", req.ID, abortWait)}
 		case <-tick:
@@ -251,6 +252,7 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 type ownerWatch struct {
 	turn   string
 	r      *renderer
+	giveUp time.Duration // how long to wait for a lost turn to be resumed
 	node   string        // the node that runs the turn
 	lease  time.Duration // from its started or beat status
 	missed int           // leases in a row without a word
@@ -280,21 +282,22 @@ func (w *ownerWatch) heard(m *nats.Msg) {
 	}
 }
 
-// silent is called after a lease without a word: the first time it says the node seems
-// lost; after three leases it gives up with a clear error.
+// silent is called after each lease without a word: the first time it says the node
+// seems lost; once the give-up time (at least three leases) has passed it gives up with
+// a clear error.
 func (w *ownerWatch) silent() error {
 	if w.lease <= 0 {
 		return nil
 	}
 	w.missed++
-	switch w.missed {
-	case 1:
+	if w.missed == 1 {
 		w.r.println(w.r.style(ansiDim, fmt.Sprintf("node %s has said nothing of turn %s for %s: it seems lost; waiting for another node to resume the turn",
 			w.node, w.turn, w.lease)))
-	case 3:
+	}
+	if waited := time.Duration(w.missed) * w.lease; w.missed >= 3 && waited >= w.giveUp {
 		return &exitError{code: exitFailed, err: fmt.Errorf(
 			"turn %s: its node %s was lost and no node resumed the turn within %s; when a node that runs turns is up, `toolbus resume %s` queues it again",
-			w.turn, w.node, 3*w.lease, w.turn)}
+			w.turn, w.node, waited, w.turn)}
 	}
 	return nil
 }
