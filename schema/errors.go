@@ -2,6 +2,7 @@ package schema
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -38,7 +39,10 @@ type ArgumentError struct {
 	Rungs     []Rung // the ladder rungs that ran before the failure
 	Truncated bool   // the arguments were cut off (or the provider said so)
 	Leaves    []Leaf // for KindSchema: every failing leaf, sorted
-	err       error
+	// Value is, for KindSchema, the arguments that failed validation as the
+	// ladder read them (canonical JSON, after every repair rung that ran).
+	Value json.RawMessage
+	err   error
 }
 
 func (e *ArgumentError) Error() string { return e.Msg }

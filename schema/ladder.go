@@ -144,7 +144,7 @@ func (p *parse) run(raw string) (Args, error) {
 		verr = p.s.validate(v)
 	}
 	if verr != nil {
-		return Args{}, p.schemaError(verr.(*ValidationError))
+		return Args{}, p.schemaError(verr.(*ValidationError), v)
 	}
 	out, err := canonical(v)
 	if err != nil {
@@ -203,7 +203,7 @@ func (p *parse) empty() (Args, error) {
 	}
 	v := map[string]any{}
 	if err := p.s.validate(v); err != nil {
-		return Args{}, p.schemaError(err.(*ValidationError))
+		return Args{}, p.schemaError(err.(*ValidationError), v)
 	}
 	return Args{JSON: json.RawMessage(`{}`), Rungs: p.rungs(), Truncated: p.truncated}, nil
 }
@@ -217,13 +217,15 @@ func (p *parse) stripNulls(v any) {
 	}
 }
 
-func (p *parse) schemaError(verr *ValidationError) *ArgumentError {
+// schemaError is rung 5's refusal of v, the arguments as the ladder read them.
+func (p *parse) schemaError(verr *ValidationError, v any) *ArgumentError {
 	msg := verr.Error()
 	if p.truncated {
 		msg = "arguments were cut off (truncated) and do not match the schema; re-issue the call with complete arguments:" + leafLines(verr.Leaves)
 	}
 	e := p.fail(KindSchema, msg, verr)
 	e.Leaves = verr.Leaves
+	e.Value, _ = canonical(v) // v was decoded from JSON, so it encodes
 	return e
 }
 

@@ -21,6 +21,8 @@ type ladderCase struct {
 
 	kind ErrorKind
 	msg  string
+	// value, when set, is the ArgumentError.Value of a schema refusal.
+	value string
 }
 
 const notJSON = "arguments are not valid JSON: "
@@ -166,6 +168,9 @@ var ladderCases = []ladderCase{
 		kind: KindSchema, msg: "arguments do not match the schema:" +
 			"\n- /: required property 'path' is missing" +
 			"\n- /mode: value append should be one of the allowed values: read, write"},
+	{name: "a schema refusal keeps the value it refused", in: "```json\n{'path': 'a', 'mode': 'delete',}\n```",
+		kind: KindSchema, msg: "arguments do not match the schema:\n- /mode: value delete should be one of the allowed values: read, write",
+		value: `{"mode":"delete","path":"a"}`},
 }
 
 func TestParseLadder(t *testing.T) {
@@ -187,6 +192,9 @@ func TestParseLadder(t *testing.T) {
 				}
 				if ae.Kind != tc.kind || ae.Error() != tc.msg {
 					t.Fatalf("error = %s %q\nwant    %s %q", ae.Kind, ae.Error(), tc.kind, tc.msg)
+				}
+				if tc.value != "" && string(ae.Value) != tc.value {
+					t.Fatalf("error value = %s, want %s", ae.Value, tc.value)
 				}
 				return
 			}
@@ -225,6 +233,14 @@ func TestParseErrorDetails(t *testing.T) {
 	}
 	if want := []Leaf{{"/path", "value should be at least 1 characters"}}; !slices.Equal(ae.Leaves, want) {
 		t.Fatalf("leaves = %v, want %v", ae.Leaves, want)
+	}
+	if want := `{"mode":"read","path":""}`; string(ae.Value) != want {
+		t.Fatalf("value that failed validation = %s, want %s", ae.Value, want)
+	}
+
+	_, err = s.Parse(`{"path":"a","mode":"write","tags":["x"`, ParseOptions{Destructive: true})
+	if !errors.As(err, &ae) || ae.Value != nil {
+		t.Fatalf("a refusal before validation has a value: %s", ae.Value)
 	}
 }
 
