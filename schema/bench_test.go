@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,33 @@ func BenchmarkParseFencedTrailingComma(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.Parse(benchFencedArgs, ParseOptions{}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// Pathological arguments from the differential run, each far above
+// MaxRepairBytes: both cost quadratic time inside jsonrepair (26 s for the
+// brackets and 3.3 s for the prose here, before the cap). They are now
+// refused at once.
+var (
+	benchBrackets = strings.Repeat("[", 100_000)
+	benchProse    = repeatTo(`I will call it with {"path" set to the file, then read it. `, 200_000)
+)
+
+func repeatTo(s string, n int) string {
+	return strings.Repeat(s, n/len(s)+1)[:n]
+}
+
+func BenchmarkParseBrackets100k(b *testing.B) { benchRefused(b, benchBrackets) }
+
+func BenchmarkParseProse200k(b *testing.B) { benchRefused(b, benchProse) }
+
+func benchRefused(b *testing.B, in string) {
+	s := MustFromJSON(benchSchema)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Parse(in, ParseOptions{}); err == nil {
+			b.Fatal("accepted")
 		}
 	}
 }

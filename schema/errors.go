@@ -29,6 +29,7 @@ const (
 	KindEmpty     ErrorKind = "empty"            // nothing (or null) for a tool with required fields
 	KindTruncated ErrorKind = "truncated"        // cut off, and the tool is destructive
 	KindSchema    ErrorKind = "schema"           // JSON object that does not match the schema
+	KindTooLarge  ErrorKind = "too_large"        // not JSON, and longer than MaxRepairBytes
 )
 
 // ArgumentError is the error Parse returns. Its Error text is written for

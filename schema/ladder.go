@@ -41,6 +41,11 @@ const (
 	RungStripNulls Rung = "strip_nulls" // strict-mode nulls removed (only when something was removed)
 )
 
+// MaxRepairBytes is the longest argument text the ladder tries to extract
+// and repair. Longer text that is not valid JSON is refused (KindTooLarge);
+// valid JSON of any length passes rung 1 untouched.
+const MaxRepairBytes = 64 << 10
+
 // Args are arguments that passed the ladder.
 type Args struct {
 	// JSON is the validated object, compact, keys sorted, re-encoded from
@@ -107,6 +112,9 @@ func (p *parse) run(raw string) (Args, error) {
 	if err == nil {
 		p.mark(RungAsIs)
 	} else {
+		if len(text) > MaxRepairBytes {
+			return Args{}, p.fail(KindTooLarge, fmt.Sprintf("arguments are not valid JSON and too long to repair: %d bytes, over the limit of %d; send them as valid JSON", len(text), MaxRepairBytes), err)
+		}
 		lead := len(raw) - len(strings.TrimLeftFunc(raw, unicode.IsSpace))
 		if v, err = p.climb(text, lead); err != nil {
 			return Args{}, err

@@ -3,6 +3,7 @@ package schema
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,9 @@ type ladderCase struct {
 
 	kind ErrorKind
 	msg  string
+	// errRungs, when set, are the rungs an error reports; the error's
+	// Truncated flag must then equal truncated.
+	errRungs []Rung
 	// value, when set, is the ArgumentError.Value of a schema refusal.
 	value string
 }
@@ -171,6 +175,13 @@ var ladderCases = []ladderCase{
 	{name: "a schema refusal keeps the value it refused", in: "```json\n{'path': 'a', 'mode': 'delete',}\n```",
 		kind: KindSchema, msg: "arguments do not match the schema:\n- /mode: value delete should be one of the allowed values: read, write",
 		value: `{"mode":"delete","path":"a"}`},
+
+	// Size is bounded before extraction and repair.
+	{name: "valid JSON of any size passes as is", in: `{"path":"` + strings.Repeat("a", 2*MaxRepairBytes) + `","mode":"read"}`,
+		want: `{"mode":"read","path":"` + strings.Repeat("a", 2*MaxRepairBytes) + `"}`, rungs: []Rung{RungAsIs}},
+	{name: "invalid JSON over the size cap is refused", in: `{"path":"a",` + strings.Repeat(" ", MaxRepairBytes) + `}`,
+		kind: KindTooLarge, msg: "arguments are not valid JSON and too long to repair: 65549 bytes, over the limit of 65536; send them as valid JSON",
+		errRungs: []Rung{}},
 }
 
 func TestParseLadder(t *testing.T) {
@@ -192,6 +203,9 @@ func TestParseLadder(t *testing.T) {
 				}
 				if ae.Kind != tc.kind || ae.Error() != tc.msg {
 					t.Fatalf("error = %s %q\nwant    %s %q", ae.Kind, ae.Error(), tc.kind, tc.msg)
+				}
+				if tc.errRungs != nil && (!slices.Equal(ae.Rungs, tc.errRungs) || ae.Truncated != tc.truncated) {
+					t.Fatalf("error rungs = %v truncated=%v, want %v truncated=%v", ae.Rungs, ae.Truncated, tc.errRungs, tc.truncated)
 				}
 				if tc.value != "" && string(ae.Value) != tc.value {
 					t.Fatalf("error value = %s, want %s", ae.Value, tc.value)
