@@ -74,6 +74,51 @@ func benchRefused(b *testing.B, in string) {
 	}
 }
 
+// BenchmarkParseProseAtCap is prose with `{"` just under MaxRepairBytes,
+// which the ladder does extract and repair.
+func BenchmarkParseProseAtCap(b *testing.B) { benchRefused(b, benchProse[:MaxRepairBytes]) }
+
+// BenchmarkParseLargeStringRepair is a typical large call that needs
+// repair: 55 kB of file content in one string (64 kB escaped, just under
+// MaxRepairBytes), then a trailing comma. jsonrepair sees a placeholder for
+// the string.
+func BenchmarkParseLargeStringRepair(b *testing.B) {
+	s := MustFromJSON(fileSchema)
+	content := appendString(nil, repeatTo("func main() {\n\tfmt.Println(\"hello\")\n}\n", 55_000))
+	in := `{"path":"main.go","mode":"write","tags":[` + string(content) + `],}`
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Parse(in, ParseOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRepairAtBudget is the slowest repair the ladder lets jsonrepair
+// do: an object of unquoted keys (among the costliest shapes per unit of
+// the estimate) grown to just under repairBudget.
+func BenchmarkRepairAtBudget(b *testing.B) {
+	object := func(n int) string { return "{" + strings.Repeat("a:1,", n) + "}" }
+	lo, hi := 1, MaxRepairBytes/4
+	for lo < hi {
+		mid := (lo + hi + 1) / 2
+		if l := lex(object(mid), 0); l.err == nil && l.steps+l.cost <= repairBudget {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	in := object(lo)
+	s := MustFromJSON(noArgsSchema)
+	b.ReportMetric(float64(len(in)), "bytes")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := s.Parse(in, ParseOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkCompile is what every Schema would cost without the cache:
 // meta-schema check and compilation.
 func BenchmarkCompile(b *testing.B) {

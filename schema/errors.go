@@ -30,6 +30,7 @@ const (
 	KindTruncated ErrorKind = "truncated"        // cut off, and the tool is destructive
 	KindSchema    ErrorKind = "schema"           // JSON object that does not match the schema
 	KindTooLarge  ErrorKind = "too_large"        // not JSON, and longer than MaxRepairBytes
+	KindTooCostly ErrorKind = "too_costly"       // not JSON, and its repair would exceed the ladder's work budget
 )
 
 // ArgumentError is the error Parse returns. Its Error text is written for

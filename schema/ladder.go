@@ -36,9 +36,14 @@ const (
 	RungEmpty      Rung = "empty"       // no text, or null, taken as {}
 	RungAsIs       Rung = "as_is"       // the text was valid JSON as received
 	RungExtract    Rung = "extract"     // code fence and/or prose around one balanced object removed
-	RungRepair     Rung = "repair"      // syntax repaired by jsonrepair
+	RungRepair     Rung = "repair"      // syntax repaired (jsonrepair, and the ladder's own reading of strings and numbers)
 	RungUnwrap     Rung = "unwrap"      // double-encoded JSON, or stringified JSON in object/array fields, decoded
 	RungStripNulls Rung = "strip_nulls" // strict-mode nulls removed (only when something was removed)
+
+	// RungKeepBackslash: an escape JSON lacks (\d, \.) was read as a
+	// backslash and the character after it (\\d), as the model meant;
+	// recorded with RungRepair.
+	RungKeepBackslash Rung = "keep_backslash"
 )
 
 // MaxRepairBytes is the longest argument text the ladder tries to extract
@@ -73,9 +78,10 @@ type parse struct {
 	opts      ParseOptions
 	used      [len(rungOrder)]bool
 	truncated bool
+	unescaped bool // the text was escaped once too often, and was unescaped
 }
 
-var rungOrder = [...]Rung{RungEmpty, RungAsIs, RungExtract, RungRepair, RungUnwrap, RungStripNulls}
+var rungOrder = [...]Rung{RungEmpty, RungAsIs, RungExtract, RungRepair, RungKeepBackslash, RungUnwrap, RungStripNulls}
 
 func (p *parse) mark(r Rung) {
 	for i, o := range rungOrder {
@@ -116,7 +122,7 @@ func (p *parse) run(raw string) (Args, error) {
 			return Args{}, p.fail(KindTooLarge, fmt.Sprintf("arguments are not valid JSON and too long to repair: %d bytes, over the limit of %d; send them as valid JSON", len(text), MaxRepairBytes), err)
 		}
 		lead := len(raw) - len(strings.TrimLeftFunc(raw, unicode.IsSpace))
-		if v, err = p.climb(text, lead); err != nil {
+		if v, err = p.climb(text, lead, err); err != nil {
 			return Args{}, err
 		}
 	}
@@ -162,8 +168,9 @@ func (p *parse) run(raw string) (Args, error) {
 }
 
 // climb runs the extract and repair rungs on text that is not JSON as is.
-// lead is text's offset in the raw arguments, for error positions.
-func (p *parse) climb(text string, lead int) (any, error) {
+// lead is text's offset in the raw arguments, for error positions; textErr
+// is why text does not decode, when known.
+func (p *parse) climb(text string, lead int, textErr error) (any, error) {
 	cand, offset, changed, count := extract(text)
 	offset += lead
 	if count > 1 {
@@ -176,29 +183,99 @@ func (p *parse) climb(text string, lead int) (any, error) {
 	if changed {
 		p.mark(RungExtract)
 	}
-	v, err := decodeArgs([]byte(cand))
-	if err == nil {
-		return v, nil
+	syntaxErr := textErr
+	if changed || textErr == nil {
+		v, err := decodeArgs([]byte(cand))
+		if err == nil {
+			return v, nil
+		}
+		syntaxErr = err
 	}
-	syntaxErr := err
+	notRepaired := func() error {
+		return p.fail(KindSyntax, notValidJSON+describeSyntaxError(syntaxErr, offset), syntaxErr)
+	}
 
-	t := scanTail(cand)
-	if t.truncated {
+	l := lex(cand, offset)
+	switch {
+	case l.err != nil && l.err.kind == KindTooCostly:
+		return nil, p.tooCostly(syntaxErr, offset)
+	case l.err != nil:
+		return nil, p.fail(l.err.kind, l.err.msg, syntaxErr)
+	case l.overEscaped:
+		s, ok := unescapeOnce(cand)
+		if !ok || p.unescaped {
+			return nil, notRepaired()
+		}
+		p.unescaped = true
+		p.mark(RungUnwrap)
+		return p.climb(s, offset, nil)
+	}
+	if l.truncated {
 		p.truncated = true
-		cand = cand[:t.cut]
 	}
 	if p.truncated && p.opts.Destructive {
 		return nil, p.refuseTruncated()
 	}
-	repaired, err := jsonrepair.Repair(cand)
-	if err == nil {
-		v, err = decodeArgs([]byte(repaired))
+	in, ok := l.protected()
+	if !ok {
+		return nil, notRepaired()
 	}
+	out := in
+	if !json.Valid([]byte(in)) {
+		if l.steps+l.cost > repairBudget {
+			return nil, p.tooCostly(syntaxErr, offset)
+		}
+		var err error
+		if out, err = jsonrepair.Repair(in); err != nil {
+			return nil, notRepaired()
+		}
+	}
+	if out, ok = l.restore(out); !ok {
+		return nil, notRepaired()
+	}
+	v, err := decodeArgs([]byte(out))
 	if err != nil {
-		return nil, p.fail(KindSyntax, "arguments are not valid JSON: "+describeSyntaxError(syntaxErr, offset), syntaxErr)
+		return nil, notRepaired()
 	}
 	p.mark(RungRepair)
+	if l.kept {
+		p.mark(RungKeepBackslash)
+	}
 	return v, nil
+}
+
+const notValidJSON = "arguments are not valid JSON: "
+
+func (p *parse) tooCostly(syntaxErr error, offset int) *ArgumentError {
+	return p.fail(KindTooCostly, notValidJSON+describeSyntaxError(syntaxErr, offset)+
+		", and repairing them would take more work than the ladder allows; send them as valid JSON", syntaxErr)
+}
+
+// unescapeOnce reads text as the inside of a JSON string: {\"a\": 1} is
+// JSON escaped once more than it should be, its outer quotes missing.
+// Line breaks and tabs in it are taken as written.
+func unescapeOnce(text string) (string, bool) {
+	b := make([]byte, 0, len(text)+2)
+	b = append(b, '"')
+	for i := 0; i < len(text); i++ {
+		switch c := text[i]; {
+		case c == '\\' && i+1 < len(text) && text[i+1] >= 0x20:
+			b = append(b, c, text[i+1])
+			i++
+		case c == '"':
+			return "", false // a quote left unescaped: not escaped JSON
+		case c < 0x20:
+			q := appendString(nil, text[i:i+1])
+			b = append(b, q[1:len(q)-1]...)
+		default:
+			b = append(b, c)
+		}
+	}
+	var s string
+	if json.Unmarshal(append(b, '"'), &s) != nil {
+		return "", false
+	}
+	return s, true
 }
 
 func (p *parse) empty() (Args, error) {
@@ -306,7 +383,14 @@ func extract(text string) (cand string, offset int, changed bool, count int) {
 			return text, 0, false, 0
 		}
 	}
-	end, complete := scanObject(text, start)
+	end, complete, clean := scanObject(text, start)
+	if complete && !clean && strings.TrimSpace(text[end:]) != "" {
+		// It closed only by a closer that did not match its opener, with
+		// text after it: the guess of where it ends is not good enough to
+		// drop that text. Code with unescaped quotes ("f("x")\n}") reads
+		// like this.
+		complete = false
+	}
 	if !complete {
 		cand = strings.TrimRightFunc(text[start:], isSpace)
 		if strings.Contains(text[:start], "```") {
@@ -321,7 +405,7 @@ func extract(text string) (cand string, offset int, changed bool, count int) {
 			break
 		}
 		count++
-		e, ok := scanObject(text, next)
+		e, ok, _ := scanObject(text, next)
 		if !ok || count > 9 {
 			break
 		}
@@ -352,268 +436,33 @@ func nextObject(text string, from int) int {
 	return -1
 }
 
-// scanObject matches the brace at start, skipping strings (double or single
-// quoted) and comments. It returns the index just past the closing brace,
-// or len(text), false when the object does not close.
-func scanObject(text string, start int) (end int, complete bool) {
-	depth := 0
-	for i := start; i < len(text); i++ {
-		switch c := text[i]; c {
-		case '"', '\'':
-			i = skipString(text, i)
-		case '/':
-			i = skipComment(text, i)
-		case '{', '[':
-			depth++
-		case '}', ']':
-			depth--
-			if depth == 0 {
-				return i + 1, true
+// scanObject matches the brace at start, reading strings and comments as
+// the repair rung does and closers as they close (a closer that does not
+// match its opener closes the one it matches, as jsonrepair reads it). It
+// returns the index just past the closing brace, or len(text), false when
+// the object does not close; clean is false when a closer did not match.
+func scanObject(text string, start int) (end int, complete, clean bool) {
+	l := &lexer{text: text}
+	clean = true
+	for i := start; i < len(text); {
+		switch c := text[i]; {
+		case c == '{' || c == '[':
+			l.push(c, i)
+			i++
+		case c == '}' || c == ']':
+			clean = l.close(c, i) && clean
+			if i++; len(l.stack) == 0 {
+				return i, true, clean
 			}
-		}
-	}
-	return len(text), false
-}
-
-// skipString returns the index of the quote closing the string opened at i,
-// or len(text)-1 when it does not close.
-func skipString(text string, i int) int {
-	q := text[i]
-	for j := i + 1; j < len(text); j++ {
-		switch text[j] {
-		case '\\':
-			j++
-		case q:
-			return j
-		}
-	}
-	return len(text) - 1
-}
-
-// skipComment returns the index of the last byte of a // or /* comment
-// starting at i, or i when no comment starts there.
-func skipComment(text string, i int) int {
-	if i+1 >= len(text) {
-		return i
-	}
-	switch text[i+1] {
-	case '/':
-		if n := strings.IndexByte(text[i:], '\n'); n >= 0 {
-			return i + n
-		}
-		return len(text) - 1
-	case '*':
-		if n := strings.Index(text[i+2:], "*/"); n >= 0 {
-			return i + 2 + n + 1
-		}
-		return len(text) - 1
-	}
-	return i
-}
-
-// tail is what scanTail learned about the end of a candidate.
-type tail struct {
-	truncated bool // closing brackets or a closing quote are missing
-	cut       int  // keep text[:cut]: a dangling key or partial literal dropped
-}
-
-// Scanner states for the innermost container.
-const (
-	stKey        = iota // object: expecting a key or '}'
-	stInKey             // object: inside a key
-	stColon             // object: key read, expecting ':'
-	stValue             // expecting a value
-	stInValue           // inside a value (string or bare word)
-	stAfterValue        // expecting ',' or a closer
-)
-
-type frame struct {
-	closer      byte // '}' or ']'
-	state       int
-	memberStart int // where the current key (object) or element (array) starts
-	valueStart  int
-	bare        bool // the value being read is a bare word (number, literal)
-}
-
-// scanTail reads a JSON-ish candidate the way jsonrepair will and decides
-// whether it was cut off. jsonrepair closes what is open, which is fine for a
-// cut-off string, number or container, but for a cut-off key it invents
-// "key": null, and for a cut-off literal ("tru") a string. Those members are
-// dropped instead: cut says where the text should end.
-func scanTail(text string) tail {
-	var stack []frame
-	top := func() *frame {
-		if len(stack) == 0 {
-			return nil
-		}
-		return &stack[len(stack)-1]
-	}
-	endBare := func(f *frame) {
-		if f != nil && f.state == stInValue && f.bare {
-			f.state = stAfterValue
-			f.bare = false
-		} else if f != nil && f.state == stInKey && f.bare {
-			f.state = stColon
-			f.bare = false
-		}
-	}
-	inString := false
-	var quote byte
-	for i := 0; i < len(text); i++ {
-		c := text[i]
-		f := top()
-		if inString {
-			switch c {
-			case '\\':
-				i++
-			case quote:
-				inString = false
-				if f != nil {
-					if f.state == stInKey {
-						f.state = stColon
-					} else {
-						f.state = stAfterValue
-					}
-				}
-			}
-			continue
-		}
-		switch c {
-		case ' ', '\t', '\n', '\r':
-			endBare(f)
-		case '/':
-			if j := skipComment(text, i); j != i {
-				endBare(f)
-				i = j
-			} else {
-				startBare(f, i)
-			}
-		case '"', '\'':
-			endBare(f)
-			inString, quote = true, c
-			startMember(f, i, false)
-		case '{', '[':
-			endBare(f)
-			startMember(f, i, false)
-			closer := byte('}')
-			state := stKey
-			if c == '[' {
-				closer, state = ']', stValue
-			}
-			stack = append(stack, frame{closer: closer, state: state, memberStart: i + 1})
-		case '}', ']':
-			if f == nil {
-				continue // a stray closer; jsonrepair drops it
-			}
-			stack = stack[:len(stack)-1]
-			if p := top(); p != nil {
-				p.state = stAfterValue
-			}
-		case ',':
-			endBare(f)
-			if f != nil {
-				f.state = stValue
-				if f.closer == '}' {
-					f.state = stKey
-				}
-				f.memberStart = i + 1
-			}
-		case ':':
-			endBare(f)
-			if f != nil && f.closer == '}' {
-				f.state = stValue
-			}
+		case c == '/' && l.comments.end(text, i) > i:
+			i = l.comments.end(text, i)
 		default:
-			startBare(f, i)
+			if q, _ := quoteAt(text, i); q != qNone {
+				i = l.scanString(i, false).next
+			} else {
+				i++
+			}
 		}
 	}
-	t := tail{cut: len(text)}
-	if !inString && len(stack) == 0 {
-		return t
-	}
-	if inString && closesAfterStrayQuote(text, stack) {
-		// {"a": "it"s"} ends in a well-formed quote and closers: an
-		// unescaped quote made the scan think a string was left open.
-		return t
-	}
-	t.truncated = true
-	f := top()
-	switch {
-	case f == nil:
-		// A cut-off string at the top level ("{\"a\": 1}" double-encoded
-		// and cut): nothing to drop.
-	case f.closer == '}' && (f.state == stInKey || f.state == stColon || f.state == stValue):
-		t.cut = f.memberStart
-	case f.state == stInValue && f.bare && !completeWord(text[f.valueStart:]):
-		t.cut = f.memberStart
-		if f.closer == ']' {
-			t.cut = f.valueStart
-		}
-	}
-	return t
-}
-
-// startMember records where a key or value begins in the innermost frame.
-func startMember(f *frame, i int, bare bool) {
-	if f == nil {
-		return
-	}
-	switch f.state {
-	case stKey, stAfterValue:
-		if f.closer == '}' {
-			f.state = stInKey
-			f.memberStart = i
-		} else {
-			f.state = stInValue
-			f.memberStart, f.valueStart = i, i
-		}
-	case stColon, stValue:
-		f.state = stInValue
-		f.valueStart = i
-		if f.closer == ']' {
-			f.memberStart = i
-		}
-	default:
-		return
-	}
-	f.bare = bare
-}
-
-func startBare(f *frame, i int) {
-	if f == nil || f.state == stInValue || f.state == stInKey {
-		return
-	}
-	startMember(f, i, true)
-}
-
-// completeWord reports whether a bare word at the end of the text is a whole
-// value: a JSON number or literal, or a Python constant jsonrepair knows.
-func completeWord(w string) bool {
-	w = strings.TrimRightFunc(w, isSpace)
-	switch w {
-	case "true", "false", "null", "True", "False", "None":
-		return true
-	}
-	_, err := strconv.ParseFloat(w, 64)
-	return err == nil && json.Valid([]byte(w))
-}
-
-// closesAfterStrayQuote reports whether text, which the scan ended inside a
-// string, ends with a quote followed by exactly the closers of the open
-// containers: the sign of an unescaped quote rather than a cut.
-func closesAfterStrayQuote(text string, stack []frame) bool {
-	i := len(text) - 1
-	for n := range stack { // the last byte closes the outermost container
-		for i >= 0 && isSpace(rune(text[i])) {
-			i--
-		}
-		if i < 0 || text[i] != stack[n].closer {
-			return false
-		}
-		i--
-	}
-	for i >= 0 && isSpace(rune(text[i])) {
-		i--
-	}
-	return i >= 0 && (text[i] == '"' || text[i] == '\'')
+	return len(text), false, clean
 }

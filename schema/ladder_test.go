@@ -176,12 +176,92 @@ var ladderCases = []ladderCase{
 		kind: KindSchema, msg: "arguments do not match the schema:\n- /mode: value delete should be one of the allowed values: read, write",
 		value: `{"mode":"delete","path":"a"}`},
 
-	// Size is bounded before extraction and repair.
+	// Issue 9, point 6: a stricter ladder. An escape JSON lacks keeps its
+	// backslash, or is refused when another language reads it as a
+	// character; jsonrepair would drop the backslash.
+	{name: "invalid escape keeps its backslash", in: `{"path":"^\d{3}","mode":"read"}`,
+		want: `{"mode":"read","path":"^\\d{3}"}`, rungs: []Rung{RungRepair, RungKeepBackslash}},
+	{name: "windows path keeps its backslashes", in: `{"path":"C:\Users\me\xampp","mode":"read"}`,
+		want: `{"mode":"read","path":"C:\\Users\\me\\xampp"}`, rungs: []Rung{RungRepair, RungKeepBackslash}},
+	{name: "invalid escapes kept through other repairs", in: `{'path': '^\d+\.txt$', mode: 'read',}`,
+		want: `{"mode":"read","path":"^\\d+\\.txt$"}`, rungs: []Rung{RungRepair, RungKeepBackslash}},
+	{name: "valid escapes untouched by other repairs", in: `{"path":"tab\there \u00e9 \"q\" \\d","mode":"read",}`,
+		want: `{"mode":"read","path":"tab\there é \"q\" \\d"}`, rungs: []Rung{RungRepair}},
+	{name: "escaped path not doubled by another repair", in: `{"path":"/usr/local/bin\\tool","mode":"read",}`,
+		want: `{"mode":"read","path":"/usr/local/bin\\tool"}`, rungs: []Rung{RungRepair}},
+	{name: "array string ending in a comma keeps it", in: `{"path":"a","mode":"read","tags":["x,","y",]}`,
+		want: `{"mode":"read","path":"a","tags":["x,","y"]}`, rungs: []Rung{RungRepair}},
+	{name: "escaped quote in a single-quoted string", in: `{'path': 'it\'s', 'mode': 'read'}`,
+		want: `{"mode":"read","path":"it's"}`, rungs: []Rung{RungRepair}},
+	{name: "hex escape is refused", in: `{"path":"a\x41","mode":"read"}`,
+		kind: KindSyntax, msg: notJSON + `the escape \x41 in a string (at byte 10) is not a JSON escape, and could mean a character or a backslash; write the character itself, or \\ for a backslash`,
+		errRungs: []Rung{}},
+	{name: "octal escape is refused", in: `{"path":"\101","mode":"read"}`,
+		kind: KindSyntax, msg: notJSON + `the escape \101 in a string (at byte 9) is not a JSON escape, and could mean a character or a backslash; write the character itself, or \\ for a backslash`},
+	{name: "escaped apostrophe in a double-quoted string is refused", in: `{"path":"it\'s","mode":"read"}`,
+		kind: KindSyntax, msg: notJSON + `the escape \' in a string (at byte 11) is not a JSON escape, and could mean a character or a backslash; write the character itself, or \\ for a backslash`},
+	{name: "escaped once more than JSON", in: `{\"path\":\"^\\d{3}\",\"mode\":\"read\"}`,
+		want: `{"mode":"read","path":"^\\d{3}"}`, rungs: []Rung{RungRepair, RungKeepBackslash, RungUnwrap}},
+	{name: "escape cut off at the end is dropped", in: `{"mode":"read","path":"a\u00`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}, truncated: true},
+
+	// Numbers written as another language would are the numbers they are;
+	// NaN, Infinity and a maybe-octal leading zero are refused, never
+	// turned into strings.
+	{name: "hex number", in: `{"path":"a","mode":"read","limit":0x10}`,
+		want: `{"limit":16,"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "leading zeros", in: `{"path":"a","mode":"read","limit":007}`,
+		want: `{"limit":7,"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "leading plus", in: `{"path":"a","mode":"read","limit":+5}`,
+		want: `{"limit":5,"mode":"read","path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "binary, octal and signed hex", schema: numberSchema, in: `{"n": [0b101, 0o17, -0x1F]}`,
+		kind: KindSchema, msg: "arguments do not match the schema:\n- /n: value is array but should be number",
+		value: `{"n":[5,15,-31]}`},
+	{name: "leading dot", schema: numberSchema, in: `{"n": -.5e1}`,
+		want: `{"n":-0.5e1}`, rungs: []Rung{RungRepair}},
+	{name: "big hex stays exact", schema: numberSchema, in: `{"n": 0xFFFFFFFFFFFFFFFFFF}`,
+		want: `{"n":4722366482869645213695}`, rungs: []Rung{RungRepair}},
+	{name: "NaN is refused", in: `{"path":"a","mode":"read","limit":NaN}`,
+		kind: KindSyntax, msg: notJSON + "NaN (at byte 34) is not a number JSON can hold; send a finite number instead",
+		errRungs: []Rung{}},
+	{name: "negative Infinity is refused", schema: numberSchema, in: `{"n": -Infinity}`,
+		kind: KindSyntax, msg: notJSON + "-Infinity (at byte 6) is not a number JSON can hold; send a finite number instead"},
+	{name: "maybe-octal leading zero is refused", in: `{"path":"a","mode":"read","limit":010}`,
+		kind: KindSyntax, msg: notJSON + "010 (at byte 34) has a leading zero, so it could be octal (8) or decimal (10); write it without leading zeros"},
+	{name: "number then unquoted text stays text", in: `{"path":"a","mode":"read","limit":0x10 apples}`,
+		kind: KindSchema, msg: "arguments do not match the schema:\n- /limit: value is string but should be integer",
+		value: `{"limit":"0x10 apples","mode":"read","path":"a"}`},
+
+	// A closer that does not match its opener is repaired, not taken for
+	// truncation: the text did not end early.
+	{name: "mismatched closer is not truncation", in: `{"path":"a","mode":"read","tags":["x","y"}`,
+		want: `{"mode":"read","path":"a","tags":["x","y"]}`, rungs: []Rung{RungRepair}},
+	{name: "mismatched closer runs a destructive tool", in: `{"path":"a","mode":"write","tags":["x"}`, opts: ParseOptions{Destructive: true},
+		want: `{"mode":"write","path":"a","tags":["x"]}`, rungs: []Rung{RungRepair}},
+	{name: "closer typed for the wrong kind", in: `{"path":"a","mode":"read","options":{"recursive":true]}`,
+		want: `{"mode":"read","options":{"recursive":true},"path":"a"}`, rungs: []Rung{RungRepair}},
+	{name: "mismatched closer in a fence", in: "```json\n{\"path\":\"a\",\"mode\":\"read\",\"tags\":[\"x\"}\n```",
+		want: `{"mode":"read","path":"a","tags":["x"]}`, rungs: []Rung{RungExtract, RungRepair}},
+	{name: "mismatched closer then prose is refused, not cut", in: `{"path":"a","mode":"read","tags":["x"} thanks`,
+		kind: KindSyntax, msg: notJSON + "invalid character '}' after array element (after byte 38)"},
+	{name: "unescaped quotes in code are refused, not split", in: "{\"path\":\"main.go\",\"mode\":\"write\",\"tags\":[\"f(\"x\")\n}\n\"]}",
+		kind: KindNotObject, msg: "arguments must be a JSON object, got an array"},
+	{name: "mismatched closer of an array at the root", in: `["a","b"}`,
+		kind: KindNotObject, msg: "arguments must be a JSON object, got an array", errRungs: []Rung{RungRepair}},
+	{name: "an unclosed array inside a closed object is truncated", in: `{"path":"a","mode":"write","tags":["x"`, opts: ParseOptions{Destructive: true},
+		kind: KindTruncated, msg: "arguments were cut off (truncated); re-issue the call with the complete arguments",
+		errRungs: []Rung{}, truncated: true},
+
+	// Size and work are bounded before jsonrepair runs.
 	{name: "valid JSON of any size passes as is", in: `{"path":"` + strings.Repeat("a", 2*MaxRepairBytes) + `","mode":"read"}`,
 		want: `{"mode":"read","path":"` + strings.Repeat("a", 2*MaxRepairBytes) + `"}`, rungs: []Rung{RungAsIs}},
 	{name: "invalid JSON over the size cap is refused", in: `{"path":"a",` + strings.Repeat(" ", MaxRepairBytes) + `}`,
 		kind: KindTooLarge, msg: "arguments are not valid JSON and too long to repair: 65549 bytes, over the limit of 65536; send them as valid JSON",
 		errRungs: []Rung{}},
+	{name: "repair over the work budget is refused", in: strings.Repeat("[", 9000),
+		kind: KindTooCostly, msg: notJSON + "unexpected end of input, and repairing them would take more work than the ladder allows; send them as valid JSON"},
+	{name: "nesting deeper than JSON decodes is refused", in: strings.Repeat("[", maxDepth+1),
+		kind: KindSyntax, msg: notJSON + "nested more than 10000 levels deep"},
 }
 
 func TestParseLadder(t *testing.T) {
@@ -255,6 +335,80 @@ func TestParseErrorDetails(t *testing.T) {
 	_, err = s.Parse(`{"path":"a","mode":"write","tags":["x"`, ParseOptions{Destructive: true})
 	if !errors.As(err, &ae) || ae.Value != nil {
 		t.Fatalf("a refusal before validation has a value: %s", ae.Value)
+	}
+}
+
+// TestParseEscapes is the escape policy, one escape at a time, inside a
+// string that also needs another repair (a trailing comma). want is the
+// string as decoded; empty means refused as ambiguous.
+func TestParseEscapes(t *testing.T) {
+	s := MustFromJSON([]byte(`{"type":"object","properties":{"p":{"type":"string"}}}`))
+	for _, tc := range []struct {
+		in, want string
+		kept     bool
+	}{
+		// JSON's own escapes mean what JSON says.
+		{in: `"a\nb\t\"\\\/\b\f\r"`, want: "a\nb\t\"\\/\b\f\r"},
+		{in: `"\u00e9\ud83d\ude00"`, want: "é😀"},
+		// Escapes no common string syntax reads as another character: the
+		// backslash is kept.
+		{in: `"\d\s\w\.\(\)\[\]\{\}\$\^\|\?\*\+\-"`, want: `\d\s\w\.\(\)\[\]\{\}\$\^\|\?\*\+\-`, kept: true},
+		{in: `"C:\Users\me\xampp\8\9\e\ "`, want: `C:\Users\me\xampp\8\9\e\ `, kept: true},
+		{in: `"\users \U123 \Nope \x4g"`, want: `\users \U123 \Nope \x4g`, kept: true},
+		{in: `"end\\"`, want: `end\`},
+		// A string's own quote, escaped.
+		{in: `'it\'s'`, want: "it's"},
+		{in: `‘it\’s’`, want: "it’s"},
+		{in: `“say \”hi\””`, want: "say ”hi”"},
+		{in: `'say \"hi\"'`, want: `say "hi"`},
+		// Escapes some syntax reads as another character: refused.
+		{in: `"\x41"`}, {in: `"\0"`}, {in: `"\101"`}, {in: `"\7"`}, {in: `"\a"`}, {in: `"\v"`},
+		{in: `"\u{41}"`}, {in: `"\u12"`}, {in: `"\U0001F600"`}, {in: `"\N{DASH}"`},
+		{in: `"it\'s"`}, {in: `“it\'s”`}, {in: "\"line\\\nbreak\""},
+	} {
+		got, err := s.Parse(`{"p": `+tc.in+`,}`, ParseOptions{})
+		if tc.want == "" {
+			var ae *ArgumentError
+			if !errors.As(err, &ae) || ae.Kind != KindSyntax || !strings.Contains(ae.Msg, "is not a JSON escape") {
+				t.Errorf("%s: Parse = %s, %v; want an ambiguous-escape refusal", tc.in, got.JSON, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.in, err)
+			continue
+		}
+		want, _ := canonical(map[string]any{"p": tc.want})
+		if string(got.JSON) != string(want) || slices.Contains(got.Rungs, RungKeepBackslash) != tc.kept {
+			t.Errorf("%s: Parse = %s %v, want %s (kept backslash: %v)", tc.in, got.JSON, got.Rungs, want, tc.kept)
+		}
+	}
+}
+
+// TestFixNumber is every number form the repair rung reads, bare as a
+// model wrote it: the JSON number it becomes ("" when it is left alone) or
+// the start of why it is refused.
+func TestFixNumber(t *testing.T) {
+	for _, tc := range []struct{ in, repl, problem string }{
+		{in: "12"}, {in: "-0"}, {in: "1.5e3"}, {in: "5."}, {in: "1_000"}, {in: "0x"}, {in: "0x1g"}, {in: "0b102"},
+		{in: "12px"}, {in: "2024-01-05"}, {in: "..."}, {in: "-"}, {in: "+"}, {in: "1e"},
+		{in: "0x10", repl: "16"}, {in: "0X1f", repl: "31"}, {in: "-0x10", repl: "-16"}, {in: "+0x10", repl: "16"},
+		{in: "0o17", repl: "15"}, {in: "0b101", repl: "5"},
+		{in: "0xFFFFFFFFFFFFFFFFFFFF", repl: "1208925819614629174706175"},
+		{in: "007", repl: "7"}, {in: "-007", repl: "-7"}, {in: "00", repl: "0"}, {in: "08", repl: "8"}, {in: "09.5", repl: "9.5"},
+		{in: "010.5", repl: "10.5"}, {in: "007e2", repl: "7e2"}, {in: "00.5", repl: "0.5"},
+		{in: "+5", repl: "5"}, {in: "+0", repl: "0"}, {in: "+5.", repl: "5.0"}, {in: "+1e5", repl: "1e5"},
+		{in: ".5", repl: "0.5"}, {in: "-.5", repl: "-0.5"}, {in: "+.5e-3", repl: "0.5e-3"},
+		{in: "NaN", problem: "is not a number JSON can hold"}, {in: "-nan", problem: "is not a number JSON can hold"},
+		{in: "Infinity", problem: "is not a number JSON can hold"}, {in: "+inf", problem: "is not a number JSON can hold"},
+		{in: "010", problem: "has a leading zero, so it could be octal (8) or decimal (10)"},
+		{in: "-0777", problem: "has a leading zero, so it could be octal (511) or decimal (777)"},
+		{in: "0777777777777777777777777", problem: "has a leading zero, so it could be octal (4722366482869645213695) or decimal (777777777777777777777777)"},
+	} {
+		repl, problem := fixNumber(tc.in)
+		if repl != tc.repl || !strings.HasPrefix(problem, tc.problem) || (tc.problem == "") != (problem == "") {
+			t.Errorf("fixNumber(%q) = %q, %q; want %q, %q...", tc.in, repl, problem, tc.repl, tc.problem)
+		}
 	}
 }
 

@@ -24,3 +24,6 @@ var fileSchema = []byte(`{
 
 // noArgsSchema is a tool with nothing required.
 var noArgsSchema = []byte(`{"type":"object","properties":{"verbose":{"type":"boolean"}}}`)
+
+// numberSchema has one number, for the ladder's number repairs.
+var numberSchema = []byte(`{"type":"object","properties":{"n":{"type":"number"}},"required":["n"]}`)
