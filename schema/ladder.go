@@ -367,21 +367,33 @@ func describeSyntaxError(err error, offset int) string {
 	return err.Error()
 }
 
+// bom is a UTF-8 byte-order mark, which some models' output starts with.
+const bom = "\uFEFF"
+
 // extract finds the single balanced top-level object in text, dropping a
-// code fence and prose around it. It returns the object's text, its byte
+// byte-order mark, a code fence, an XML-ish wrapper (<args>…</args>,
+// <tool_call>…) and prose around it. It returns the object's text, its byte
 // offset in text, whether anything was dropped, and how many objects it saw
 // (more than one is an error the caller reports: jsonrepair would turn
 // "{..}\n{..}" into an array, and guessing which object was meant is wrong).
+// Without an object it returns text (less a byte-order mark) for the repair
+// rung to read.
 //
 // An object that never closes runs to the end of text (minus a closing
-// fence); the repair rung then closes it.
+// fence or tag); the repair rung then closes it. Every step moves forward,
+// so extraction takes time linear in the text.
 func extract(text string) (cand string, offset int, changed bool, count int) {
 	start := 0
-	if text[0] != '{' {
-		start = nextObject(text, 0)
-		if start < 0 {
-			return text, 0, false, 0
+	if strings.HasPrefix(text, bom) {
+		start = len(bom)
+	}
+	if start == len(text) || text[start] != '{' {
+		next := nextObject(text, start)
+		if next < 0 {
+			rest := strings.TrimLeftFunc(text[start:], unicode.IsSpace)
+			return rest, len(text) - len(rest), start > 0, 0
 		}
+		start = next
 	}
 	end, complete, clean := scanObject(text, start)
 	if complete && !clean && strings.TrimSpace(text[end:]) != "" {
@@ -392,10 +404,7 @@ func extract(text string) (cand string, offset int, changed bool, count int) {
 		complete = false
 	}
 	if !complete {
-		cand = strings.TrimRightFunc(text[start:], isSpace)
-		if strings.Contains(text[:start], "```") {
-			cand = strings.TrimRightFunc(strings.TrimSuffix(cand, "```"), isSpace)
-		}
+		cand = trimWrapper(text, start)
 		return cand, start, start > 0 || len(cand) < len(text)-start, 1
 	}
 	count = 1
@@ -418,22 +427,47 @@ func extract(text string) (cand string, offset int, changed bool, count int) {
 func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 
 // nextObject returns the index of the next '{' at or after from that opens
-// something object-like: followed (after spaces) by a quote or '}'. A brace
-// in prose ("use {name} here") is not mistaken for arguments.
+// something object-like: followed (after spaces) by a quote of any kind, '}',
+// or a bare key and a colon ({name: "x"}). A brace in
+// prose ("use {name} here") is not mistaken for arguments.
 func nextObject(text string, from int) int {
 	for i := from; i < len(text); i++ {
-		if text[i] != '{' {
-			continue
+		k := strings.IndexByte(text[i:], '{')
+		if k < 0 {
+			return -1
 		}
-		j := i + 1
-		for j < len(text) && isSpace(rune(text[j])) {
-			j++
-		}
-		if j < len(text) && (text[j] == '"' || text[j] == '\'' || text[j] == '}') {
+		if i += k; opensObject(text, i+1) {
 			return i
 		}
 	}
 	return -1
+}
+
+// opensObject reports whether text[j:] can follow the '{' of an object. It
+// reads at most up to the next brace, so nextObject stays linear.
+func opensObject(text string, j int) bool {
+	for j < len(text) && isSpace(rune(text[j])) {
+		j++
+	}
+	if j == len(text) {
+		return false
+	}
+	switch c := text[j]; {
+	case c == '}':
+		return true
+	case isIdentStart(c):
+		for j < len(text) && isIdentChar(text[j]) {
+			j++
+		}
+		for j < len(text) && (text[j] == ' ' || text[j] == '\t') {
+			j++
+		}
+		return j < len(text) && text[j] == ':'
+	}
+	q, _ := quoteAt(text, j)
+	// Backticks and acute accents open strings for jsonrepair, but after a
+	// brace they are more likely prose ("{```") than a key.
+	return q == qDouble || q == qSingle || q == qDoubleLike || (q == qSingleLike && text[j] == 0xE2)
 }
 
 // scanObject matches the brace at start, reading strings and comments as
@@ -465,4 +499,33 @@ func scanObject(text string, start int) (end int, complete, clean bool) {
 		}
 	}
 	return len(text), false, clean
+}
+
+// trimWrapper returns text[start:], an object that does not close, without
+// trailing spaces and without the closing fences and tags (</args>) of
+// wrappers opened before start.
+func trimWrapper(text string, start int) string {
+	cand := strings.TrimRightFunc(text[start:], isSpace)
+	before := text[:start]
+	for {
+		k := strings.LastIndex(cand, "</")
+		switch {
+		case strings.HasSuffix(cand, "```") && strings.Contains(before, "```"):
+			cand = cand[:len(cand)-3]
+		case k >= 0 && strings.HasSuffix(cand, ">") && isTagName(cand[k+2:len(cand)-1]) && strings.Contains(before, "<"+cand[k+2:len(cand)-1]):
+			cand = cand[:k]
+		default:
+			return cand
+		}
+		cand = strings.TrimRightFunc(cand, isSpace)
+	}
+}
+
+func isTagName(s string) bool {
+	for i := range len(s) {
+		if !isIdentChar(s[i]) && s[i] != ':' && s[i] != '.' {
+			return false
+		}
+	}
+	return s != ""
 }

@@ -252,6 +252,25 @@ var ladderCases = []ladderCase{
 		kind: KindTruncated, msg: "arguments were cut off (truncated); re-issue the call with the complete arguments",
 		errRungs: []Rung{}, truncated: true},
 
+	// Objects with bare or curly-quoted keys are found wherever models put
+	// them.
+	{name: "bare keys after prose", in: `Sure: {path: "a", mode: "read"}`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}},
+	{name: "curly-quoted keys in prose", in: `Here: {“path”: “a”, “mode”: “read”} done.`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}},
+	{name: "bare keys in a fence", in: "```json\n{path: \"a\", mode: \"read\"}\n```",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}},
+	{name: "bare keys in an XML-ish wrapper", in: `<args>{path: "a", mode: "read"}</args>`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}},
+	{name: "tool_call wrapper", in: "<tool_call>\n{\"path\": \"a\", \"mode\": \"read\"}\n</tool_call>",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "wrapper around an unclosed object", in: `<args>{"path": "a", "mode": "read"</args>`,
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}, truncated: true},
+	{name: "byte-order mark", in: "\uFEFF{\"path\":\"a\",\"mode\":\"read\"}",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract}},
+	{name: "bare keys after a byte-order mark", in: "\uFEFF{path: \"a\", mode: \"read\"}",
+		want: `{"mode":"read","path":"a"}`, rungs: []Rung{RungExtract, RungRepair}},
+
 	// Size and work are bounded before jsonrepair runs.
 	{name: "valid JSON of any size passes as is", in: `{"path":"` + strings.Repeat("a", 2*MaxRepairBytes) + `","mode":"read"}`,
 		want: `{"mode":"read","path":"` + strings.Repeat("a", 2*MaxRepairBytes) + `"}`, rungs: []Rung{RungAsIs}},
