@@ -36,19 +36,36 @@
 // as needed, recording each rung it used:
 //
 //  1. as_is: the text is one JSON value.
-//  2. extract: a ``` code fence (with or without a language tag) and prose
-//     before or after are dropped around exactly one balanced top-level
-//     object, found with string- and comment-aware brace matching. Two or
-//     more objects are refused (KindMultiple) rather than guessed at.
+//  2. extract: a byte-order mark, a ``` code fence (with or without a
+//     language tag), an XML-ish wrapper (<args>…</args>, <tool_call>…) and
+//     prose before or after are dropped around exactly one balanced
+//     top-level object, found with string- and comment-aware brace matching
+//     in one linear pass. An object may have quoted, curly-quoted or bare
+//     keys ({name: "x"}); a brace in prose ("use {name} here") is not one.
+//     Two or more objects are refused (KindMultiple) rather than guessed at.
 //  3. repair: kaptinlin/jsonrepair fixes trailing commas, single quotes,
 //     comments, Python constants, unescaped quotes, raw newlines and missing
-//     closers. Before that, the text's own bracket and quote balance is read:
-//     if closers are missing the call is marked truncated, and a member cut
-//     off in its key or in a literal ({"a":1,"b  or  {"a":tru) is dropped,
-//     because jsonrepair would invent "b": null or the string "tru".
+//     closers. It never sees a string: the ladder reads every string itself
+//     and hands jsonrepair a placeholder, so no value is changed on the way.
+//     An escape JSON lacks keeps its backslash (^\d stays ^\d, recorded as
+//     keep_backslash) unless JavaScript, Python or C read it as another
+//     character (\x41, \101, \v, \' in double quotes), which is refused.
+//     Numbers as other languages write them become the JSON number they are
+//     (0x10 is 16, 007 is 7, +5 is 5, .5 is 0.5); NaN, Infinity and a leading
+//     zero that could be octal (010) are refused, never made strings.
+//     Before repair, the text's own bracket and quote balance is read: if it
+//     ends inside a string or with containers open the call is marked
+//     truncated, and a member cut off in its key or in a literal
+//     ({"a":1,"b  or  {"a":tru) is dropped, because jsonrepair would invent
+//     "b": null or the string "tru". A closer that does not match its
+//     opener (["a","b"}) is repaired, not taken for truncation. Text over
+//     MaxRepairBytes that is not JSON is refused (KindTooLarge), and so is a
+//     repair whose estimated work exceeds a budget of about 0.1 s
+//     (KindTooCostly), before jsonrepair starts.
 //  4. unwrap: a JSON string holding the object (encoded twice, or three
-//     times) is decoded; so is a string field where the schema wants an
-//     object or array (and no string).
+//     times) is decoded; so is text escaped once more without its quotes
+//     ({\"a\": 1}), and a string field where the schema wants an object or
+//     array (and no string).
 //  5. strip_nulls: with ParseOptions.Strict, nulls at keys the strict
 //     projection made nullable are removed, then the object is validated
 //     against the original schema.
@@ -60,5 +77,6 @@
 // model re-issues it; a non-destructive one runs, with Args.Truncated set.
 //
 // Whatever Parse returns validates against the schema, and is re-encoded
-// from the decoded value, never passed through from the model.
+// from the decoded value, never passed through from the model. When rung 5
+// refuses, ArgumentError.Value holds the value it refused.
 package schema
