@@ -660,7 +660,7 @@ func urlScheme(s string) bool {
 
 // literal turns the content of s into the inside of a JSON string literal,
 // keeping what the model wrote:
-//   - JSON escapes (\" \\ \/ \b \f \n \r \t \uXXXX) are copied;
+//   - JSON escapes (\" \\ \/ \b \f \n \r \t, \u and four hex digits) are copied;
 //   - an escaped closing quote of the string's own kind ('it\'s') is that quote;
 //   - an escape JSON lacks keeps its backslash (\d becomes \\d, recorded as
 //     keep_backslash) when no common string syntax (JavaScript, Python, C)
@@ -966,10 +966,9 @@ func skipFence(t string, i int, leading bool) int {
 }
 
 // commentMemo finds the ends of // and /* comments, remembering the last
-// search so that text is scanned for a comment's end at most once.
+// search for each so that text is scanned for a comment's end at most once.
 type commentMemo struct {
-	blockFrom, blockAt int // first "*/" at or after blockFrom is at blockAt (-1: none); blockFrom 0 means unset
-	lineFrom, lineAt   int
+	block, line lastFind
 }
 
 // end returns the index just past the comment starting at i, or i when no
@@ -980,31 +979,34 @@ func (m *commentMemo) end(t string, i int) int {
 	}
 	switch t[i+1] {
 	case '*':
-		from := i + 2
-		if m.blockFrom == 0 || from < m.blockFrom || (m.blockAt >= 0 && m.blockAt < from) {
-			m.blockFrom, m.blockAt = from, -1
-			if k := strings.Index(t[from:], "*/"); k >= 0 {
-				m.blockAt = from + k
-			}
+		if k := m.block.find(t, i+2, "*/"); k >= 0 {
+			return k + 2
 		}
-		if m.blockAt < 0 {
-			return len(t)
-		}
-		return m.blockAt + 2
+		return len(t)
 	case '/':
-		from := i + 2
-		if m.lineFrom == 0 || from < m.lineFrom || (m.lineAt >= 0 && m.lineAt < from) {
-			m.lineFrom, m.lineAt = from, -1
-			if k := strings.IndexByte(t[from:], '\n'); k >= 0 {
-				m.lineAt = from + k
-			}
+		if k := m.line.find(t, i+2, "\n"); k >= 0 {
+			return k
 		}
-		if m.lineAt < 0 {
-			return len(t)
-		}
-		return m.lineAt
+		return len(t)
 	}
 	return i
+}
+
+// lastFind remembers one search: the first match at or after from is at
+// at (-1: none). from 0 means no search yet.
+type lastFind struct{ from, at int }
+
+// find returns the index of the first sep in t at or after from, or -1,
+// reusing the last search when it already answers: searches move forward,
+// so each stretch of text is searched once.
+func (f *lastFind) find(t string, from int, sep string) int {
+	if f.from == 0 || from < f.from || (f.at >= 0 && f.at < from) {
+		f.from, f.at = from, -1
+		if k := strings.Index(t[from:], sep); k >= 0 {
+			f.at = from + k
+		}
+	}
+	return f.at
 }
 
 // skipSpace skips spaces, tabs, carriage returns, the special spaces
