@@ -427,9 +427,9 @@ func extract(text string) (cand string, offset int, changed bool, count int) {
 func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
 
 // nextObject returns the index of the next '{' at or after from that opens
-// something object-like: followed (after spaces) by a quote of any kind, '}',
-// or a bare key and a colon ({name: "x"}). A brace in
-// prose ("use {name} here") is not mistaken for arguments.
+// something object-like: followed (after spaces) by a quote of any kind,
+// '}', or a bare key and a colon ({name: "x"}). A brace in prose ("use
+// {name} here") is not mistaken for arguments.
 func nextObject(text string, from int) int {
 	for i := from; i < len(text); i++ {
 		k := strings.IndexByte(text[i:], '{')
