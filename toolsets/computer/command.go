@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -44,6 +46,10 @@ type CommandDetails struct {
 	Cancelled   bool  `json:"cancelled,omitempty"`
 	OutputBytes int64 `json:"output_bytes"`
 	OutputCut   int64 `json:"output_cut,omitempty"`
+	// Sandbox is how the command ran: "bwrap" or "off".
+	Sandbox SandboxMode `json:"sandbox"`
+	// Network says whether the command could reach the network.
+	Network bool `json:"network,omitempty"`
 }
 
 // Duration is how long the command ran.
@@ -53,13 +59,29 @@ func (d CommandDetails) Duration() time.Duration {
 
 var errTimedOut = errors.New("command timed out")
 
-func (c Config) runCommand(ctx context.Context, call toolbus.Call, a commandArgs) (toolbus.Result, error) {
+// runCommand runs a command in sb, or bare when sb is nil.
+func (c Config) runCommand(ctx context.Context, sb *sandbox, call toolbus.Call, a commandArgs) (toolbus.Result, error) {
 	h, err := c.openHome(call)
 	if err != nil {
 		return toolbus.Result{}, err
 	}
 	defer h.Close()
-	d := CommandDetails{Command: a.Command, Cwd: ".", ExitCode: -1}
+	var opt CallSandbox
+	if c.CallOptions != nil {
+		opt = c.CallOptions(call.Agent)
+	}
+	if err := callEnv(opt.Env); err != nil {
+		return toolbus.Result{}, err
+	}
+	if sb != nil {
+		if err := checkHome(h.dir); err != nil {
+			return toolbus.Result{}, err
+		}
+	}
+	d := CommandDetails{Command: a.Command, Cwd: ".", ExitCode: -1, Sandbox: SandboxOff, Network: opt.Network || sb == nil}
+	if sb != nil {
+		d.Sandbox = SandboxBwrap
+	}
 	dir := h.dir
 	if a.Cwd != "" {
 		t, err := h.resolve(a.Cwd)
@@ -85,7 +107,7 @@ func (c Config) runCommand(ctx context.Context, call toolbus.Call, a commandArgs
 	d.TimeoutMS = timeout.Milliseconds()
 
 	out := newCapture(c.MaxOutput)
-	run, err := c.start(ctx, a.Command, dir, h.dir, timeout, out)
+	run, err := c.start(ctx, sb, a.Command, dir, h.dir, opt, timeout, out)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Cancelled (an abort) before the shell was started.
@@ -149,50 +171,105 @@ func (c Config) runCommand(ctx context.Context, call toolbus.Call, a commandArgs
 	return res.WithDetails(d), nil
 }
 
-// process is a started command.
+// process is a started command: a shell in a process group of its own, or bubblewrap
+// running the shell in a sandbox.
 type process struct {
-	cmd       *exec.Cmd
-	started   time.Time
+	cmd     *exec.Cmd
+	started time.Time
+	out     *os.File      // read end of the output pipe
+	copied  chan struct{} // closed when every writer has closed the pipe
+	grace   time.Duration
+	cancel  context.CancelFunc
+	// cancelled says the stop signal was sent because the context ended, at stopAt.
+	cancelled atomic.Bool
+	stopAt    time.Time
+	// pgid is the bare shell's process group.
 	pgid      int
-	out       *os.File      // read end of the output pipe
-	copied    chan struct{} // closed when every writer has closed the pipe
-	grace     time.Duration
-	cancelled atomic.Bool // the stop signal was sent because the context ended
-	cancel    context.CancelFunc
+	sandboxed bool
+	// box is the sandbox, nil when bare or when bubblewrap failed to make one; set
+	// before ready is closed.
+	box   *box
+	ready chan struct{}
 }
 
-// start runs command under /bin/sh in its own process group. Output goes through a pipe
-// the caller owns rather than one exec.Cmd owns, so that Wait returns when the shell exits
-// and the group's leftovers can be dealt with before the pipe is drained.
-func (c Config) start(ctx context.Context, command, dir, home string, timeout time.Duration, out io.Writer) (*process, error) {
+// start runs command under /bin/sh, in sb or, when sb is nil, bare in its own process
+// group. Output goes through a pipe the caller owns rather than one exec.Cmd owns, so
+// that Wait returns when the shell (or bubblewrap) exits and the leftovers can be dealt
+// with before the pipe is drained.
+//
+// The context's end sends SIGTERM to every process of the command (bare: its process
+// group; sandboxed: every process in the sandbox, however it detached); KillGrace later,
+// exec kills the shell or bubblewrap, and wait kills whatever is left.
+func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home string, opt CallSandbox, timeout time.Duration, out io.Writer) (*process, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("run command: output pipe: %w", err)
 	}
-	p := &process{out: pr, copied: make(chan struct{}), grace: c.KillGrace, cancel: cancel}
-	cmd := exec.CommandContext(runCtx, "/bin/sh", "-c", command)
-	cmd.Dir = dir
-	cmd.Env = commandEnv(home)
+	p := &process{out: pr, copied: make(chan struct{}), grace: c.KillGrace, cancel: cancel, sandboxed: sb != nil, ready: make(chan struct{})}
+	var (
+		cmd          *exec.Cmd
+		infoR, infoW *os.File // bubblewrap's report of the sandbox it made
+	)
+	if sb == nil {
+		cmd = exec.CommandContext(runCtx, "/bin/sh", "-c", command)
+		cmd.Dir = dir
+		cmd.Env = bareEnv(home, opt.Env)
+		cmd.Cancel = func() error {
+			p.stopping()
+			return signalGroup(cmd.Process.Pid, syscall.SIGTERM)
+		}
+	} else {
+		if infoR, infoW, err = os.Pipe(); err != nil {
+			pr.Close()
+			pw.Close()
+			cancel()
+			return nil, fmt.Errorf("run command: sandbox info pipe: %w", err)
+		}
+		env := sandboxEnv(home)
+		maps.Copy(env, opt.Env)
+		// The node starts bubblewrap itself, with an empty environment (its init's
+		// /proc/1/environ is the sandbox's to read): bwrap --die-with-parent then dies
+		// with the node, and the sandbox with bwrap.
+		args := append(sb.options(home, dir, opt.Network, env), "--info-fd", "3", "--", "/bin/sh", "-c", command)
+		cmd = exec.CommandContext(runCtx, sb.bwrap, args...)
+		cmd.Env = []string{}
+		cmd.ExtraFiles = []*os.File{infoW} // fd 3
+		cmd.Cancel = func() error {
+			p.stopping()
+			<-p.ready
+			if p.box != nil {
+				p.box.terminate()
+			}
+			return nil
+		}
+	}
 	cmd.Stdout, cmd.Stderr = pw, pw // one pipe keeps stdout and stderr in the order they were written
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		p.cancelled.Store(true)
-		return signalGroup(cmd.Process.Pid, syscall.SIGTERM)
-	}
-	// If the shell outlives SIGTERM by the grace period, exec kills it; wait then kills the rest.
+	// If the shell or bubblewrap outlives SIGTERM by the grace period, exec kills it.
 	cmd.WaitDelay = c.KillGrace
 	p.cmd = cmd
 	p.started = time.Now()
-	if err := cmd.Start(); err != nil {
-		pw.Close()
+	err = cmd.Start()
+	pw.Close()
+	if infoW != nil {
+		infoW.Close()
+	}
+	if err != nil {
 		pr.Close()
+		if infoR != nil {
+			infoR.Close()
+		}
 		cancel()
 		return nil, fmt.Errorf("run command: %w", err)
 	}
-	pw.Close()
-	p.pgid = cmd.Process.Pid // Setpgid makes the shell the group leader
+	p.pgid = cmd.Process.Pid // Setpgid makes the shell or bubblewrap the group leader
+	if infoR != nil {
+		p.box = readBox(infoR)
+		infoR.Close()
+	}
+	close(p.ready)
 	go func() {
 		defer close(p.copied)
 		_, _ = io.Copy(out, pr)
@@ -200,20 +277,25 @@ func (c Config) start(ctx context.Context, command, dir, home string, timeout ti
 	return p, nil
 }
 
-// wait waits for the shell, then stops whatever it left running in its process group:
-// SIGTERM, up to the grace period for them to close the output pipe, then SIGKILL. A
-// command's background processes do not outlive the call.
+// stopping records that the context ended and the stop signal goes out now.
+func (p *process) stopping() {
+	p.stopAt = time.Now()
+	p.cancelled.Store(true)
+}
+
+// wait waits for the shell, then stops whatever it left running. Sandboxed, the sandbox
+// goes as a whole: its init is killed, which kills every process in it. Bare, the
+// process group gets SIGTERM, up to the grace period (what is left of it after a
+// cancellation) to close the output pipe, then SIGKILL. A command's background processes
+// do not outlive the call.
 func (p *process) wait() error {
 	defer p.cancel()
 	err := p.cmd.Wait()
-	if signalGroup(p.pgid, syscall.SIGTERM) == nil {
-		timer := time.NewTimer(p.grace)
-		select {
-		case <-p.copied:
-		case <-timer.C:
-		}
-		timer.Stop()
-		_ = signalGroup(p.pgid, syscall.SIGKILL)
+	switch {
+	case p.box != nil:
+		p.box.kill(p.grace)
+	case !p.sandboxed:
+		p.stopGroup()
 	}
 	// A process that left the group (setsid) may still hold the pipe: stop reading after
 	// the grace period rather than wait for it.
@@ -221,6 +303,23 @@ func (p *process) wait() error {
 	<-p.copied
 	p.out.Close()
 	return err
+}
+
+// stopGroup stops what a bare shell left in its process group.
+func (p *process) stopGroup() {
+	grace := p.grace
+	if p.cancelled.Load() {
+		grace = max(0, p.grace-time.Since(p.stopAt))
+	}
+	if signalGroup(p.pgid, syscall.SIGTERM) == nil {
+		timer := time.NewTimer(grace)
+		select {
+		case <-p.copied:
+		case <-timer.C:
+		}
+		timer.Stop()
+		_ = signalGroup(p.pgid, syscall.SIGKILL)
+	}
 }
 
 // signalGroup signals every process in the group; os.ErrProcessDone when none is left.
@@ -232,13 +331,19 @@ func signalGroup(pgid int, sig syscall.Signal) error {
 	return err
 }
 
-// commandEnv is the whole environment of a command: the host's secrets stay with the host.
-func commandEnv(home string) []string {
-	path := os.Getenv("PATH")
-	if path == "" {
-		path = defaultPath
+// bareEnv is the whole environment of a command run without a sandbox: the host's
+// secrets stay with the host, though the command can still find them there.
+func bareEnv(home string, extra map[string]string) []string {
+	env := map[string]string{"PATH": os.Getenv("PATH"), "HOME": home, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TERM": "dumb"}
+	if env["PATH"] == "" {
+		env["PATH"] = defaultPath
 	}
-	return []string{"PATH=" + path, "HOME=" + home, "LANG=C.UTF-8"}
+	maps.Copy(env, extra)
+	out := make([]string, 0, len(env))
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		out = append(out, k+"="+env[k])
+	}
+	return out
 }
 
 // reportProgress sends a progress label every progressEvery until the returned stop is

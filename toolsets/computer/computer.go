@@ -1,6 +1,7 @@
 package computer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"path"
@@ -55,8 +56,8 @@ func specs(c Config) []toolbus.Spec {
 			Name: "run_command",
 			Description: fmt.Sprintf("Run a shell command (/bin/sh -c) in the agent home and return its exit code and output (stdout and stderr together). "+
 				"The command runs without a terminal or input, with a %s timeout unless timeout_seconds says otherwise (at most %s); "+
-				"long output keeps its beginning and end. Background processes are stopped when the command ends.",
-				formatDuration(c.CommandTimeout), formatDuration(c.MaxCommandTimeout)),
+				"long output keeps its beginning and end. Background processes are stopped when the command ends.%s",
+				formatDuration(c.CommandTimeout), formatDuration(c.MaxCommandTimeout), sandboxNote(c)),
 			Mode:        toolbus.Sequential,
 			Destructive: true,
 			Category:    Category,
@@ -70,6 +71,9 @@ func specs(c Config) []toolbus.Spec {
 func Tools(cfg Config) []*toolbus.Tool {
 	c := cfg.withDefaults()
 	specs := specs(c)
+	// The sandbox is checked once, when the host builds its tools; if it cannot run,
+	// run_command refuses every call with the reason and the fix.
+	sb, sbErr := c.sandbox()
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[listArgs]{
 			Spec: specs[0],
@@ -146,7 +150,12 @@ func Tools(cfg Config) []*toolbus.Tool {
 				}
 				return fmt.Sprintf("Ran `%s` (exit %d)", cmd, d.ExitCode)
 			},
-			Execute: c.runCommand,
+			Execute: func(ctx context.Context, call toolbus.Call, a commandArgs) (toolbus.Result, error) {
+				if sbErr != nil {
+					return toolbus.Result{}, sbErr
+				}
+				return c.runCommand(ctx, sb, call, a)
+			},
 		}),
 	}
 }
@@ -169,4 +178,14 @@ func cleanArg(p string) string {
 		return "."
 	}
 	return path.Clean(p)
+}
+
+// sandboxNote tells the model what the sandbox allows.
+func sandboxNote(c Config) string {
+	if c.Sandbox.Mode == SandboxOff {
+		return ""
+	}
+	return " The command runs in a sandbox: the agent home is the only lasting place it can write to " +
+		"(/tmp is private to the command and emptied when it ends), the rest of the system is read-only, " +
+		"and the network is off unless the agent is allowed it."
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -92,15 +91,15 @@ func writeFile(t testing.TB, path, content string) {
 	}
 }
 
-// sandbox is a home with a secret next to it and links that point out of it.
-type sandbox struct {
+// escapes is a home with a secret next to it and links that point out of it.
+type escapes struct {
 	home, outside string
 }
 
-func newSandbox(t *testing.T) sandbox {
+func newEscapes(t *testing.T) escapes {
 	t.Helper()
 	base := t.TempDir()
-	s := sandbox{home: filepath.Join(base, "home"), outside: filepath.Join(base, "outside")}
+	s := escapes{home: filepath.Join(base, "home"), outside: filepath.Join(base, "outside")}
 	writeFile(t, filepath.Join(s.outside, "secret.txt"), "secret\n")
 	writeFile(t, filepath.Join(s.home, "sub", "dir", "file.txt"), "nested\n")
 	for link, target := range map[string]string{
@@ -117,7 +116,7 @@ func newSandbox(t *testing.T) sandbox {
 }
 
 func TestPathConfinement(t *testing.T) {
-	s := newSandbox(t)
+	s := newEscapes(t)
 	cases := []struct {
 		name, path string
 		wantErr    string // "" means the path is accepted
@@ -495,13 +494,28 @@ func TestListFiles(t *testing.T) {
 }
 
 func TestRunCommand(t *testing.T) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) { testRunCommand(t, mode) })
+	}
+}
+
+func testRunCommand(t *testing.T, mode SandboxMode) {
 	home := t.TempDir()
 	if err := os.Mkdir(filepath.Join(home, "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(home, "afile"), "x")
 	t.Setenv("TOOLBUS_TEST_SECRET", "hunter2")
-	tool := toolNamed(t, testConfig, "run_command")
+	tool := toolNamed(t, inMode(mode), "run_command")
+	// A shell killed by a signal: bare, the host sees the signal; bubblewrap reports
+	// it the way shells do, as exit code 128+n.
+	signal := struct {
+		exit         int
+		signal, want string
+	}{-1, "SIGKILL", "Killed by signal SIGKILL"}
+	if mode == SandboxBwrap {
+		signal.exit, signal.signal, signal.want = 137, "", "Exit code 137"
+	}
 	cases := []struct {
 		name     string
 		args     map[string]any
@@ -519,7 +533,7 @@ func TestRunCommand(t *testing.T) {
 		{name: "home", args: map[string]any{"command": "pwd; echo $HOME"}, exactOut: home + "\n" + home},
 		{name: "minimal env", args: map[string]any{"command": "env"}, want: "LANG=C.UTF-8", wantNot: "hunter2"},
 		{name: "no stdin", args: map[string]any{"command": "cat"}, want: "(no output)"},
-		{name: "signal", args: map[string]any{"command": "kill -KILL $$"}, exit: -1, isError: true, signal: "SIGKILL", want: "Killed by signal SIGKILL"},
+		{name: "signal", args: map[string]any{"command": "kill -KILL $$"}, exit: signal.exit, isError: true, signal: signal.signal, want: signal.want},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -598,114 +612,109 @@ func alive(pid int) bool {
 	return state != 'Z' && state != 'X'
 }
 
-// waitPidFile waits until the command has written its background pid.
-func waitPidFile(t *testing.T, path string) int {
+// waitFor waits until the command has created file.
+func waitFor(t *testing.T, file string) {
 	t.Helper()
-	for range 500 {
-		if b, err := os.ReadFile(path); err == nil && bytes.HasSuffix(b, []byte("\n")) {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("the command never wrote its pid")
-	return 0
-}
-
-// waitDead waits for pid to die; signals are delivered asynchronously.
-func waitDead(t *testing.T, pid int) {
-	t.Helper()
-	for range 300 {
-		if !alive(pid) {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Errorf("process %d is still alive", pid)
+	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		_, err := os.Stat(file)
+		return err
+	})
 }
 
 func TestRunCommandCancelKillsProcessTree(t *testing.T) {
-	home := t.TempDir()
-	tool := toolNamed(t, testConfig, "run_command")
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
-	type outcome struct {
-		res toolbus.Result
-		err error
-	}
-	done := make(chan outcome, 1)
-	go func() {
-		// The inner sh makes the background sleep a grandchild of the command's shell.
-		res, err, _ := run(t, ctx, tool, home, map[string]any{
-			"command": `sh -c 'sleep 30 & echo $! > pid; sleep 30'`,
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			home := t.TempDir()
+			tool := toolNamed(t, inMode(mode), "run_command")
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			type outcome struct {
+				res toolbus.Result
+				err error
+			}
+			done := make(chan outcome, 1)
+			m := newMarker()
+			go func() {
+				// The inner sh makes the background sleep a grandchild of the command's shell.
+				res, err, _ := run(t, ctx, tool, home, map[string]any{
+					"command": fmt.Sprintf(`sh -c 'sleep %s & touch started; sleep %s'`, m, m),
+				})
+				done <- outcome{res, err}
+			}()
+			waitFor(t, filepath.Join(home, "started"))
+			checkFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
+			cancel()
+			o := <-done
+			if o.err != nil {
+				t.Fatal(o.err)
+			}
+			d := details[CommandDetails](t, o.res)
+			if !d.Cancelled || d.TimedOut || !o.res.IsError || !strings.Contains(o.res.Text(), "the call was cancelled") {
+				t.Errorf("result %q, details %+v", o.res.Text(), d)
+			}
+			noneLeft(t, m)
 		})
-		done <- outcome{res, err}
-	}()
-	pid := waitPidFile(t, filepath.Join(home, "pid"))
-	if !alive(pid) {
-		t.Fatalf("grandchild %d is not running", pid)
 	}
-	cancel()
-	o := <-done
-	if o.err != nil {
-		t.Fatal(o.err)
-	}
-	d := details[CommandDetails](t, o.res)
-	if !d.Cancelled || d.TimedOut || !o.res.IsError || !strings.Contains(o.res.Text(), "the call was cancelled") {
-		t.Errorf("result %q, details %+v", o.res.Text(), d)
-	}
-	waitDead(t, pid)
 }
 
 func TestRunCommandTimeoutKillsStubbornTree(t *testing.T) {
-	home := t.TempDir()
-	cfg := testConfig
-	cfg.MaxCommandTimeout = time.Second
-	tool := toolNamed(t, cfg, "run_command")
-	// The grandchild ignores SIGTERM, so only the SIGKILL after the grace period stops it;
-	// the timeout asked for is above the maximum and gets capped.
-	res, err, _ := run(t, t.Context(), tool, home, map[string]any{
-		"command":         `sh -c 'trap "" TERM; sleep 30 & echo $! > pid; wait'`,
-		"timeout_seconds": 60,
-	})
-	if err != nil {
-		t.Fatal(err)
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			home := t.TempDir()
+			cfg := inMode(mode)
+			cfg.MaxCommandTimeout = time.Second
+			tool := toolNamed(t, cfg, "run_command")
+			m := newMarker()
+			// The grandchild ignores SIGTERM, so only the SIGKILL after the grace period stops
+			// it; the timeout asked for is above the maximum and gets capped.
+			res, err, _ := run(t, t.Context(), tool, home, map[string]any{
+				"command":         fmt.Sprintf(`sh -c 'trap "" TERM; sleep %s & touch started; wait'`, m),
+				"timeout_seconds": 60,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := details[CommandDetails](t, res)
+			if !d.TimedOut || d.Cancelled || !d.TimeoutCapped || d.TimeoutMS != 1000 || !res.IsError {
+				t.Errorf("details %+v", d)
+			}
+			for _, want := range []string{"Timed out after 1.0 s", "capped at 1.0 s"} {
+				if !strings.Contains(res.Text(), want) {
+					t.Errorf("text %q lacks %q", res.Text(), want)
+				}
+			}
+			if got := tool.CompletedLabel(mustJSON(t, map[string]any{"command": "sleep"}), res); !strings.HasPrefix(got, "Timed out running `sleep` after") {
+				t.Errorf("label %q", got)
+			}
+			if _, err := os.Stat(filepath.Join(home, "started")); err != nil {
+				t.Errorf("the command never started its sleep: %v", err)
+			}
+			noneLeft(t, m)
+		})
 	}
-	d := details[CommandDetails](t, res)
-	if !d.TimedOut || d.Cancelled || !d.TimeoutCapped || d.TimeoutMS != 1000 || !res.IsError {
-		t.Errorf("details %+v", d)
-	}
-	for _, want := range []string{"Timed out after 1.0 s", "capped at 1.0 s"} {
-		if !strings.Contains(res.Text(), want) {
-			t.Errorf("text %q lacks %q", res.Text(), want)
-		}
-	}
-	if got := tool.CompletedLabel(mustJSON(t, map[string]any{"command": "sleep"}), res); !strings.HasPrefix(got, "Timed out running `sleep` after") {
-		t.Errorf("label %q", got)
-	}
-	pid := waitPidFile(t, filepath.Join(home, "pid"))
-	waitDead(t, pid)
 }
 
 func TestRunCommandBackgroundProcessesDoNotOutliveIt(t *testing.T) {
-	home := t.TempDir()
-	tool := toolNamed(t, testConfig, "run_command")
-	for _, cmd := range []string{
-		`sleep 30 >/dev/null 2>&1 & echo $! > pid; echo started`, // output detached
-		`sleep 30 & echo $! > pid; echo started`,                 // still holds the output pipe
-	} {
-		res, err, _ := run(t, t.Context(), tool, home, map[string]any{"command": cmd})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := details[CommandDetails](t, res); d.ExitCode != 0 || !strings.HasSuffix(res.Text(), "started") {
-			t.Errorf("%s: %q", cmd, res.Text())
-		}
-		waitDead(t, waitPidFile(t, filepath.Join(home, "pid")))
-		os.Remove(filepath.Join(home, "pid"))
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			home := t.TempDir()
+			tool := toolNamed(t, inMode(mode), "run_command")
+			for _, cmd := range []string{
+				`sleep %s >/dev/null 2>&1 & echo started`, // output detached
+				`sleep %s & echo started`,                 // still holds the output pipe
+			} {
+				m := newMarker()
+				cmd = fmt.Sprintf(cmd, m)
+				res, err, _ := run(t, t.Context(), tool, home, map[string]any{"command": cmd})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := details[CommandDetails](t, res); d.ExitCode != 0 || !strings.HasSuffix(res.Text(), "started") {
+					t.Errorf("%s: %q", cmd, res.Text())
+				}
+				noneLeft(t, m)
+			}
+		})
 	}
 }
 
@@ -883,7 +892,6 @@ func BenchmarkReadFile(b *testing.B) {
 
 func BenchmarkRunCommand(b *testing.B) {
 	home := b.TempDir()
-	tool := toolNamed(b, testConfig, "run_command")
 	call := toolbus.Call{Home: home, Args: json.RawMessage(`{"command":"true"}`), Progress: func(string) {}}
 	b.Run("baseline=exec.Command", func(b *testing.B) {
 		for b.Loop() {
@@ -892,13 +900,16 @@ func BenchmarkRunCommand(b *testing.B) {
 			}
 		}
 	})
-	b.Run("run_command", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := tool.Execute(b.Context(), call); err != nil {
-				b.Fatal(err)
+	for _, mode := range []SandboxMode{SandboxOff, SandboxBwrap} {
+		tool := toolNamed(b, inMode(mode), "run_command")
+		b.Run("run_command/sandbox="+string(mode), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := tool.Execute(b.Context(), call); err != nil {
+					b.Fatal(err)
+				}
 			}
-		}
-	})
+		})
+	}
 }
 
 // execTrue is the benchmark baseline: the same shell command with nothing around it.

@@ -29,8 +29,17 @@ type Config struct {
 	MaxOutput int
 	// MaxFileSize is the largest file read_file reads and write_file writes, in bytes.
 	MaxFileSize int64
-	// KillGrace is how long processes get between SIGTERM and SIGKILL.
+	// KillGrace is how long processes get between SIGTERM and SIGKILL. An aborted or timed
+	// out command is gone at most KillGrace (and a few milliseconds) after its call's
+	// context ends: a turn's abort grace must be longer (actors.DefaultAbortGrace).
 	KillGrace time.Duration
+	// Sandbox says how run_command isolates commands; the zero value runs each in a
+	// bubblewrap sandbox, and refuses every call when bubblewrap cannot run.
+	Sandbox SandboxConfig
+	// CallOptions, when set, gives each run_command call its sandbox options from the
+	// calling agent's id; nil gives every call the defaults (no network, no variables of
+	// its own).
+	CallOptions func(agent string) CallSandbox
 }
 
 func (c Config) withDefaults() Config {
@@ -51,6 +60,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.KillGrace <= 0 {
 		c.KillGrace = DefaultKillGrace
+	}
+	if c.Sandbox.Mode == "" {
+		c.Sandbox.Mode = SandboxBwrap
+	}
+	if c.Sandbox.Bwrap == "" {
+		c.Sandbox.Bwrap = "bwrap"
 	}
 	return c
 }

@@ -8,9 +8,19 @@
 // or through a symbolic link; the file operations then go through an [os.Root] opened on
 // the home, so a link swapped in between the check and the operation cannot escape either.
 //
-// run_command runs /bin/sh -c in its own process group with a minimal environment, a
-// timeout and an output cap, and stops the whole group (SIGTERM, then SIGKILL after a
-// grace period) when the call is cancelled, times out, or exits leaving background
-// processes behind. It confines the command's working directory, not the command: what a
-// command may touch outside the home is the host's business (user, container, sandbox).
+// run_command runs /bin/sh -c with a timeout and an output cap, by default in a bubblewrap
+// sandbox ([SandboxConfig]): the agent home read-write, the system read-only, nothing
+// else of the host's files, its own PID namespace and /proc (no view of the node's
+// processes, environment or command line), a cleared environment with an allowlist, no
+// network unless the call's options ([Config.CallOptions]) allow it. When the call is
+// cancelled or times out, every process in the sandbox gets SIGTERM, and the sandbox is
+// killed as a whole a grace period later; when the command's shell exits, whatever it left
+// running is killed with the sandbox, however it detached; and bubblewrap dies with the
+// node. The host checks once that bubblewrap works; if it does not, run_command refuses
+// every call with the reason and the fix ([ErrSandboxUnavailable]).
+//
+// With the sandbox off ([SandboxOff]) the command runs bare, in its own process group, with
+// the same environment allowlist; its group is stopped the same way, but a process that
+// leaves the group (setsid) escapes, and the command can reach whatever the node's user
+// can.
 package computer
