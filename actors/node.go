@@ -206,6 +206,9 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
 	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer}
+	if slices.Contains(cfg.Categories, computer.Category) {
+		logSandbox(n.log, cfg.Computer)
+	}
 	for _, cat := range cfg.Categories {
 		tools, err := toolsets.ForCategory(cat, h)
 		if err == nil {
@@ -235,6 +238,19 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		}
 	}
 	return n, nil
+}
+
+// logSandbox says loudly, when a node hosts the computer tools, that their commands run
+// without a sandbox, or that run_command will refuse every call.
+func logSandbox(log *slog.Logger, c computer.Config) {
+	if c.Sandbox.Mode == computer.SandboxOff {
+		log.Warn("NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off): " +
+			"they can read the node's environment and files, other agents' homes and the network, and outlive their calls")
+		return
+	}
+	if err := computer.CheckSandbox(c); err != nil {
+		log.Error("run_command will refuse every call", "err", err)
+	}
 }
 
 // setupStore opens what the node's roles keep in JetStream: the todo bucket

@@ -34,9 +34,10 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	var bf busFlags
 	bf.register(fs)
 	var (
-		agent  = fs.String("agent", defaultAgent, "call as this agent: it selects the agent's home under a node's home root, and its todo list")
-		home   = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
-		asJSON = fs.Bool("json", false, "print the tool's reply envelope (bus.ToolReply) as JSON")
+		agent   = fs.String("agent", defaultAgent, "call as this agent: it selects the agent's home under a node's home root, and its todo list")
+		home    = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
+		asJSON  = fs.Bool("json", false, "print the tool's reply envelope (bus.ToolReply) as JSON")
+		sandbox = sandboxFlag(fs)
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -45,8 +46,10 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(pos) == 0 || len(pos) > 2 {
 		return usagef("want a tool name and its arguments as one JSON argument")
 	}
-	if bf.server != "" && flagsSet(fs)["home"] {
-		return usagef("-home configures the embedded node; with -server the remote node uses its own")
+	for _, f := range []string{"home", "sandbox"} {
+		if bf.server != "" && flagsSet(fs)[f] {
+			return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
+		}
 	}
 	if err := checkAgent(*agent); err != nil {
 		return err
@@ -56,7 +59,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		raw = pos[1]
 	}
 
-	bc, err := connect(ctx, bf, embedOptions{home: *home}, newLogger(stderr))
+	bc, err := connect(ctx, bf, embedOptions{home: *home, sandbox: *sandbox}, newLogger(stderr))
 	if err != nil {
 		return err
 	}

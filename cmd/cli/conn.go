@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // clientName is the connection name the command line uses on the bus, as
@@ -60,6 +61,14 @@ type embedOptions struct {
 	storeDir string // JetStream store; empty is a temporary one
 	turns    bool   // the node runs turns
 	gateway  gateway.Config
+	sandbox  computer.SandboxMode // how run_command isolates commands
+}
+
+// sandboxFlag registers -sandbox, the embedded node's sandbox mode for run_command.
+func sandboxFlag(fs *flag.FlagSet) *computer.SandboxMode {
+	m := computer.SandboxBwrap
+	fs.Var(&m, "sandbox", "embedded node: how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of this one, for trusted agents only)")
+	return &m
 }
 
 // busConn is a connection to the bus a command works on: a remote one, or an
@@ -109,6 +118,7 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 		Turns:      o.turns,
 		Home:       home,
 		Gateway:    gw,
+		Computer:   computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
 		Logger:     log,
 	})
 	if err != nil {

@@ -523,7 +523,15 @@ func TestCall(t *testing.T) {
 			name:       "json",
 			args:       []string{"-json", "-home", demoHome, "run_command", `{"command":"sh calc.sh 4 5"}`},
 			code:       exitOK,
-			stdout:     []string{`"outcome": "ok"`, `"tool": "run_command"`, `9`},
+			stdout:     []string{`"outcome": "ok"`, `"tool": "run_command"`, `9`, `"sandbox": "bwrap"`},
+			stdoutJSON: true,
+		},
+		{
+			name:       "sandbox off",
+			args:       []string{"-json", "-sandbox=off", "-home", demoHome, "run_command", `{"command":"sh calc.sh 4 5"}`},
+			code:       exitOK,
+			stdout:     []string{`"outcome": "ok"`, `9`, `"sandbox": "off"`},
+			stderr:     []string{`level=WARN msg="NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off)`},
 			stdoutJSON: true,
 		},
 		{
@@ -597,6 +605,9 @@ func TestUsageErrors(t *testing.T) {
 		{"tools hosted search on chat", []string{"tools", "-json", "-api", "chat", "-hosted-tool-search"}, exitUsage, "Chat Completions has no hosted tool search"},
 		{"missing script", []string{"run", "-model", "script:/does/not/exist.json", "hi"}, exitFailed, "toolbus: load script: "},
 		{"call without tool", []string{"call"}, exitUsage, "want a tool name"},
+		{"run -sandbox with server", []string{"run", "-server", "nats://127.0.0.1:1", "-sandbox", "off", "-model", "script:x", "hi"}, exitUsage, "-sandbox configures the embedded node"},
+		{"call -sandbox with server", []string{"call", "-server", "nats://127.0.0.1:1", "-sandbox=off", "run_command", `{"command":"true"}`}, exitUsage, "-sandbox configures the embedded node"},
+		{"unknown sandbox", []string{"call", "-sandbox", "docker", "run_command"}, exitUsage, `unknown sandbox mode "docker": want bwrap or off`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := cli(ctx, tc.args...)

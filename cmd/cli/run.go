@@ -50,6 +50,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		instructions = fs.String("instructions", "", "instructions (system prompt) for the model")
 		asJSON       = fs.Bool("json", false, "print only the turn's transcript and final status, as JSON")
 		giveUp       = fs.Duration("give-up", 30*time.Second, "when the turn's node is lost: how long to wait for another node to resume the turn (at least three of its leases)")
+		sandbox      = sandboxFlag(fs)
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -72,7 +73,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search"} {
+		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search", "sandbox"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
 			}
@@ -99,7 +100,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw}, newLogger(stderr))
+	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw, sandbox: *sandbox}, newLogger(stderr))
 	if err != nil {
 		return err
 	}

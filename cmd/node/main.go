@@ -26,6 +26,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 func main() {
@@ -63,6 +64,7 @@ type options struct {
 	apiKeyFile    string
 	reqTimeout    time.Duration
 	logLevel      string
+	sandbox       computer.SandboxMode
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -95,6 +97,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
 	fs.DurationVar(&o.reqTimeout, "request-timeout", 0, fmt.Sprintf("how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
+	o.sandbox = computer.SandboxBwrap
+	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: node [flags]\n\nRuns a toolbus node. Flags:\n")
 		fs.PrintDefaults()
@@ -227,6 +231,7 @@ func run(ctx context.Context, args []string) error {
 		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
+		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
 	})
 	if err != nil {
 		return err

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -41,6 +43,17 @@ func TestParseFlags(t *testing.T) {
 				}
 			}},
 		{name: "negative request timeout", args: []string{"-request-timeout", "-1m"}, wantErr: "-request-timeout -1m0s: want a positive duration"},
+		{name: "sandbox by default", args: nil, check: func(t *testing.T, o *options) {
+			if o.sandbox != computer.SandboxBwrap {
+				t.Errorf("sandbox %q", o.sandbox)
+			}
+		}},
+		{name: "sandbox off", args: []string{"-sandbox=off"}, check: func(t *testing.T, o *options) {
+			if o.sandbox != computer.SandboxOff {
+				t.Errorf("sandbox %q", o.sandbox)
+			}
+		}},
+		{name: "unknown sandbox", args: []string{"-sandbox", "docker"}, wantErr: `unknown sandbox mode "docker": want bwrap or off`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
