@@ -21,12 +21,17 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // Defaults of a turn.
 const (
-	DefaultMaxSteps   = 32
-	DefaultAbortGrace = 2 * time.Second
+	DefaultMaxSteps = 32
+	// DefaultAbortGrace is how long an aborted turn waits for its running calls to stop
+	// before it abandons them: longer than the computer tools take to kill a command that
+	// ignores SIGTERM (their kill grace, then a few milliseconds), so that an aborted
+	// command ends stopped, not abandoned.
+	DefaultAbortGrace = computer.DefaultKillGrace + time.Second
 	// replyGrace is how long past a call's deadline the turn waits for the
 	// host's reply before it gives up on it: the host enforces the deadline
 	// itself and needs a moment to say so.
