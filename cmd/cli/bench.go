@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // benchResult is one row of the suite: a measurement, the baseline it is
@@ -321,6 +322,15 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 			return nil, err
 		}
 		out = append(out, ab)
+	}
+
+	if want("sandbox") {
+		b.say("one run_command call, bare and sandboxed…")
+		rows, err := b.sandbox(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
 	}
 
 	if want("assembly") {
@@ -724,6 +734,31 @@ func (b *bencher) assembly(ctx context.Context) ([]benchResult, error) {
 	met := rb.P50 <= 100
 	rb.Met = &met
 	return []benchResult{base, compare(r, base, 0, false), rb}, nil
+}
+
+// sandbox measures one run_command call (`true`) in a bubblewrap sandbox against the same
+// call run as a bare process; without bubblewrap, the sandboxed row says why.
+func (b *bencher) sandbox(ctx context.Context) ([]benchResult, error) {
+	home, err := os.MkdirTemp("", "toolbus-bench-home-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(home)
+	n := max(b.o.n/20, 50)
+	samples, err := computer.CommandLatencies(ctx, computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}, home, n)
+	if err != nil {
+		return nil, err
+	}
+	bare := latency("one run_command call, bare process", samples, "/bin/sh -c true in its own process group")
+	const name = "one run_command call, sandboxed (bwrap)"
+	samples, err = computer.CommandLatencies(ctx, computer.Config{}, home, n)
+	if errors.Is(err, computer.ErrSandboxUnavailable) {
+		return []benchResult{bare, {Name: name, Unit: "us", Baseline: bare.Name, Note: err.Error()}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []benchResult{bare, compare(latency(name, samples, "the same in a bubblewrap sandbox"), bare, 0, false)}, nil
 }
 
 // latency summarises samples in microseconds.

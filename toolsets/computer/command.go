@@ -394,3 +394,28 @@ func signalName(s syscall.Signal) string {
 	}
 	return fmt.Sprintf("%d (%s)", int(s), s)
 }
+
+// CommandLatencies runs `true` through run_command n times in home, configured by cfg, and
+// returns how long each call took. The bench command compares the sandbox with bare
+// processes with it.
+func CommandLatencies(ctx context.Context, cfg Config, home string, n int) ([]time.Duration, error) {
+	c := cfg.withDefaults()
+	sb, err := c.sandbox()
+	if err != nil {
+		return nil, err
+	}
+	call := toolbus.Call{Tool: "run_command", Home: home, Args: []byte(`{"command":"true"}`)}
+	out := make([]time.Duration, 0, n)
+	for range n {
+		start := time.Now()
+		res, err := c.runCommand(ctx, sb, call, commandArgs{Command: "true"})
+		if err != nil {
+			return nil, err
+		}
+		if res.IsError {
+			return nil, fmt.Errorf("run_command true: %s", res.Text())
+		}
+		out = append(out, time.Since(start))
+	}
+	return out, nil
+}
