@@ -29,9 +29,10 @@ const (
 	DefaultMaxSteps = 32
 	// DefaultAbortGrace is how long an aborted turn waits for its running calls to stop
 	// before it abandons them: longer than the computer tools take to kill a command that
-	// ignores SIGTERM (their kill grace, then a few milliseconds), so that an aborted
+	// ignores SIGTERM (their kill grace, then a few milliseconds), with room for the abort
+	// to reach the host and the reply to come back on a loaded machine, so that an aborted
 	// command ends stopped, not abandoned.
-	DefaultAbortGrace = computer.DefaultKillGrace + time.Second
+	DefaultAbortGrace = computer.DefaultKillGrace + 3*time.Second
 	// replyGrace is how long past a call's deadline the turn waits for the
 	// host's reply before it gives up on it: the host enforces the deadline
 	// itself and needs a moment to say so.
