@@ -235,6 +235,8 @@ func (sb *sandbox) options(home, cwd string, network bool, env map[string]string
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "sandbox", "--cap-drop", "ALL", "--new-session",
 		// bwrap and its init die with their parent: the node, which starts bwrap itself.
+		// (The kernel watches the thread that forked bwrap; Go keeps its threads unless a
+		// goroutine exits locked to one, which nothing here does.)
 		"--die-with-parent",
 	}
 	if !network {
