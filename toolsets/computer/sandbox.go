@@ -123,6 +123,7 @@ var sandboxMounts = []string{"/", "/proc", "/dev", "/tmp", "/usr", "/etc"}
 type sandbox struct {
 	bwrap  string   // the executable, resolved
 	system []string // bwrap arguments that show the system read-only
+	extra  []string // and SandboxConfig.ReadOnly, after /tmp (which could cover them)
 }
 
 // checked are the results of sandbox checks, by configuration: a host checks once.
@@ -205,7 +206,10 @@ func checkBwrap(s SandboxConfig) (*sandbox, error) {
 		if !filepath.IsAbs(p) {
 			return nil, fmt.Errorf("%w: read-only path %q is not absolute", ErrSandboxUnavailable, p)
 		}
-		sb.system = append(sb.system, "--ro-bind", p, p)
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("%w: read-only path %s: %v", ErrSandboxUnavailable, p, pathErr(err))
+		}
+		sb.extra = append(sb.extra, "--ro-bind", p, p)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -214,6 +218,9 @@ func checkBwrap(s SandboxConfig) (*sandbox, error) {
 	cmd.Env = []string{}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// A bwrap that dies between making its namespace and starting it leaves the child
+	// blocked, holding the output pipe: stop reading a second after bwrap is gone.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
 		why := strings.TrimSpace(out.String())
 		if why == "" {
@@ -244,6 +251,7 @@ func (sb *sandbox) options(home, cwd string, network bool, env map[string]string
 	}
 	a = append(a, sb.system...)
 	a = append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp")
+	a = append(a, sb.extra...)
 	if home != "" {
 		a = append(a, "--bind", home, home)
 	}

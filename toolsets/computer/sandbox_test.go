@@ -410,6 +410,11 @@ func TestSandboxUnavailable(t *testing.T) {
 			}
 		})
 	}
+	cfg := testConfig
+	cfg.Sandbox.ReadOnly = []string{"/nonexistent/toolchain"}
+	if err := CheckSandbox(cfg); !errors.Is(err, ErrSandboxUnavailable) || !strings.HasSuffix(err.Error(), "read-only path /nonexistent/toolchain: no such file or directory") {
+		t.Errorf("missing read-only path: %v", err)
+	}
 	var m SandboxMode
 	if err := m.Set("docker"); err == nil || err.Error() != `unknown sandbox mode "docker": want bwrap or off` {
 		t.Errorf("Set: %v", err)
@@ -426,5 +431,27 @@ func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "which the command sandbox mounts itself") {
 			t.Errorf("home %s: err = %v", home, err)
 		}
+	}
+}
+
+func TestSandboxReadOnlyPaths(t *testing.T) {
+	tools := t.TempDir() // a toolchain outside every home
+	writeFile(t, filepath.Join(tools, "bin", "hello"), "#!/bin/sh\necho hello from the toolchain\n")
+	if err := os.Chmod(filepath.Join(tools, "bin", "hello"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig
+	cfg.Sandbox.ReadOnly = []string{tools}
+	tool := toolNamed(t, cfg, "run_command")
+	home := t.TempDir()
+	if out, d := command(t, tool, home, filepath.Join(tools, "bin", "hello")); d.ExitCode != 0 || out != "hello from the toolchain" {
+		t.Errorf("run from the read-only path: exit %d, %q", d.ExitCode, out)
+	}
+	if out, d := command(t, tool, home, "touch "+filepath.Join(tools, "x")); d.ExitCode == 0 {
+		t.Errorf("wrote into the read-only path: %q", out)
+	}
+	// Without it, the toolchain is not there.
+	if out, d := command(t, toolNamed(t, testConfig, "run_command"), home, filepath.Join(tools, "bin", "hello")); d.ExitCode == 0 {
+		t.Errorf("the toolchain is in view without ReadOnly: %q", out)
 	}
 }
