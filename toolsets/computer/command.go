@@ -266,6 +266,9 @@ func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home strin
 	}
 	p.pgid = cmd.Process.Pid // Setpgid makes the shell or bubblewrap the group leader
 	if infoR != nil {
+		// bwrap reports right after it made the namespaces; should it die before, its
+		// blocked child would hold the pipe open.
+		_ = infoR.SetReadDeadline(time.Now().Add(10 * time.Second))
 		p.box = readBox(infoR)
 		infoR.Close()
 	}
