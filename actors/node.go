@@ -404,15 +404,19 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 	if err != nil {
 		return nil, fmt.Errorf("assemble turn: %w", err)
 	}
+	// An agent without a profile gets the built-in tools (profile stays nil).
 	var profile *toolsets.Profile
 	if spec.Agent != "" {
-		p, err := profiles.Get(ctx, spec.Agent)
-		switch {
-		case errors.Is(err, toolsets.ErrNoProfile):
-		case err != nil:
-			return nil, fmt.Errorf("assemble turn: %w", err)
-		default:
+		err := bus.Retry(ctx, "read profile "+spec.Agent, n.log, func(ctx context.Context) error {
+			p, err := profiles.Get(ctx, spec.Agent)
+			if errors.Is(err, toolsets.ErrNoProfile) {
+				return nil
+			}
 			profile = p
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("assemble turn: %w", err)
 		}
 	}
 	n.freshenCatalog(ctx, cat, profile)
