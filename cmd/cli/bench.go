@@ -228,6 +228,8 @@ func newBencher(ctx context.Context, o benchOptions, progress io.Writer) (*bench
 		AbortGrace: 2 * time.Second,
 		// The abort measurement holds 100 calls in flight at once.
 		MaxConcurrent: 256,
+		// Durable turns, for the checkpoint measurement.
+		Turns: true,
 	})
 	if err != nil {
 		b.srv.Close()
@@ -327,6 +329,15 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 	if want("sandbox") {
 		b.say("one run_command call, bare and sandboxed…")
 		rows, err := b.sandbox(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+
+	if want("checkpoint") {
+		b.say("turn steps with and without checkpoints…")
+		rows, err := b.checkpointCost(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -625,6 +636,106 @@ func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (bench
 	met := res.P99 <= 2000
 	res.Met = &met
 	return res, nil
+}
+
+// checkpointCost measures a step of one no-op call in a turn run in Go (no record, no
+// checkpoints) against the same step in a durable turn taken from the intake (the
+// response and the record stored before the call goes out, the output as it arrives,
+// the record again after the batch). Both turns play the same script; a step's time is
+// the turn's wall time over its steps.
+func (b *bencher) checkpointCost(ctx context.Context) ([]benchResult, error) {
+	steps := max(b.o.n/10, 50)
+	type call struct {
+		ID        string `json:"id"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace,omitempty"`
+		Arguments string `json:"arguments"`
+	}
+	type step struct {
+		Text  string `json:"text,omitempty"`
+		Calls []call `json:"calls,omitempty"`
+	}
+	var script struct {
+		Responses []step `json:"responses"`
+	}
+	for i := range steps {
+		script.Responses = append(script.Responses, step{Calls: []call{{ID: fmt.Sprintf("c%d", i), Name: b.noop.Name, Namespace: b.noop.Category, Arguments: "{}"}}})
+	}
+	script.Responses = append(script.Responses, step{Text: "done"})
+	raw, err := json.Marshal(script)
+	if err != nil {
+		return nil, err
+	}
+	// The durable turn includes the bench category through its agent's profile (a
+	// category without a namespace is the namespace of its name).
+	profiles, err := b.node.Profiles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := profiles.Put(ctx, []byte(`{"version":1,"agent":"bench","namespaces":[{"name":"bench","load":"upfront"}]}`)); err != nil {
+		return nil, err
+	}
+	spec := bus.TurnSpec{Agent: "bench", Input: "bench", Script: raw, Limits: bus.TurnLimits{MaxSteps: bus.MaxStepsLimit}}
+	if steps+1 > bus.MaxStepsLimit {
+		return nil, fmt.Errorf("checkpoint bench: %d steps exceed the limit", steps)
+	}
+
+	// In Go, no checkpoints: the same kit as the durable turn gets.
+	var sc gateway.Script
+	if err := json.Unmarshal(raw, &sc); err != nil {
+		return nil, err
+	}
+	scripted, err := gateway.NewScripted(sc)
+	if err != nil {
+		return nil, err
+	}
+	kit, err := b.node.Assemble(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	res, err := b.node.Run(ctx, actors.TurnConfig{Spec: spec, Model: scripted, Kit: kit})
+	if err != nil {
+		return nil, err
+	}
+	if res.State != bus.TurnCompleted {
+		return nil, fmt.Errorf("checkpoint bench: turn in Go ended %s: %s", res.State, res.Error)
+	}
+	plain := time.Since(t0) / time.Duration(res.Steps)
+
+	// Durable: through the intake, waiting for its done status.
+	done, err := b.node.Conn().SubscribeSync(bus.AllStatuses)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = done.Unsubscribe() }()
+	t0 = time.Now()
+	id, err := b.node.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	var st bus.TurnStatus
+	for {
+		m, err := done.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if m.Subject == bus.TurnStatusSubject(id, bus.StatusDone) {
+			if err := json.Unmarshal(m.Data, &st); err != nil {
+				return nil, err
+			}
+			break
+		}
+	}
+	if st.State != bus.TurnCompleted {
+		return nil, fmt.Errorf("checkpoint bench: durable turn ended %s: %s", st.State, st.Error)
+	}
+	durable := time.Since(t0) / time.Duration(st.Step)
+	base := benchResult{Name: "turn step of 1 no-op call, turn run in Go (no checkpoints)", Unit: "us",
+		P50: float64(plain) / float64(time.Microsecond), Samples: res.Steps, Note: "mean of one turn's steps"}
+	r := benchResult{Name: "turn step of 1 no-op call, durable turn (checkpoints)", Unit: "us",
+		P50: float64(durable) / float64(time.Microsecond), Samples: st.Step, Note: "mean of one turn's steps"}
+	return []benchResult{base, compare(r, base, 0, false)}, nil
 }
 
 // foreignCall measures one no-op call through a turn to a category served by a plain
