@@ -5,6 +5,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -477,4 +478,132 @@ func TestClientSeesLostOwner(t *testing.T) {
 	if !strings.Contains(run.stderr.String(), "was lost and no node resumed the turn") || !strings.Contains(run.stderr.String(), "toolbus resume") {
 		t.Errorf("run's error does not say what happened and what to do:\n%s", run.stderr.String())
 	}
+}
+
+// soakTurns is the number of turns of TestSoakDurableTurns; CI runs the short form.
+var soakTurns = flag.Int("soak.turns", 24, "turns in TestSoakDurableTurns (the long form: 2000)")
+
+// TestSoakDurableTurns runs many turns of several calls over a three-node cluster while
+// nodes are killed with -9 and started again: no turn is lost, and no destructive call
+// runs twice (one in flight when its node died is abandoned, never run again).
+func TestSoakDurableTurns(t *testing.T) {
+	nodes := threeNodes(t, "-categories=", "-max-turns", "4")
+	urls := urlsOf(nodes)
+	nc := connect(t, strings.Join(urls, ","))
+	host := startSlowhost(t, nc, urls...)
+	if out, errOut, err := runCLI(t, "agent", "set", "-server", strings.Join(urls, ","), "-upfront", "slow", "soak"); err != nil {
+		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
+	}
+	n := *soakTurns
+	began := time.Now()
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("soak-%d", i)
+		type call struct {
+			ID        string `json:"id"`
+			Name      string `json:"name"`
+			Namespace string `json:"namespace"`
+			Arguments string `json:"arguments"`
+		}
+		c := func(id, tool string, s float64) call {
+			return call{ID: id, Name: tool, Namespace: "slow", Arguments: fmt.Sprintf(`{"id":%q,"seconds":%g}`, id, s)}
+		}
+		script := map[string]any{"responses": []any{
+			map[string]any{"calls": []call{c(fmt.Sprintf("a%d", i), "wait", 1), c(fmt.Sprintf("b%d", i), "mark", 1)}},
+			map[string]any{"calls": []call{c(fmt.Sprintf("c%d", i), "wait", 0.5)}},
+			map[string]any{"text": "done"},
+		}}
+		spec, _ := json.Marshal(map[string]any{"turn_id": ids[i], "agent": "soak", "input": "soak", "script": script})
+		checkFor(t, "start "+ids[i], func() error {
+			m, err := nc.Request("toolbus.nodes.turn.start", spec, 10*time.Second)
+			if err != nil {
+				return err
+			}
+			var reply map[string]string
+			_ = json.Unmarshal(m.Data, &reply)
+			if e := reply["error"]; e != "" && !strings.Contains(e, "already used") {
+				return fmt.Errorf("%s", e)
+			}
+			return nil
+		})
+	}
+
+	// Kill and start again a node at a time while the turns run.
+	stop := make(chan struct{})
+	var chaos sync.WaitGroup
+	kills := 0
+	chaos.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(1500 * time.Millisecond):
+			}
+			victim := nodes[i%len(nodes)]
+			victim.proc.kill()
+			kills++
+			victim.restart(t)
+			victim.waitReady(t)
+		}
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var states map[string]int
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for {
+		states = map[string]int{}
+		kv, err := js.KeyValue(ctx, bus.BucketTurns)
+		if err == nil {
+			for _, id := range ids {
+				e, err := kv.Get(ctx, id)
+				if err != nil {
+					states["unread"]++
+					continue
+				}
+				var rec bus.TurnRecord
+				_ = json.Unmarshal(e.Value(), &rec)
+				states[string(rec.State)]++
+			}
+		}
+		if states["completed"] == n || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	close(stop)
+	chaos.Wait()
+	if states["completed"] != n {
+		t.Fatalf("after %s and %d node kills: turn states %v; want all %d completed", time.Since(began).Round(time.Second), kills, states, n)
+	}
+	twice, abandoned := 0, 0
+	for i := range n {
+		switch host.count(fmt.Sprintf("start b%d", i)) {
+		case 0:
+			abandoned++
+		case 1:
+		default:
+			twice++
+		}
+	}
+	if twice > 0 {
+		t.Errorf("%d destructive calls ran more than once", twice)
+	}
+	resumes := 0
+	if kv, err := js.KeyValue(ctx, bus.BucketTurns); err == nil {
+		for _, id := range ids {
+			if e, err := kv.Get(ctx, id); err == nil {
+				var rec bus.TurnRecord
+				_ = json.Unmarshal(e.Value(), &rec)
+				resumes += len(rec.Resumes)
+			}
+		}
+	}
+	if kills == 0 || resumes == 0 {
+		t.Errorf("%d kills, %d resumes: the soak did not exercise a lost node", kills, resumes)
+	}
+	t.Logf("%d turns of 3 calls, %d node kills and restarts, %d resumes: all completed in %s; no destructive call ran twice (%d never ran: abandoned in flight or before)",
+		n, kills, resumes, time.Since(began).Round(100*time.Millisecond), abandoned)
 }
