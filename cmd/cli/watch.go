@@ -67,16 +67,76 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := nc.Flush(); err != nil {
 		return fmt.Errorf("watch %s: %w", subject, err)
 	}
+	lost := newLostWatch()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case now := <-tick.C:
+			for _, line := range lost.check(now) {
+				fmt.Fprintln(stdout, line)
+			}
 		case m := <-msgs:
+			lost.heard(m, time.Now())
 			if line, ok := watchLine(m, time.Now()); ok {
 				fmt.Fprintln(stdout, line)
 			}
 		}
 	}
+}
+
+// lostWatch notices the durable turns whose node went silent for a whole lease.
+type lostWatch struct {
+	turns map[string]*watchedTurn
+}
+
+type watchedTurn struct {
+	node  string
+	lease time.Duration
+	last  time.Time
+	said  bool // the silence was reported
+}
+
+func newLostWatch() *lostWatch { return &lostWatch{turns: make(map[string]*watchedTurn)} }
+
+func (l *lostWatch) heard(m *nats.Msg, now time.Time) {
+	ts, ok := bus.ParseTurnSubject(m.Subject)
+	if !ok {
+		return
+	}
+	w := l.turns[ts.Turn]
+	if ts.Kind == bus.KindStatus && ts.Status == bus.StatusDone {
+		delete(l.turns, ts.Turn)
+		return
+	}
+	if ts.Kind == bus.KindStatus && (ts.Status == bus.StatusStarted || ts.Status == bus.StatusBeat) {
+		var st bus.TurnStatus
+		if json.Unmarshal(m.Data, &st) == nil && st.Lease > 0 {
+			if w == nil {
+				w = &watchedTurn{}
+				l.turns[ts.Turn] = w
+			}
+			w.node, w.lease = st.Node, st.Lease
+		}
+	}
+	if w != nil {
+		w.last, w.said = now, false
+	}
+}
+
+// check reports, once each, the turns silent for a lease.
+func (l *lostWatch) check(now time.Time) []string {
+	var lines []string
+	for id, w := range l.turns {
+		if !w.said && now.Sub(w.last) > w.lease {
+			w.said = true
+			lines = append(lines, fmt.Sprintf("%s %s %-15s node %s silent for %s: it seems lost; the intake gives the turn to another node",
+				now.Format("15:04:05.000"), shortID(id), "lost", w.node, w.lease))
+		}
+	}
+	return lines
 }
 
 // watchLine describes one turn message: time, short turn id, kind, and what
@@ -118,6 +178,9 @@ func watchLine(m *nats.Msg, now time.Time) (string, bool) {
 			text += " (by " + a.By + ")"
 		}
 	case bus.KindStatus:
+		if ts.Status == bus.StatusBeat {
+			return "", false // heartbeats only keep the lost-node watch quiet
+		}
 		var st bus.TurnStatus
 		if json.Unmarshal(m.Data, &st) != nil {
 			return "", false
@@ -134,6 +197,9 @@ func statusText(kind string, st bus.TurnStatus) string {
 		s := "node " + st.Node
 		if st.Agent != "" {
 			s += ", agent " + st.Agent
+		}
+		if r := st.Resumed; r != nil {
+			s += fmt.Sprintf(", resumed from %s: %s", cmp.Or(r.From, "the intake"), r.Why)
 		}
 		return s
 	case bus.StatusDone:
