@@ -155,6 +155,11 @@ type pendingCall struct {
 	record bus.CallRecord
 	output toolbus.Result
 	stored bool // the output is in the transcript stream already
+	// held: the call waits for a person's approval (the kit's policy); it counts as in
+	// flight, against its deadline. approved: it got one, for argsHash.
+	held, approved bool
+	argsHash       string
+	deadline       time.Time
 	// resumed: the output was read back with the transcript a resumed turn started from,
 	// so the turn's transcript holds it already.
 	resumed bool
@@ -290,6 +295,7 @@ func (t *turn) start(ctx actor.Context) {
 	for _, subj := range []string{
 		bus.ResultSubject(t.cfg.Spec.ID, "*"),
 		bus.AbortSubject(t.cfg.Spec.ID),
+		bus.ApproveSubject(t.cfg.Spec.ID, "*"),
 	} {
 		sub, err := t.cfg.Conn.Subscribe(subj, forward)
 		if err == nil {
@@ -505,6 +511,17 @@ func (t *turn) dispatch(pc *pendingCall) {
 	}
 	pc.start = time.Now()
 	deadline := pc.start.Add(timeout)
+	pc.deadline = deadline
+	if t.cfg.Kit.NeedsApproval(pc.tool) {
+		t.hold(pc, timeout)
+		return
+	}
+	t.send(pc, timeout)
+}
+
+// send publishes a call's request to its category.
+func (t *turn) send(pc *pendingCall, timeout time.Duration) {
+	deadline := pc.deadline
 	m := &nats.Msg{
 		Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
 		Reply:   bus.ResultSubject(t.cfg.Spec.ID, pc.wireID),
@@ -538,6 +555,8 @@ func (t *turn) onMsg(m *nats.Msg) {
 		t.abort(m.Data)
 	case bus.KindResult:
 		t.onResult(ts.Call, m)
+	case bus.KindApprove:
+		t.onApprove(ts.Call, m)
 	}
 }
 
@@ -660,6 +679,10 @@ func (t *turn) onExpired(wireID string) {
 	if pc == nil || pc.state != callRunning {
 		return
 	}
+	if pc.held {
+		t.settle(pc, bus.OutcomeTimeout, fmt.Sprintf("tool %s waited for an approval that did not come before its deadline; it did not run", pc.tool.QualifiedName()), toolbus.Result{})
+		return
+	}
 	if t.aborted {
 		t.settle(pc, bus.OutcomeAbandoned, abandonedMsg(t.cfg.AbortGrace), toolbus.Result{})
 		return
@@ -693,6 +716,18 @@ func (t *turn) abort(data []byte) {
 		}
 	}
 	t.next = len(t.batch)
+	// A call held for approval never went out: it did not start.
+	for _, pc := range t.batch {
+		if pc.held && pc.state == callRunning {
+			if pc.timer != nil {
+				pc.timer.Stop()
+			}
+			t.settle(pc, bus.OutcomeNotStarted, "call not started (it waited for approval): the turn was "+reason, toolbus.Result{})
+		}
+	}
+	if t.finished {
+		return
+	}
 	switch {
 	case t.running > 0:
 		sys, self := t.sys, t.self
@@ -787,6 +822,10 @@ func (t *turn) fail(err error) {
 		case callRunning:
 			if pc.timer != nil {
 				pc.timer.Stop()
+			}
+			if pc.held {
+				pc.resolve(bus.OutcomeNotStarted, "call not started (it waited for approval): the turn failed: "+err.Error())
+				continue
 			}
 			pc.resolve(bus.OutcomeAbandoned, "call abandoned: the turn failed ("+err.Error()+"); it may still be running")
 		}

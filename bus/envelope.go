@@ -24,6 +24,7 @@ const (
 	OutcomeTimeout     Outcome = "timeout"     // the call's deadline passed
 	OutcomeUnavailable Outcome = "unavailable" // no host serves the tool's category
 	OutcomePanic       Outcome = "panic"       // execute panicked
+	OutcomeRefused     Outcome = "refused"     // held for approval and refused; the tool did not run
 )
 
 // Valid reports whether o is one of the defined outcomes. Replies come from
@@ -31,7 +32,7 @@ const (
 func (o Outcome) Valid() bool {
 	switch o {
 	case OutcomeOK, OutcomeError, OutcomeInvalid, OutcomeNotStarted, OutcomeStopped,
-		OutcomeAbandoned, OutcomeTimeout, OutcomeUnavailable, OutcomePanic:
+		OutcomeAbandoned, OutcomeTimeout, OutcomeUnavailable, OutcomePanic, OutcomeRefused:
 		return true
 	}
 	return false
@@ -119,3 +120,43 @@ const (
 	CatalogUp   = "up"
 	CatalogDown = "down"
 )
+
+// ApprovalRequest is published on [ApprovalSubject] when a turn holds a call for
+// approval, and is the reply to an [Approval] without a decision.
+type ApprovalRequest struct {
+	Turn      string          `json:"turn_id"`
+	Call      string          `json:"call_id"`
+	Agent     string          `json:"agent,omitempty"`
+	Tool      string          `json:"tool"`
+	Namespace string          `json:"namespace,omitempty"`
+	Args      json.RawMessage `json:"arguments"`
+	// ArgsHash is the hex SHA-256 of Args (canonical JSON): an approval names it, so it
+	// approves these arguments and no others.
+	ArgsHash    string    `json:"arguments_sha256"`
+	Destructive bool      `json:"destructive,omitempty"`
+	ReadOnly    bool      `json:"read_only,omitempty"`
+	Deadline    time.Time `json:"deadline"`
+}
+
+// Approval answers a held call, as a request on [ApproveSubject]. Without Decision it
+// asks for the call's ApprovalRequest; with one it must carry the ArgsHash of the
+// arguments it approves. The turn replies with an ApprovalReply.
+type Approval struct {
+	Decision string `json:"decision,omitempty"` // ApprovalGrant or ApprovalRefuse; empty asks
+	ArgsHash string `json:"arguments_sha256,omitempty"`
+	By       string `json:"by,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Decisions of an Approval.
+const (
+	ApprovalGrant  = "approve"
+	ApprovalRefuse = "refuse"
+)
+
+// ApprovalReply answers an Approval: the request when it asked, or whether the decision
+// was taken.
+type ApprovalReply struct {
+	Request *ApprovalRequest `json:"request,omitempty"`
+	Error   string           `json:"error,omitempty"`
+}

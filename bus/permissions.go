@@ -31,7 +31,7 @@ func replyOnce() *server.ResponsePermission {
 func TurnPermissions() *server.Permissions {
 	return WithJetStream(&server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllAborts, AllStatuses, AllTranscripts, allServices,
+			AllTools, AllAborts, AllStatuses, AllApprovals, AllTranscripts, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			inboxes, AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
@@ -65,7 +65,7 @@ func ToolPermissions(categories ...string) *server.Permissions {
 func ControlPermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllAborts, AllNodeStarts, AnyNodeStartTurn, allServices,
+			AllTools, AllAborts, AllApproves, AllNodeStarts, AnyNodeStartTurn, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns}},
 	}

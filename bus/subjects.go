@@ -35,6 +35,8 @@ const (
 	AllResults     = Prefix + ".turn.*.res.>" // every tool result
 	AllEvents      = Prefix + ".turn.*.evt.>" // every activity event
 	AllStatuses    = Prefix + ".turn.*.status.>"
+	AllApprovals   = Prefix + ".turn.*.approval.>" // held calls asking for approval
+	AllApproves    = Prefix + ".turn.*.approve.>"  // operators' answers
 	AllTranscripts = Prefix + ".transcript.>"
 	AllNodeStarts  = Prefix + ".node.*.turn.start"
 	AllIntake      = Prefix + ".intake.>"
@@ -66,7 +68,23 @@ const (
 	KindEvent  = "evt"
 	KindAbort  = "abort"
 	KindStatus = "status"
+	// KindApproval carries a held call's approval request, from the turn:
+	// "toolbus.turn.<turn>.approval.<call>".
+	KindApproval = "approval"
+	// KindApprove is where an operator answers it, as a request the turn replies to:
+	// "toolbus.turn.<turn>.approve.<call>".
+	KindApprove = "approve"
 )
+
+// ApprovalSubject is where a turn asks for a held call's approval.
+func ApprovalSubject(turn, call string) string {
+	return turnPrefix + turn + "." + KindApproval + "." + call
+}
+
+// ApproveSubject is where an operator approves or refuses a held call.
+func ApproveSubject(turn, call string) string {
+	return turnPrefix + turn + "." + KindApprove + "." + call
+}
 
 // Turn status kinds, the last token of [TurnStatusSubject].
 const (
@@ -182,6 +200,11 @@ func ParseTurnSubject(subject string) (TurnSubject, bool) {
 			return TurnSubject{}, false
 		}
 		ts.Kind, ts.Status = KindStatus, rest
+	case KindApproval, KindApprove:
+		if !more || !lastToken(rest) {
+			return TurnSubject{}, false
+		}
+		ts.Kind, ts.Call = kind, rest
 	case KindEvent:
 		if !more {
 			return TurnSubject{}, false

@@ -72,6 +72,21 @@ type Kit struct {
 	// Notes say what assembly could not include (a namespace with no host), for the turn's
 	// status; the turn runs with the rest.
 	Notes []string
+	// Approvals is the agent's approval policy (ApproveNever when empty).
+	Approvals string
+}
+
+// NeedsApproval reports whether a call of the tool waits for a person's approval.
+func (k *Kit) NeedsApproval(s *toolbus.Spec) bool {
+	switch {
+	case s.Category == LocalCategory:
+		return false
+	case k.Approvals == ApproveDestructive:
+		return s.Destructive
+	case k.Approvals == ApproveWrites:
+		return !s.ReadOnly
+	}
+	return false
 }
 
 // Options carry the configuration built-in specs depend on.
@@ -122,6 +137,9 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 		return nil, err
 	}
 	kit := &Kit{Policy: policy}
+	if profile != nil {
+		kit.Approvals = profile.Approvals
+	}
 	var specs []*toolbus.Spec
 	h := Handles{Computer: opts.Computer}
 	for _, c := range categories {

@@ -19,21 +19,32 @@ import (
 // ProfileVersion is the newest profile document version this build reads and writes.
 // Each version keeps its own schema below, so stored documents of an older version stay
 // readable when a newer one adds fields.
-const ProfileVersion = 1
+const ProfileVersion = 2
 
 // Profile is an agent's profile: one JSON document per agent in the KV bucket
 // bus.BucketAgents, under the agent's id. No profile means built-in tools only.
 //
-// Version 1 holds the external namespaces the agent's main turns include. The design's
-// other fields (web providers, skills, brain, jobs, approvals, sandbox) come in later
-// versions with the features that use them.
+// Version 1 holds the external namespaces the agent's main turns include; version 2 adds
+// the approval policy. The design's other fields (web providers, skills, brain, jobs,
+// sandbox) come in later versions with the features that use them.
 type Profile struct {
 	Version int    `json:"version"`
 	Agent   string `json:"agent"`
 	// Namespaces are the external tool namespaces, served by other processes, that the
 	// agent's main and job turns include, in this order.
 	Namespaces []NamespaceRef `json:"namespaces,omitempty"`
+	// Approvals says which calls a person must approve before they run:
+	// ApproveNever (the default), ApproveDestructive or ApproveWrites (every tool that
+	// is not read-only).
+	Approvals string `json:"approvals,omitempty"`
 }
+
+// Approval policies of a profile.
+const (
+	ApproveNever       = "never"
+	ApproveDestructive = "destructive"
+	ApproveWrites      = "writes"
+)
 
 // NamespaceRef names one external namespace and how its tools are shown to the model.
 type NamespaceRef struct {
@@ -59,6 +70,28 @@ var profileSchemas = map[int]*schema.Schema{
   "properties": {
     "version": {"const": 1},
     "agent": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
+    "namespaces": {
+      "type": "array",
+      "items": {
+        "type": "object",
+        "properties": {
+          "name": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
+          "load": {"enum": ["deferred", "upfront"]}
+        },
+        "required": ["name"],
+        "additionalProperties": false
+      }
+    }
+  },
+  "required": ["version", "agent"],
+  "additionalProperties": false
+}`)),
+	2: schema.MustFromJSON([]byte(`{
+  "type": "object",
+  "properties": {
+    "version": {"const": 2},
+    "agent": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
+    "approvals": {"enum": ["never", "destructive", "writes"]},
     "namespaces": {
       "type": "array",
       "items": {

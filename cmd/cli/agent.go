@@ -79,6 +79,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	)
 	fs.Var(&deferred, "namespace", "include this external namespace, deferred behind tool search (repeatable, or comma-separated)")
 	fs.Var(&upfront, "upfront", "include this external namespace with its tools loaded up front (repeatable, or comma-separated)")
+	approvals := fs.String("approvals", "", "which calls a person must approve first: never, destructive or writes (every tool that is not read-only)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -92,8 +93,8 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var doc []byte
 	switch {
-	case *file != "" && (len(deferred) > 0 || len(upfront) > 0):
-		return usagef("-f gives the whole document: leave out -namespace and -upfront")
+	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != ""):
+		return usagef("-f gives the whole document: leave out -namespace, -upfront and -approvals")
 	case *file != "":
 		if doc, err = readDoc(*file); err != nil {
 			return err
@@ -106,7 +107,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("the document is for agent %q, not %q", head.Agent, agent)
 		}
 	default:
-		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent}
+		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent, Approvals: *approvals}
 		for _, ns := range deferred {
 			p.Namespaces = append(p.Namespaces, toolsets.NamespaceRef{Name: ns, Load: toolsets.LoadDeferred})
 		}
@@ -152,8 +153,12 @@ func readDoc(path string) ([]byte, error) {
 }
 
 func describeNamespaces(p *toolsets.Profile) string {
+	approvals := ""
+	if p.Approvals != "" && p.Approvals != toolsets.ApproveNever {
+		approvals = "; approvals: " + p.Approvals
+	}
 	if len(p.Namespaces) == 0 {
-		return "built-in tools only"
+		return "built-in tools only" + approvals
 	}
 	var parts []string
 	for _, ns := range p.Namespaces {
@@ -163,7 +168,7 @@ func describeNamespaces(p *toolsets.Profile) string {
 		}
 		parts = append(parts, ns.Name+" ("+load+")")
 	}
-	return "namespaces " + strings.Join(parts, ", ")
+	return "namespaces " + strings.Join(parts, ", ") + approvals
 }
 
 // agentStore parses the flags of a subcommand that works on the store, wants `agents`

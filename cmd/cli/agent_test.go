@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 // TestAgentProfiles writes, reads, lists and removes a profile through the command line,
@@ -76,7 +77,7 @@ func TestAgentProfiles(t *testing.T) {
 
 	code, out, errOut = run([]string{"agent", "get"}, "ann")
 	var doc map[string]any
-	if code != exitOK || json.Unmarshal([]byte(out), &doc) != nil || doc["agent"] != "ann" || doc["version"] != float64(1) {
+	if code != exitOK || json.Unmarshal([]byte(out), &doc) != nil || doc["agent"] != "ann" || doc["version"] != float64(toolsets.ProfileVersion) {
 		t.Errorf("get: exit %d, document %s (%s)", code, out, errOut)
 	}
 
