@@ -59,6 +59,7 @@ var commands = []command{
 	{"call", "validate arguments and call one tool through the bus", cmdCall},
 	{"agent", "set, get, list or remove agent profiles (needs -server)", cmdAgent},
 	{"abort", "abort a running turn (needs -server)", cmdAbort},
+	{"approve", "approve or refuse a call a turn holds for approval (needs -server)", cmdApprove},
 	{"turns", "list the durable turns of a bus: state, node, step, age (needs -server)", cmdTurns},
 	{"resume", "queue again a turn whose node was lost (needs -server)", cmdResume},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
@@ -143,9 +144,9 @@ Usage: toolbus <command> [flags] [args]
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-6s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, `  help   show this help
+	fmt.Fprint(w, `  help    show this help
 
 Without -server, run and call start an embedded bus and node in the process
 (no port, a temporary store). With -server (or NATS_URL) they use the nodes of

@@ -206,6 +206,7 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 	// A durable turn's node beats every third of its lease; a turn silent for a
 	// whole lease lost its node, and the intake gives it to another within another.
 	w := &ownerWatch{turn: req.ID, r: r, giveUp: giveUp}
+	approvals := newApprover(bc.nc, r, os.Stderr, r.w == io.Discard)
 	lost := time.NewTimer(time.Hour)
 	defer lost.Stop()
 
@@ -238,6 +239,12 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 			lost.Reset(w.lease)
 		case m := <-msgs:
 			w.heard(m)
+			if ts, ok := bus.ParseTurnSubject(m.Subject); ok && ts.Kind == bus.KindApproval {
+				var held bus.ApprovalRequest
+				if json.Unmarshal(m.Data, &held) == nil {
+					approvals.held(ctx, held)
+				}
+			}
 			if w.lease > 0 {
 				lost.Reset(w.lease)
 			}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sys/unix"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("approve", "[flags] TURN CALL",
+		"Approves a call that a turn holds for approval (the agent's profile asks for it), or\n"+
+			"refuses it with -refuse. The call's tool and arguments are shown first; the decision\n"+
+			"names those exact arguments, so it cannot approve others. `toolbus run` prints the\n"+
+			"command to run when a call waits.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		refuse = fs.Bool("refuse", false, "refuse the call: the model is told, and the tool does not run")
+		reason = fs.String("reason", "", "with -refuse: why, for the model")
+		by     = fs.String("by", os.Getenv("USER"), "who decides, for the record")
+	)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usagef("want a turn id and a call id")
+	}
+	turn, call := pos[0], pos[1]
+	if !bus.ValidID(turn) || !bus.ValidID(call) {
+		return usagef("%q %q are not a turn id and a call id", turn, call)
+	}
+	nc, err := bf.dialFor(ctx, "approve")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	r, err := askApproval(ctx, nc, turn, call, bus.Approval{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "%s\n", describeApproval(*r.Request))
+	decision := bus.Approval{Decision: bus.ApprovalGrant, ArgsHash: r.Request.ArgsHash, By: *by}
+	if *refuse {
+		decision.Decision, decision.Reason = bus.ApprovalRefuse, *reason
+	}
+	if _, err := askApproval(ctx, nc, turn, call, decision); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "call %s of turn %s %sd\n", call, turn, decision.Decision)
+	return nil
+}
+
+// askApproval sends an approval request to a turn and returns its reply.
+func askApproval(ctx context.Context, nc *nats.Conn, turn, call string, a bus.Approval) (bus.ApprovalReply, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return bus.ApprovalReply{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := nc.RequestWithContext(rctx, bus.ApproveSubject(turn, call), b)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return bus.ApprovalReply{}, fmt.Errorf("no turn %s is running (it ended, or its id is wrong)", turn)
+	}
+	if err != nil {
+		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: %w", turn, call, err)
+	}
+	var r bus.ApprovalReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: malformed reply: %w", turn, call, err)
+	}
+	if r.Error != "" {
+		return r, errors.New(r.Error)
+	}
+	if r.Request == nil {
+		return r, fmt.Errorf("approve %s %s: the turn sent no request", turn, call)
+	}
+	return r, nil
+}
+
+// describeApproval is what a person sees before deciding.
+func describeApproval(req bus.ApprovalRequest) string {
+	name := req.Tool
+	if req.Namespace != "" {
+		name = req.Namespace + "." + req.Tool
+	}
+	effect := "changes things"
+	if req.Destructive {
+		effect = "destructive"
+	}
+	return fmt.Sprintf("%s (%s) with %s — held for approval until %s", name, effect, req.Args, req.Deadline.Local().Format("15:04:05"))
+}
+
+// approver answers the approval requests of the turn `run` follows: on a terminal it
+// asks y/N; otherwise it says how to decide from another shell.
+type approver struct {
+	nc          *nats.Conn
+	r           *renderer
+	out         io.Writer // where the hint goes when the live view is off
+	interactive bool
+	in          *bufio.Reader
+}
+
+func newApprover(nc *nats.Conn, r *renderer, out io.Writer, asJSON bool) *approver {
+	a := &approver{nc: nc, r: r, out: out}
+	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err == nil && !asJSON {
+		a.interactive, a.in = true, bufio.NewReader(os.Stdin)
+	}
+	return a
+}
+
+// held shows one approval request; on a terminal it then reads the answer off the
+// run loop (the renderer is the loop's alone) and sends the decision.
+func (a *approver) held(ctx context.Context, req bus.ApprovalRequest) {
+	if !a.interactive {
+		line := fmt.Sprintf("waiting for approval: %s\n  approve: toolbus approve -server … %s %s   refuse: add -refuse",
+			describeApproval(req), req.Turn, req.Call)
+		if a.r.w == io.Discard {
+			fmt.Fprintln(a.out, line)
+		} else {
+			a.r.println(line)
+		}
+		return
+	}
+	a.r.println("approve " + describeApproval(req) + "? [y/N] ")
+	go func() {
+		answer, _ := a.in.ReadString('\n')
+		decision := bus.Approval{Decision: bus.ApprovalRefuse, ArgsHash: req.ArgsHash, By: os.Getenv("USER"), Reason: "refused at the prompt"}
+		if s := strings.ToLower(strings.TrimSpace(answer)); s == "y" || s == "yes" {
+			decision = bus.Approval{Decision: bus.ApprovalGrant, ArgsHash: req.ArgsHash, By: os.Getenv("USER")}
+		}
+		if _, err := askApproval(ctx, a.nc, req.Turn, req.Call, decision); err != nil {
+			fmt.Fprintln(a.out, "toolbus: approval:", err)
+		}
+	}()
+}
