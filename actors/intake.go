@@ -271,6 +271,7 @@ func (n *Node) take(msg jetstream.Msg) {
 		items, last, err := readTranscriptSeq(ctx, n.js, spec.ID)
 		if err != nil && !errors.Is(err, errNoTranscript) {
 			log.Warn("intake: could not read the transcript to resume; another node will", "err", err)
+			n.release(ctx, d, spec.ID)
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
@@ -293,6 +294,7 @@ func (n *Node) take(msg jetstream.Msg) {
 	in.mu.Lock()
 	if in.stopping {
 		in.mu.Unlock()
+		n.release(ctx, d, spec.ID)
 		_ = msg.Nak()
 		return
 	}
@@ -309,6 +311,7 @@ func (n *Node) take(msg jetstream.Msg) {
 		Unavailable: func(string) { n.catalog.Kick() }}
 	if _, err := n.Spawn(ctx, cfg); err != nil {
 		log.Warn("intake: could not start the turn; another node will", "err", err)
+		n.release(ctx, d, spec.ID)
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
@@ -400,6 +403,15 @@ func (n *Node) claim(ctx context.Context, spec bus.TurnSpec) (*durable, error) {
 	}
 	d.rev, d.rec = rev, rec
 	return d, nil
+}
+
+// release gives back a turn this node claimed but did not start, so that the next node
+// to take it reads a hand-back, not a lost node.
+func (n *Node) release(ctx context.Context, d *durable, id string) {
+	d.rec.State, d.rec.Owner, d.rec.Updated = bus.TurnQueued, "", time.Now()
+	if _, err := updateRecord(ctx, d.kv, id, d.rec, d.rev, n.log); err != nil {
+		n.log.Warn("give the turn back", "turn", id, "err", err)
+	}
 }
 
 // endUnstarted ends a claimed turn that could not start here, and says so.
