@@ -158,16 +158,23 @@ func ownerOf(r bus.TurnRecord) string {
 	return " on node " + r.Owner
 }
 
-// runIntake pulls turn specs for this node while it has room for another turn.
-func (n *Node) runIntake() error {
+// runIntake pulls turn specs for this node while it has room for another turn. Its
+// consumers are set up within start (a node restarted into a cluster waits while its
+// stream catches up).
+func (n *Node) runIntake(start context.Context) error {
 	in := n.intake
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
 	for _, node := range []string{"", n.cfg.Name} {
-		cons, err := in.stream.CreateOrUpdateConsumer(ctx, bus.RunnerConsumerConfig(node, n.cfg.TurnLease))
+		var cons jetstream.Consumer
+		err := bus.Retry(start, "intake consumer", n.log, func(ctx context.Context) error {
+			var err error
+			cons, err = in.stream.CreateOrUpdateConsumer(ctx, bus.RunnerConsumerConfig(node, n.cfg.TurnLease))
+			return err
+		})
 		if err != nil {
 			cancel()
-			return fmt.Errorf("intake consumer: %w", err)
+			return err
 		}
 		in.loops.Add(1)
 		go func() {

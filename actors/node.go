@@ -228,7 +228,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 		}
-		if err := n.runIntake(); err != nil {
+		if err := n.runIntake(ctx); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 		}

@@ -55,6 +55,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Debug makes the server log debug messages (at slog.LevelDebug).
 	Debug bool
+	// Monitor, when set, opens nats-server's HTTP monitoring endpoint on "host:port"
+	// (/varz, /connz, /jsz, /stacksz ...). It has no authentication: keep it on loopback.
+	Monitor string
 }
 
 // User is a listener user. Password may be plain text or a bcrypt hash
@@ -204,6 +207,13 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 		o.Host, o.Port = "127.0.0.1", server.RANDOM_PORT
 	default:
 		o.DontListen = true
+	}
+	if cfg.Monitor != "" {
+		host, port, err := splitListen(cfg.Monitor)
+		if err != nil {
+			return nil, false, fmt.Errorf("monitoring listener: %w", err)
+		}
+		o.HTTPHost, o.HTTPPort = host, port
 	}
 
 	seen := make(map[string]bool, len(cfg.Users))

@@ -118,7 +118,7 @@ func runTurn(t testing.TB, url, script string) (runOutput, int) {
 // connect opens a nats.go connection for the test's own probes of the bus.
 func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url, nats.Name("integration-test"), nats.Timeout(waitLimit))
+	nc, err := nats.Connect(url, nats.Name("integration-test"), nats.Timeout(waitLimit), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatalf("connect to %s: %v", url, err)
 	}

@@ -55,6 +55,7 @@ type options struct {
 	categories    string
 	turns         bool
 	maxTurns      int
+	monitor       string
 	turnLease     time.Duration
 	handBack      time.Duration
 	home          string
@@ -87,6 +88,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.routePass, "route-pass", "", "cluster route password (default $TOOLBUS_ROUTE_PASSWORD)")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
+	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
 	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
 	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
 	fs.DurationVar(&o.handBack, "hand-back-grace", actors.DefaultHandBackGrace, "on stop, how long running turns get to reach a checkpoint and go back to the intake")
@@ -171,7 +173,7 @@ func run(ctx context.Context, args []string) error {
 	} else {
 		cfg := bus.Config{
 			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
-			Listen: o.listen, Logger: log,
+			Listen: o.listen, Logger: log, Monitor: o.monitor,
 		}
 		if cfg.StoreDir == "" {
 			cfg.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
