@@ -35,6 +35,12 @@ func freePorts(t *testing.T, n int) []int {
 // JetStream meta leader, which needs a quorum).
 func startCluster(t *testing.T, n int) []*Server {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each node's Config changed by edit.
+func startClusterWith(t *testing.T, n int, edit func(*Config)) []*Server {
+	t.Helper()
 	ctx := testContext(t)
 	ports := freePorts(t, n)
 	var routes []string
@@ -46,7 +52,7 @@ func startCluster(t *testing.T, n int) []*Server {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			nodes[i], errs[i] = Start(ctx, Config{
+			cfg := Config{
 				Name:   fmt.Sprintf("n%d", i+1),
 				Logger: slog.New(&logRecorder{}),
 				Cluster: &ClusterConfig{
@@ -56,7 +62,11 @@ func startCluster(t *testing.T, n int) []*Server {
 					Username: "route",
 					Password: "route-secret",
 				},
-			})
+			}
+			if edit != nil {
+				edit(&cfg)
+			}
+			nodes[i], errs[i] = Start(ctx, cfg)
 		})
 	}
 	wg.Wait()

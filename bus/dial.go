@@ -16,6 +16,9 @@ type Credentials struct {
 	Password string
 	// CredsFile is a NATS credentials file (JWT and nkey seed).
 	CredsFile string
+	// CAFile, a PEM file, verifies the server's TLS certificate (for a
+	// server whose certificate the system does not trust).
+	CAFile string
 }
 
 // Dial connects to a NATS server or cluster at url (comma-separated URLs for
@@ -37,6 +40,9 @@ func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.
 		all = append(all, nats.UserCredentials(cred.CredsFile))
 	case cred.User != "":
 		all = append(all, nats.UserInfo(cred.User, cred.Password))
+	}
+	if cred.CAFile != "" {
+		all = append(all, nats.RootCAs(cred.CAFile))
 	}
 	nc, err := nats.Connect(url, append(all, opts...)...)
 	if err != nil {

@@ -26,12 +26,13 @@ func replyOnce() *server.ResponsePermission {
 
 // TurnPermissions is the role of a node that runs turns: it calls tools,
 // discovers categories through micro, publishes turn status and aborts,
-// receives everything turn-scoped and start-turn requests, and uses
-// JetStream for transcripts and checkpoints.
+// queues turns in the intake, receives everything turn-scoped and
+// start-turn requests, and uses JetStream for the intake, transcripts and
+// checkpoints. It is the only role that may publish a turn's status.
 func TurnPermissions() *server.Permissions {
 	return WithJetStream(&server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllAborts, AllStatuses, AllApprovals, AllTranscripts, allServices,
+			AllTools, AllAborts, AllStatuses, AllApprovals, AllTranscripts, AllIntake, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			inboxes, AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
@@ -58,6 +59,41 @@ func ToolPermissions(categories ...string) *server.Permissions {
 	}
 }
 
+// withTodoStore returns a copy of p that may use the todo bucket alone:
+// what a host of the todo category needs, without the account-wide
+// JetStream access of [WithJetStream].
+func withTodoStore(p *server.Permissions) *server.Permissions {
+	c := clonePermissions(p)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketTodos))...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(BucketTodos)...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(BucketTodos)+".>")
+	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
+	return c
+}
+
+// merge returns the union of the allow lists of a and b; the response
+// permission is a's, else b's. Neither has deny lists.
+func merge(a, b *server.Permissions) *server.Permissions {
+	c := clonePermissions(a)
+	if c.Publish == nil {
+		c.Publish = &server.SubjectPermission{}
+	}
+	if c.Subscribe == nil {
+		c.Subscribe = &server.SubjectPermission{}
+	}
+	if b.Publish != nil {
+		c.Publish.Allow = appendMissing(c.Publish.Allow, b.Publish.Allow...)
+	}
+	if b.Subscribe != nil {
+		c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, b.Subscribe.Allow...)
+	}
+	if c.Response == nil && b.Response != nil {
+		r := *b.Response
+		c.Response = &r
+	}
+	return c
+}
+
 // ControlPermissions is the role of an operator's client such as the
 // command line: it starts turns on any node, calls tools, aborts turns,
 // lists services and watches every turn. Compose with [WithJetStream] to
@@ -69,6 +105,70 @@ func ControlPermissions() *server.Permissions {
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns}},
 	}
+}
+
+// OperatorPermissions is the role of a person's command line on a shared
+// bus: ControlPermissions (start, abort, call, watch), queueing a turn again
+// in the intake (toolbus resume), reading the turn records, transcripts and
+// todo lists, and reading and writing agent profiles (creating their bucket
+// if no turn node did). It may not publish a turn's status nor write turn
+// records or transcripts.
+func OperatorPermissions() *server.Permissions {
+	p := ControlPermissions()
+	p.Publish.Allow = append(p.Publish.Allow, IntakeAny("*"))
+	p.Publish.Allow = append(p.Publish.Allow, jsRead(readableStreams...)...)
+	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(BucketAgents)...)
+	return p
+}
+
+// WatcherPermissions is a read-only role: it receives every turn-scoped
+// message and may ask micro services for their PING, INFO and STATS, and
+// reads the turn records, agent profiles, todo lists and transcripts. It
+// publishes nothing but requests to those read APIs.
+func WatcherPermissions() *server.Permissions {
+	return &server.Permissions{
+		Publish: &server.SubjectPermission{Allow: append([]string{
+			"$SRV.PING", "$SRV.PING.>", "$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>",
+		}, jsRead(readableStreams...)...)},
+		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns, CatalogChanged}},
+	}
+}
+
+// readableStreams are the streams operators and watchers may read: not the
+// intake, whose work-queue consumer a reader could take turns from.
+var readableStreams = []string{
+	kvStream(BucketTurns), kvStream(BucketAgents), kvStream(BucketTodos), StreamTranscripts,
+}
+
+// kvStream is the stream behind a key-value bucket.
+func kvStream(bucket string) string { return "KV_" + bucket }
+
+// jsRead lists the JetStream API subjects that read the given streams:
+// their info, direct and stored message gets, and ephemeral (ordered)
+// consumers, which is what key-value gets, listings and watches and
+// transcript reads use. Flow control replies are allowed for push
+// consumers; acks are not needed (ordered consumers do not ack).
+func jsRead(streams ...string) []string {
+	out := []string{"$JS.API.INFO"}
+	for _, s := range streams {
+		out = append(out,
+			"$JS.API.STREAM.INFO."+s,
+			"$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+			"$JS.API.CONSUMER.CREATE."+s, "$JS.API.CONSUMER.CREATE."+s+".>",
+			"$JS.API.CONSUMER.INFO."+s+".*",
+			"$JS.API.CONSUMER.DELETE."+s+".*",
+			"$JS.API.CONSUMER.MSG.NEXT."+s+".*",
+			"$JS.FC."+s+".>",
+		)
+	}
+	return out
+}
+
+// jsWriteKV lists what writing a key-value bucket needs beyond jsRead:
+// creating its stream if it is missing, and publishing its keys.
+func jsWriteKV(bucket string) []string {
+	return []string{"$JS.API.STREAM.CREATE." + kvStream(bucket), "$KV." + bucket + ".>"}
 }
 
 // AdminPermissions allows everything. A nil *server.Permissions does too;

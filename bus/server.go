@@ -3,6 +3,7 @@ package bus
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -47,7 +48,11 @@ type Config struct {
 	// one. Empty means no listener: in-process connections only.
 	Listen string
 	// Users may connect through the listener; required when Listen is set.
+	// See ReadUsersFile.
 	Users []User
+	// TLS, when set, makes the client listener and the cluster routes
+	// require TLS.
+	TLS *TLSConfig
 	// Cluster joins a cluster through routes.
 	Cluster *ClusterConfig
 	// Logger receives the server's log. Nil means slog.Default() for
@@ -61,13 +66,26 @@ type Config struct {
 }
 
 // User is a listener user. Password may be plain text or a bcrypt hash
-// ("$2a$..."); the server warns about plain text ones.
+// ("$2a$..."); the server warns about plain text ones. A user with an Nkey
+// (a public user key) instead signs the server's challenge with its seed;
+// its Name is only for messages.
 type User struct {
 	Name     string
 	Password string
+	Nkey     string
+	// Role is what Permissions were made from (RolePermissions); informative.
+	Role Role
 	// Permissions restrict the user; nil allows everything. See
 	// TurnPermissions, ToolPermissions, ControlPermissions, AdminPermissions.
 	Permissions *server.Permissions
+}
+
+// TLSConfig names PEM files. Cert and Key are the server's certificate and
+// key, required. CA verifies peers: routes require it (each route presents
+// its certificate to the other, which must be valid for client and server
+// authentication); clients are not asked for certificates.
+type TLSConfig struct {
+	Cert, Key, CA string
 }
 
 // ClusterConfig joins the server to a cluster.
@@ -139,7 +157,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.userPub, err = s.userKey.PublicKey(); err != nil {
 		return nil, fmt.Errorf("create in-process user key: %w", err)
 	}
-	opts.Nkeys = []*server.NkeyUser{{Nkey: s.userPub, AllowedConnectionTypes: inProcessOnly}}
+	opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: s.userPub, AllowedConnectionTypes: inProcessOnly})
 
 	if s.storeDir == "" {
 		if s.storeDir, err = os.MkdirTemp("", "toolbus-"+name+"-"); err != nil {
@@ -218,6 +236,17 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 
 	seen := make(map[string]bool, len(cfg.Users))
 	for _, u := range cfg.Users {
+		if u.Nkey != "" {
+			if u.Password != "" {
+				return nil, false, fmt.Errorf("user %q: a password or an nkey, not both", u.Name)
+			}
+			if seen[u.Nkey] {
+				return nil, false, fmt.Errorf("nkey %q defined twice", u.Nkey)
+			}
+			seen[u.Nkey] = true
+			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
+			continue
+		}
 		if u.Name == "" || u.Password == "" {
 			return nil, false, fmt.Errorf("user %q: name and password are required", u.Name)
 		}
@@ -226,6 +255,17 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 		}
 		seen[u.Name] = true
 		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: u.Permissions})
+	}
+
+	if cfg.TLS != nil {
+		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, CaFile: cfg.TLS.CA})
+		if err != nil {
+			return nil, false, fmt.Errorf("tls: %w", err)
+		}
+		if len(tc.Certificates) == 0 {
+			return nil, false, errors.New("tls: a certificate and its key are required")
+		}
+		o.TLS, o.TLSConfig, o.TLSTimeout = true, tc, 2
 	}
 
 	if c := cfg.Cluster; c != nil {
@@ -251,6 +291,17 @@ func clusterOptions(o *server.Options, c *ClusterConfig) error {
 		return fmt.Errorf("route listener %q is not on loopback: route credentials are required", c.Listen)
 	}
 	o.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.Username, Password: c.Password}
+	if o.TLSConfig != nil {
+		// As nats-server configures cluster TLS: both ends present and
+		// verify certificates against the CA.
+		if o.TLSConfig.ClientCAs == nil {
+			return errors.New("route TLS needs a CA (-tls-ca) to verify the other nodes")
+		}
+		rc := o.TLSConfig.Clone()
+		rc.ClientAuth = tls.RequireAndVerifyClientCert
+		rc.RootCAs = rc.ClientCAs
+		o.Cluster.TLSConfig, o.Cluster.TLSTimeout = rc, 2
+	}
 	for _, r := range c.Routes {
 		if !strings.Contains(r, "://") {
 			r = "nats://" + r

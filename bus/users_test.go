@@ -1,0 +1,530 @@
+package bus
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+)
+
+// opsHash is bcrypt("ops-pw") at cost 4.
+const opsHash = "$2a$04$IFv54VJt2aG980QaKeF0H.IxN6gIaA62.Yg530O1.Q4WqBthna/kC"
+
+// usersServer starts a listening server whose users come from a users file
+// with one user per role, and creates the buckets and streams a bus has once
+// a turn node has started. It returns the server, an unrestricted
+// in-process observer, and the seed of the nkey watcher.
+func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
+	t.Helper()
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	doc := fmt.Sprintf(`[
+	  {"user": "turn", "password": "pw", "role": "turn"},
+	  {"user": "fs", "password": "pw", "role": "tool", "categories": ["fs"]},
+	  {"user": "todo", "password": "pw", "role": "tool", "categories": ["todo"]},
+	  {"user": "ops", "password_hash": %q, "role": "operator"},
+	  {"user": "watch", "password": "pw", "role": "watcher"},
+	  {"nkey": %q, "role": "watcher"},
+	  {"user": "admin", "password": "pw", "role": "admin"}
+	]`, opsHash, pub)
+	path := filepath.Join(t.TempDir(), "users.json")
+	if err := os.WriteFile(path, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	users, err := ReadUsersFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := startServer(t, Config{Listen: "127.0.0.1:-1", Users: users})
+	observer, err := s.Connect("observer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+	js, err := jetstream.New(observer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range []string{BucketTurns, BucketAgents, BucketTodos} {
+		kv, err := KeyValue(ctx, js, b, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(ctx, "k1", []byte("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []jetstream.StreamConfig{TranscriptStreamConfig(1), IntakeStreamConfig(1)} {
+		if _, err := Stream(ctx, js, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := js.Publish(ctx, TranscriptSubject("t1"), []byte(`{"type":"message"}`)); err != nil {
+		t.Fatal(err)
+	}
+	return s, observer, kp
+}
+
+// userConn connects to url with opts; asynchronous errors arrive on the
+// returned channel.
+func userConn(t *testing.T, url, name string, opts ...nats.Option) (*nats.Conn, <-chan error) {
+	t.Helper()
+	errs := make(chan error, 64)
+	opts = append([]nats.Option{nats.Name(name), nats.MaxReconnects(0),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case errs <- err:
+			default:
+			}
+		})}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", name, err)
+	}
+	t.Cleanup(nc.Close)
+	return nc, errs
+}
+
+// Only a turn node may publish a turn's status: a tool host, an operator or
+// a watcher that tries is refused, so none can forge a turn's end.
+func TestOnlyTurnRolePublishesStatus(t *testing.T) {
+	s, observer, _ := usersServer(t)
+	subject := TurnStatusSubject("t1", StatusDone)
+	got, err := observer.SubscribeSync(subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := observer.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		user, pass string
+		allowed    bool
+	}{
+		{"fs", "pw", false}, {"todo", "pw", false}, {"ops", "ops-pw", false}, {"watch", "pw", false},
+		{"turn", "pw", true}, {"admin", "pw", true},
+	} {
+		t.Run(tc.user, func(t *testing.T) {
+			ctx := testContext(t)
+			nc, errs := userConn(t, s.ClientURL(), tc.user, nats.UserInfo(tc.user, tc.pass))
+			if err := nc.Publish(subject, []byte(`{"state":"completed"}`)); err != nil {
+				t.Fatal(err)
+			}
+			if !tc.allowed {
+				if err := waitViolation(ctx, errs, subject); err != nil {
+					t.Fatal(err)
+				}
+				// The publish was dropped: what the observer sees next is the
+				// turn role's message, never this one.
+				return
+			}
+			m, err := got.NextMsgWithContext(ctx)
+			if err != nil {
+				t.Fatalf("status not delivered: %v", err)
+			}
+			if string(m.Data) != `{"state":"completed"}` {
+				t.Errorf("got %s", m.Data)
+			}
+		})
+	}
+	// Nothing but the two allowed publishes reached the observer.
+	if n, _, _ := got.Pending(); n != 0 {
+		t.Errorf("%d unexpected status messages delivered", n)
+	}
+}
+
+// TestRolesFromUsersFile checks each role's documented rights against the
+// real server: subjects, and JetStream reads and writes.
+func TestRolesFromUsersFile(t *testing.T) {
+	s, observer, kp := usersServer(t)
+	url := s.ClientURL()
+	creds := map[string]nats.Option{
+		"turn":  nats.UserInfo("turn", "pw"),
+		"fs":    nats.UserInfo("fs", "pw"),
+		"todo":  nats.UserInfo("todo", "pw"),
+		"ops":   nats.UserInfo("ops", "ops-pw"),
+		"watch": nats.UserInfo("watch", "pw"),
+		"nkey":  nats.Nkey(must(kp.PublicKey()), kp.Sign),
+	}
+
+	subjects := []struct {
+		user    string
+		publish bool
+		subject string
+		sample  string
+		allowed bool
+	}{
+		{"fs", true, ResultSubject("t1", "c1"), "", true},
+		{"fs", true, AbortSubject("t1"), "", false},
+		{"fs", true, IntakeAny("t1"), "", false},
+		{"fs", false, CategorySubjects("fs"), ToolSubject("fs", "read"), true},
+		{"fs", false, CategorySubjects("web"), ToolSubject("web", "x"), false},
+		{"turn", true, IntakeAny("t1"), "", true},
+		{"turn", true, TranscriptSubject("t1"), "", true},
+		{"ops", true, AnyNodeStartTurn, "", true},
+		{"ops", true, AbortSubject("t1"), "", true},
+		{"ops", true, IntakeAny("t1"), "", true},
+		{"ops", true, TranscriptSubject("t1"), "", false},
+		{"ops", true, ResultSubject("t1", "c1"), "", false},
+		{"ops", false, AllTurns, EventSubject("t1", "c1", EventStarted), true},
+		{"watch", true, AbortSubject("t1"), "", false},
+		{"watch", true, AnyNodeStartTurn, "", false},
+		{"watch", true, ToolSubject("fs", "read"), "", false},
+		{"watch", true, IntakeAny("t1"), "", false},
+		{"watch", true, "$SRV.INFO", "", true},
+		{"watch", false, AllTurns, ResultSubject("t1", "c1"), true},
+		{"watch", false, AllTools, ToolSubject("fs", "read"), false},
+		{"nkey", false, AllTurns, AbortSubject("t1"), true},
+		{"nkey", true, AbortSubject("t1"), "", false},
+	}
+	for _, tt := range subjects {
+		op := map[bool]string{true: "publish", false: "subscribe"}[tt.publish]
+		want := map[bool]string{true: "allowed", false: "denied"}[tt.allowed]
+		t.Run(fmt.Sprintf("%s %s %s %s", tt.user, op, tt.subject, want), func(t *testing.T) {
+			ctx := testContext(t)
+			nc, errs := userConn(t, url, tt.user, creds[tt.user])
+			sender, receiver, subject, sample := nc, observer, tt.subject, tt.subject
+			if !tt.publish {
+				sender, receiver, sample = observer, nc, tt.sample
+			}
+			msgs, err := receiver.SubscribeSync(subject)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := receiver.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			if !tt.allowed {
+				if tt.publish {
+					if err := sender.Publish(sample, []byte("x")); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := waitViolation(ctx, errs, subject); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err := sender.Publish(sample, []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := msgs.NextMsgWithContext(ctx); err != nil {
+				t.Fatalf("message on %q not delivered: %v", sample, err)
+			}
+		})
+	}
+
+	// JetStream: reads through the key-value and stream APIs the command
+	// line uses, and writes.
+	jsCases := []struct {
+		user, bucket string
+		write        bool
+		allowed      bool
+	}{
+		{"ops", BucketTurns, false, true},
+		{"ops", BucketAgents, false, true},
+		{"ops", BucketAgents, true, true},
+		{"ops", BucketTurns, true, false},
+		{"ops", BucketTodos, true, false},
+		{"watch", BucketTurns, false, true},
+		{"watch", BucketAgents, false, true},
+		{"watch", BucketTodos, false, true},
+		{"watch", BucketTurns, true, false},
+		{"watch", BucketAgents, true, false},
+		{"nkey", BucketTurns, false, true},
+		{"todo", BucketTodos, true, true},
+		{"todo", BucketTodos, false, true},
+		{"todo", BucketAgents, false, false},
+		{"todo", BucketTurns, true, false},
+		{"fs", BucketTodos, false, false},
+		{"turn", BucketTurns, true, true},
+	}
+	for _, tc := range jsCases {
+		op := map[bool]string{true: "write", false: "read"}[tc.write]
+		want := map[bool]string{true: "allowed", false: "denied"}[tc.allowed]
+		t.Run(fmt.Sprintf("%s %s %s %s", tc.user, op, tc.bucket, want), func(t *testing.T) {
+			nc, errs := userConn(t, url, tc.user, creds[tc.user])
+			err := kvUse(t, nc, tc.bucket, tc.write, tc.allowed)
+			if tc.allowed {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("succeeded, want refused")
+			}
+			if err := waitAnyViolation(testContext(t), errs); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+
+	for _, user := range []string{"ops", "watch"} {
+		t.Run(user+" reads a transcript", func(t *testing.T) {
+			nc, _ := userConn(t, url, user, creds[user])
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := testContext(t)
+			stream, err := js.Stream(ctx, StreamTranscripts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{TranscriptSubject("t1")}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := cons.Next(jetstream.FetchMaxWait(testTimeout))
+			if err != nil || !strings.Contains(string(m.Data()), "message") {
+				t.Fatalf("read transcript: %v", err)
+			}
+		})
+	}
+	t.Run("watch may not take turns from the intake", func(t *testing.T) {
+		nc, _ := userConn(t, url, "watch", creds["watch"])
+		js, _ := jetstream.New(nc)
+		ctx, cancel := context.WithTimeout(testContext(t), time.Second)
+		defer cancel()
+		if _, err := js.Stream(ctx, StreamIntake); err == nil {
+			t.Fatal("the intake stream is readable by a watcher")
+		}
+	})
+}
+
+// kvUse reads (Get and Keys) or writes (Put) the bucket. A refused request
+// times out, so it is bounded short when the case expects a refusal.
+func kvUse(t *testing.T, nc *nats.Conn, bucket string, write, allowed bool) error {
+	ctx := testContext(t)
+	if !allowed {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Second)
+		defer cancel()
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		return err
+	}
+	if write {
+		_, err = kv.Put(ctx, "k2", []byte("v2"))
+		return err
+	}
+	e, err := kv.Get(ctx, "k1")
+	if err != nil {
+		return err
+	}
+	if string(e.Value()) != "v1" {
+		return fmt.Errorf("got %q", e.Value())
+	}
+	keys, err := kv.ListKeys(ctx)
+	if err != nil {
+		return err
+	}
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	if n == 0 {
+		return errors.New("no keys listed")
+	}
+	return nil
+}
+
+func waitAnyViolation(ctx context.Context, errs <-chan error) error {
+	for {
+		select {
+		case err := <-errs:
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				return nil
+			}
+		case <-ctx.Done():
+			return errors.New("no permission violation")
+		}
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+func TestParseUsersErrors(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{`[]`, ErrNoUsers.Error()},
+		{`[{"user":"a","role":"admin"}]`, "exactly one of password"},
+		{`[{"user":"a","password":"p","password_hash":"$2a$x","role":"admin"}]`, "exactly one of password"},
+		{`[{"user":"a","password_hash":"plain","role":"admin"}]`, "not a bcrypt hash"},
+		{`[{"nkey":"SUAAA","role":"admin"}]`, "public key"},
+		{`[{"user":"a","password":"p","role":"root"}]`, `unknown role "root"`},
+		{`[{"user":"a","password":"p","role":"tool"}]`, "needs categories"},
+		{`[{"user":"a","password":"p","role":"watcher","categories":["fs"]}]`, "takes no categories"},
+		{`[{"user":"a","password":"p","role":"tool","categories":["a.b"]}]`, "not a valid token"},
+		{`[{"user":"a","pasword":"p","role":"admin"}]`, "unknown field"},
+	} {
+		_, err := ParseUsers([]byte(tc.doc))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", tc.doc, err, tc.want)
+		}
+	}
+}
+
+// writeTestCA writes a self-signed CA and a certificate it signed for
+// 127.0.0.1 and localhost (for servers and clients, as routes need) into
+// dir, and returns their paths.
+func writeTestCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey := must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "toolbus test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true,
+	}
+	caDER := must(x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey))
+	ca := must(x509.ParseCertificate(caDER))
+	key := must(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "toolbus test node"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
+	}
+	der := must(x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey))
+	keyDER := must(x509.MarshalECPrivateKey(key))
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.pem", "CERTIFICATE", caDER), write("cert.pem", "CERTIFICATE", der), write("key.pem", "EC PRIVATE KEY", keyDER)
+}
+
+func TestTLSListener(t *testing.T) {
+	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
+	s, _ := startServer(t, Config{
+		Listen: "127.0.0.1:-1", Users: []User{{Name: "u", Password: "pw", Permissions: AdminPermissions()}},
+		TLS: &TLSConfig{Cert: certFile, Key: keyFile, CA: caFile},
+	})
+	url := s.ClientURL()
+	if !strings.HasPrefix(url, "tls://") {
+		t.Errorf("ClientURL() = %q, want tls://", url)
+	}
+	// Dial with the CA: connected over TLS.
+	nc, err := Dial(testContext(t), url, "tls-client", Credentials{User: "u", Password: "pw", CAFile: caFile})
+	if err != nil {
+		t.Fatalf("dial with the CA: %v", err)
+	}
+	if _, err := nc.TLSConnectionState(); err != nil {
+		t.Errorf("not a TLS connection: %v", err)
+	}
+	nc.Close()
+	// Without it the server's certificate is not trusted.
+	nc, err = Dial(testContext(t), url, "no-ca", Credentials{User: "u", Password: "pw"})
+	if err == nil {
+		nc.Close()
+		t.Fatal("connected without the CA")
+	}
+	var unknown x509.UnknownAuthorityError
+	if !errors.As(err, &unknown) && !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("err = %v, want an unknown authority", err)
+	}
+	// A plain client is refused.
+	nc, err = nats.Connect(strings.Replace(url, "tls://", "nats://", 1), nats.UserInfo("u", "pw"), nats.MaxReconnects(0))
+	if err == nil {
+		if _, terr := nc.TLSConnectionState(); terr != nil {
+			t.Error("a plain connection was accepted")
+		}
+		nc.Close()
+	}
+	// In-process clients still connect (TLS is not forced on them).
+	if _, err := s.Connect("in-process"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Three nodes route to each other over TLS, each verifying the others'
+// certificates against the CA: the cluster forms and elects a JetStream
+// meta leader, and the route listener asks for TLS.
+func TestTLSRoutes(t *testing.T) {
+	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
+	nodes := startClusterWith(t, 3, func(c *Config) {
+		c.TLS = &TLSConfig{Cert: certFile, Key: keyFile, CA: caFile}
+	})
+	ctx := testContext(t)
+	for _, s := range nodes {
+		eventually(ctx, t, s.Name()+" routes to both others", func() bool { return s.NATS().NumRemotes() == 2 })
+	}
+	addr := nodes[0].NATS().ClusterAddr().String()
+	// A plain connection gets no INFO: the route listener starts with a
+	// TLS handshake.
+	plain, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	if _, err := plain.Write([]byte("CONNECT {}\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(plain).ReadString('\n'); err == nil && strings.HasPrefix(line, "INFO") {
+		t.Errorf("plain route connection got %q", line)
+	}
+	// A peer with a certificate of the CA completes the handshake and gets
+	// the route INFO.
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(must(os.ReadFile(caFile)))
+	cert := must(tls.LoadX509KeyPair(certFile, keyFile))
+	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatalf("TLS handshake with the route listener: %v", err)
+	}
+	defer conn.Close()
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "INFO") || !strings.Contains(line, `"tls_required":true`) {
+		t.Errorf("route INFO over TLS: %q, %v", line, err)
+	}
+}
+
+func TestRouteTLSNeedsCA(t *testing.T) {
+	_, certFile, keyFile := writeTestCA(t, t.TempDir())
+	s, err := Start(testContext(t), Config{
+		TLS:     &TLSConfig{Cert: certFile, Key: keyFile},
+		Cluster: &ClusterConfig{Name: "c", Listen: "127.0.0.1:-1"},
+	})
+	if err == nil {
+		s.Close()
+		t.Fatal("started routes over TLS without a CA")
+	}
+	if !strings.Contains(err.Error(), "needs a CA") {
+		t.Errorf("err = %v", err)
+	}
+}
