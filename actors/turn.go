@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -933,11 +934,14 @@ func (t *turn) flushTranscript() {
 	t.appends = append(t.appends, a)
 }
 
-// transcriptMsg is the next message of the turn's transcript.
+// transcriptMsg is the next message of the turn's transcript, every secret
+// the process knows redacted (redact.AddSecrets): a tool's output or the
+// model's text may quote a key, and the stream keeps it for anyone who may
+// read transcripts.
 func (t *turn) transcriptMsg(data []byte) *nats.Msg {
 	t.seq++
 	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.Spec.ID))
-	m.Data = data
+	m.Data = redact.Secrets(data)
 	m.Header.Set(bus.HeaderSeq, strconv.Itoa(t.seq))
 	return m
 }

@@ -2,6 +2,7 @@ package actors
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +14,12 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -815,5 +818,58 @@ func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
 	}
 	if txt := outputText(outputs(res)["b"]); !strings.Contains(txt, "more than the bus carries") {
 		t.Errorf("output %q", txt)
+	}
+}
+
+// A secret the process knows never reaches the transcript stream, whether a tool prints
+// it as it is or base64-encoded, nor the model quotes it.
+func TestTranscriptRedactsSecrets(t *testing.T) {
+	const secret = "sk-transcript-7f3a-not-a-real-key"
+	t.Setenv("TOOLBUS_MODEL_API_KEY", secret)
+	redact.AddEnvSecrets()
+	b64 := base64.StdEncoding.EncodeToString([]byte(secret))
+	leak := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Spec: toolbus.Spec{Name: "leak", Category: "test"},
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			return toolbus.TextResult("key=" + secret + "\nencoded=" + b64), nil
+		},
+	})
+	h := newHarness(t, leak)
+	res := h.run(context.Background(), []*toolbus.Tool{leak},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("leak", `{}`)}}, gateway.ScriptStep{Text: "the key is " + secret})
+	for _, it := range outputs(res) {
+		if !strings.Contains(outputText(it), secret) {
+			t.Fatalf("the tool did not print the secret: %+v", it)
+		}
+	}
+	stream, err := h.node.JetStream().Stream(context.Background(), bus.StreamTranscripts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(context.Background(), jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.TranscriptSubject(res.Turn)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stored strings.Builder
+	for {
+		m, err := cons.Next(jetstream.FetchMaxWait(5 * time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored.Write(m.Data())
+		if md, _ := m.Metadata(); md != nil && md.NumPending == 0 {
+			break
+		}
+	}
+	got := stored.String()
+	for _, form := range []string{secret, b64} {
+		if strings.Contains(got, form) {
+			t.Errorf("the stored transcript holds %q:\n%s", form, got)
+		}
+	}
+	if n := strings.Count(got, redact.Replacement); n < 3 {
+		t.Errorf("%d redactions in the stored transcript, want 3 (plain, base64, model text):\n%s", n, got)
 	}
 }

@@ -1,5 +1,6 @@
-// Package redact removes credentials from text meant for people: error
-// messages and logs.
+// Package redact removes credentials from text meant for people (error
+// messages and logs) and from what the process stores (transcripts): URL
+// credentials, and the secrets the process registered (AddSecrets).
 package redact
 
 import (
