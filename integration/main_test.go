@@ -367,8 +367,10 @@ type node struct {
 	// url is the client URL with the test credentials.
 	url string
 	// dir holds the node's store and homes.
-	dir  string
-	proc *process
+	dir string
+	// passFile holds testPass, for -pass-file.
+	passFile string
+	proc     *process
 	args []string // what it was started with, for a restart
 }
 
@@ -380,16 +382,35 @@ func startNode(t testing.TB, name string, args ...string) *node {
 	t.Helper()
 	n := &node{name: name, port: freePort(t), dir: filepath.Join(t.TempDir(), name)}
 	n.url = fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", testUser, testPass, n.port)
+	n.passFile = writePassFile(t, n.dir, testPass)
 	base := []string{
 		"-name", name,
 		"-listen", "127.0.0.1:" + strconv.Itoa(n.port),
-		"-user", testUser, "-pass", testPass,
+		"-user", testUser, "-pass-file", n.passFile,
 		"-store-dir", filepath.Join(n.dir, "store"),
 		"-home-root", filepath.Join(n.dir, "homes"),
 	}
 	n.args = append(base, args...)
 	n.proc = startProcess(t, "node "+name, nodeBin(t), n.args...)
 	return n
+}
+
+// writePassFile writes pass into a file of its own under dir (made if
+// missing) and returns its path.
+func writePassFile(t testing.TB, dir, pass string) string {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.CreateTemp(dir, "pass-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(pass + "\n"); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
 }
 
 // restart starts the node again, as it was started (same port, store and homes).

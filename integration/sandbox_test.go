@@ -71,12 +71,12 @@ func TestCommandDiesWithNode(t *testing.T) {
 }
 
 // A command sees nothing of the node process that runs it: not its environment, not its
-// command line with a password on it.
+// password.
 func TestCommandSeesNothingOfTheNode(t *testing.T) {
 	const secret = "sk-integration-3c7f-not-a-real-key"
 	t.Setenv("SOME_API_KEY", secret) // in the node's environment (childEnv keeps it)
-	const pass = "pw-on-the-command-line-91b2"
-	n := startNode(t, "n1", "-pass", pass)
+	const pass = "pw-of-the-node-user-91b2"
+	n := startNode(t, "n1", "-pass-file", writePassFile(t, t.TempDir(), pass))
 	n.waitReady(t)
 	url := fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", testUser, pass, n.port)
 

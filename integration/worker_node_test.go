@@ -613,7 +613,7 @@ func TestWorkerNodeTurn(t *testing.T) {
 	n.waitReady(t)
 	startWorkerNode(t, n, "js1")
 	nc := connect(t, n.url)
-	server := []string{"-server", fmt.Sprintf("nats://127.0.0.1:%d", n.port), "-user", testUser, "-pass", testPass}
+	server := []string{"-server", fmt.Sprintf("nats://127.0.0.1:%d", n.port), "-user", testUser, "-pass-file", n.passFile}
 	// cli runs a toolbus command (its words first, e.g. "agent", "set")
 	// with the bus flags after the command's words.
 	cli := func(t *testing.T, args ...string) string {

@@ -35,7 +35,7 @@ func TestAgentProfiles(t *testing.T) {
 
 	// run runs `toolbus <words...> <bus flags> <rest...>`.
 	run := func(words []string, rest ...string) (int, string, string) {
-		args := append(append(words, "-server", rb.url, "-user", "ops", "-pass", "secret-pw"), rest...)
+		args := append(append(words, "-server", rb.url, "-user", "ops", "-pass-file", rb.passFile), rest...)
 		return cli(ctx, args...)
 	}
 	expect := func(what string, code, want int, stdout, stderr string, in string, parts ...string) {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -16,6 +15,8 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
@@ -37,22 +38,27 @@ const dialTimeout = 10 * time.Second
 // busFlags select a remote bus; their defaults come from the environment
 // variables the nats CLI and the node command read.
 type busFlags struct {
-	server, user, pass, creds string
+	server, user, passFile, creds, tlsCA string
 }
 
 func (b *busFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&b.server, "server", os.Getenv("NATS_URL"), "use the nodes of the bus at this NATS URL instead of an embedded one (env NATS_URL)")
 	fs.StringVar(&b.user, "user", os.Getenv("NATS_USER"), "user for -server (env NATS_USER)")
-	// Read from the environment only when used, so that -h never prints it.
-	fs.StringVar(&b.pass, "pass", "", "password for -user (default env NATS_PASSWORD)")
+	// Read only when used, so that -h never prints it.
+	fs.StringVar(&b.passFile, "pass-file", "", "file holding the password of -user (default env NATS_PASSWORD)")
+	secretflag.Refuse(fs, "pass", "-pass-file FILE or the environment variable NATS_PASSWORD")
 	fs.StringVar(&b.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
+	fs.StringVar(&b.tlsCA, "tls-ca", os.Getenv("NATS_CA"), "PEM CA that verifies the server's TLS certificate (env NATS_CA)")
 }
 
 func (b *busFlags) dial(ctx context.Context) (*nats.Conn, error) {
 	ctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
-	pass := cmp.Or(b.pass, os.Getenv("NATS_PASSWORD"))
-	return bus.Dial(ctx, b.server, clientName, bus.Credentials{User: b.user, Password: pass, CredsFile: b.creds})
+	pass, err := secretflag.Read(b.passFile, "NATS_PASSWORD")
+	if err != nil {
+		return nil, usagef("-pass-file: %v", err)
+	}
+	return bus.Dial(ctx, b.server, clientName, bus.Credentials{User: b.user, Password: pass, CredsFile: b.creds, CAFile: b.tlsCA})
 }
 
 // embedOptions configure the bus and node a command starts in-process.
@@ -103,6 +109,10 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("home %s is not a directory", home)
 	}
+	// The embedded node runs turns: keep the keys of this process out of
+	// their transcripts.
+	redact.AddEnvSecrets()
+	redact.AddSecrets(o.gateway.APIKey)
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: o.storeDir, Logger: log})

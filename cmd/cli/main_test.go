@@ -272,7 +272,8 @@ func TestRunInterrupted(t *testing.T) {
 
 // remoteBus is a listening bus with a node that runs turns in the demo home.
 type remoteBus struct {
-	url  string
+	url      string
+	passFile string // holds the password of the user ops
 	srv  *bus.Server
 	node *actors.Node
 }
@@ -287,7 +288,10 @@ func startRemoteBus(t *testing.T, turns bool) *remoteBus {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	rb := &remoteBus{url: srv.ClientURL(), srv: srv}
+	rb := &remoteBus{url: srv.ClientURL(), srv: srv, passFile: filepath.Join(t.TempDir(), "ops-pw")}
+	if err := os.WriteFile(rb.passFile, []byte("secret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if !turns {
 		return rb
 	}
@@ -311,7 +315,7 @@ func startRemoteBus(t *testing.T, turns bool) *remoteBus {
 }
 
 func (rb *remoteBus) args(cmd string, args ...string) []string {
-	return append([]string{cmd, "-server", rb.url, "-user", "ops", "-pass", "secret-pw"}, args...)
+	return append([]string{cmd, "-server", rb.url, "-user", "ops", "-pass-file", rb.passFile}, args...)
 }
 
 func TestRunWithoutNode(t *testing.T) {
@@ -648,5 +652,13 @@ func TestParseArgs(t *testing.T) {
 		if err != nil || strings.Join(pos, "|") != strings.Join(tc.pos, "|") || *asJSON != tc.json {
 			t.Errorf("parseArgs(%q) = %q, json %v, %v; want %q, json %v", tc.args, pos, *asJSON, err, tc.pos, tc.json)
 		}
+	}
+}
+
+// A password on the command line is refused: every user of the host could read it.
+func TestPasswordFlagRefused(t *testing.T) {
+	code, _, stderr := cli(testContext(t), "turns", "-server", "nats://127.0.0.1:1", "-user", "ops", "-pass", "secret-pw")
+	if code != exitUsage || !strings.Contains(stderr, "-pass-file FILE or the environment variable NATS_PASSWORD") {
+		t.Errorf("exit %d, stderr:\n%s", code, stderr)
 	}
 }

@@ -1,8 +1,8 @@
 // Command node runs a toolbus node: an embedded NATS server (or a connection
 // to an existing one), the tool categories it hosts, and the turns it runs.
 //
-//	node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret
-//	node -name n2 -server nats://ops:secret@127.0.0.1:4222 -categories computer -turns=false
+//	node -name n1 -listen 127.0.0.1:4222 -users /etc/toolbus/users.json
+//	NATS_PASSWORD=… node -name n2 -server nats://127.0.0.1:4222 -user tools1 -categories computer -turns=false
 //	node -name n1 -cluster-name c -cluster-listen 127.0.0.1:6222 -routes nats://127.0.0.1:6223 ...
 package main
 
@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
@@ -42,8 +43,13 @@ type options struct {
 	name          string
 	server        string
 	user, pass    string
+	passFile      string
 	creds         string
 	listen        string
+	usersFile     string
+	tlsCert       string
+	tlsKey        string
+	tlsCA         string
 	storeDir      string
 	maxMemory     int64
 	maxStore      int64
@@ -52,6 +58,7 @@ type options struct {
 	routes        string
 	routeUser     string
 	routePass     string
+	routePassFile string
 	categories    string
 	turns         bool
 	maxTurns      int
@@ -74,10 +81,15 @@ func parseFlags(args []string) (*options, error) {
 	fs := flag.NewFlagSet("node", flag.ContinueOnError)
 	fs.StringVar(&o.name, "name", sanitize(host), "node name, unique on the bus (also the embedded server's name)")
 	fs.StringVar(&o.server, "server", os.Getenv("NATS_URL"), "connect to this NATS server or cluster instead of embedding one (env NATS_URL)")
-	fs.StringVar(&o.user, "user", os.Getenv("NATS_USER"), "user: for -server, the login; for -listen, the user created (env NATS_USER)")
-	fs.StringVar(&o.pass, "pass", "", "password for -user (default $NATS_PASSWORD)")
+	fs.StringVar(&o.user, "user", os.Getenv("NATS_USER"), "user: for -server, the login; for -listen, an admin user created beside those of -users (env NATS_USER)")
+	fs.StringVar(&o.passFile, "pass-file", "", "file holding the password of -user (default env NATS_PASSWORD)")
+	secretflag.Refuse(fs, "pass", "-pass-file FILE or the environment variable NATS_PASSWORD")
 	fs.StringVar(&o.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
-	fs.StringVar(&o.listen, "listen", "", "embedded server: open a client listener on host:port (requires -user and -pass); default none")
+	fs.StringVar(&o.listen, "listen", "", "embedded server: open a client listener on host:port (requires -users or -user); default none")
+	fs.StringVar(&o.usersFile, "users", "", "embedded server: JSON file of the listener's users and their roles (turn, tool, operator, watcher, admin); see docs/operations.md")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "embedded server: PEM certificate: the client listener and cluster routes require TLS")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "embedded server: PEM key of -tls-cert")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA: with -server, verifies the server's certificate; embedded, verifies the other nodes' route certificates (required for routes over TLS)")
 	fs.StringVar(&o.storeDir, "store-dir", "", "embedded server: JetStream store directory (default $XDG_STATE_HOME/toolbus/<name>)")
 	fs.Int64Var(&o.maxMemory, "max-memory", bus.DefaultMaxMemory, "embedded server: JetStream memory limit in bytes")
 	fs.Int64Var(&o.maxStore, "max-store", bus.DefaultMaxStore, "embedded server: JetStream store limit in bytes")
@@ -85,7 +97,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
 	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
-	fs.StringVar(&o.routePass, "route-pass", "", "cluster route password (default $TOOLBUS_ROUTE_PASSWORD)")
+	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
+	secretflag.Refuse(fs, "route-pass", "-route-pass-file FILE or the environment variable TOOLBUS_ROUTE_PASSWORD")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
 	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
@@ -108,12 +121,21 @@ func parseFlags(args []string) (*options, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	// Secrets come from the environment after parsing, so -h never prints them.
-	if o.pass == "" {
-		o.pass = os.Getenv("NATS_PASSWORD")
+	// Secrets come from files or the environment after parsing, so -h never
+	// prints them; each is registered for redaction.
+	redact.AddEnvSecrets()
+	var err error
+	if o.pass, err = secretflag.Read(o.passFile, "NATS_PASSWORD"); err != nil {
+		return nil, fmt.Errorf("-pass-file: %w", err)
 	}
-	if o.routePass == "" {
-		o.routePass = os.Getenv("TOOLBUS_ROUTE_PASSWORD")
+	if o.routePass, err = secretflag.Read(o.routePassFile, "TOOLBUS_ROUTE_PASSWORD"); err != nil {
+		return nil, fmt.Errorf("-route-pass-file: %w", err)
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, errors.New("-tls-cert and -tls-key go together")
+	}
+	if o.server != "" && (o.usersFile != "" || o.tlsCert != "") {
+		return nil, errors.New("-users, -tls-cert and -tls-key configure an embedded server; with -server, the server's own configuration does")
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -167,7 +189,7 @@ func run(ctx context.Context, args []string) error {
 	var connect func(name string) (*nats.Conn, error)
 	where := ""
 	if o.server != "" {
-		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds}
+		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA}
 		connect = func(name string) (*nats.Conn, error) { return bus.Dial(ctx, o.server, name, cred) }
 		where = "connected to " + redact.URL(o.server)
 	} else {
@@ -178,8 +200,16 @@ func run(ctx context.Context, args []string) error {
 		if cfg.StoreDir == "" {
 			cfg.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
 		}
+		if o.usersFile != "" {
+			if cfg.Users, err = bus.ReadUsersFile(o.usersFile); err != nil {
+				return err
+			}
+		}
 		if o.user != "" {
-			cfg.Users = []bus.User{{Name: o.user, Password: o.pass}}
+			cfg.Users = append(cfg.Users, bus.User{Name: o.user, Password: o.pass, Role: bus.RoleAdmin, Permissions: bus.AdminPermissions()})
+		}
+		if o.tlsCert != "" {
+			cfg.TLS = &bus.TLSConfig{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
 		}
 		if o.clusterName != "" {
 			cfg.Cluster = &bus.ClusterConfig{
@@ -224,6 +254,7 @@ func run(ctx context.Context, args []string) error {
 		if gw.APIKey, err = gateway.ReadKeyFile(o.apiKeyFile); err != nil {
 			return err
 		}
+		redact.AddSecrets(gw.APIKey)
 	}
 	if o.reqTimeout > 0 {
 		gw.RequestTimeout = o.reqTimeout

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,10 @@ import (
 )
 
 func TestParseFlags(t *testing.T) {
+	passFile := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(passFile, []byte("from-file-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -27,12 +33,22 @@ func TestParseFlags(t *testing.T) {
 					t.Errorf("pass %q", o.pass)
 				}
 			}},
-		{name: "flag beats env", args: []string{"-pass", "flag"}, env: map[string]string{"NATS_PASSWORD": "env"},
+		{name: "password file beats env", args: []string{"-pass-file", passFile}, env: map[string]string{"NATS_PASSWORD": "env"},
 			check: func(t *testing.T, o *options) {
-				if o.pass != "flag" {
+				if o.pass != "from-file-pw" {
 					t.Errorf("pass %q", o.pass)
 				}
 			}},
+		{name: "password on the command line", args: []string{"-pass", "secret"}, wantErr: "-pass-file FILE or the environment variable NATS_PASSWORD"},
+		{name: "route password on the command line", args: []string{"-route-pass", "secret"}, wantErr: "-route-pass-file"},
+		{name: "route password file", args: []string{"-route-pass-file", passFile}, check: func(t *testing.T, o *options) {
+			if o.routePass != "from-file-pw" {
+				t.Errorf("route pass %q", o.routePass)
+			}
+		}},
+		{name: "missing password file", args: []string{"-pass-file", "/nonexistent/pw"}, wantErr: "-pass-file"},
+		{name: "tls key without cert", args: []string{"-tls-key", "k.pem"}, wantErr: "go together"},
+		{name: "users with server", args: []string{"-server", "nats://x", "-users", "u.json"}, wantErr: "embedded server"},
 		{name: "dotted name", args: []string{"-name", "a.b"}, wantErr: `-name "a.b"`},
 		{name: "server and listen", args: []string{"-server", "nats://x", "-listen", "127.0.0.1:0"}, wantErr: "pick one"},
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
@@ -58,6 +74,7 @@ func TestParseFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
 			t.Setenv("NATS_PASSWORD", "")
+			t.Setenv("TOOLBUS_ROUTE_PASSWORD", "")
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
