@@ -371,7 +371,7 @@ type node struct {
 	// passFile holds testPass, for -pass-file.
 	passFile string
 	proc     *process
-	args []string // what it was started with, for a restart
+	args     []string // what it was started with, for a restart
 }
 
 // startNode starts `node -name name` with a client listener on a free

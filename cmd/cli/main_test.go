@@ -274,8 +274,8 @@ func TestRunInterrupted(t *testing.T) {
 type remoteBus struct {
 	url      string
 	passFile string // holds the password of the user ops
-	srv  *bus.Server
-	node *actors.Node
+	srv      *bus.Server
+	node     *actors.Node
 }
 
 func startRemoteBus(t *testing.T, turns bool) *remoteBus {

@@ -96,4 +96,3 @@ func forgetSecrets() {
 	secrets = nil
 	replacer.Store(nil)
 }
-
