@@ -14,7 +14,9 @@ import (
 func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("abort", "-server URL [flags] TURN",
 		"Asks a turn on a running bus to stop: it calls the model no more, starts no\n"+
-			"new call and cancels the calls in flight. Then waits for the turn's final status.", stderr)
+			"new call and cancels the calls in flight. Then waits for the turn's final status.\n"+
+			"A turn the bus has no record of (one run outside the intake) counts as unknown\n"+
+			"unless it ends within -wait; an unknown or ended turn exits with status 1.", stderr)
 	var bf busFlags
 	bf.register(fs)
 	var (
@@ -41,6 +43,14 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer nc.Close()
 
+	rec, err := turnRecord(ctx, nc, turn)
+	if err != nil {
+		return err
+	}
+	if rec != nil && rec.State.Ended() {
+		return fmt.Errorf("turn %s has ended (%s)", turn, rec.State)
+	}
+
 	// Subscribe before aborting, so the turn's final status is not missed.
 	sub, err := nc.SubscribeSync(bus.TurnStatusSubject(turn, bus.StatusDone))
 	if err != nil {
@@ -54,6 +64,9 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if *wait <= 0 {
+		if rec == nil {
+			return fmt.Errorf("no turn %s on this bus (no record of it; abort sent in case it runs outside the intake)", turn)
+		}
 		fmt.Fprintf(stdout, "abort sent to turn %s\n", turn)
 		return nil
 	}
@@ -61,7 +74,10 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	defer cancel()
 	m, err := sub.NextMsgWithContext(wctx)
 	if err != nil {
-		fmt.Fprintf(stdout, "abort sent to turn %s; it did not end within %s (it may have ended already, or not exist)\n", turn, *wait)
+		if rec == nil {
+			return fmt.Errorf("no turn %s on this bus (no record of it, and no turn answered the abort within %s)", turn, *wait)
+		}
+		fmt.Fprintf(stdout, "abort sent to turn %s; it did not end within %s\n", turn, *wait)
 		return nil
 	}
 	var st bus.TurnStatus

@@ -394,6 +394,15 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 	if got := <-runDone; got != exitInterrupted || !strings.Contains(runOut.String(), "⊘ abort requested: test over") {
 		t.Errorf("aborted run: exit %d, output:\n%s%s", got, runOut.String(), runErr.String())
 	}
+	// Aborting it again, or a turn the bus does not know, fails and says why.
+	code, _, stderr = cli(ctx, rb.args("abort", sleeping)...)
+	if want := "turn " + sleeping + " has ended (aborted)"; code != exitFailed || !strings.Contains(stderr, want) {
+		t.Errorf("abort of an ended turn: exit %d, stderr %q, want %q", code, stderr, want)
+	}
+	code, _, stderr = cli(ctx, rb.args("abort", "-wait", "200ms", "T-unknown")...)
+	if want := "no turn T-unknown on this bus"; code != exitFailed || !strings.Contains(stderr, want) {
+		t.Errorf("abort of an unknown turn: exit %d, stderr %q, want %q", code, stderr, want)
+	}
 
 	// watch has its own connection: the last status can reach it after the
 	// aborted run has already seen it and exited.

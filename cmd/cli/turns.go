@@ -155,6 +155,34 @@ func ownerNote(owner string) string {
 	return " on node " + owner
 }
 
+// turnRecord reads a turn's record; nil when the bus has none (no turns
+// bucket, or no key: the turn is unknown, or runs outside the intake).
+func turnRecord(ctx context.Context, nc *nats.Conn, id string) (*bus.TurnRecord, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, bus.BucketTurns)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn %s: %w", id, err)
+	}
+	e, err := kv.Get(ctx, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn %s: %w", id, err)
+	}
+	var rec bus.TurnRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("turn %s: unreadable record: %w", id, err)
+	}
+	return &rec, nil
+}
+
 // turnsBucket opens the turns bucket of the bus.
 func turnsBucket(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
 	js, err := jetstream.New(nc)
