@@ -161,5 +161,5 @@ func (e UserEntry) user() (User, error) {
 	if err != nil {
 		return User{}, err
 	}
-	return User{Name: e.User, Password: e.Password + e.PasswordHash, Nkey: e.Nkey, Role: e.Role, Permissions: perms}, nil
+	return User{Name: e.User, Password: cmp.Or(e.Password, e.PasswordHash), Nkey: e.Nkey, Role: e.Role, Permissions: perms}, nil
 }
