@@ -1,11 +1,14 @@
 // Command toolbus is the command line of toolbus: it runs a turn and shows its
 // activities live, lists the tools a turn assembles, calls one tool, aborts or
-// watches turns on a running bus, and benchmarks the runtime.
+// watches turns on a running bus, runs a node, and benchmarks the runtime.
 //
 //	toolbus run -model script:examples/demo/script.json -home examples/demo/home "Look around and check the project"
 //	toolbus tools
 //	toolbus call -home . read_file '{"path": "go.mod"}'
 //	toolbus watch -server nats://127.0.0.1:4222
+//	toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret
+//
+// Build it under its name with `go build -o toolbus ./cmd/cli`.
 //
 // Without -server, run and call start an embedded bus and node in the process,
 // which needs nothing else and opens no port.
@@ -55,6 +58,7 @@ type command struct {
 
 var commands = []command{
 	{"run", "run one agent turn and show its activities live", cmdRun},
+	{"node", "run a node: it serves tools and runs turns for the commands given -server", cmdNode},
 	{"tools", "list the tools a turn assembles, as the model receives them", cmdTools},
 	{"call", "validate arguments and call one tool through the bus", cmdCall},
 	{"agent", "set, get, list or remove agent profiles (needs -server)", cmdAgent},
@@ -150,12 +154,13 @@ Commands:
 
 Without -server, run and call start an embedded bus and node in the process
 (no port, a temporary store). With -server (or NATS_URL) they use the nodes of
-a running bus; start one with the node command.
+a running bus; start one with 'toolbus node'.
 
 Examples:
   toolbus run -model script:examples/demo/script.json -home examples/demo/home "Look around and check the project"
   toolbus run -model openai:gpt-5.4 "Summarise the README"      (needs OPENAI_API_KEY)
   toolbus run -model chat:llama3.1 -base-url http://localhost:11434/v1 "Summarise the README"
+  toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret
   toolbus tools -json
   toolbus call -home examples/demo/home read_file '{"path": "README.md"}'
   toolbus watch -server nats://127.0.0.1:4222

@@ -325,7 +325,7 @@ func startTurn(ctx context.Context, bc *busConn, subject, nodeName string, req b
 	case errors.Is(err, nats.ErrNoResponders) && nodeName != "":
 		return bus.StartTurnReply{}, fmt.Errorf("no node named %s runs turns on %s: check its -name and -turns flags", nodeName, bc.where)
 	case errors.Is(err, nats.ErrNoResponders):
-		return bus.StartTurnReply{}, fmt.Errorf("no node runs turns on %s: start one with `node`", bc.where)
+		return bus.StartTurnReply{}, fmt.Errorf("no node runs turns on %s: start one with `toolbus node`", bc.where)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
 		return bus.StartTurnReply{}, fmt.Errorf("no node answered the request to start a turn on %s within %s", bc.where, startTimeout)
 	case err != nil:

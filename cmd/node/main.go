@@ -1,9 +1,6 @@
-// Command node runs a toolbus node: an embedded NATS server (or a connection
-// to an existing one), the tool categories it hosts, and the turns it runs.
-//
-//	node -name n1 -listen 127.0.0.1:4222 -users /etc/toolbus/users.json
-//	NATS_PASSWORD=… node -name n2 -server nats://127.0.0.1:4222 -user tools1 -categories computer -turns=false
-//	node -name n1 -cluster-name c -cluster-listen 127.0.0.1:6222 -routes nats://127.0.0.1:6223 ...
+// Command node runs a toolbus node; it is the same program as `toolbus node`
+// (cmd/cli), which is the name to install: a binary called node shadows
+// Node.js on the PATH. See internal/nodecmd for its flags.
 package main
 
 import (
@@ -11,269 +8,23 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"strings"
-	"syscall"
-	"time"
 
-	"github.com/nats-io/nats.go"
-
-	"github.com/toolbus/toolbus/actors"
-	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/redact"
-	"github.com/toolbus/toolbus/internal/secretflag"
-	"github.com/toolbus/toolbus/toolsets"
-	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/internal/nodecmd"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "node:", err)
-		}
+	err := nodecmd.Run(context.Background(), "node", os.Args[1:], os.Stderr)
+	var ue *nodecmd.UsageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		os.Exit(0)
+	case errors.Is(err, nodecmd.ErrFlags):
+		os.Exit(2)
+	case errors.As(err, &ue):
+		fmt.Fprintf(os.Stderr, "node: %s\nRun 'node -h' for its flags.\n", ue.Msg)
 		os.Exit(2)
 	}
-}
-
-type options struct {
-	name          string
-	server        string
-	user, pass    string
-	passFile      string
-	creds         string
-	listen        string
-	usersFile     string
-	tlsCert       string
-	tlsKey        string
-	tlsCA         string
-	storeDir      string
-	maxMemory     int64
-	maxStore      int64
-	clusterName   string
-	clusterListen string
-	routes        string
-	routeUser     string
-	routePass     string
-	routePassFile string
-	categories    string
-	turns         bool
-	maxTurns      int
-	monitor       string
-	turnLease     time.Duration
-	handBack      time.Duration
-	home          string
-	homeRoot      string
-	replicas      int
-	baseURL       string
-	apiKeyFile    string
-	reqTimeout    time.Duration
-	logLevel      string
-	sandbox       computer.SandboxMode
-}
-
-func parseFlags(args []string) (*options, error) {
-	o := &options{}
-	host, _ := os.Hostname()
-	fs := flag.NewFlagSet("node", flag.ContinueOnError)
-	fs.StringVar(&o.name, "name", sanitize(host), "node name, unique on the bus (also the embedded server's name)")
-	fs.StringVar(&o.server, "server", os.Getenv("NATS_URL"), "connect to this NATS server or cluster instead of embedding one (env NATS_URL)")
-	fs.StringVar(&o.user, "user", os.Getenv("NATS_USER"), "user: for -server, the login; for -listen, an admin user created beside those of -users (env NATS_USER)")
-	fs.StringVar(&o.passFile, "pass-file", "", "file holding the password of -user (default env NATS_PASSWORD)")
-	secretflag.Refuse(fs, "pass", "-pass-file FILE or the environment variable NATS_PASSWORD")
-	fs.StringVar(&o.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
-	fs.StringVar(&o.listen, "listen", "", "embedded server: open a client listener on host:port (requires -users or -user); default none")
-	fs.StringVar(&o.usersFile, "users", "", "embedded server: JSON file of the listener's users and their roles (turn, tool, operator, watcher, admin); see docs/operations.md")
-	fs.StringVar(&o.tlsCert, "tls-cert", "", "embedded server: PEM certificate: the client listener and cluster routes require TLS")
-	fs.StringVar(&o.tlsKey, "tls-key", "", "embedded server: PEM key of -tls-cert")
-	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA: with -server, verifies the server's certificate; embedded, verifies the other nodes' route certificates (required for routes over TLS)")
-	fs.StringVar(&o.storeDir, "store-dir", "", "embedded server: JetStream store directory (default $XDG_STATE_HOME/toolbus/<name>)")
-	fs.Int64Var(&o.maxMemory, "max-memory", bus.DefaultMaxMemory, "embedded server: JetStream memory limit in bytes")
-	fs.Int64Var(&o.maxStore, "max-store", bus.DefaultMaxStore, "embedded server: JetStream store limit in bytes")
-	fs.StringVar(&o.clusterName, "cluster-name", "", "embedded server: join this cluster")
-	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
-	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
-	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
-	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
-	secretflag.Refuse(fs, "route-pass", "-route-pass-file FILE or the environment variable TOOLBUS_ROUTE_PASSWORD")
-	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
-	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
-	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
-	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
-	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
-	fs.DurationVar(&o.handBack, "hand-back-grace", actors.DefaultHandBackGrace, "on stop, how long running turns get to reach a checkpoint and go back to the intake")
-	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
-	fs.StringVar(&o.homeRoot, "home-root", "", "directory holding one home per agent (default $XDG_DATA_HOME/toolbus/homes)")
-	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the node's JetStream buckets and streams (capped by the cluster size)")
-	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "model API base URL for turns (env OPENAI_BASE_URL). OPENAI_API_KEY is sent only to https://api.openai.com; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
-	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
-	fs.DurationVar(&o.reqTimeout, "request-timeout", 0, fmt.Sprintf("how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
-	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
-	o.sandbox = computer.SandboxBwrap
-	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: node [flags]\n\nRuns a toolbus node. Flags:\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	// Secrets come from files or the environment after parsing, so -h never
-	// prints them; each is registered for redaction.
-	redact.AddEnvSecrets()
-	var err error
-	if o.pass, err = secretflag.Read(o.passFile, "NATS_PASSWORD"); err != nil {
-		return nil, fmt.Errorf("-pass-file: %w", err)
-	}
-	if o.routePass, err = secretflag.Read(o.routePassFile, "TOOLBUS_ROUTE_PASSWORD"); err != nil {
-		return nil, fmt.Errorf("-route-pass-file: %w", err)
-	}
-	if (o.tlsCert == "") != (o.tlsKey == "") {
-		return nil, errors.New("-tls-cert and -tls-key go together")
-	}
-	if o.server != "" && (o.usersFile != "" || o.tlsCert != "") {
-		return nil, errors.New("-users, -tls-cert and -tls-key configure an embedded server; with -server, the server's own configuration does")
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if o.reqTimeout < 0 {
-		return nil, fmt.Errorf("-request-timeout %s: want a positive duration", o.reqTimeout)
-	}
-	if !bus.ValidToken(o.name) {
-		return nil, fmt.Errorf("-name %q: want one subject token (no dots, spaces or wildcards)", o.name)
-	}
-	if o.server != "" && (o.listen != "" || o.clusterName != "") {
-		return nil, errors.New("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
-	}
-	return o, nil
-}
-
-// sanitize turns a host name into a valid token.
-func sanitize(s string) string {
-	s = strings.NewReplacer(".", "-", " ", "-", "*", "-", ">", "-").Replace(s)
-	if s == "" {
-		return "node"
-	}
-	return s
-}
-
-// xdgDir is toolbus's folder under an XDG base directory: $env, or
-// ~/fallback when it is unset.
-func xdgDir(env, fallback, sub string) string {
-	base := os.Getenv(env)
-	if base == "" {
-		home, _ := os.UserHomeDir()
-		base = filepath.Join(home, fallback)
-	}
-	return filepath.Join(base, "toolbus", sub)
-}
-
-func run(ctx context.Context, args []string) error {
-	o, err := parseFlags(args)
-	if err != nil {
-		return err
-	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
-		return fmt.Errorf("-log-level: %w", err)
-	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
-	var connect func(name string) (*nats.Conn, error)
-	where := ""
-	if o.server != "" {
-		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA}
-		connect = func(name string) (*nats.Conn, error) { return bus.Dial(ctx, o.server, name, cred) }
-		where = "connected to " + redact.URL(o.server)
-	} else {
-		cfg := bus.Config{
-			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
-			Listen: o.listen, Logger: log, Monitor: o.monitor,
-		}
-		if cfg.StoreDir == "" {
-			cfg.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
-		}
-		if o.usersFile != "" {
-			if cfg.Users, err = bus.ReadUsersFile(o.usersFile); err != nil {
-				return err
-			}
-		}
-		if o.user != "" {
-			cfg.Users = append(cfg.Users, bus.User{Name: o.user, Password: o.pass, Role: bus.RoleAdmin, Permissions: bus.AdminPermissions()})
-		}
-		if o.tlsCert != "" {
-			cfg.TLS = &bus.TLSConfig{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
-		}
-		if o.clusterName != "" {
-			cfg.Cluster = &bus.ClusterConfig{
-				Name: o.clusterName, Listen: o.clusterListen, Username: o.routeUser, Password: o.routePass,
-			}
-			if o.routes != "" {
-				cfg.Cluster.Routes = strings.Split(o.routes, ",")
-			}
-		}
-		startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		srv, err := bus.Start(startCtx, cfg)
-		cancel()
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		connect = func(name string) (*nats.Conn, error) { return srv.Connect(name) }
-		where = "embedded server, store " + cfg.StoreDir
-		if u := srv.ClientURL(); u != "" {
-			where += ", listening on " + u
-		} else {
-			where += ", no port"
-		}
-	}
-
-	var cats []string
-	if o.categories != "" {
-		cats = strings.Split(o.categories, ",")
-	}
-	homeRoot := o.homeRoot
-	if homeRoot == "" && o.home == "" {
-		homeRoot = xdgDir("XDG_DATA_HOME", ".local/share", "homes")
-	}
-	gw, err := gateway.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	if o.baseURL != "" {
-		gw.BaseURL = o.baseURL
-	}
-	if o.apiKeyFile != "" {
-		if gw.APIKey, err = gateway.ReadKeyFile(o.apiKeyFile); err != nil {
-			return err
-		}
-		redact.AddSecrets(gw.APIKey)
-	}
-	if o.reqTimeout > 0 {
-		gw.RequestTimeout = o.reqTimeout
-	}
-	gw.Logger = log
-	node, err := actors.StartNode(ctx, actors.NodeConfig{
-		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
-		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
-		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
-		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
-	})
-	if err != nil {
-		return err
-	}
-	defer node.Close()
-	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
-	<-ctx.Done()
-	// From here a second signal stops the process at once.
-	stop()
-	log.Info("node stopping: handing running turns back (a second signal stops at once)", "node", o.name)
-	return nil
+	fmt.Fprintln(os.Stderr, "node:", err)
+	os.Exit(1)
 }

@@ -1,4 +1,4 @@
-package main
+package nodecmd
 
 import (
 	"os"
@@ -78,10 +78,11 @@ func TestParseFlags(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			o, err := parseFlags(tc.args)
+			var printed strings.Builder
+			o, err := parseFlags("toolbus node", tc.args, &printed)
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err %v, want %q", err, tc.wantErr)
+				if err == nil || !strings.Contains(err.Error()+printed.String(), tc.wantErr) {
+					t.Fatalf("err %v (printed %q), want %q", err, printed.String(), tc.wantErr)
 				}
 				return
 			}
