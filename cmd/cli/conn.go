@@ -157,10 +157,11 @@ func (c *busConn) Close() {
 	c.nc.Close()
 }
 
-// newLogger logs warnings and errors of the embedded bus and node to stderr;
-// below that they would drown the live output.
+// newLogger shows warnings and errors of the embedded bus and node on stderr,
+// one readable line each, once each; below that they would drown the output.
 func newLogger(stderr io.Writer) *slog.Logger {
-	return slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	v, _ := newLogView(stderr, "", false) // without a file it cannot fail
+	return v.logger()
 }
 
 // checkAgent refuses agent ids the category hosts would refuse on every call

@@ -51,6 +51,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		asJSON       = fs.Bool("json", false, "print only the turn's transcript and final status, as JSON")
 		giveUp       = fs.Duration("give-up", 30*time.Second, "when the turn's node is lost: how long to wait for another node to resume the turn (at least three of its leases)")
 		sandbox      = sandboxFlag(fs)
+		logFile      = fs.String("log", "", "embedded node: append its whole log to this file (info and up; debug with -v)")
+		verbose      = fs.Bool("v", false, "show the embedded node's info lines too, and every repeat of a warning (default: warnings and errors, once each)")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -100,7 +102,12 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
-	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw, sandbox: *sandbox}, newLogger(stderr))
+	logs, err := newLogView(stderr, *logFile, *verbose)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw, sandbox: *sandbox}, logs.logger())
 	if err != nil {
 		return err
 	}
@@ -114,7 +121,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *asJSON {
 		r = &renderer{w: io.Discard, now: time.Now}
 	}
-	final, err := followTurn(ctx, bc, subject, *nodeName, req, r, *giveUp)
+	final, err := followTurn(ctx, bc, subject, *nodeName, req, r, logs, *giveUp)
 	if err != nil {
 		return err
 	}
@@ -174,8 +181,9 @@ func readScript(path string) (json.RawMessage, error) {
 
 // followTurn subscribes to the turn's subjects, asks a node to start it, and
 // shows its messages until the turn is done. A cancelled ctx aborts the turn,
-// which still ends with a status that says how every call ended.
-func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.TurnSpec, r *renderer, giveUp time.Duration) (bus.TurnStatus, error) {
+// which still ends with a status that says how every call ended. On a
+// terminal, the lines of logs (which may be nil) are printed above the live area.
+func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req bus.TurnSpec, r *renderer, logs *logView, giveUp time.Duration) (bus.TurnStatus, error) {
 	msgs := make(chan *nats.Msg, 256)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -210,6 +218,12 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 	lost := time.NewTimer(time.Hour)
 	defer lost.Stop()
 
+	var logLines <-chan struct{}
+	if r.tty && logs != nil {
+		logs.attach()
+		defer logs.detach()
+		logLines = logs.ready
+	}
 	var tick <-chan time.Time
 	if r.tty {
 		t := time.NewTicker(spinnerEvery)
@@ -232,6 +246,10 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 				"turn %s did not end within %s of the abort; it may still be running", req.ID, abortWait)}
 		case <-tick:
 			r.tick()
+		case <-logLines:
+			for _, l := range logs.take() {
+				r.println(r.style(ansiDim, l))
+			}
 		case <-lost.C:
 			if err := w.silent(); err != nil {
 				return bus.TurnStatus{}, err
