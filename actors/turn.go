@@ -364,7 +364,7 @@ func (t *turn) onModelReply(m *modelReply) {
 	}
 	t.step++
 	if m.err != nil {
-		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step, m.err))
+		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step+1, m.err)) // steps are counted from 1 for people
 		return
 	}
 	resp := m.resp

@@ -82,7 +82,7 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 		return nil, err
 	}
 	if req.Step >= len(m.script.Responses) {
-		return nil, &Error{Provider: "script", Message: fmt.Sprintf("no response scripted for step %d (the script has %d)", req.Step, len(m.script.Responses))}
+		return nil, &Error{Provider: "script", Message: fmt.Sprintf("no response scripted for step %d (the script has %d)", req.Step+1, len(m.script.Responses))}
 	}
 	st := m.script.Responses[req.Step]
 	resp := &Response{ID: fmt.Sprintf("script_%d", req.Step), Truncated: st.Truncated}

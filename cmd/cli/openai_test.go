@@ -489,7 +489,7 @@ func TestRunModelServerSilent(t *testing.T) {
 	}
 	attempts.Wait() // exactly three attempts reached the server (a fourth would panic)
 	// Each attempt is logged as it fails; the last line says how the turn ended.
-	want := fmt.Sprintf("\ntoolbus: turn failed: model failed: model step 0: chat: no answer from %s/v1 within 50ms (3 attempts)\n", srv.URL)
+	want := fmt.Sprintf("\ntoolbus: turn failed: model failed: model step 1: chat: no answer from %s/v1 within 50ms (3 attempts)\n", srv.URL)
 	if !strings.HasSuffix(stderr, want) || strings.Count(stderr, "model request failed") != 3 {
 		t.Errorf("stderr:\n%s\nwant three failed attempts, then:%s", stderr, want)
 	}

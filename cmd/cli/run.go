@@ -207,10 +207,12 @@ func followTurn(ctx context.Context, bc *busConn, subject, nodeName string, req 
 	if ctx.Err() != nil {
 		return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: errors.New("interrupted before the turn started")}
 	}
+	// The summary's duration is the turn's wall time as the user sees it: from
+	// the request to start it, which a fast turn may outlive, to its end.
+	began := time.Now()
 	if _, err := startTurn(ctx, bc, subject, nodeName, req); err != nil {
 		return bus.TurnStatus{}, err
 	}
-	began := time.Now()
 	// A durable turn's node beats every third of its lease; a turn silent for a
 	// whole lease lost its node, and the intake gives it to another within another.
 	w := &ownerWatch{turn: req.ID, r: r, giveUp: giveUp}
