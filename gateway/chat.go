@@ -41,7 +41,7 @@ func NewChat(model string, cfg Config) (*Chat, error) {
 		return nil, errors.New("chat gateway: model name is empty")
 	}
 	if cfg.apiKey() == "" && IsOpenAIAPI(cfg.baseURL()) {
-		return nil, fmt.Errorf("chat gateway for %s: no API key for the OpenAI API: set %s, or pass --base-url for a local server", model, EnvAPIKey)
+		return nil, fmt.Errorf("chat gateway for %s: no API key for the OpenAI API: set %s, or pass -base-url for a local server", model, EnvAPIKey)
 	}
 	log, red := cfg.logger(), cfg.redactor()
 	return &Chat{

@@ -127,5 +127,5 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.Provider, e.Message)
 }
 
-// ErrUnknownModel reports a --model spec no gateway understands.
+// ErrUnknownModel reports a -model spec no gateway understands.
 var ErrUnknownModel = errors.New("unknown model spec")

@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Open returns the model a --model spec names:
+// Open returns the model a -model spec names:
 //
 //	script:FILE    a Scripted model playing FILE (see [LoadScript])
 //	openai:MODEL   the OpenAI Responses API, or any endpoint speaking it (cfg.BaseURL)
@@ -26,5 +26,5 @@ func Open(spec string, cfg Config) (Model, error) {
 	case ok && kind == "chat":
 		return NewChat(name, cfg)
 	}
-	return nil, fmt.Errorf("%w %q: want script:FILE, openai:MODEL (Responses API) or chat:MODEL (Chat Completions, with --base-url)", ErrUnknownModel, spec)
+	return nil, fmt.Errorf("%w %q: want script:FILE, openai:MODEL (Responses API) or chat:MODEL (Chat Completions, with -base-url)", ErrUnknownModel, spec)
 }

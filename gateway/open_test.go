@@ -33,7 +33,7 @@ func TestOpen(t *testing.T) {
 		{spec: "chat:llama3.1", cfg: localWithOpenAIKey, want: "*gateway.Chat", model: "llama3.1"},
 		{spec: "chat:llama3.1", cfg: local, want: "*gateway.Chat", model: "llama3.1"},
 		{spec: "chat:gpt-4.1", cfg: withKey, want: "*gateway.Chat", model: "gpt-4.1"},
-		{spec: "chat:llama3.1", wantErr: "--base-url"},
+		{spec: "chat:llama3.1", wantErr: "-base-url"},
 		{spec: "chat:qwen3:8b", cfg: local, want: "*gateway.Chat", model: "qwen3:8b"},
 		{spec: "openai:", cfg: withKey, wantErr: "names no model"},
 		{spec: "gpt-5.4", cfg: withKey, unknown: true},

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -65,24 +64,26 @@ type benchOptions struct {
 
 // runBench runs the performance suite in one process, against one embedded
 // server, so every ratio compares numbers taken minutes apart at most.
-func runBench(ctx context.Context, args []string, stdout io.Writer) error {
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var o benchOptions
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs := newFlagSet("bench", "[flags]",
+		"Measures the runtime in one process against one embedded server: raw NATS, a\n"+
+			"tool's host, calls and steps through a turn, parallelism, throughput, abort and\n"+
+			"assembly, each row against a baseline taken in the same run.", stderr)
 	fs.IntVar(&o.n, "n", 2000, "samples per latency measurement")
 	fs.IntVar(&o.turns, "turns", 64, "concurrent turns in the throughput measurement")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.only, "only", "", "run only the measurements whose name contains this text")
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage: toolbus bench [-json] [-n N] [-turns N] [-cpuprofile FILE]\n\n"+
-			"Measures the runtime against raw NATS and direct calls in the same process.\n")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
 		return err
 	}
+	if len(pos) > 0 {
+		return usagef("unexpected arguments %q", pos)
+	}
 	if o.n < 10 {
-		return errors.New("bench: -n must be at least 10")
+		return usagef("-n %d: want at least 10", o.n)
 	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
@@ -97,7 +98,7 @@ func runBench(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	progress := io.Discard
 	if !o.json {
-		progress = os.Stderr
+		progress = stderr
 	}
 	b, err := newBencher(ctx, o, progress)
 	if err != nil {

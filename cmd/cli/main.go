@@ -67,9 +67,7 @@ var commands = []command{
 	{"turns", "list the durable turns of a bus: state, node, step, age (needs -server)", cmdTurns},
 	{"resume", "queue again a turn whose node was lost (needs -server)", cmdResume},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
-	{"bench", "run the performance suite", func(ctx context.Context, args []string, stdout, _ io.Writer) error {
-		return runBench(ctx, args, stdout)
-	}},
+	{"bench", "run the performance suite", runBench},
 }
 
 // run runs the command line args and returns the process's exit code.
@@ -169,13 +167,42 @@ Run 'toolbus <command> -h' for a command's flags.
 `)
 }
 
-// newFlagSet makes a command's flag set; its usage names the command and
-// shows synopsis and about before the flags.
+// examples holds one example of each command, by the name its flag set has;
+// every command's -h shows it (nodecmd.Example is the node's).
+var examples = map[string]string{
+	"run":        `toolbus run -model openai:gpt-5.4 -home ~/project "Summarise the README"`,
+	"tools":      "toolbus tools -json -api chat",
+	"call":       `toolbus call -home examples/demo/home read_file '{"path": "README.md"}'`,
+	"agent":      "toolbus agent set -server nats://127.0.0.1:4222 -namespace crm demo-agent",
+	"agent set":  "toolbus agent set -server nats://127.0.0.1:4222 -namespace crm demo-agent",
+	"agent get":  "toolbus agent get -server nats://127.0.0.1:4222 demo-agent",
+	"agent list": "toolbus agent list -server nats://127.0.0.1:4222",
+	"agent rm":   "toolbus agent rm -server nats://127.0.0.1:4222 demo-agent",
+	"abort":      "toolbus abort -server nats://127.0.0.1:4222 -reason 'wrong file' TURN",
+	"turns":      "toolbus turns -server nats://127.0.0.1:4222",
+	"resume":     "toolbus resume -server nats://127.0.0.1:4222 TURN",
+	"watch":      "toolbus watch -server nats://127.0.0.1:4222",
+	"bench":      "toolbus bench -only turn -n 500",
+}
+
+// flagSetMade, when set (by tests), is told of every flag set newFlagSet makes.
+var flagSetMade func(*flag.FlagSet)
+
+// newFlagSet makes a command's flag set. Every command's usage has one layout:
+// synopsis, about, one example, then every flag, written with one dash (the
+// flag package takes two as well).
 func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	if flagSetMade != nil {
+		flagSetMade(fs)
+	}
 	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "Usage: toolbus %s %s\n\n%s\n\nFlags:\n", name, synopsis, about)
+		fmt.Fprintf(fs.Output(), "Usage: toolbus %s %s\n\n%s\n\n", name, synopsis, about)
+		if ex := examples[name]; ex != "" {
+			fmt.Fprintf(fs.Output(), "Example:\n  %s\n\n", ex)
+		}
+		fmt.Fprint(fs.Output(), "Flags:\n")
 		fs.PrintDefaults()
 	}
 	return fs

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -618,6 +619,7 @@ func TestUsageErrors(t *testing.T) {
 		{"tools hosted search on chat", []string{"tools", "-json", "-api", "chat", "-hosted-tool-search"}, exitUsage, "Chat Completions has no hosted tool search"},
 		{"missing script", []string{"run", "-model", "script:/does/not/exist.json", "hi"}, exitFailed, "toolbus: load script: "},
 		{"call without tool", []string{"call"}, exitUsage, "want a tool name"},
+		{"run script without file", []string{"run", "-model", "script:", "hi"}, exitUsage, "-model script: wants a file: script:FILE"},
 		{"run -sandbox with server", []string{"run", "-server", "nats://127.0.0.1:1", "-sandbox", "off", "-model", "script:x", "hi"}, exitUsage, "-sandbox configures the embedded node"},
 		{"call -sandbox with server", []string{"call", "-server", "nats://127.0.0.1:1", "-sandbox=off", "run_command", `{"command":"true"}`}, exitUsage, "-sandbox configures the embedded node"},
 		{"unknown sandbox", []string{"call", "-sandbox", "docker", "run_command"}, exitUsage, `unknown sandbox mode "docker": want bwrap or off`},
@@ -641,6 +643,45 @@ func TestUsageErrors(t *testing.T) {
 	}
 	if code, _, stderr := cli(ctx, "run", "-h"); code != exitOK || !strings.Contains(stderr, "Usage: toolbus run [flags] PROMPT") {
 		t.Errorf("run -h: exit %d\n%s", code, stderr)
+	}
+}
+
+// TestHelp runs every command's -h: it exits 0 and prints, in one layout, the
+// synopsis, one example and every flag the command defines, with one dash.
+func TestHelp(t *testing.T) {
+	ctx := testContext(t)
+	var made []*flag.FlagSet
+	flagSetMade = func(fs *flag.FlagSet) { made = append(made, fs) }
+	defer func() { flagSetMade = nil }()
+	names := []string{"agent set", "agent get", "agent list", "agent rm"}
+	for _, c := range commands {
+		names = append(names, c.name)
+	}
+	for _, name := range names {
+		made = nil
+		code, stdout, stderr := cli(ctx, append(strings.Fields(name), "-h")...)
+		if code != exitOK || stdout != "" {
+			t.Errorf("%s -h: exit %d, stdout %q", name, code, stdout)
+		}
+		for _, want := range []string{"Usage: toolbus " + name + " ", "\n\nExample:\n  toolbus " + name + " ", "\n\nFlags:\n"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%s -h lacks %q:\n%s", name, want, stderr)
+			}
+		}
+		if strings.Contains(stderr, "--") {
+			t.Errorf("%s -h writes a flag with two dashes:\n%s", name, stderr)
+		}
+		if name == "node" {
+			continue // its flag set is internal/nodecmd's, which checks its flags itself
+		}
+		if len(made) != 1 {
+			t.Fatalf("%s -h made %d flag sets", name, len(made))
+		}
+		made[0].VisitAll(func(f *flag.Flag) {
+			if !regexp.MustCompile(`\n  -` + regexp.QuoteMeta(f.Name) + `[ \t\n]`).MatchString(stderr) {
+				t.Errorf("%s -h does not list -%s:\n%s", name, f.Name, stderr)
+			}
+		})
 	}
 }
 

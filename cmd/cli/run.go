@@ -90,6 +90,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Limits: bus.TurnLimits{MaxSteps: *maxSteps},
 	}
 	if path, ok := strings.CutPrefix(*model, "script:"); ok {
+		if path == "" {
+			return usagef("-model script: wants a file: script:FILE, e.g. script:examples/demo/script.json")
+		}
 		// Sent inline, so a remote node needs no copy of the file.
 		if req.Script, err = readScript(path); err != nil {
 			return err

@@ -1,8 +1,12 @@
 package nodecmd
 
 import (
+	"errors"
+	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -92,4 +96,24 @@ func TestParseFlags(t *testing.T) {
 			tc.check(t, o)
 		})
 	}
+}
+
+// TestHelp: -h prints the usage in the layout of every toolbus command, with
+// every flag, and is no error to report.
+func TestHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := parseFlags("toolbus node", []string{"-h"}, &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("err %v, want flag.ErrHelp", err)
+	}
+	for _, want := range []string{"Usage: toolbus node [flags]\n\n", "\n\nExample:\n  " + Example + "\n\nFlags:\n"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("usage lacks %q:\n%s", want, out.String())
+		}
+	}
+	flagSet("toolbus node", io.Discard, &options{}).VisitAll(func(f *flag.Flag) {
+		if !regexp.MustCompile(`\n  -` + regexp.QuoteMeta(f.Name) + `[ \t\n]`).MatchString(out.String()) {
+			t.Errorf("usage does not list -%s", f.Name)
+		}
+	})
 }
