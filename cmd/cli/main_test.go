@@ -145,6 +145,7 @@ func TestRunDemo(t *testing.T) {
 		"All checks pass: the three sums are right",
 		"3. README.md does not describe the checks yet.\n",
 		"completed · 4 steps · 5 calls · ",
+		"agent home: " + absPath(t, demoHome) + " (read-write, commands run here, in a sandbox)\n",
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("output lacks %q:\n%s", want, stdout)
@@ -163,6 +164,15 @@ func TestRunDemo(t *testing.T) {
 	if after := snapshot(t, demoHome); !equalMaps(before, after) {
 		t.Errorf("the demo changed its home:\nbefore %v\nafter %v", before, after)
 	}
+}
+
+func absPath(t *testing.T, p string) string {
+	t.Helper()
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
 }
 
 func equalMaps(a, b map[string]string) bool {

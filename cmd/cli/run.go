@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // startTimeout bounds the wait for a node to accept a turn; a node answers as
@@ -44,7 +46,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		hostedSearch = fs.Bool("hosted-tool-search", false, "embedded node, openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
 		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
-		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
+		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools read, write and run commands")
 		storeDir     = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
 		maxSteps     = fs.Int("max-steps", 0, fmt.Sprintf("the most model calls in the turn (default %d)", actors.DefaultMaxSteps))
 		instructions = fs.String("instructions", "", "instructions (system prompt) for the model")
@@ -116,13 +118,16 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer bc.Close()
 
-	subject := bus.AnyNodeStartTurn
-	if *nodeName != "" {
-		subject = bus.NodeStartTurnSubject(*nodeName)
-	}
 	r := newRenderer(stdout)
 	if *asJSON {
 		r = &renderer{w: io.Discard, now: time.Now}
+	}
+	if bf.server == "" {
+		r.println(r.style(ansiDim, homeNote(*home, *sandbox)))
+	}
+	subject := bus.AnyNodeStartTurn
+	if *nodeName != "" {
+		subject = bus.NodeStartTurnSubject(*nodeName)
 	}
 	final, err := followTurn(ctx, bc, subject, *nodeName, req, r, logs, *giveUp)
 	if err != nil {
@@ -134,6 +139,19 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	return turnExit(final)
+}
+
+// homeNote says where the embedded node's agent works: -home defaults to the
+// current directory, which the turn's tools may change.
+func homeNote(home string, sandbox computer.SandboxMode) string {
+	if abs, err := filepath.Abs(home); err == nil {
+		home = abs
+	}
+	how := "in a sandbox"
+	if sandbox == computer.SandboxOff {
+		how = "with no sandbox"
+	}
+	return fmt.Sprintf("agent home: %s (read-write, commands run here, %s)", home, how)
 }
 
 // gatewayFlags are the flags of run that configure the embedded node's gateway.
