@@ -77,6 +77,7 @@ type options struct {
 	baseURL       string
 	apiKeyFile    string
 	reqTimeout    time.Duration
+	hostedSearch  bool
 	logLevel      string
 	sandbox       computer.SandboxMode
 }
@@ -129,6 +130,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "model API base URL for turns (env OPENAI_BASE_URL). OPENAI_API_KEY is sent only to https://api.openai.com; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
 	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
 	fs.DurationVar(&o.reqTimeout, "request-timeout", 0, fmt.Sprintf("how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
+	fs.BoolVar(&o.hostedSearch, "hosted-tool-search", false, "openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sandbox = computer.SandboxBwrap
 	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
@@ -292,6 +294,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	if o.reqTimeout > 0 {
 		gw.RequestTimeout = o.reqTimeout
 	}
+	gw.HostedToolSearch = o.hostedSearch
 	gw.Logger = log
 	node, err := actors.StartNode(ctx, actors.NodeConfig{
 		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,

@@ -63,6 +63,11 @@ func TestParseFlags(t *testing.T) {
 				}
 			}},
 		{name: "negative request timeout", args: []string{"-request-timeout", "-1m"}, wantErr: "-request-timeout -1m0s: want a positive duration"},
+		{name: "hosted tool search", args: []string{"-hosted-tool-search"}, check: func(t *testing.T, o *options) {
+			if !o.hostedSearch {
+				t.Error("-hosted-tool-search not set")
+			}
+		}},
 		{name: "sandbox by default", args: nil, check: func(t *testing.T, o *options) {
 			if o.sandbox != computer.SandboxBwrap {
 				t.Errorf("sandbox %q", o.sandbox)
