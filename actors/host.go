@@ -487,11 +487,12 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		return
 	}
 
-	emit := func(kind bus.EventKind, label string) {
+	// publish sends an event of the call on its event subject, for watchers.
+	publish := func(ev bus.Event) {
 		if call.Turn == "" {
 			return
 		}
-		ev := bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Label: label, Time: time.Now()}
+		kind := ev.Kind
 		b, err := json.Marshal(ev)
 		if err == nil {
 			msg := nats.NewMsg(bus.EventSubject(call.Turn, call.ID, kind))
@@ -504,6 +505,9 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		if err != nil {
 			h.log.Warn("publish event", "turn", call.Turn, "call", call.ID, "kind", kind, "err", err)
 		}
+	}
+	emit := func(kind bus.EventKind, label string) {
+		publish(bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Label: label, Time: time.Now()})
 	}
 	call.Progress = func(label string) { emit(bus.EventProgress, label) }
 	emit(bus.EventStarted, tool.ActivityLabel(args))
@@ -551,6 +555,11 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	reply.Label = completedLabel(tool, args, res, reply)
 	// The caller waits for the reply, not for the event: reply first.
 	h.reply(m.req, reply)
+	// The presentation events travel in the reply for the turn, and on the
+	// event subject for whoever watches the turn.
+	for _, ev := range reply.Events {
+		publish(ev)
+	}
 	emit(bus.EventCompleted, reply.Label)
 }
 

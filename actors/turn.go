@@ -587,6 +587,7 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 	}
 	pc.record.Duration = r.Duration
 	pc.record.Label = r.Label
+	pc.record.Details = r.Details
 	if r.Completion != nil && r.Completion.Label != "" {
 		pc.record.Label = r.Completion.Label
 	}

@@ -873,3 +873,46 @@ func TestTranscriptRedactsSecrets(t *testing.T) {
 		t.Errorf("%d redactions in the stored transcript, want 3 (plain, base64, model text):\n%s", n, got)
 	}
 }
+// TestDetailsAndPresentationsReachWatchers: a tool's details stay in the call's
+// record, and its presentation events are published on the event subject too.
+func TestDetailsAndPresentationsReachWatchers(t *testing.T) {
+	show := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "show", Category: "test", Timeout: 10 * time.Second},
+		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
+			res := toolbus.TextResult("shown")
+			res.Details = json.RawMessage(`{"rows":3}`)
+			res.Events = []toolbus.Event{{Kind: "table", Label: "3 rows", Data: json.RawMessage(`[1,2,3]`)}}
+			return res, nil
+		},
+	})
+	h := newHarness(t, show)
+	nc, err := h.srv.Connect("watcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	seen := make(chan bus.Event, 1)
+	sub, err := nc.Subscribe(bus.AllTurns, func(m *nats.Msg) {
+		ts, ok := bus.ParseTurnSubject(m.Subject)
+		var ev bus.Event
+		if ok && ts.Kind == bus.KindEvent && ts.Event == bus.EventPresentation && json.Unmarshal(m.Data, &ev) == nil {
+			seen <- ev
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res := h.run(context.Background(), []*toolbus.Tool{show},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("show", "{}")}}, gateway.ScriptStep{Text: "ok"})
+	if len(res.Calls) != 1 || string(res.Calls[0].Details) != `{"rows":3}` {
+		t.Errorf("call records %+v, want the details kept", res.Calls)
+	}
+	ev := <-seen
+	if ev.Label != "3 rows" || string(ev.Data) != "[1,2,3]" || ev.Tool != "show" {
+		t.Errorf("presentation event %+v", ev)
+	}
+}

@@ -186,6 +186,9 @@ type CallRecord struct {
 	Duration time.Duration `json:"duration_ns,omitempty"`
 	// Latency is from the turn's dispatch to the reply it received.
 	Latency time.Duration `json:"latency_ns,omitempty"`
+	// Details is the tool's structured output (ToolReply.Details), for logs and UIs;
+	// the model never sees it.
+	Details json.RawMessage `json:"details,omitempty"`
 }
 
 // TurnStatus is published on TurnStatusSubject: StatusStarted when the turn

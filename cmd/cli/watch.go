@@ -155,6 +155,9 @@ func watchLine(m *nats.Msg, now time.Time) (string, bool) {
 		}
 		at, kind = cmpTime(ev.Time, now), ts.Kind+"."+string(ts.Event)
 		text = fmt.Sprintf("%-12s %s", ev.Tool, ev.Label)
+		if ev.Kind == bus.EventPresentation && len(ev.Data) > 0 {
+			text += " " + truncate(string(ev.Data), 100)
+		}
 	case bus.KindResult:
 		if m.Header.Get("Status") == "503" {
 			text = "no responders: no host serves the tool"

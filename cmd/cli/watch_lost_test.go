@@ -43,3 +43,13 @@ func TestWatchSaysWhenATurnsNodeGoesSilent(t *testing.T) {
 		t.Fatalf("a turn without a lease: %q", lines)
 	}
 }
+
+// TestWatchPresentation: watch shows a presentation event's label and data.
+func TestWatchPresentation(t *testing.T) {
+	ev := bus.Event{Turn: "T1", Call: "c1", Tool: "show", Kind: bus.EventPresentation, Label: "3 rows", Data: json.RawMessage(`[1,2,3]`)}
+	b, _ := json.Marshal(ev)
+	line, ok := watchLine(&nats.Msg{Subject: bus.EventSubject("T1", "c1", bus.EventPresentation), Data: b}, time.Now())
+	if !ok || !strings.Contains(line, "evt.presentation") || !strings.Contains(line, "show         3 rows [1,2,3]") {
+		t.Errorf("watch line %q", line)
+	}
+}
