@@ -128,6 +128,7 @@ type TurnResult struct {
 	Error      string
 	Steps      int
 	Calls      []bus.CallRecord
+	Usage      bus.Usage // the model's tokens in the turn
 	Transcript []gateway.Item
 	// HandedBack reports a durable turn its node gave back to the intake (the node is
 	// stopping) instead of ending it; Fenced, one that another node took over.
@@ -201,6 +202,8 @@ type turn struct {
 	transcript []gateway.Item
 	step       int
 	text       string
+	usage      bus.Usage  // the model's tokens in the turn
+	stepUsage  *bus.Usage // the last response's, until a step status carries them
 	records    []bus.CallRecord
 	unsaved    []gateway.Item // transcript items not yet appended to the stream
 	appends    []*transcriptAppend
@@ -368,6 +371,10 @@ func (t *turn) onModelReply(m *modelReply) {
 		return
 	}
 	resp := m.resp
+	if u := (bus.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}); u != (bus.Usage{}) {
+		t.usage.Add(u)
+		t.stepUsage = &u
+	}
 	t.transcript = append(t.transcript, resp.Items...)
 	t.appendTranscript(resp.Items)
 	t.text = resp.Text()
@@ -846,7 +853,7 @@ func (t *turn) finish(state bus.TurnState, err error) {
 	t.modelCancel()
 	res := TurnResult{
 		Turn: t.cfg.Spec.ID, State: state, Text: t.text, Err: err, Steps: t.step,
-		Calls: t.records, Transcript: t.transcript,
+		Calls: t.records, Transcript: t.transcript, Usage: t.usage,
 	}
 	t.flushTranscript()
 	if werr := t.waitTranscript(); werr != nil && res.Err == nil {
@@ -896,6 +903,13 @@ func (t *turn) cleanup() {
 // status publishes a turn status message.
 func (t *turn) status(kind string, st bus.TurnStatus) {
 	st.Turn, st.Node, st.Agent, st.Kind, st.Step, st.Time = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind, t.step, time.Now()
+	switch {
+	case kind == bus.StatusStep && t.stepUsage != nil:
+		st.Usage, t.stepUsage = t.stepUsage, nil
+	case kind == bus.StatusDone && t.usage != (bus.Usage{}):
+		total := t.usage
+		st.Usage = &total
+	}
 	b, err := json.Marshal(st)
 	if err == nil {
 		err = t.cfg.Conn.Publish(bus.TurnStatusSubject(t.cfg.Spec.ID, kind), b)

@@ -916,3 +916,21 @@ func TestDetailsAndPresentationsReachWatchers(t *testing.T) {
 		t.Errorf("presentation event %+v", ev)
 	}
 }
+
+// TestUsageAddsUp: each step's status carries its response's tokens, and the
+// turn's end the sum.
+func TestUsageAddsUp(t *testing.T) {
+	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "noop", Category: "test", Timeout: 10 * time.Second},
+		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
+			return toolbus.TextResult("ok"), nil
+		},
+	})
+	h := newHarness(t, noop)
+	res := h.run(context.Background(), []*toolbus.Tool{noop},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("noop", "{}")}, Usage: &gateway.Usage{InputTokens: 100, OutputTokens: 10}},
+		gateway.ScriptStep{Text: "done", Usage: &gateway.Usage{InputTokens: 120, OutputTokens: 5}})
+	if want := (bus.Usage{InputTokens: 220, OutputTokens: 15}); res.Usage != want {
+		t.Errorf("turn usage %+v, want %+v", res.Usage, want)
+	}
+}

@@ -214,5 +214,21 @@ type TurnStatus struct {
 	// may stay silent before the intake gives the turn to another node: a client that
 	// hears nothing of the turn for that long knows its node is lost.
 	Lease time.Duration `json:"lease_ns,omitempty"`
-	Time  time.Time     `json:"time"`
+	// Usage counts the model's tokens: on a StatusStep, those of the step's response
+	// (sent with the step's first status); on StatusDone, the whole turn's, as far as
+	// this node ran it. Nil when the model reported none.
+	Usage *Usage    `json:"usage,omitempty"`
+	Time  time.Time `json:"time"`
+}
+
+// Usage counts a model's tokens.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Add adds u's tokens to the count.
+func (c *Usage) Add(u Usage) {
+	c.InputTokens += u.InputTokens
+	c.OutputTokens += u.OutputTokens
 }

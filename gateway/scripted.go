@@ -26,6 +26,8 @@ type ScriptStep struct {
 	Calls []ScriptCall `json:"calls,omitempty"`
 	// Truncated scripts a response that hit the output limit.
 	Truncated bool `json:"truncated,omitempty"`
+	// Usage scripts the tokens the response reports.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // ScriptCall is one scripted function call.
@@ -86,6 +88,9 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 	}
 	st := m.script.Responses[req.Step]
 	resp := &Response{ID: fmt.Sprintf("script_%d", req.Step), Truncated: st.Truncated}
+	if st.Usage != nil {
+		resp.Usage = *st.Usage
+	}
 	if st.Text != "" {
 		resp.Items = append(resp.Items, Item{Kind: KindMessage, Role: RoleAssistant, Text: st.Text})
 	}

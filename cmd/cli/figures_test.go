@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +73,20 @@ func TestTurnFigures(t *testing.T) {
 	// formatElapsed only rounds, never reorders two durations.
 	if turn := parseElapsed(t, formatElapsed(final.Time.Sub(st.Time))); took < turn {
 		t.Errorf("summary says %s; the turn ran %s from its start to its end", took, turn)
+	}
+}
+
+// TestRunShowsTokens: the summary counts the tokens the model reported in the
+// whole turn.
+func TestRunShowsTokens(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "script.json")
+	if err := os.WriteFile(script, []byte(`{"responses":[
+		{"calls":[{"name":"list_files","arguments":"{\"path\":\".\"}"}],"usage":{"input_tokens":100,"output_tokens":10}},
+		{"text":"Done.","usage":{"input_tokens":120,"output_tokens":5}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := cli(testContext(t), "run", "-model", "script:"+script, "-home", demoHome, "look")
+	if code != exitOK || !strings.Contains(stdout, "completed · 2 steps · 1 call · ") || !strings.Contains(stdout, " · 220 tokens in, 15 out\n") {
+		t.Errorf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 }

@@ -391,7 +391,15 @@ func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
 		r.printed = st.Text
 	}
 	summary := fmt.Sprintf("%s · %s · %s · %s", st.State, plural(st.Step, "step"), plural(len(st.Calls), "call"), formatElapsed(took))
+	if st.Usage != nil {
+		summary += " · " + tokens(*st.Usage)
+	}
 	r.println("", r.style(ansiDim, summary))
+}
+
+// tokens says how many tokens the model read and wrote.
+func tokens(u bus.Usage) string {
+	return fmt.Sprintf("%d tokens in, %d out", u.InputTokens, u.OutputTokens)
 }
 
 func plural(n int, word string) string {

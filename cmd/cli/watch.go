@@ -207,6 +207,9 @@ func statusText(kind string, st bus.TurnStatus) string {
 		return s
 	case bus.StatusDone:
 		s := fmt.Sprintf("%s after %s, %s", st.State, plural(st.Step, "step"), plural(len(st.Calls), "call"))
+		if st.Usage != nil {
+			s += ", " + tokens(*st.Usage)
+		}
 		if st.Error != "" {
 			s += " — " + st.Error
 		}
@@ -217,10 +220,17 @@ func statusText(kind string, st bus.TurnStatus) string {
 		for i, c := range st.Calls {
 			outcomes[i] = c.Tool + " " + string(c.Outcome)
 		}
-		return fmt.Sprintf("step %d: %s", st.Step, strings.Join(outcomes, ", "))
+		return fmt.Sprintf("step %d: %s%s", st.Step, strings.Join(outcomes, ", "), stepTokens(st.Usage))
 	}
 	first, _, _ := strings.Cut(st.Text, "\n")
-	return fmt.Sprintf("step %d: %s", st.Step, truncate(first, 100))
+	return fmt.Sprintf("step %d: %s%s", st.Step, truncate(first, 100), stepTokens(st.Usage))
+}
+
+func stepTokens(u *bus.Usage) string {
+	if u == nil {
+		return ""
+	}
+	return " (" + tokens(*u) + ")"
 }
 
 func shortID(id string) string {
