@@ -555,7 +555,7 @@ func TestCall(t *testing.T) {
 			args:       []string{"-json", "-sandbox=off", "-home", demoHome, "run_command", `{"command":"sh calc.sh 4 5"}`},
 			code:       exitOK,
 			stdout:     []string{`"outcome": "ok"`, `9`, `"sandbox": "off"`},
-			stderr:     []string{`level=WARN msg="NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off)`},
+			stderr:     []string{"warning: NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off)"},
 			stdoutJSON: true,
 		},
 		{
