@@ -873,6 +873,7 @@ func TestTranscriptRedactsSecrets(t *testing.T) {
 		t.Errorf("%d redactions in the stored transcript, want 3 (plain, base64, model text):\n%s", n, got)
 	}
 }
+
 // TestDetailsAndPresentationsReachWatchers: a tool's details stay in the call's
 // record, and its presentation events are published on the event subject too.
 func TestDetailsAndPresentationsReachWatchers(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 func TestApproveFromAnotherShell(t *testing.T) {
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
-	creds := []string{"-server", rb.url, "-user", "ops", "-pass", "secret-pw"}
+	creds := []string{"-server", rb.url, "-user", "ops", "-pass-file", rb.passFile}
 	if code, out, errOut := cli(ctx, append(append([]string{"agent", "set"}, creds...), "-approvals", "destructive", "careful")...); code != exitOK {
 		t.Fatalf("agent set: %d %s %s", code, out, errOut)
 	}

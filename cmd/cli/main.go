@@ -179,6 +179,7 @@ var examples = map[string]string{
 	"agent list": "toolbus agent list -server nats://127.0.0.1:4222",
 	"agent rm":   "toolbus agent rm -server nats://127.0.0.1:4222 demo-agent",
 	"abort":      "toolbus abort -server nats://127.0.0.1:4222 -reason 'wrong file' TURN",
+	"approve":    "toolbus approve -server nats://127.0.0.1:4222 -refuse -reason 'not on a Friday' TURN CALL",
 	"turns":      "toolbus turns -server nats://127.0.0.1:4222",
 	"resume":     "toolbus resume -server nats://127.0.0.1:4222 TURN",
 	"watch":      "toolbus watch -server nats://127.0.0.1:4222",
