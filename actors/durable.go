@@ -361,7 +361,7 @@ func (t *turn) resume() {
 			if out.IsError {
 				pc.record.Outcome = bus.OutcomeError
 			}
-			pc.record.Error = "recorded before the turn was resumed"
+			pc.record.Label = "recorded before the turn was resumed"
 			continue
 		case pc.state == callDone:
 			// Refused again by prepare (unknown tool, invalid arguments): it never

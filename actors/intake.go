@@ -129,10 +129,17 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 	if err != nil {
 		return "", err
 	}
+	// The message id is this submission's: a retry of it is stored once, and an id
+	// used again after its record was deleted is a new turn, not a duplicate.
+	msgID := fmt.Sprintf("%s@%d", spec.ID, now.UnixNano())
 	if err := bus.Retry(ctx, "queue the turn", n.log, func(ctx context.Context) error {
-		_, err := n.js.Publish(ctx, subject, b, jetstream.WithMsgID(spec.ID))
+		_, err := n.js.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
 		return err
 	}); err != nil {
+		// Nothing would ever take the turn: remove its record, so the id can be used.
+		if derr := in.kv.Delete(context.WithoutCancel(ctx), spec.ID); derr != nil {
+			n.log.Warn("remove the record of a turn that could not be queued", "turn", spec.ID, "err", derr)
+		}
 		return "", fmt.Errorf("start turn %s: intake: %w", spec.ID, err)
 	}
 	return spec.ID, nil
@@ -189,40 +196,47 @@ func (n *Node) runIntake(start context.Context) error {
 // this node while its lease runs.
 func (n *Node) pull(ctx context.Context, cons jetstream.Consumer) {
 	in := n.intake
+	var warned time.Time
 	for {
 		select {
 		case in.slots <- struct{}{}:
 		case <-ctx.Done():
 			return
 		}
+		// A short pull, the slot held only for it: the node's two consumers take
+		// turns at the slots, and a stopping node waits for one pull at most.
 		var msg jetstream.Msg
-		for msg == nil {
-			// A short pull: a stopping node waits for the one out.
-			fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-			batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
-			if err == nil {
-				for m := range batch.Messages() {
-					msg = m
-				}
-				err = batch.Error()
+		fctx, fcancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		batch, err := cons.Fetch(1, jetstream.FetchContext(fctx))
+		if err == nil {
+			for m := range batch.Messages() {
+				msg = m
 			}
-			fcancel()
-			if ctx.Err() != nil {
-				if msg != nil {
-					_ = msg.Nak() // taken while stopping: another node runs it
-				}
-				<-in.slots
-				return
+			err = batch.Error()
+		}
+		fcancel()
+		switch {
+		case ctx.Err() != nil:
+			if msg != nil {
+				_ = msg.Nak() // taken while stopping: another node runs it
 			}
-			if err != nil && msg == nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-				n.log.Warn("intake fetch", "err", err)
+			<-in.slots
+			return
+		case msg == nil:
+			<-in.slots
+			if err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+				// An election makes every pull fail for a while: say so now and then.
+				if time.Since(warned) > 10*time.Second {
+					warned = time.Now()
+					n.log.Warn("intake fetch failing; retrying", "err", err)
+				}
 				select {
 				case <-ctx.Done():
-					<-in.slots
 					return
 				case <-time.After(250 * time.Millisecond):
 				}
 			}
+			continue
 		}
 		in.held.Add(1)
 		go func() {

@@ -307,21 +307,25 @@ type ownerWatch struct {
 	missed int           // leases in a row without a word
 }
 
-// heard notes a message of the turn.
-func (w *ownerWatch) heard(m *nats.Msg) {
+// heard notes a message of the turn; it reports whether the message came from the
+// turn's node.
+func (w *ownerWatch) heard(m *nats.Msg) bool {
 	ts, ok := bus.ParseTurnSubject(m.Subject)
 	if !ok {
-		return
+		return false
 	}
-	if w.missed > 0 {
-		w.missed = 0
+	// Only the turn's own statuses prove its node alive: a host's late reply or event
+	// says nothing of the node that drives the turn.
+	if ts.Kind != bus.KindStatus {
+		return false
 	}
-	if ts.Kind != bus.KindStatus || (ts.Status != bus.StatusStarted && ts.Status != bus.StatusBeat) {
-		return
+	w.missed = 0
+	if ts.Status != bus.StatusStarted && ts.Status != bus.StatusBeat {
+		return true
 	}
 	var st bus.TurnStatus
 	if json.Unmarshal(m.Data, &st) != nil {
-		return
+		return true
 	}
 	if st.Lease > 0 {
 		w.lease = st.Lease
@@ -329,6 +333,7 @@ func (w *ownerWatch) heard(m *nats.Msg) {
 	if st.Node != "" {
 		w.node = st.Node
 	}
+	return true
 }
 
 // silent is called after each lease without a word: the first time it says the node

@@ -44,16 +44,27 @@ func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	lister, err := kv.ListKeys(ctx)
+	var keys []string
+	err = bus.Retry(ctx, "list turns", nil, func(ctx context.Context) error {
+		lister, err := kv.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		keys = keys[:0]
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return nil
+	})
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		fmt.Fprintln(stderr, "no turns")
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("list turns: %w", err)
+		return err
 	}
 	var recs []bus.TurnRecord
-	for k := range lister.Keys() {
+	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if err != nil {
 			continue // ended and purged meanwhile
@@ -91,12 +102,13 @@ func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("resume", "[flags] TURN",
-		"Queues a turn again whose node was lost while no node could take it over (the intake\n"+
-			"gave up on it, or it was started before its node went down for good). A node that runs\n"+
-			"turns resumes it from its transcript, as after a node failure. A turn that has ended\n"+
+		"Queues a turn again whose node was lost while no node could take it over (it was\n"+
+			"started on a node that went down for good). A node that runs turns resumes it from its\n"+
+			"transcript, as after a node failure. A turn that has ended, or whose node still beats,\n"+
 			"is refused.", stderr)
 	var bf busFlags
 	bf.register(fs)
+	listen := fs.Duration("listen", 6*time.Second, "how long to listen for the turn's heartbeat first: a turn whose node beats is running, not lost")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -130,6 +142,18 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if rec.State.Ended() {
 		return fmt.Errorf("turn %s has ended (%s): nothing to resume", id, rec.State)
+	}
+	// A node that drives the turn beats three times a lease: queueing the turn again
+	// would have two nodes drive it.
+	beats, err := nc.SubscribeSync(bus.TurnStatusSubject(id, bus.StatusBeat))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = beats.Unsubscribe() }()
+	if m, err := beats.NextMsg(*listen); err == nil {
+		var st bus.TurnStatus
+		_ = json.Unmarshal(m.Data, &st)
+		return fmt.Errorf("turn %s is running on node %s (it beats): nothing to resume", id, st.Node)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
