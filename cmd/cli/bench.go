@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -119,16 +120,27 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// benchNameWidth is where a measurement's name wraps, so the table fits in 120 columns.
+const benchNameWidth = 42
+
 func printBench(w io.Writer, r benchReport) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "measurement\tp50\tp90\tp99\tvalue\tbaseline\tratio\ttarget\t\n")
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "#\tmeasurement\tp50\tp90\tp99\tvalue\tvs\tratio\ttarget\t\n")
 	num := func(v float64) string {
 		if v == 0 {
 			return "-"
 		}
 		return fmt.Sprintf("%.1f", v)
 	}
-	for _, res := range r.Results {
+	// A baseline is named by its row number: its name is in its own row.
+	rowOf := make(map[string]int, len(r.Results))
+	for i, res := range r.Results {
+		if _, dup := rowOf[res.Name]; !dup {
+			rowOf[res.Name] = i + 1
+		}
+	}
+	for i, res := range r.Results {
 		met := ""
 		if res.Met != nil {
 			met = "met"
@@ -136,15 +148,44 @@ func printBench(w io.Writer, r benchReport) {
 				met = "MISSED"
 			}
 		}
-		ratio := "-"
+		ratio, vs := "-", "-"
 		if res.Ratio != 0 {
 			ratio = fmt.Sprintf("%.2f×", res.Ratio)
 		}
-		fmt.Fprintf(tw, "%s (%s)\t%s\t%s\t%s\t%s\t%s\t%s\t%s %s\t\n", res.Name, res.Unit,
-			num(res.P50), num(res.P90), num(res.P99), num(res.Value), res.Baseline, ratio, res.Target, met)
+		if n, ok := rowOf[res.Baseline]; ok && res.Baseline != "" {
+			vs = fmt.Sprintf("#%d", n)
+		}
+		lines := wrapWords(res.Name+" ("+res.Unit+")", benchNameWidth)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, lines[0],
+			num(res.P50), num(res.P90), num(res.P99), num(res.Value), vs, ratio,
+			strings.TrimSpace(strings.Replace(res.Target, " baseline", "", 1)+" "+met))
+		for _, l := range lines[1:] {
+			fmt.Fprintf(tw, "\t  %s\t\t\t\t\t\t\t\t\n", l)
+		}
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "\n%s, %d CPUs. Latencies in microseconds; ratios are against the baseline row measured in this run.\n", r.GoVersion, r.CPUs)
+	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	fmt.Fprintf(w, "\n%s, %d CPUs. Latencies in microseconds; each ratio is against\nthe row numbered under vs, measured in this run.\n", r.GoVersion, r.CPUs)
+}
+
+// wrapWords breaks s into lines of at most width characters, at spaces.
+func wrapWords(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = word
+		case len([]rune(line))+1+len([]rune(word)) <= width:
+			line += " " + word
+		default:
+			lines = append(lines, line)
+			line = word
+		}
+	}
+	return append(lines, line)
 }
 
 // bencher holds the embedded server and node the suite runs against.
