@@ -421,4 +421,10 @@ func openBatch(items []gateway.Item) []gateway.Item {
 	return calls
 }
 
+// usageNote is the transcript item that holds one step's tokens.
+func usageNote(step int, u bus.Usage) gateway.Item {
+	raw, _ := json.Marshal(map[string]any{"type": "toolbus.usage", "step": step, "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens})
+	return gateway.Item{Kind: gateway.KindOpaque, Provider: "toolbus", Raw: raw}
+}
+
 func isNote(it gateway.Item) bool { return it.Kind == gateway.KindOpaque && it.Provider == "toolbus" }

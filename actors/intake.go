@@ -129,6 +129,11 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 	if err != nil {
 		return "", err
 	}
+	if limit := n.nc.MaxPayload(); int64(len(b)) > limit {
+		_ = in.kv.Delete(context.WithoutCancel(ctx), spec.ID)
+		return "", fmt.Errorf("start turn %s: the turn spec is %d bytes, more than the bus carries in one message (%d, the server's max_payload): "+
+			"shorten the input, instructions or script, or raise max_payload on the servers", spec.ID, len(b), limit)
+	}
 	// The message id is this submission's: a retry of it is stored once, and an id
 	// used again after its record was deleted is a new turn, not a duplicate.
 	msgID := fmt.Sprintf("%s@%d", spec.ID, now.UnixNano())

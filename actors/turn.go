@@ -377,6 +377,12 @@ func (t *turn) onModelReply(m *modelReply) {
 	}
 	t.transcript = append(t.transcript, resp.Items...)
 	t.appendTranscript(resp.Items)
+	if t.stepUsage != nil {
+		// The step's tokens, for whoever reads the transcript; gateways skip the item.
+		note := usageNote(t.step, *t.stepUsage)
+		t.transcript = append(t.transcript, note)
+		t.appendTranscript([]gateway.Item{note})
+	}
 	t.text = resp.Text()
 	calls := resp.Calls()
 	if t.text != "" && len(calls) > 0 {

@@ -934,4 +934,14 @@ func TestUsageAddsUp(t *testing.T) {
 	if want := (bus.Usage{InputTokens: 220, OutputTokens: 15}); res.Usage != want {
 		t.Errorf("turn usage %+v, want %+v", res.Usage, want)
 	}
+	// The transcript holds each step's tokens too, in items the gateways skip.
+	var notes []string
+	for _, it := range res.Transcript {
+		if it.Kind == gateway.KindOpaque && it.Provider == "toolbus" {
+			notes = append(notes, string(it.Raw))
+		}
+	}
+	if len(notes) != 2 || !strings.Contains(notes[0], `"input_tokens":100`) || !strings.Contains(notes[1], `"output_tokens":5`) {
+		t.Errorf("usage notes in the transcript: %q", notes)
+	}
 }

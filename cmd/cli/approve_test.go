@@ -86,3 +86,14 @@ func TestApproveFromAnotherShell(t *testing.T) {
 		t.Errorf("approve of no turn: %d %s", code, errOut)
 	}
 }
+
+// A turn spec larger than the bus carries is refused before it is sent, saying so.
+func TestRunRefusesASpecOverMaxPayload(t *testing.T) {
+	rb := startRemoteBus(t, true)
+	ctx := testContext(t)
+	huge := strings.Repeat("be brief. ", 120_000) // 1.2 MB, over the default 1 MiB
+	code, _, errOut := cli(ctx, rb.args("run", "-model", "script:"+writeScript(t, `{"responses":[{"text":"ok"}]}`), "-instructions", huge, "hello")...)
+	if code != exitFailed || !strings.Contains(errOut, "more than the bus carries in one message (1048576, the server's max_payload)") {
+		t.Errorf("exit %d, stderr %.300s", code, errOut)
+	}
+}
