@@ -604,7 +604,9 @@ func TestSoakDurableTurns(t *testing.T) {
 			}
 		}
 	})
-	js, err := jetstream.New(nc)
+	// Read the records through the node that is never killed, each read bounded: a
+	// request sent while a connection is being re-established waits out its context.
+	js, err := jetstream.New(connect(t, steady.url))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -613,10 +615,11 @@ func TestSoakDurableTurns(t *testing.T) {
 	defer cancel()
 	for {
 		states = map[string]int{}
-		kv, err := js.KeyValue(ctx, bus.BucketTurns)
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		kv, err := js.KeyValue(rctx, bus.BucketTurns)
 		if err == nil {
 			for _, id := range ids {
-				e, err := kv.Get(ctx, id)
+				e, err := kv.Get(rctx, id)
 				if err != nil {
 					states["unread"]++
 					continue
@@ -626,6 +629,7 @@ func TestSoakDurableTurns(t *testing.T) {
 				states[string(rec.State)]++
 			}
 		}
+		rcancel()
 		if states["completed"] == n || ctx.Err() != nil {
 			break
 		}
