@@ -375,14 +375,16 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}
-	t.transcript = append(t.transcript, resp.Items...)
-	t.appendTranscript(resp.Items)
 	if t.stepUsage != nil {
-		// The step's tokens, for whoever reads the transcript; gateways skip the item.
+		// The step's tokens, for whoever reads the transcript, just before the response
+		// they paid for (so a turn's transcript still ends with its answer); gateways
+		// skip the item.
 		note := usageNote(t.step, *t.stepUsage)
 		t.transcript = append(t.transcript, note)
 		t.appendTranscript([]gateway.Item{note})
 	}
+	t.transcript = append(t.transcript, resp.Items...)
+	t.appendTranscript(resp.Items)
 	t.text = resp.Text()
 	calls := resp.Calls()
 	if t.text != "" && len(calls) > 0 {
