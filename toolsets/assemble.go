@@ -148,8 +148,6 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 		}
 	}
 	if profile != nil && policy.Kind != bus.TurnTask {
-		type key struct{ namespace, name string }
-		seen := make(map[key]string)
 		for _, ref := range profile.Namespaces {
 			if cat == nil {
 				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: this node has no catalog of the bus", ref.Name))
@@ -160,18 +158,28 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: %v", ref.Name, err))
 				continue
 			}
+			// Names are unique within a category; only a namespace that several
+			// categories serve can hold one tool twice.
+			var served map[string]string // tool name → category, for such a namespace
+			for _, s := range ns {
+				if s.Category != ns[0].Category {
+					served = make(map[string]string, len(ns))
+					break
+				}
+			}
 			for _, s := range ns {
 				if Builtin(s.Category) {
 					kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s is left out: it claims the built-in category %s", s.QualifiedName(), s.Category))
 					continue
 				}
-				// Two categories may publish one tool in one namespace; the first
-				// (by category name) serves it, and the turn still runs.
-				if first, dup := seen[key{s.Namespace, s.Name}]; dup {
-					kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s of category %s is left out: category %s serves it already", s.QualifiedName(), s.Category, first))
-					continue
+				if served != nil {
+					// The first (by category name) serves it, and the turn still runs.
+					if first, dup := served[s.Name]; dup {
+						kit.Notes = append(kit.Notes, fmt.Sprintf("tool %s of category %s is left out: category %s serves it already", s.QualifiedName(), s.Category, first))
+						continue
+					}
+					served[s.Name] = s.Category
 				}
-				seen[key{s.Namespace, s.Name}] = s.Category
 				specs = append(specs, s)
 			}
 		}
