@@ -63,13 +63,19 @@ const (
 // Deferred reports whether the namespace's tools wait behind tool search.
 func (r NamespaceRef) Deferred() bool { return r.Load != LoadUpfront }
 
-// profileSchemas are the document schemas, by version.
-var profileSchemas = map[int]*schema.Schema{
-	1: schema.MustFromJSON([]byte(`{
+// profileSchema is the document schema of a version: the fields of every version up to it
+// (version 2 added approvals), and nothing else.
+func profileSchema(version int) *schema.Schema {
+	approvals := ""
+	if version >= 2 {
+		approvals = `"approvals": {"enum": ["never", "destructive", "writes"]},`
+	}
+	return schema.MustFromJSON([]byte(fmt.Sprintf(`{
   "type": "object",
   "properties": {
-    "version": {"const": 1},
+    "version": {"const": %d},
     "agent": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
+    %s
     "namespaces": {
       "type": "array",
       "items": {
@@ -85,30 +91,11 @@ var profileSchemas = map[int]*schema.Schema{
   },
   "required": ["version", "agent"],
   "additionalProperties": false
-}`)),
-	2: schema.MustFromJSON([]byte(`{
-  "type": "object",
-  "properties": {
-    "version": {"const": 2},
-    "agent": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
-    "approvals": {"enum": ["never", "destructive", "writes"]},
-    "namespaces": {
-      "type": "array",
-      "items": {
-        "type": "object",
-        "properties": {
-          "name": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9_-]+$"},
-          "load": {"enum": ["deferred", "upfront"]}
-        },
-        "required": ["name"],
-        "additionalProperties": false
-      }
-    }
-  },
-  "required": ["version", "agent"],
-  "additionalProperties": false
-}`)),
+}`, version, approvals)))
 }
+
+// profileSchemas are the document schemas, by version.
+var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2)}
 
 // ProfileError refuses a profile document, naming each problem by its JSON pointer.
 type ProfileError struct {
