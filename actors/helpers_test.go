@@ -4,24 +4,7 @@ import (
 	"bytes"
 	"log/slog"
 	"sync"
-	"testing"
-	"time"
 )
-
-// checkFor calls f every `every` until it returns nil or `total` has passed, then fails
-// the test with f's last error (as nats.go's test helper does).
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(every)
-	}
-	t.Fatal(err)
-}
 
 // logBuffer is a slog destination tests can read while actors write to it.
 type logBuffer struct {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/wait"
 )
 
 // TestHostRestartsAfterItsConnectionCloses closes a host's connection from outside: the
@@ -70,7 +71,7 @@ func TestHostRestartsAfterItsConnectionCloses(t *testing.T) {
 
 	hostConn := n.connByName(t, "toolbus-host-sup@n1")
 	hostConn.Close()
-	checkFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+	wait.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if !strings.Contains(logs.String(), "category host restarted") {
 			return errors.New("the host was not restarted; log:\n" + logs.String())
 		}

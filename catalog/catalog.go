@@ -176,17 +176,13 @@ func (c *Catalog) gather(ctx context.Context) ([]micro.Info, error) {
 	)
 	inbox := c.nc.NewRespInbox()
 	sub, err := c.nc.Subscribe(inbox, func(m *nats.Msg) {
+		// Every answer, a toolbus category's or not, shows that answers still come.
 		var info micro.Info
-		if json.Unmarshal(m.Data, &info) != nil || !strings.HasPrefix(info.Name, bus.CategoryService("")) {
-			select {
-			case got <- struct{}{}:
-			default:
-			}
-			return
+		if json.Unmarshal(m.Data, &info) == nil && strings.HasPrefix(info.Name, bus.CategoryService("")) {
+			mu.Lock()
+			infos = append(infos, info)
+			mu.Unlock()
 		}
-		mu.Lock()
-		infos = append(infos, info)
-		mu.Unlock()
 		select {
 		case got <- struct{}{}:
 		default:

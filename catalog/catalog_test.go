@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -338,7 +339,7 @@ func TestCatalogWatchHearsAnnouncements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !cat.Refreshed() {
 			return errors.New("no first refresh")
 		}
@@ -352,32 +353,18 @@ func TestCatalogWatchHearsAnnouncements(t *testing.T) {
 		}
 	}
 	announce(bus.CatalogUp)
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := cat.Namespace("crm")
 		return err
 	})
 	stop()
 	announce(bus.CatalogDown)
-	checkFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if _, err := cat.Namespace("crm"); !errors.Is(err, ErrNotServed) {
 			return fmt.Errorf("crm still in the catalog: %v", err)
 		}
 		return nil
 	})
-}
-
-// checkFor calls f every `every` until it returns nil or `total` has passed.
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(every)
-	}
-	t.Fatal(err)
 }
 
 func BenchmarkNamespaceLookup(b *testing.B) {

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/wait"
 )
 
 func TestMain(m *testing.M) {
@@ -615,7 +616,7 @@ func alive(pid int) bool {
 // waitFor waits until the command has created file.
 func waitFor(t *testing.T, file string) {
 	t.Helper()
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		_, err := os.Stat(file)
 		return err
 	})
@@ -642,7 +643,7 @@ func TestRunCommandCancelKillsProcessTree(t *testing.T) {
 				done <- outcome{res, err}
 			}()
 			waitFor(t, filepath.Join(home, "started"))
-			checkFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
+			wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
 			cancel()
 			o := <-done
 			if o.err != nil {

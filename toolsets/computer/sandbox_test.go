@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/wait"
 )
 
 // modes are the sandbox modes the command tests run in.
@@ -27,21 +28,6 @@ func inMode(mode SandboxMode) Config {
 	c := testConfig
 	c.Sandbox.Mode = mode
 	return c
-}
-
-// checkFor calls f every `every` until it returns nil or total has passed, then fails the
-// test with f's last error (as nats.go's test helper does).
-func checkFor(t testing.TB, total, every time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for time.Now().Before(deadline) {
-		if err = f(); err == nil {
-			return
-		}
-		time.Sleep(every)
-	}
-	t.Fatal(err)
 }
 
 // newMarker is a sleep duration no other process uses: 300 s and some random fraction.
@@ -86,7 +72,7 @@ func sleepers(marker string, n int) error {
 // noneLeft waits until no process of the host holds marker in its command line.
 func noneLeft(t *testing.T, marker string) {
 	t.Helper()
-	checkFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if left := processes(marker); len(left) > 0 {
 			return fmt.Errorf("processes outlived the call: %v", left)
 		}
@@ -292,7 +278,7 @@ func TestSandboxLeavesNothingRunning(t *testing.T) {
 			done <- res
 		}()
 		// The three detached sleeps and the command's own run, seen from outside.
-		checkFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 4) })
+		wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 4) })
 		cancel()
 		res := <-done
 		if d := details[CommandDetails](t, res); !d.Cancelled {
