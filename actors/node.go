@@ -205,7 +205,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer}
+	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js}
 	if slices.Contains(cfg.Categories, computer.Category) {
 		logSandbox(n.log, cfg.Computer)
 	}

@@ -6,27 +6,31 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // ProfileVersion is the newest profile document version this build reads and writes.
 // Each version keeps its own schema below, so stored documents of an older version stay
 // readable when a newer one adds fields.
-const ProfileVersion = 2
+const ProfileVersion = 3
 
 // Profile is an agent's profile: one JSON document per agent in the KV bucket
 // bus.BucketAgents, under the agent's id. No profile means built-in tools only.
 //
 // Version 1 holds the external namespaces the agent's main turns include; version 2 adds
-// the approval policy. The design's other fields (web providers, skills, brain, jobs,
-// sandbox) come in later versions with the features that use them.
+// the approval policy; version 3 adds web providers, skills, the brain, background jobs
+// and schedules. A profile holds no secret: provider keys are the web host's own
+// configuration.
 type Profile struct {
 	Version int    `json:"version"`
 	Agent   string `json:"agent"`
@@ -37,7 +41,45 @@ type Profile struct {
 	// ApproveNever (the default), ApproveDestructive or ApproveWrites (every tool that
 	// is not read-only).
 	Approvals string `json:"approvals,omitempty"`
+
+	// Web binds the web tools: web_search exists in the agent's turns only when Search
+	// names a provider, web_fetch only when Fetch is set.
+	Web *web.Binding `json:"web,omitempty"`
+	// Skills are the enabled skills, by folder name under the agent home's skills/.
+	Skills []string `json:"skills,omitempty"`
+	// Brain enables the agent's knowledge store (recall, get_page).
+	Brain bool `json:"brain,omitempty"`
+	// Jobs says whether the agent's main turns may start background jobs, and their limits.
+	Jobs *JobsPolicy `json:"jobs,omitempty"`
+	// Schedules says whether the agent's main turns may create schedules, and what a
+	// firing does while the turn it started last still runs.
+	Schedules *SchedulesPolicy `json:"schedules,omitempty"`
 }
+
+// JobsPolicy is whether and how much an agent's main turns may start background jobs.
+type JobsPolicy struct {
+	Spawn bool `json:"spawn"`
+	// MaxRunning bounds the agent's jobs running at once; 0 means the default.
+	MaxRunning int `json:"max_running,omitempty"`
+	// MaxPerHour bounds the jobs the agent starts in any hour; 0 means the default.
+	MaxPerHour int `json:"max_per_hour,omitempty"`
+	// Keep is how long a finished job's result is kept (a Go duration); "" is the default.
+	Keep string `json:"keep,omitempty"`
+}
+
+// SchedulesPolicy is whether an agent's main turns may create schedules.
+type SchedulesPolicy struct {
+	Enabled bool `json:"enabled"`
+	// Overlap is OverlapSkip (the default) or OverlapQueue: what a firing does while the
+	// turn the schedule started last is still running.
+	Overlap string `json:"overlap,omitempty"`
+}
+
+// Overlap policies of schedules.
+const (
+	OverlapSkip  = "skip"
+	OverlapQueue = "queue"
+)
 
 // Approval policies of a profile.
 const (
@@ -70,6 +112,54 @@ func profileSchema(version int) *schema.Schema {
 	if version >= 2 {
 		approvals = `"approvals": {"enum": ["never", "destructive", "writes"]},`
 	}
+	if version >= 3 {
+		approvals += `
+    "web": {
+      "type": "object",
+      "properties": {
+        "search": {
+          "type": "object",
+          "properties": {
+            "provider": {"enum": ["searxng", "brave", "tavily"]},
+            "url": {"type": "string", "minLength": 1, "maxLength": 2048}
+          },
+          "required": ["provider"],
+          "additionalProperties": false
+        },
+        "fetch": {
+          "type": "object",
+          "properties": {"allow_private": {"type": "boolean"}},
+          "additionalProperties": false
+        }
+      },
+      "additionalProperties": false
+    },
+    "skills": {
+      "type": "array",
+      "items": {"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]*$"}
+    },
+    "brain": {"type": "boolean"},
+    "jobs": {
+      "type": "object",
+      "properties": {
+        "spawn": {"type": "boolean"},
+        "max_running": {"type": "integer", "minimum": 0, "maximum": 1000},
+        "max_per_hour": {"type": "integer", "minimum": 0, "maximum": 100000},
+        "keep": {"type": "string", "maxLength": 32}
+      },
+      "required": ["spawn"],
+      "additionalProperties": false
+    },
+    "schedules": {
+      "type": "object",
+      "properties": {
+        "enabled": {"type": "boolean"},
+        "overlap": {"enum": ["skip", "queue"]}
+      },
+      "required": ["enabled"],
+      "additionalProperties": false
+    },`
+	}
 	return schema.MustFromJSON([]byte(fmt.Sprintf(`{
   "type": "object",
   "properties": {
@@ -95,7 +185,7 @@ func profileSchema(version int) *schema.Schema {
 }
 
 // profileSchemas are the document schemas, by version.
-var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2)}
+var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2), 3: profileSchema(3)}
 
 // ProfileError refuses a profile document, naming each problem by its JSON pointer.
 type ProfileError struct {
@@ -179,8 +269,46 @@ func (p *Profile) check() error {
 			pe.Problems = append(pe.Problems, Problem{path, fmt.Sprintf("namespace %q is named twice", ns.Name)})
 		}
 	}
+	if p.Web != nil && p.Web.Search != nil {
+		if err := checkProviderURL(p.Web.Search); err != nil {
+			pe.Problems = append(pe.Problems, Problem{"/web/search/url", err.Error()})
+		}
+	}
+	for i, name := range p.Skills {
+		if slices.Contains(p.Skills[:i], name) {
+			pe.Problems = append(pe.Problems, Problem{fmt.Sprintf("/skills/%d", i), fmt.Sprintf("skill %q is named twice", name)})
+		}
+	}
+	if p.Jobs != nil && p.Jobs.Keep != "" {
+		if d, err := time.ParseDuration(p.Jobs.Keep); err != nil || d < time.Minute {
+			pe.Problems = append(pe.Problems, Problem{"/jobs/keep", fmt.Sprintf("%q is not a duration of a minute or more (write it as Go does: 90m, 24h)", p.Jobs.Keep)})
+		}
+	}
 	if len(pe.Problems) > 0 {
 		return pe
+	}
+	return nil
+}
+
+// checkProviderURL checks a search binding's endpoint: http(s), a host, no credentials
+// (a key is the web host's configuration, never the profile's).
+func checkProviderURL(b *web.SearchBinding) error {
+	if b.URL == "" {
+		if b.Provider == web.SearXNG {
+			return errors.New("a SearXNG binding needs the instance's URL")
+		}
+		return nil
+	}
+	u, err := url.Parse(b.URL)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("%q is not an http or https URL", b.URL)
+	case u.Host == "":
+		return fmt.Errorf("%q has no host", b.URL)
+	case u.User != nil:
+		return errors.New("the URL holds credentials; give a provider's key to the web host instead (docs/operations.md)")
 	}
 	return nil
 }

@@ -18,6 +18,11 @@ type Handles struct {
 	// Todos is the todo bucket.
 	Todos    jetstream.KeyValue
 	Computer computer.Config
+	// JS is the node's JetStream, for categories that keep state there.
+	JS jetstream.JetStream
+	// Profiles is the agent profile store, for categories whose tools follow the
+	// calling agent's profile (web providers, job limits).
+	Profiles *Profiles
 }
 
 // category is one built-in tool category: its specs for turns, its tools for hosts, and
