@@ -25,19 +25,56 @@ func (t *turn) hold(pc *pendingCall, timeout time.Duration) {
 	t.seqRunning = pc.tool.Mode == toolbus.Sequential
 	sys, self, id := t.sys, t.self, pc.wireID
 	pc.timer = time.AfterFunc(timeout, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
-	b, err := json.Marshal(t.approvalRequest(pc))
-	if err == nil {
-		err = t.cfg.Conn.Publish(bus.ApprovalSubject(t.cfg.Spec.ID, pc.wireID), b)
+	// The person deciding should see what the call would do in the host's own words; the
+	// host answers that off the mailbox, and the request goes out with what it said.
+	req, nc, log := t.approvalRequest(pc), t.cfg.Conn, t.log
+	wait := min(describePatience, time.Until(pc.deadline))
+	go func() {
+		req.Label = askLabel(nc, pc.tool.Category, req.Tool, req.Args, wait)
+		if req.Label != "" {
+			sys.Root.Send(self, &callLabelled{wireID: id, label: req.Label})
+		}
+		b, err := json.Marshal(req)
+		if err == nil {
+			err = nc.Publish(bus.ApprovalSubject(req.Turn, req.Call), b)
+		}
+		if err != nil {
+			log.Warn("publish approval request", "call", req.Call, "err", err)
+		}
+	}()
+}
+
+// describePatience bounds how long a held call's approval request waits for its host's
+// label; past it the request goes out without one.
+const describePatience = 2 * time.Second
+
+// callLabelled gives a held call the label its host described it with.
+type callLabelled struct {
+	wireID, label string
+}
+
+// askLabel asks the tool's host for the call's activity label; "" when no host answers
+// in time (a foreign host that does not describe, or none at all).
+func askLabel(nc *nats.Conn, category, tool string, args json.RawMessage, wait time.Duration) string {
+	if wait <= 0 {
+		return ""
 	}
+	msg, err := nc.Request(bus.DescribeSubject(category, tool), args, wait)
 	if err != nil {
-		t.log.Warn("publish approval request", "call", pc.wireID, "err", err)
+		return ""
 	}
+	var d bus.Description
+	if json.Unmarshal(msg.Data, &d) != nil || d.Error != "" {
+		return ""
+	}
+	return d.Label
 }
 
 func (t *turn) approvalRequest(pc *pendingCall) bus.ApprovalRequest {
 	return bus.ApprovalRequest{
 		Turn: t.cfg.Spec.ID, Call: pc.wireID, Agent: t.cfg.Spec.Agent, Tool: pc.tool.Name, Namespace: pc.tool.Namespace,
 		Args: pc.args, ArgsHash: pc.argsHash, Destructive: pc.tool.Destructive, ReadOnly: pc.tool.ReadOnly, Deadline: pc.deadline,
+		Label: pc.label,
 	}
 }
 

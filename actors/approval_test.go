@@ -83,7 +83,8 @@ func TestApprovals(t *testing.T) {
 		},
 	})
 	write := toolbus.MustDefine(toolbus.Def[valueArgs]{
-		Spec: toolbus.Spec{Name: "write", Category: "ap", Destructive: true, Timeout: 2 * time.Second},
+		Spec:             toolbus.Spec{Name: "write", Category: "ap", Destructive: true, Timeout: 2 * time.Second},
+		DescribeActivity: func(a valueArgs) string { return "Overwriting " + a.V },
 		Execute: func(_ context.Context, _ toolbus.Call, a valueArgs) (toolbus.Result, error) {
 			writes.Add(1)
 			written.Store(a.V)
@@ -100,7 +101,8 @@ func TestApprovals(t *testing.T) {
 
 	t.Run("granted for the exact arguments", func(t *testing.T) {
 		res := approvalTurn(t, h, tools, func(nc *nats.Conn, req bus.ApprovalRequest) {
-			if string(req.Args) != `{"v":"a"}` || !req.Destructive || req.Tool != "write" || req.Agent != "ann" {
+			// The host's label comes with the request, for the person deciding.
+			if string(req.Args) != `{"v":"a"}` || !req.Destructive || req.Tool != "write" || req.Agent != "ann" || req.Label != "Overwriting a" {
 				t.Errorf("request %+v", req)
 			}
 			// A decision for other arguments is turned down, and the call stays held.
@@ -110,7 +112,7 @@ func TestApprovals(t *testing.T) {
 			}
 			// Asking shows the request; approving its hash lets the call run.
 			r = decide(t, nc, req.Turn, req.Call, bus.Approval{})
-			if r.Request == nil || r.Request.ArgsHash != req.ArgsHash {
+			if r.Request == nil || r.Request.ArgsHash != req.ArgsHash || r.Request.Label != "Overwriting a" {
 				t.Errorf("asked: %+v", r)
 				return
 			}

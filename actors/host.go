@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -93,9 +94,12 @@ type host struct {
 	failed   atomic.Bool // this incarnation reported its failure
 	svc      micro.Service
 	abortSub *nats.Subscription
-	startErr error
-	slots    chan struct{}
-	stats    map[string]*endpointStats
+	// describeSub answers what a call would do (its activity label) without running it.
+	describeSub *nats.Subscription
+	startErr    error
+	slots       chan struct{}
+	stats       map[string]*endpointStats
+	agents      *turnAgents
 
 	mu sync.Mutex
 	// inflight maps turn → call → cancel, for aborts.
@@ -259,6 +263,7 @@ func (h *host) start() error {
 		return err
 	}
 	h.cfg.Conn = nc
+	h.agents = newTurnAgents(nc)
 	nc.SetClosedHandler(func(*nats.Conn) { h.fail(errors.New("its connection closed")) })
 	specs := make([]*toolbus.Spec, len(h.cfg.Tools))
 	tools := make(map[*toolbus.Spec]*toolbus.Tool, len(h.cfg.Tools))
@@ -307,12 +312,43 @@ func (h *host) start() error {
 		return fmt.Errorf("subscribe to aborts: %w", err)
 	}
 	h.abortSub = sub
+	byName := make(map[string]*toolbus.Tool, len(h.cfg.Tools))
+	for _, t := range h.cfg.Tools {
+		byName[t.Name] = t
+	}
+	dsub, err := h.cfg.Conn.QueueSubscribe(bus.DescribeSubjects(h.cfg.Category), bus.CategoryService(h.cfg.Category), func(m *nats.Msg) {
+		_ = m.Respond(describe(byName, m))
+	})
+	if err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("subscribe to describe requests: %w", err)
+	}
+	h.describeSub = dsub
 	// Interest must reach the server before anyone is told the host is up.
 	if err := h.cfg.Conn.Flush(); err != nil {
 		return err
 	}
 	h.announce(bus.CatalogUp)
 	return nil
+}
+
+// describe answers a describe request: the activity label of a call with the request's
+// arguments. Labels are descriptions, not checks: arguments the tool would refuse still
+// get one, and a label function that panics gets the tool's name.
+func describe(tools map[string]*toolbus.Tool, m *nats.Msg) []byte {
+	var d bus.Description
+	name := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+	if t := tools[name]; t == nil {
+		d.Error = "no tool " + name + " in this category"
+	} else {
+		d.Label = t.Name
+		func() {
+			defer func() { _ = recover() }()
+			d.Label = t.ActivityLabel(m.Data)
+		}()
+	}
+	b, _ := json.Marshal(d)
+	return b
 }
 
 // announce tells catalogs that the host started or is stopping.
@@ -333,6 +369,10 @@ func (h *host) stop() {
 	if h.abortSub != nil {
 		_ = h.abortSub.Unsubscribe()
 		h.abortSub = nil
+	}
+	if h.describeSub != nil {
+		_ = h.describeSub.Unsubscribe()
+		h.describeSub = nil
 	}
 	if h.svc != nil {
 		_ = h.svc.Stop()
@@ -409,17 +449,6 @@ func (h *host) begin(m *hostCall) {
 			Error: "deadline already past on arrival (" + bus.FormatDeadline(req.Deadline) + "); the tool did not run"})
 		return
 	}
-	switch {
-	case h.cfg.Home != "":
-		call.Home = h.cfg.Home
-	case h.cfg.HomeRoot != "":
-		agent := call.Agent
-		if agent == "" {
-			agent = "default"
-		}
-		call.Home = filepath.Join(h.cfg.HomeRoot, agent)
-	}
-
 	// Aborts cancel with their reason as the cause; the deadline sits below.
 	actx, cancel := context.WithCancelCause(context.Background())
 	cctx, cancelDeadline := context.WithDeadline(actx, call.Deadline)
@@ -445,7 +474,16 @@ func (h *host) begin(m *hostCall) {
 		defer h.wg.Done()
 		defer cancel(nil)
 		defer cancelDeadline()
-		h.run(cctx, call, m)
+		if err := h.identify(cctx, &call); err != nil {
+			outcome := bus.OutcomeUnavailable
+			if errors.Is(err, ErrAgentMismatch) {
+				outcome = bus.OutcomeInvalid
+			}
+			st.errors.Add(1)
+			h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: outcome, Error: err.Error()})
+		} else {
+			h.run(cctx, call, m)
+		}
 		if call.Turn != "" {
 			h.mu.Lock()
 			calls := h.inflight[call.Turn]
@@ -456,6 +494,26 @@ func (h *host) begin(m *hostCall) {
 			h.mu.Unlock()
 		}
 	}()
+}
+
+// identify settles whose call it is (the turn's stored agent, see turnAgents) and so
+// the home it runs in. The home never comes from the bus.
+func (h *host) identify(ctx context.Context, call *toolbus.Call) error {
+	agent, err := h.agents.resolve(ctx, call.Turn, call.Agent)
+	if err != nil {
+		return err
+	}
+	call.Agent = agent
+	switch {
+	case h.cfg.Home != "":
+		call.Home = h.cfg.Home
+	case h.cfg.HomeRoot != "":
+		if agent == "" {
+			agent = "default"
+		}
+		call.Home = filepath.Join(h.cfg.HomeRoot, agent)
+	}
+	return nil
 }
 
 // run executes one call and replies. It never panics.

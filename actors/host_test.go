@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -125,5 +126,81 @@ func TestHostReadsRequestHeaders(t *testing.T) {
 	// Only the accepted calls ran: four writes and four peeks.
 	if w, p := wrote.Load(), peeked.Load(); w != 4 || p != 4 {
 		t.Errorf("write ran %d times, peek %d; want 4 and 4", w, p)
+	}
+}
+
+// TestHostTakesAgentFromStoredTurn: a call of a durable turn runs for the agent in the
+// turn's stored spec, whatever the Toolbus-Agent header says; a header that names
+// another agent is refused; a turn without a record goes by its header.
+func TestHostTakesAgentFromStoredTurn(t *testing.T) {
+	var ran atomic.Int32
+	whoami := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Spec: toolbus.Spec{Name: "whoami", Category: "test", ReadOnly: true},
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			ran.Add(1)
+			return toolbus.TextResult("agent=" + c.Agent), nil
+		},
+	})
+	h := newHarness(t, whoami)
+	nc, err := h.srv.Connect("direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := bus.KeyValue(ctx, js, bus.BucketTurns, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(bus.TurnRecord{Spec: bus.TurnSpec{ID: "t-ann", Agent: "ann"}, State: bus.TurnRunning})
+	if _, err := kv.Put(ctx, "t-ann", rec); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name, turn, agent string
+		outcome           bus.Outcome
+		text              string // the result's text, or the start of the error
+	}{
+		{"stored, no header", "t-ann", "", bus.OutcomeOK, "agent=ann"},
+		{"stored, same header", "t-ann", "ann", bus.OutcomeOK, "agent=ann"},
+		{"stored, another agent claimed", "t-ann", "bob", bus.OutcomeInvalid,
+			`the request's agent is not its turn's: turn t-ann is agent "ann"'s (its stored spec), the request says "bob"`},
+		{"no record", "t-ephemeral", "bob", bus.OutcomeOK, "agent=bob"},
+		{"no turn", "", "bob", bus.OutcomeOK, "agent=bob"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := nats.NewMsg(bus.ToolSubject("test", "whoami"))
+			if tc.turn != "" {
+				m.Header.Set(bus.HeaderTurn, tc.turn)
+			}
+			if tc.agent != "" {
+				m.Header.Set(bus.HeaderAgent, tc.agent)
+			}
+			res, err := nc.RequestMsg(m, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r bus.ToolReply
+			if err := json.Unmarshal(res.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			got := r.Error
+			if r.Outcome == bus.OutcomeOK && len(r.Content) > 0 {
+				got = r.Content[0].Text
+			}
+			if r.Outcome != tc.outcome || got != tc.text {
+				t.Errorf("outcome %s, %q; want %s, %q", r.Outcome, got, tc.outcome, tc.text)
+			}
+		})
+	}
+	if n := ran.Load(); n != 4 {
+		t.Errorf("whoami ran %d times, want 4 (the refused call must not run)", n)
 	}
 }

@@ -161,6 +161,7 @@ type pendingCall struct {
 	// flight, against its deadline. approved: it got one, for argsHash.
 	held, approved bool
 	argsHash       string
+	label          string // the host's activity label for a held call
 	deadline       time.Time
 	// resumed: the output was read back with the transcript a resumed turn started from,
 	// so the turn's transcript holds it already.
@@ -256,6 +257,10 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.abandonRunning()
 	case *localDone:
 		t.onLocalDone(m)
+	case *callLabelled:
+		if pc := t.byWire[m.wireID]; pc != nil {
+			pc.label = m.label
+		}
 	case *checkpointed:
 		t.onCheckpointed()
 	case *handBack:

@@ -136,6 +136,15 @@ type ApprovalRequest struct {
 	Destructive bool      `json:"destructive,omitempty"`
 	ReadOnly    bool      `json:"read_only,omitempty"`
 	Deadline    time.Time `json:"deadline"`
+	// Label is the activity label the tool's host gives the call ("Deleting notes.txt"),
+	// when the host answers a describe request (see [DescribeSubject]) in time.
+	Label string `json:"label,omitempty"`
+}
+
+// Description answers a describe request: the call's activity label, or why there is none.
+type Description struct {
+	Label string `json:"label,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // Approval answers a held call, as a request on [ApproveSubject]. Without Decision it

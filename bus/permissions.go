@@ -32,7 +32,7 @@ func replyOnce() *server.ResponsePermission {
 func TurnPermissions() *server.Permissions {
 	return WithJetStream(&server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllAborts, AllStatuses, AllApprovals, AllTranscripts, AllIntake, allServices,
+			AllTools, AllDescribes, AllAborts, AllStatuses, AllApprovals, AllTranscripts, AllIntake, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			inboxes, AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
@@ -50,13 +50,30 @@ func ToolPermissions(categories ...string) *server.Permissions {
 	sub := []string{AllAborts, "$SRV.PING", "$SRV.INFO", "$SRV.STATS"}
 	for _, c := range categories {
 		svc := CategoryService(c)
-		sub = append(sub, CategorySubjects(c), "$SRV.*."+svc, "$SRV.*."+svc+".*")
+		sub = append(sub, CategorySubjects(c), DescribeSubjects(c), "$SRV.*."+svc, "$SRV.*."+svc+".*")
 	}
+	// A host reads turn records, and nothing else of them, to take a call's agent from
+	// its turn's stored spec rather than from a header.
+	sub = append(sub, inboxes)
+	pub := append([]string{AllResults, AllEvents, CatalogChanged}, jsGet(kvStream(BucketTurns))...)
 	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{AllResults, AllEvents, CatalogChanged}},
+		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},
 		Response:  replyOnce(), // micro PING/INFO/STATS replies go to the requester's inbox
 	}
+}
+
+// jsGet lists what reading single messages (keys) of streams needs, without consumers.
+func jsGet(streams ...string) []string {
+	var out []string
+	for _, s := range streams {
+		out = append(out,
+			"$JS.API.STREAM.INFO."+s,
+			"$JS.API.STREAM.MSG.GET."+s,
+			"$JS.API.DIRECT.GET."+s, "$JS.API.DIRECT.GET."+s+".>",
+		)
+	}
+	return out
 }
 
 // withTodoStore returns a copy of p that may use the todo bucket alone:

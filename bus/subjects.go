@@ -40,7 +40,19 @@ const (
 	AllTranscripts = Prefix + ".transcript.>"
 	AllNodeStarts  = Prefix + ".node.*.turn.start"
 	AllIntake      = Prefix + ".intake.>"
+	AllDescribes   = Prefix + ".describe.>" // activity labels asked of hosts
 )
+
+// DescribeSubject is where a category host answers what a call of one of its tools
+// would do, as its activity label, without running it: "toolbus.describe.<category>.<tool>".
+// The request's body is the arguments; the reply is a [Description]. A turn asks it for a
+// call held for approval, so the person deciding sees the label the host would show.
+func DescribeSubject(category, tool string) string {
+	return Prefix + ".describe." + category + "." + tool
+}
+
+// DescribeSubjects matches the describe subjects of a category.
+func DescribeSubjects(category string) string { return Prefix + ".describe." + category + ".*" }
 
 // IntakeAny is the intake subject of a turn any node may run:
 // "toolbus.intake.any.<turn>".

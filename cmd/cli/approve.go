@@ -100,7 +100,11 @@ func describeApproval(req bus.ApprovalRequest) string {
 	if req.Destructive {
 		effect = "destructive"
 	}
-	return fmt.Sprintf("%s (%s) with %s — held for approval until %s", name, effect, req.Args, req.Deadline.Local().Format("15:04:05"))
+	what := ""
+	if req.Label != "" && req.Label != req.Tool {
+		what = ": " + req.Label
+	}
+	return fmt.Sprintf("%s (%s)%s, with %s — held for approval until %s", name, effect, what, req.Args, req.Deadline.Local().Format("15:04:05"))
 }
 
 // approver answers the approval requests of the turn `run` follows: on a terminal it

@@ -47,7 +47,7 @@ func TestApproveFromAnotherShell(t *testing.T) {
 		decision []string
 		want     []string
 	}{
-		{"approved", nil, []string{"waiting for approval: run_command (destructive) with {\"command\":\"echo approved-run\"}", "✓ Ran `echo approved-run` (exit 0", "completed"}},
+		{"approved", nil, []string{"waiting for approval: run_command (destructive): Running `echo approved-run`, with {\"command\":\"echo approved-run\"}", "✓ Ran `echo approved-run` (exit 0", "completed"}},
 		{"refused", []string{"-refuse", "-reason", "not on a Friday"}, []string{"✗ run_command: call refused by", "not on a Friday", "completed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +67,7 @@ func TestApproveFromAnotherShell(t *testing.T) {
 				t.Fatal("no approval request")
 			}
 			args := append(append(append([]string{"approve"}, creds...), tc.decision...), req.Turn, req.Call)
-			if code, out, errOut := cli(ctx, args...); code != exitOK || !strings.Contains(errOut, "run_command (destructive) with {\"command\":\"echo approved-run\"}") {
+			if code, out, errOut := cli(ctx, args...); code != exitOK || !strings.Contains(errOut, "run_command (destructive): Running `echo approved-run`, with {\"command\":\"echo approved-run\"}") {
 				t.Fatalf("approve: %d\n%s\n%s", code, out, errOut)
 			}
 			r := <-done

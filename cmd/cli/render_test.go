@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"regexp"
 	"strconv"
 	"strings"
@@ -240,5 +241,26 @@ func TestRendererPlainShowsNoWait(t *testing.T) {
 	r.done(bus.TurnStatus{State: bus.TurnCompleted, Step: 1, Text: "Done."}, time.Second)
 	if want := "turn T1 on node n1\n\nDone.\n\ncompleted · 1 step · 0 calls · 1.0s\n"; out.String() != want {
 		t.Errorf("output %q, want %q", out.String(), want)
+	}
+}
+
+func TestDescribeApproval(t *testing.T) {
+	deadline := time.Date(2026, 11, 30, 21, 0, 0, 0, time.Local)
+	for _, tc := range []struct {
+		req  bus.ApprovalRequest
+		want string
+	}{
+		{
+			bus.ApprovalRequest{Tool: "delete_file", Args: json.RawMessage(`{"path":"notes.txt"}`), Destructive: true, Deadline: deadline, Label: "Deleting notes.txt"},
+			`delete_file (destructive): Deleting notes.txt, with {"path":"notes.txt"} — held for approval until 21:00:00`,
+		},
+		{
+			bus.ApprovalRequest{Tool: "update", Namespace: "crm", Args: json.RawMessage(`{"id":7}`), Deadline: deadline},
+			`crm.update (changes things), with {"id":7} — held for approval until 21:00:00`,
+		},
+	} {
+		if got := describeApproval(tc.req); got != tc.want {
+			t.Errorf("describeApproval:\n got %s\nwant %s", got, tc.want)
+		}
 	}
 }

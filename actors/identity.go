@@ -1,0 +1,158 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// turnAgents tells a host whose call it runs. A durable turn's agent is the one in its
+// stored spec (the TurnRecord in bus.BucketTurns), written by the node that took the
+// turn from the intake; a Toolbus-Agent header, which anyone who may send tool requests
+// can set, cannot claim another agent's home or profile for such a turn. A call of a turn
+// with no record (an ephemeral turn of a program, a direct request) goes by its header.
+type turnAgents struct {
+	js jetstream.JetStream
+
+	mu      sync.Mutex
+	kv      jetstream.KeyValue
+	missing time.Time // when the bucket was last found missing
+	// failed is when opening the bucket last failed, with why: calls are refused at once
+	// until unstoredPatience has passed, not each after its own wait.
+	failed  time.Time
+	failErr error
+	known   map[string]turnAgent
+}
+
+// turnAgent is what a host learned of one turn.
+type turnAgent struct {
+	agent  string
+	stored bool      // from the turn's record; never changes
+	at     time.Time // when a turn without a record was last looked up
+}
+
+const (
+	// unstoredPatience is how long a turn found without a record goes by its header
+	// before the host looks again: an ephemeral turn costs one lookup per interval, not
+	// one per call.
+	unstoredPatience = 5 * time.Second
+	// maxKnownTurns bounds what a host remembers; past it, it starts over.
+	maxKnownTurns = 4096
+)
+
+func newTurnAgents(nc *nats.Conn) *turnAgents {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		js = nil // no JetStream context: every call goes by its header
+	}
+	return &turnAgents{js: js, known: make(map[string]turnAgent)}
+}
+
+// ErrAgentMismatch refuses a call whose header names another agent than its turn's
+// stored spec.
+var ErrAgentMismatch = errors.New("the request's agent is not its turn's")
+
+// resolve returns the agent a call runs for: the turn's stored agent where the turn has
+// a record, otherwise the header's. A header that contradicts the record is refused.
+func (a *turnAgents) resolve(ctx context.Context, turn, header string) (string, error) {
+	if turn == "" || a.js == nil {
+		return header, nil
+	}
+	now := time.Now()
+	a.mu.Lock()
+	k, ok := a.known[turn]
+	a.mu.Unlock()
+	if !ok || (!k.stored && now.Sub(k.at) > unstoredPatience) {
+		var err error
+		if k, err = a.lookup(ctx, turn); err != nil {
+			return "", err
+		}
+		k.at = now
+		a.mu.Lock()
+		if len(a.known) >= maxKnownTurns {
+			clear(a.known)
+		}
+		a.known[turn] = k
+		a.mu.Unlock()
+	}
+	switch {
+	case !k.stored:
+		return header, nil
+	case header != "" && header != k.agent:
+		return "", fmt.Errorf("%w: turn %s is agent %q's (its stored spec), the request says %q", ErrAgentMismatch, turn, k.agent, header)
+	}
+	return k.agent, nil
+}
+
+// lookup reads a turn's record. A missing bucket or record is no record; anything else
+// is an error, and the call is not run on a guess.
+func (a *turnAgents) lookup(ctx context.Context, turn string) (turnAgent, error) {
+	if !bus.ValidID(turn) {
+		return turnAgent{}, nil // not a key a record can have
+	}
+	kv, err := a.bucket(ctx)
+	if kv == nil {
+		return turnAgent{}, err
+	}
+	e, err := kv.Get(ctx, turn)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+		return turnAgent{}, nil
+	case err != nil:
+		return turnAgent{}, fmt.Errorf("read the record of turn %s: %w", turn, err)
+	}
+	var rec bus.TurnRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return turnAgent{}, fmt.Errorf("read the record of turn %s: %w", turn, err)
+	}
+	return turnAgent{agent: rec.Spec.Agent, stored: true}, nil
+}
+
+// bucket returns the turns bucket, or nil while it does not exist (no node of the bus
+// runs durable turns): looked for again after unstoredPatience.
+func (a *turnAgents) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	a.mu.Lock()
+	kv, missing := a.kv, a.missing
+	a.mu.Unlock()
+	if kv != nil {
+		return kv, nil
+	}
+	if !missing.IsZero() && time.Since(missing) < unstoredPatience {
+		return nil, nil
+	}
+	a.mu.Lock()
+	failed, failErr := a.failed, a.failErr
+	a.mu.Unlock()
+	if !failed.IsZero() && time.Since(failed) < unstoredPatience {
+		return nil, failErr
+	}
+	// A connection without the permission to read records gets no answer at all, only an
+	// asynchronous permissions violation: do not let each call wait out its deadline.
+	octx, cancel := context.WithTimeout(ctx, openPatience)
+	defer cancel()
+	kv, err := a.js.KeyValue(octx, bus.BucketTurns)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case errors.Is(err, jetstream.ErrBucketNotFound):
+		a.missing = time.Now()
+		return nil, nil
+	case err != nil:
+		a.failed = time.Now()
+		a.failErr = fmt.Errorf("cannot read turn records to confirm whose call it is (does this host's user have the tool role's read of %s? operations.md §4): %w", bus.BucketTurns, err)
+		return nil, a.failErr
+	}
+	a.kv = kv
+	return kv, nil
+}
+
+// openPatience bounds opening the turn records.
+const openPatience = 3 * time.Second
