@@ -50,6 +50,8 @@ type HostConfig struct {
 	// carries no deadline.
 	DefaultTimeout time.Duration
 	Logger         *slog.Logger
+
+	workers *workers // the node's; nil: a goroutine per call
 }
 
 // hostCall is a tool request taken from the micro handler.
@@ -470,7 +472,7 @@ func (h *host) begin(m *hostCall) {
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	go func() {
+	h.cfg.workers.goFunc(func() {
 		defer h.wg.Done()
 		defer cancel(nil)
 		defer cancelDeadline()
@@ -493,7 +495,7 @@ func (h *host) begin(m *hostCall) {
 			}
 			h.mu.Unlock()
 		}
-	}()
+	})
 }
 
 // identify settles whose call it is (the turn's stored agent, see turnAgents) and so

@@ -105,13 +105,15 @@ func (c NodeConfig) validate() error {
 // Node is the supervisor of one process: it hosts tool categories and runs
 // turns, each as a child actor.
 type Node struct {
-	cfg   NodeConfig
-	log   *slog.Logger
-	sys   *actor.ActorSystem
-	pid   *actor.PID
-	nc    *nats.Conn // turns, control
-	js    jetstream.JetStream
-	todos jetstream.KeyValue
+	cfg NodeConfig
+	log *slog.Logger
+	// workers run the node's turn mailboxes, model calls and host calls.
+	workers *workers
+	sys     *actor.ActorSystem
+	pid     *actor.PID
+	nc      *nats.Conn // turns, control
+	js      jetstream.JetStream
+	todos   jetstream.KeyValue
 	// profiles and catalog serve turn assembly; set on a node that runs turns.
 	profiles *toolsets.Profiles
 	catalog  *catalog.Catalog
@@ -180,7 +182,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), workers: newWorkers(maxWorkers)}
 	n.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		// protoactor logs supervision and dead letters at INFO in colour;
 		// only its warnings are worth the node's log.
@@ -357,6 +359,7 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
+	cfg.workers = n.workers
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -423,6 +426,10 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer})
 }
 
+// maxWorkers bounds the goroutines a node keeps waiting for work; past it, work runs on
+// goroutines of its own.
+const maxWorkers = 512
+
 // catalogPatience is how old the catalog may be before a turn whose profile names a
 // namespace it lacks refreshes it first: a host that came up without announcing itself,
 // or whose announcement is still being read, is found by the next turn that needs it,
@@ -484,6 +491,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
+	cfg.workers = n.workers
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}
@@ -639,6 +647,7 @@ func (n *Node) close() {
 		_ = n.sys.Root.StopFuture(n.pid).Wait()
 		n.pid = nil
 	}
+	n.workers.close(stopGrace)
 	// The actors are gone; what they published must still reach the server.
 	n.connMu.Lock()
 	conns := n.conns

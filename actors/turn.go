@@ -68,6 +68,8 @@ type TurnConfig struct {
 
 	// dur links a durable turn to its record; set by the node's intake.
 	dur *durable
+	// workers run the turn's mailbox and model calls; set by the node.
+	workers *workers
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -236,9 +238,13 @@ func NewTurnProps(cfg *TurnConfig) (*actor.Props, error) {
 		return nil, err
 	}
 	c := *cfg
+	var opts []actor.PropsOption
+	if c.workers != nil {
+		opts = append(opts, actor.WithDispatcher(c.workers))
+	}
 	return actor.PropsFromProducer(func() actor.Actor {
 		return &turn{cfg: c, log: c.Logger.With("turn", c.Spec.ID)}
-	}), nil
+	}, opts...), nil
 }
 
 func (t *turn) Receive(ctx actor.Context) {
@@ -353,10 +359,10 @@ func (t *turn) callModel() {
 	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
 	sys, self := t.sys, t.self
 	t.waiting = true
-	go func() {
+	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
 		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
-	}()
+	})
 }
 
 func (t *turn) onModelReply(m *modelReply) {
