@@ -553,12 +553,11 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 			return
 		}
 		kind := ev.Kind
-		b, err := json.Marshal(ev)
+		b, err := ev.AppendJSON(make([]byte, 0, 256))
 		if err == nil {
-			msg := nats.NewMsg(bus.EventSubject(call.Turn, call.ID, kind))
-			msg.Data = b
+			msg := &nats.Msg{Subject: bus.EventSubject(call.Turn, call.ID, kind), Data: b}
 			if m.trace != "" {
-				msg.Header.Set(bus.HeaderTraceparent, m.trace)
+				msg.Header = nats.Header{bus.HeaderTraceparent: {m.trace}}
 			}
 			err = h.cfg.Conn.PublishMsg(msg)
 		}
