@@ -52,6 +52,8 @@ type HostConfig struct {
 	Logger         *slog.Logger
 
 	workers *workers // the node's; nil: a goroutine per call
+	// vouchKey checks the vouches of the node's turns (bus.Vouch); nil: validate every call.
+	vouchKey []byte
 }
 
 // hostCall is a tool request taken from the micro handler.
@@ -59,6 +61,7 @@ type hostCall struct {
 	tool  *toolbus.Tool
 	req   micro.Request
 	trace string // the request's traceparent, passed on with the call's events
+	vouch string // the request's Toolbus-Vouch
 }
 
 // hostReady asks a host whether it serves; it answers with hostStarted.
@@ -416,7 +419,7 @@ var errHostStopping = errors.New("the category host is stopping")
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
 	req, badHeader := bus.ParseToolRequest(nats.Header(m.req.Headers()))
-	m.trace = req.Traceparent
+	m.trace, m.vouch = req.Traceparent, req.Vouch
 	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
 	timeout := m.tool.Timeout
 	if timeout <= 0 {
@@ -528,12 +531,15 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	if len(args) == 0 {
 		args = []byte("{}")
 	}
-	// Anyone on the bus can publish here: validate again, and never repair.
-	if err := tool.Params.Validate(args); err != nil {
-		reply.Outcome, reply.Error = bus.OutcomeInvalid, "invalid arguments for "+tool.Name+": "+err.Error()
-		st.errors.Add(1)
-		h.reply(m.req, reply)
-		return
+	// Anyone on the bus can publish here: validate again, and never repair; unless a
+	// turn of this deployment vouches for these exact arguments against this schema.
+	if !bus.Vouched(h.cfg.vouchKey, m.vouch, h.cfg.Category, tool.Name, tool.Params.Sum(), args) {
+		if err := tool.Params.Validate(args); err != nil {
+			reply.Outcome, reply.Error = bus.OutcomeInvalid, "invalid arguments for "+tool.Name+": "+err.Error()
+			st.errors.Add(1)
+			h.reply(m.req, reply)
+			return
+		}
 	}
 	call.Args = args
 

@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strings"
@@ -202,5 +203,59 @@ func TestHostTakesAgentFromStoredTurn(t *testing.T) {
 	}
 	if n := ran.Load(); n != 4 {
 		t.Errorf("whoami ran %d times, want 4 (the refused call must not run)", n)
+	}
+}
+
+// TestHostTrustsOnlyItsNodesVouch: a host skips validating arguments that a turn of its
+// node vouched for (bus.Vouch under the node's key) and validates every other request in
+// full. The vouched request below carries arguments the schema refuses, which a turn would
+// never send, to show the check was skipped, and only for that vouch.
+func TestHostTrustsOnlyItsNodesVouch(t *testing.T) {
+	var got atomic.Value
+	echo := toolbus.MustDefine(toolbus.Def[valueArgs]{
+		Spec: toolbus.Spec{Name: "echo", Category: "test", ReadOnly: true},
+		Execute: func(ctx context.Context, c toolbus.Call, a valueArgs) (toolbus.Result, error) {
+			got.Store(string(c.Args))
+			return toolbus.TextResult("ran"), nil
+		},
+	})
+	h := newHarness(t, echo)
+	nc, err := h.srv.Connect("direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	bad := []byte(`{"v":"x","w":5}`) // no property w: the schema is closed, Go's decoding ignores it
+	sum := echo.Params.Sum()
+	otherKey := bytes.Repeat([]byte{1}, bus.VouchKeySize)
+	tests := []struct {
+		name    string
+		vouch   string
+		outcome bus.Outcome
+	}{
+		{"no vouch", "", bus.OutcomeInvalid},
+		{"another deployment's vouch", bus.Vouch(otherKey, "test", "echo", sum, bad), bus.OutcomeInvalid},
+		{"the node's vouch for other arguments", bus.Vouch(h.node.cfg.VouchKey, "test", "echo", sum, []byte(`{"v":"x"}`)), bus.OutcomeInvalid},
+		{"the node's vouch", bus.Vouch(h.node.cfg.VouchKey, "test", "echo", sum, bad), bus.OutcomeOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := nats.NewMsg(bus.ToolSubject("test", "echo"))
+			m.Data = bad
+			if tc.vouch != "" {
+				m.Header.Set(bus.HeaderVouch, tc.vouch)
+			}
+			res, err := nc.RequestMsg(m, 10*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var r bus.ToolReply
+			if err := json.Unmarshal(res.Data, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.Outcome != tc.outcome {
+				t.Errorf("outcome %s (%s), want %s", r.Outcome, r.Error, tc.outcome)
+			}
+		})
 	}
 }

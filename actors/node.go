@@ -3,6 +3,7 @@ package actors
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,6 +67,11 @@ type NodeConfig struct {
 	CallTimeout time.Duration
 	AbortGrace  time.Duration
 	Logger      *slog.Logger
+	// VouchKey (bus.VouchKeySize bytes) lets the node's hosts trust the argument checks
+	// of turns that hold the same key (bus.Vouch); nodes of one deployment may share one.
+	// Empty: the node makes its own, so its hosts skip validating what its own turns
+	// validated, and validate everyone else's calls.
+	VouchKey []byte
 }
 
 // withDefaults fills what a node config may leave out; the one place node defaults live.
@@ -86,6 +92,10 @@ func (c NodeConfig) withDefaults() NodeConfig {
 	if c.HandBackGrace <= 0 {
 		c.HandBackGrace = DefaultHandBackGrace
 	}
+	if len(c.VouchKey) == 0 {
+		c.VouchKey = make([]byte, bus.VouchKeySize)
+		_, _ = rand.Read(c.VouchKey) // crypto/rand.Read never fails
+	}
 	return c
 }
 
@@ -96,6 +106,8 @@ func (c NodeConfig) validate() error {
 		return fmt.Errorf("start node: invalid name %q", c.Name)
 	case c.Connect == nil:
 		return fmt.Errorf("start node %s: no Connect function", c.Name)
+	case len(c.VouchKey) != bus.VouchKeySize:
+		return fmt.Errorf("start node %s: the vouch key has %d bytes, want %d", c.Name, len(c.VouchKey), bus.VouchKeySize)
 	case c.MaxSteps < 0 || c.MaxSteps > bus.MaxStepsLimit:
 		return fmt.Errorf("start node %s: max steps %d out of range (0 for the default, up to %d)", c.Name, c.MaxSteps, bus.MaxStepsLimit)
 	}
@@ -359,7 +371,7 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
-	cfg.workers = n.workers
+	cfg.workers, cfg.vouchKey = n.workers, n.cfg.VouchKey
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -491,7 +503,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
-	cfg.workers = n.workers
+	cfg.workers, cfg.vouchKey = n.workers, n.cfg.VouchKey
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}

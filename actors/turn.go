@@ -70,6 +70,9 @@ type TurnConfig struct {
 	dur *durable
 	// workers run the turn's mailbox and model calls; set by the node.
 	workers *workers
+	// vouchKey vouches for the arguments the turn validated (bus.Vouch), so the node's
+	// hosts need not validate them again; set by the node.
+	vouchKey []byte
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -560,6 +563,7 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 		Deadline:    deadline,
 		Traceparent: "00-" + t.trace + "-" + randomHex(8) + "-01",
 		Truncated:   pc.record.Truncated,
+		Vouch:       t.vouch(pc),
 	}.SetHeaders(m.Header)
 	if err := t.cfg.Conn.PublishMsg(m); err != nil {
 		pc.resolve(bus.OutcomeUnavailable, fmt.Sprintf("dispatch %s: %v", pc.tool.Name, err))
@@ -570,6 +574,14 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	t.seqRunning = pc.tool.Mode == toolbus.Sequential
 	sys, self, id := t.sys, t.self, pc.wireID
 	pc.timer = time.AfterFunc(timeout+replyGrace, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
+}
+
+// vouch is the turn's vouch for a call's validated arguments, or "" without a key.
+func (t *turn) vouch(pc *pendingCall) string {
+	if t.cfg.vouchKey == nil {
+		return ""
+	}
+	return bus.Vouch(t.cfg.vouchKey, pc.tool.Category, pc.tool.Name, pc.tool.Params.Sum(), pc.args)
 }
 
 func (t *turn) onMsg(m *nats.Msg) {

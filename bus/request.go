@@ -32,6 +32,8 @@ type ToolRequest struct {
 	Traceparent string // HeaderTraceparent, passed on unchecked
 	// Truncated says that the model's arguments were cut off (HeaderTruncated).
 	Truncated bool
+	// Vouch is the turn's MAC over the validated arguments (HeaderVouch, see [Vouch]).
+	Vouch string
 }
 
 // SetHeaders writes the request's non-empty fields into h, which must not
@@ -53,6 +55,7 @@ func (r ToolRequest) SetHeaders(h nats.Header) {
 	if r.Truncated {
 		h[HeaderTruncated] = []string{"true"}
 	}
+	set(HeaderVouch, r.Vouch)
 }
 
 // HeaderError is a tool request header that [ParseToolRequest] refuses.
@@ -98,6 +101,7 @@ func ParseToolRequest(h nats.Header) (ToolRequest, error) {
 		Task:        h.Get(HeaderTask),
 		Traceparent: h.Get(HeaderTraceparent),
 		Truncated:   truncated(h.Get(HeaderTruncated)),
+		Vouch:       h.Get(HeaderVouch),
 	}
 	var err error
 	switch {

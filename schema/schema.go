@@ -2,6 +2,7 @@ package schema
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ type Schema struct {
 	doc    func() *object
 	strict func() Projection
 	plan   func() *argPlan
+	sum    func() [sha256.Size]byte
 }
 
 // FromJSON builds a Schema from a raw JSON Schema document. JSON returns raw
@@ -76,8 +78,13 @@ func newSchema(raw []byte, validator *jsonschema.Schema, required []string) *Sch
 	})
 	s.strict = sync.OnceValue(func() Projection { return project(s.doc()) })
 	s.plan = sync.OnceValue(func() *argPlan { return newArgPlan(s.doc()) })
+	s.sum = sync.OnceValue(func() [sha256.Size]byte { return sha256.Sum256(s.raw) })
 	return s
 }
+
+// Sum is the SHA-256 of the schema document (JSON's bytes): two schemas with the same sum
+// validate alike.
+func (s *Schema) Sum() [sha256.Size]byte { return s.sum() }
 
 // isObjectType reports whether a schema's "type" value is "object" or an
 // array holding only "object".

@@ -8,6 +8,7 @@ package nodecmd
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -65,6 +66,8 @@ type options struct {
 	routeUser     string
 	routePass     string
 	routePassFile string
+	vouchKeyFile  string
+	vouchKey      []byte
 	categories    string
 	turns         bool
 	maxTurns      int
@@ -118,6 +121,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
 	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
 	secretflag.Refuse(fs, "route-pass", "-route-pass-file FILE or the environment variable TOOLBUS_ROUTE_PASSWORD")
+	fs.StringVar(&o.vouchKeyFile, "vouch-key-file", "", "file holding a key (64 hex digits, e.g. from `openssl rand -hex 32`) shared by the nodes of a deployment: hosts skip validating arguments that a turn holding the same key validated; default: a key of this process's own")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
 	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
@@ -161,6 +165,11 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	}
 	if o.routePass, err = secretflag.Read(o.routePassFile, "TOOLBUS_ROUTE_PASSWORD"); err != nil {
 		return nil, fmt.Errorf("-route-pass-file: %w", err)
+	}
+	if o.vouchKeyFile != "" {
+		if o.vouchKey, err = readVouchKey(o.vouchKeyFile); err != nil {
+			return nil, fmt.Errorf("-vouch-key-file: %w", err)
+		}
 	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return nil, errors.New("-tls-cert and -tls-key go together")
@@ -301,6 +310,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
 		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
+		VouchKey: o.vouchKey,
 	})
 	if err != nil {
 		return err
@@ -312,4 +322,17 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	stop()
 	log.Info("node stopping: handing running turns back (a second signal stops at once)", "node", o.name)
 	return nil
+}
+
+// readVouchKey reads a vouch key: bus.VouchKeySize bytes written as hex digits.
+func readVouchKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	key, err := hex.DecodeString(strings.TrimSpace(string(b)))
+	if err != nil || len(key) != bus.VouchKeySize {
+		return nil, fmt.Errorf("%s does not hold a key of %d hex digits (openssl rand -hex %d writes one)", path, 2*bus.VouchKeySize, bus.VouchKeySize)
+	}
+	return key, nil
 }

@@ -19,6 +19,10 @@ func TestParseFlags(t *testing.T) {
 	if err := os.WriteFile(passFile, []byte("from-file-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	keyFile := filepath.Join(t.TempDir(), "vouch.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name    string
 		args    []string
@@ -78,6 +82,12 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("sandbox %q", o.sandbox)
 			}
 		}},
+		{name: "vouch key file", args: []string{"-vouch-key-file", keyFile}, check: func(t *testing.T, o *options) {
+			if len(o.vouchKey) != 32 || o.vouchKey[0] != 0xab {
+				t.Errorf("vouch key %x", o.vouchKey)
+			}
+		}},
+		{name: "short vouch key", args: []string{"-vouch-key-file", passFile}, wantErr: "does not hold a key of 64 hex digits (openssl rand -hex 32 writes one)"},
 		{name: "unknown sandbox", args: []string{"-sandbox", "docker"}, wantErr: `unknown sandbox mode "docker": want bwrap or off`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,53 @@
+package bus
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"testing"
+)
+
+func TestVouch(t *testing.T) {
+	key := bytes.Repeat([]byte{7}, VouchKeySize)
+	other := bytes.Repeat([]byte{8}, VouchKeySize)
+	sum := sha256.Sum256([]byte(`{"type":"object"}`))
+	otherSum := sha256.Sum256([]byte(`{"type":"object","required":["a"]}`))
+	args := []byte(`{"path":"notes.txt"}`)
+	v := Vouch(key, "computer", "read_file", sum, args)
+	tests := []struct {
+		name         string
+		key          []byte
+		vouch        string
+		category, fn string
+		sum          [sha256.Size]byte
+		args         []byte
+		want         bool
+	}{
+		{"same everything", key, v, "computer", "read_file", sum, args, true},
+		{"other arguments", key, v, "computer", "read_file", sum, []byte(`{"path":"other.txt"}`), false},
+		{"other schema", key, v, "computer", "read_file", otherSum, args, false},
+		{"other tool", key, v, "computer", "write_file", sum, args, false},
+		{"other category", key, v, "fs", "read_file", sum, args, false},
+		{"other key", other, v, "computer", "read_file", sum, args, false},
+		{"no key", nil, v, "computer", "read_file", sum, args, false},
+		{"no vouch", key, "", "computer", "read_file", sum, args, false},
+		{"garbage", key, "not-a-vouch", "computer", "read_file", sum, args, false},
+		{"category and tool shifted", key, Vouch(key, "comput", "erread_file", sum, args), "computer", "read_file", sum, args, false},
+	}
+	for _, tc := range tests {
+		if got := Vouched(tc.key, tc.vouch, tc.category, tc.fn, tc.sum, tc.args); got != tc.want {
+			t.Errorf("%s: Vouched = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func BenchmarkVouch(b *testing.B) {
+	key := bytes.Repeat([]byte{7}, VouchKeySize)
+	sum := sha256.Sum256([]byte(`{"type":"object"}`))
+	args := []byte(`{"path":"notes.txt","content":"a line of text that a model wrote"}`)
+	v := Vouch(key, "computer", "write_file", sum, args)
+	for b.Loop() {
+		if !Vouched(key, v, "computer", "write_file", sum, args) {
+			b.Fatal("not vouched")
+		}
+	}
+}
