@@ -310,11 +310,14 @@ func (t *turn) start(ctx actor.Context) {
 	}
 
 	forward := func(m *nats.Msg) { t.sys.Root.Send(t.self, m) }
-	for _, subj := range []string{
-		bus.ResultSubject(t.cfg.Spec.ID, "*"),
-		bus.AbortSubject(t.cfg.Spec.ID),
-		bus.ApproveSubject(t.cfg.Spec.ID, "*"),
-	} {
+	subjects := []string{bus.ResultSubject(t.cfg.Spec.ID, "*"), bus.AbortSubject(t.cfg.Spec.ID)}
+	if a := t.cfg.Kit.Approvals; a != "" && a != toolsets.ApproveNever {
+		// Only a turn that may hold calls listens for decisions: the server scans its
+		// subject cache each time a wildcard subscription goes, a cost every turn's end
+		// would pay (a third of the CPU when 10,000 waiting turns were aborted at once).
+		subjects = append(subjects, bus.ApproveSubject(t.cfg.Spec.ID, "*"))
+	}
+	for _, subj := range subjects {
 		sub, err := t.cfg.Conn.Subscribe(subj, forward)
 		if err == nil {
 			err = sub.SetPendingLimits(-1, -1)

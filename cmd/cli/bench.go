@@ -58,6 +58,7 @@ type benchReport struct {
 type benchOptions struct {
 	n          int
 	turns      int
+	waiting    int
 	json       bool
 	cpuProfile string
 	only       string
@@ -73,6 +74,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"assembly, each row against a baseline taken in the same run.", stderr)
 	fs.IntVar(&o.n, "n", 2000, "samples per latency measurement")
 	fs.IntVar(&o.turns, "turns", 64, "concurrent turns in the throughput measurement")
+	fs.IntVar(&o.waiting, "waiting", 10000, "turns waiting on their model in the memory and mass-abort measurement")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&o.only, "only", "", "run only the measurements whose name contains this text")
@@ -322,7 +324,7 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, compare(host, raw, 0, false), compare(call, raw, 1.5, true), compare(step, raw, 0, false))
+		out = append(out, compare(host, raw, 0, false), compare(call, raw, 2.0, true), compare(step, raw, 3.0, true))
 
 		b.say("one no-op call through a turn to a foreign host…")
 		foreign, err := b.foreignCall(ctx)
@@ -356,7 +358,7 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, rawT, compareThroughput(turnsT, rawT, 0.8))
+		out = append(out, rawT, compareThroughput(turnsT, rawT, 0.5))
 	}
 
 	if want("abort") {
@@ -380,6 +382,15 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 	if want("checkpoint") {
 		b.say("turn steps with and without checkpoints…")
 		rows, err := b.checkpointCost(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+
+	if want("waiting") {
+		b.say("%d turns waiting on their model…", b.o.waiting)
+		rows, err := b.waitingTurns(ctx, b.o.waiting)
 		if err != nil {
 			return nil, err
 		}
@@ -678,6 +689,85 @@ func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (bench
 	met := res.P99 <= 2000
 	res.Met = &met
 	return res, nil
+}
+
+// waitModel is a model that never answers: its turns wait until they are aborted.
+type waitModel struct{ waiting *sync.WaitGroup }
+
+func (m *waitModel) Respond(ctx context.Context, _ *gateway.Request) (*gateway.Response, error) {
+	m.waiting.Done()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// waitingTurns starts n turns whose model never answers, measures what each costs the
+// node in memory (heap and stacks, after a collection, against before them), then
+// aborts them all and measures until the last one ended.
+func (b *bencher) waitingTurns(ctx context.Context, n int) ([]benchResult, error) {
+	set, err := toolbus.NewSet(&b.noop.Spec)
+	if err != nil {
+		return nil, err
+	}
+	ctl, err := b.srv.Connect("bench-waiting")
+	if err != nil {
+		return nil, err
+	}
+	defer ctl.Close()
+	inUse := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse + ms.StackInuse
+	}
+	before := inUse()
+	var waiting, ended sync.WaitGroup
+	waiting.Add(n)
+	ended.Add(n)
+	m := &waitModel{waiting: &waiting}
+	var aborted atomic.Int64
+	ids := make([]string, 0, n)
+	for range n {
+		id, err := b.node.Spawn(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			Spec: bus.TurnSpec{Input: "wait"},
+			Done: func(r actors.TurnResult) {
+				if r.State == bus.TurnAborted {
+					aborted.Add(1)
+				}
+				ended.Done()
+			}})
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	waiting.Wait()
+	per := float64(inUse()-min(before, inUse())) / float64(n) / 1024
+	// The aborts go out as one burst (actors.Abort flushes each, a round trip apiece).
+	abort, err := json.Marshal(bus.Abort{Reason: "bench"})
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	for _, id := range ids {
+		if err := ctl.Publish(bus.AbortSubject(id), abort); err != nil {
+			return nil, err
+		}
+	}
+	if err := ctl.Flush(); err != nil {
+		return nil, err
+	}
+	ended.Wait()
+	took := time.Since(t0)
+	if a := aborted.Load(); a != int64(n) {
+		return nil, fmt.Errorf("waiting turns: %d of %d ended aborted", a, n)
+	}
+	memMet, abortMet := per <= 64, took <= time.Second
+	return []benchResult{
+		{Name: fmt.Sprintf("memory per turn waiting on its model, %d turns", n), Unit: "KiB", Value: per, Samples: n,
+			Target: "≤ 64 KiB", Met: &memMet},
+		{Name: fmt.Sprintf("abort of %d waiting turns, until the last ended", n), Unit: "ms",
+			Value: float64(took) / float64(time.Millisecond), Samples: n, Target: "≤ 1000 ms", Met: &abortMet},
+	}, nil
 }
 
 // checkpointCost measures a step of one no-op call in a turn run in Go (no record, no
