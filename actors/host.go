@@ -52,8 +52,8 @@ type HostConfig struct {
 	Logger         *slog.Logger
 
 	workers *workers // the node's; nil: a goroutine per call
-	// vouchKey checks the vouches of the node's turns (bus.Vouch); nil: validate every call.
-	vouchKey []byte
+	// voucher checks the vouches of the node's turns; nil: validate every call.
+	voucher *bus.Voucher
 }
 
 // hostCall is a tool request taken from the micro handler.
@@ -533,7 +533,7 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	}
 	// Anyone on the bus can publish here: validate again, and never repair; unless a
 	// turn of this deployment vouches for these exact arguments against this schema.
-	if !bus.Vouched(h.cfg.vouchKey, m.vouch, h.cfg.Category, tool.Name, tool.Params.Sum(), args) {
+	if !h.cfg.voucher.Vouched(m.vouch, h.cfg.Category, tool.Name, tool.Params.Sum(), args) {
 		if err := tool.Params.Validate(args); err != nil {
 			reply.Outcome, reply.Error = bus.OutcomeInvalid, "invalid arguments for "+tool.Name+": "+err.Error()
 			st.errors.Add(1)

@@ -234,9 +234,9 @@ func TestHostTrustsOnlyItsNodesVouch(t *testing.T) {
 		outcome bus.Outcome
 	}{
 		{"no vouch", "", bus.OutcomeInvalid},
-		{"another deployment's vouch", bus.Vouch(otherKey, "test", "echo", sum, bad), bus.OutcomeInvalid},
-		{"the node's vouch for other arguments", bus.Vouch(h.node.cfg.VouchKey, "test", "echo", sum, []byte(`{"v":"x"}`)), bus.OutcomeInvalid},
-		{"the node's vouch", bus.Vouch(h.node.cfg.VouchKey, "test", "echo", sum, bad), bus.OutcomeOK},
+		{"another deployment's vouch", bus.NewVoucher(otherKey).Vouch("test", "echo", sum, bad), bus.OutcomeInvalid},
+		{"the node's vouch for other arguments", h.node.voucher.Vouch("test", "echo", sum, []byte(`{"v":"x"}`)), bus.OutcomeInvalid},
+		{"the node's vouch", h.node.voucher.Vouch("test", "echo", sum, bad), bus.OutcomeOK},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,6 +121,7 @@ type Node struct {
 	log *slog.Logger
 	// workers run the node's turn mailboxes, model calls and host calls.
 	workers *workers
+	voucher *bus.Voucher
 	sys     *actor.ActorSystem
 	pid     *actor.PID
 	nc      *nats.Conn // turns, control
@@ -194,7 +195,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), workers: newWorkers(maxWorkers)}
+	n := &Node{cfg: cfg, log: cfg.Logger.With("node", cfg.Name), workers: newWorkers(maxWorkers), voucher: bus.NewVoucher(cfg.VouchKey)}
 	n.sys = actor.NewActorSystem(actor.WithLoggerFactory(func(*actor.ActorSystem) *slog.Logger {
 		// protoactor logs supervision and dead letters at INFO in colour;
 		// only its warnings are worth the node's log.
@@ -371,7 +372,7 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
-	cfg.workers, cfg.vouchKey = n.workers, n.cfg.VouchKey
+	cfg.workers, cfg.voucher = n.workers, n.voucher
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -503,7 +504,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
-	cfg.workers, cfg.vouchKey = n.workers, n.cfg.VouchKey
+	cfg.workers, cfg.voucher = n.workers, n.voucher
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}

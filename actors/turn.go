@@ -70,9 +70,9 @@ type TurnConfig struct {
 	dur *durable
 	// workers run the turn's mailbox and model calls; set by the node.
 	workers *workers
-	// vouchKey vouches for the arguments the turn validated (bus.Vouch), so the node's
-	// hosts need not validate them again; set by the node.
-	vouchKey []byte
+	// voucher vouches for the arguments the turn validated, so the node's hosts need
+	// not validate them again; set by the node.
+	voucher *bus.Voucher
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -212,6 +212,7 @@ type turn struct {
 	stepUsage  *bus.Usage // the last response's, until a step status carries them
 	records    []bus.CallRecord
 	unsaved    []gateway.Item // transcript items not yet appended to the stream
+	flushed    time.Time      // when unsaved items last went to the stream
 	appends    []*transcriptAppend
 	seq        int // the last transcript message's position (HeaderSeq)
 
@@ -581,10 +582,7 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 
 // vouch is the turn's vouch for a call's validated arguments, or "" without a key.
 func (t *turn) vouch(pc *pendingCall) string {
-	if t.cfg.vouchKey == nil {
-		return ""
-	}
-	return bus.Vouch(t.cfg.vouchKey, pc.tool.Category, pc.tool.Name, pc.tool.Params.Sum(), pc.args)
+	return t.cfg.voucher.Vouch(pc.tool.Category, pc.tool.Name, pc.tool.Params.Sum(), pc.args)
 }
 
 func (t *turn) onMsg(m *nats.Msg) {
@@ -836,7 +834,12 @@ func (t *turn) closeBatch() (terminate bool) {
 	t.batch = t.batch[:0]
 	t.transcript = append(t.transcript, outputs...)
 	t.records = append(t.records, records...)
-	t.flushTranscript()
+	if t.cfg.dur != nil || time.Since(t.flushed) >= transcriptBatch {
+		// A durable turn's steps reach the stream before its checkpoint; a turn that
+		// cannot be resumed sends its steps together, at most transcriptBatch apart and
+		// all of them when it ends.
+		t.flushTranscript()
+	}
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	return terminate
 }
@@ -972,6 +975,7 @@ func (t *turn) flushTranscript() {
 	}
 	items := t.unsaved
 	t.unsaved = nil
+	t.flushed = time.Now()
 	b, err := json.Marshal(items)
 	if err != nil {
 		t.log.Warn("encode transcript", "err", err)
@@ -982,6 +986,11 @@ func (t *turn) flushTranscript() {
 	a.ack, a.err = t.cfg.JS.PublishMsgAsync(m)
 	t.appends = append(t.appends, a)
 }
+
+// transcriptBatch is how long the steps of a turn that cannot be resumed may wait to be
+// appended to its transcript together: one message and one acknowledgement per batch
+// instead of per step (two of a step's seven messages).
+const transcriptBatch = 100 * time.Millisecond
 
 // transcriptMsg is the next message of the turn's transcript, every secret
 // the process knows redacted (redact.AddSecrets): a tool's output or the

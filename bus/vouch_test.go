@@ -12,29 +12,30 @@ func TestVouch(t *testing.T) {
 	sum := sha256.Sum256([]byte(`{"type":"object"}`))
 	otherSum := sha256.Sum256([]byte(`{"type":"object","required":["a"]}`))
 	args := []byte(`{"path":"notes.txt"}`)
-	v := Vouch(key, "computer", "read_file", sum, args)
+	vk, vo := NewVoucher(key), NewVoucher(other)
+	v := vk.Vouch("computer", "read_file", sum, args)
 	tests := []struct {
 		name         string
-		key          []byte
+		key          *Voucher
 		vouch        string
 		category, fn string
 		sum          [sha256.Size]byte
 		args         []byte
 		want         bool
 	}{
-		{"same everything", key, v, "computer", "read_file", sum, args, true},
-		{"other arguments", key, v, "computer", "read_file", sum, []byte(`{"path":"other.txt"}`), false},
-		{"other schema", key, v, "computer", "read_file", otherSum, args, false},
-		{"other tool", key, v, "computer", "write_file", sum, args, false},
-		{"other category", key, v, "fs", "read_file", sum, args, false},
-		{"other key", other, v, "computer", "read_file", sum, args, false},
+		{"same everything", vk, v, "computer", "read_file", sum, args, true},
+		{"other arguments", vk, v, "computer", "read_file", sum, []byte(`{"path":"other.txt"}`), false},
+		{"other schema", vk, v, "computer", "read_file", otherSum, args, false},
+		{"other tool", vk, v, "computer", "write_file", sum, args, false},
+		{"other category", vk, v, "fs", "read_file", sum, args, false},
+		{"other key", vo, v, "computer", "read_file", sum, args, false},
 		{"no key", nil, v, "computer", "read_file", sum, args, false},
-		{"no vouch", key, "", "computer", "read_file", sum, args, false},
-		{"garbage", key, "not-a-vouch", "computer", "read_file", sum, args, false},
-		{"category and tool shifted", key, Vouch(key, "comput", "erread_file", sum, args), "computer", "read_file", sum, args, false},
+		{"no vouch", vk, "", "computer", "read_file", sum, args, false},
+		{"garbage", vk, "not-a-vouch", "computer", "read_file", sum, args, false},
+		{"category and tool shifted", vk, vk.Vouch("comput", "erread_file", sum, args), "computer", "read_file", sum, args, false},
 	}
 	for _, tc := range tests {
-		if got := Vouched(tc.key, tc.vouch, tc.category, tc.fn, tc.sum, tc.args); got != tc.want {
+		if got := tc.key.Vouched(tc.vouch, tc.category, tc.fn, tc.sum, tc.args); got != tc.want {
 			t.Errorf("%s: Vouched = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -44,9 +45,11 @@ func BenchmarkVouch(b *testing.B) {
 	key := bytes.Repeat([]byte{7}, VouchKeySize)
 	sum := sha256.Sum256([]byte(`{"type":"object"}`))
 	args := []byte(`{"path":"notes.txt","content":"a line of text that a model wrote"}`)
-	v := Vouch(key, "computer", "write_file", sum, args)
+	vk := NewVoucher(key)
+	v := vk.Vouch("computer", "write_file", sum, args)
+	b.ReportAllocs()
 	for b.Loop() {
-		if !Vouched(key, v, "computer", "write_file", sum, args) {
+		if !vk.Vouched(v, "computer", "write_file", sum, args) {
 			b.Fatal("not vouched")
 		}
 	}
