@@ -144,7 +144,7 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 	h := Handles{Computer: opts.Computer}
 	for _, c := range categories {
 		if c.in(policy.Kind, profile) {
-			specs = append(specs, c.specs(h)...)
+			specs = append(specs, c.specs(h, profile)...)
 		}
 	}
 	if profile != nil && policy.Kind != bus.TurnTask {

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // busWithForeignHosts is an embedded server on which two categories are served by plain
@@ -74,6 +75,12 @@ func TestAssemblePerKind(t *testing.T) {
 	profile := &Profile{Version: 1, Agent: "ann", Namespaces: []NamespaceRef{
 		{Name: "billing", Load: LoadUpfront}, {Name: "ghost"}, {Name: "crm"},
 	}}
+	searxng := &web.SearchBinding{Provider: web.SearXNG, URL: "http://127.0.0.1:8888"}
+	webBoth := &Profile{Version: 3, Agent: "ann", Namespaces: []NamespaceRef{{Name: "billing", Load: LoadUpfront}},
+		Web: &web.Binding{Search: searxng, Fetch: &web.FetchBinding{}}}
+	webSearch := &Profile{Version: 3, Agent: "ann", Web: &web.Binding{Search: searxng}}
+	webFetch := &Profile{Version: 3, Agent: "ann", Web: &web.Binding{Fetch: &web.FetchBinding{AllowPrivate: true}}}
+	webNone := &Profile{Version: 3, Agent: "ann", Web: &web.Binding{}}
 	for _, tc := range []struct {
 		name     string
 		kind     bus.TurnKind
@@ -119,6 +126,36 @@ func TestAssemblePerKind(t *testing.T) {
 			// A task turn has its own fixed catalog: no computer, todo or namespace
 			// tools, whatever the profile names.
 			name: "task", kind: bus.TurnTask, profile: profile, cat: cat,
+			names: nil, text: TextRepairOnce,
+		},
+		// Web tools: each where the profile binds it, after computer and before the
+		// namespaces, in turns of every kind.
+		{
+			name: "main with web search and fetch", kind: bus.TurnMain, profile: webBoth, cat: cat,
+			names: append(slices.Clone(builtins), "web_search", "web_fetch", "billing.invoice"), text: TextEnds,
+		},
+		{
+			name: "main with web search only", kind: bus.TurnMain, profile: webSearch,
+			names: append(slices.Clone(builtins), "web_search"), text: TextEnds,
+		},
+		{
+			name: "job with web fetch only", kind: bus.TurnJob, profile: webFetch,
+			names: append(slices.Clone(builtins), "web_fetch"), text: TextEnds,
+		},
+		{
+			name: "main with an empty web binding", kind: bus.TurnMain, profile: webNone,
+			names: builtins, text: TextEnds,
+		},
+		{
+			name: "task with web search and fetch", kind: bus.TurnTask, profile: webBoth, cat: cat,
+			names: []string{"web_search", "web_fetch"}, text: TextRepairOnce,
+		},
+		{
+			name: "task with web fetch only", kind: bus.TurnTask, profile: webFetch,
+			names: []string{"web_fetch"}, text: TextRepairOnce,
+		},
+		{
+			name: "task without a profile", kind: bus.TurnTask,
 			names: nil, text: TextRepairOnce,
 		},
 	} {

@@ -374,6 +374,31 @@ func (s *Profiles) Get(ctx context.Context, agent string) (*Profile, error) {
 	return p, nil
 }
 
+// webBinding is the agent's web binding for the web host: nil when it has no profile or
+// its profile binds no web tool. The bucket may have no leader for a few seconds after
+// the node that led it is lost: wait within ctx, which carries the call's deadline.
+func (s *Profiles) webBinding(ctx context.Context, agent string) (*web.Binding, error) {
+	var p *Profile
+	err := bus.Retry(ctx, "read profile "+agent, nil, func(ctx context.Context) (err error) {
+		p, err = getProfile(s, ctx, agent)
+		return err
+	})
+	if errors.Is(err, ErrNoProfile) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return p.Web, nil
+}
+
+// getProfile is Profiles.Get, called through a variable: the category table refers to
+// webBinding, and Get's checks ask the table which categories are built in, a cycle Go
+// refuses in package initialisation.
+var getProfile func(s *Profiles, ctx context.Context, agent string) (*Profile, error)
+
+func init() { getProfile = (*Profiles).Get }
+
 // Raw reads an agent's stored document as it is.
 func (s *Profiles) Raw(ctx context.Context, agent string) ([]byte, error) {
 	if err := bus.CheckAgent(agent); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/todo"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // Handles are what the built-in categories need to execute their tools on a host.
@@ -23,13 +24,18 @@ type Handles struct {
 	// Profiles is the agent profile store, for categories whose tools follow the
 	// calling agent's profile (web providers, job limits).
 	Profiles *Profiles
+	// Web configures the web host: provider keys and caps. The web category reads each
+	// calling agent's binding from Profiles.
+	Web web.Config
 }
 
 // category is one built-in tool category: its specs for turns, its tools for hosts, and
 // the turn kinds whose catalog includes it.
 type category struct {
-	name  string
-	specs func(h Handles) []*toolbus.Spec
+	name string
+	// specs are the category's specs in a turn for this profile (nil: none), once in
+	// says the turn includes the category.
+	specs func(h Handles, p *Profile) []*toolbus.Spec
 	tools func(h Handles) ([]*toolbus.Tool, error)
 	// in says whether a turn of this kind, for this profile, includes the category. The
 	// categories still to come take their rules here: web (the profile binds a
@@ -47,7 +53,7 @@ func notInTasks(kind bus.TurnKind, _ *Profile) bool { return kind != bus.TurnTas
 var categories = []category{
 	{
 		name:  todo.Category,
-		specs: func(Handles) []*toolbus.Spec { return todo.Specs() },
+		specs: func(Handles, *Profile) []*toolbus.Spec { return todo.Specs() },
 		tools: func(h Handles) ([]*toolbus.Tool, error) {
 			if h.Todos == nil {
 				return nil, errors.New("the todo category needs a todo bucket (Handles.Todos)")
@@ -58,9 +64,26 @@ var categories = []category{
 	},
 	{
 		name:  computer.Category,
-		specs: func(h Handles) []*toolbus.Spec { return computer.Specs(h.Computer) },
+		specs: func(h Handles, _ *Profile) []*toolbus.Spec { return computer.Specs(h.Computer) },
 		tools: func(h Handles) ([]*toolbus.Tool, error) { return computer.Tools(h.Computer), nil },
 		in:    notInTasks,
+	},
+	{
+		// web_search and web_fetch, each where the profile binds it, in turns of every
+		// kind: a task turn gets the web tools its agent's profile binds.
+		name:  web.Category,
+		specs: func(_ Handles, p *Profile) []*toolbus.Spec { return web.Specs(p.Web) },
+		tools: func(h Handles) ([]*toolbus.Tool, error) {
+			if h.Profiles == nil {
+				return nil, errors.New("the web category needs the agent profile store (Handles.Profiles) to read each agent's providers")
+			}
+			cfg := h.Web
+			cfg.Binding = h.Profiles.webBinding
+			return web.Tools(cfg), nil
+		},
+		in: func(_ bus.TurnKind, p *Profile) bool {
+			return p != nil && p.Web != nil && (p.Web.Search != nil || p.Web.Fetch != nil)
+		},
 	},
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 func TestMain(m *testing.M) {
@@ -29,18 +30,24 @@ var sampleArgs = map[string]string{
 	"read_file":   `{"path":"notes.md","offset":1,"limit":20}`,
 	"write_file":  `{"path":"notes.md","content":"hello\n","append":true}`,
 	"run_command": `{"command":"go test ./...","timeout_seconds":30,"cwd":"src"}`,
+	"web_search":  `{"query":"tide pools","count":5}`,
+	"web_fetch":   `{"url":"https://example.com/","offset":0,"max_chars":20000}`,
 }
+
+// everything is a profile whose turns include every built-in category.
+var everything = &Profile{Version: ProfileVersion, Agent: "ann",
+	Web: &web.Binding{Search: &web.SearchBinding{Provider: web.Brave}, Fetch: &web.FetchBinding{}}}
 
 func TestEveryToolIsComplete(t *testing.T) {
 	var tools []*toolbus.Tool
 	for _, c := range Categories() {
-		ts, err := ForCategory(c, Handles{Todos: newBucket(t)})
+		ts, err := ForCategory(c, Handles{Todos: newBucket(t), Profiles: NewProfiles(newBucket(t))})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tools = append(tools, ts...)
 	}
-	kit, err := Assemble(bus.TurnSpec{}, nil, nil, Options{})
+	kit, err := Assemble(bus.TurnSpec{}, everything, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +104,9 @@ func TestForCategory(t *testing.T) {
 		{"computer", Handles{}, []string{"list_files", "read_file", "write_file", "run_command"}, ""},
 		{"todo", Handles{Todos: kv}, []string{"todo_read", "todo_write"}, ""},
 		{"todo", Handles{}, nil, "needs a todo bucket"},
-		{"web", Handles{}, nil, `unknown tool category "web" (this build hosts todo, computer)`},
+		{"web", Handles{}, nil, "the web category needs the agent profile store"},
+		{"web", Handles{Profiles: NewProfiles(kv)}, []string{"web_search", "web_fetch"}, ""},
+		{"mail", Handles{}, nil, `unknown tool category "mail" (this build hosts todo, computer, web)`},
 	} {
 		t.Run(tc.category, func(t *testing.T) {
 			tools, err := ForCategory(tc.category, tc.h)
@@ -137,6 +146,39 @@ func TestForCategory(t *testing.T) {
 	res, err := tools[0].Execute(t.Context(), call)
 	if err != nil || !strings.Contains(res.Text(), "[>] Plan (id 1, in_progress)") {
 		t.Fatalf("read back: %v %q", err, res.Text())
+	}
+}
+
+// TestWebHostReadsProfiles: the web host finds each caller's binding in the profile
+// store, at every call.
+func TestWebHostReadsProfiles(t *testing.T) {
+	profiles := NewProfiles(newBucket(t))
+	tools, err := ForCategory(web.Category, Handles{Profiles: profiles})
+	if err != nil {
+		t.Fatal(err)
+	}
+	search := func(agent string) string {
+		res, err := tools[0].Execute(t.Context(), toolbus.Call{Agent: agent, Args: json.RawMessage(`{"query":"q"}`), Progress: func(string) {}})
+		if err != nil {
+			return err.Error()
+		}
+		return res.Text()
+	}
+	if got := search("bob"); !strings.Contains(got, "the profile of agent bob binds no search provider") {
+		t.Errorf("no profile: %s", got)
+	}
+	if _, err := profiles.Put(t.Context(), []byte(`{"version":3,"agent":"ann","web":{"fetch":{}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := search("ann"); !strings.Contains(got, "the profile of agent ann binds no search provider") {
+		t.Errorf("fetch only: %s", got)
+	}
+	// Brave's public API without a key on this host: refused before any request.
+	if _, err := profiles.Put(t.Context(), []byte(`{"version":3,"agent":"ann","web":{"search":{"provider":"brave"}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := search("ann"); !strings.Contains(got, "this web host has no Brave Search API key") {
+		t.Errorf("brave without a key: %s", got)
 	}
 }
 
