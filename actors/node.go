@@ -26,6 +26,7 @@ import (
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/todo"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // NodeConfig configures a node: which categories it hosts and whether it runs turns.
@@ -45,6 +46,8 @@ type NodeConfig struct {
 	Home     string
 	HomeRoot string
 	Computer computer.Config
+	// Web configures the web category's host: provider keys and caps.
+	Web web.Config
 	// Gateway configures the model gateways that turns started over the bus use.
 	Gateway gateway.Config
 	// Catalog tunes the node's catalog of the bus, which turns use to include the
@@ -220,9 +223,16 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js}
+	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js, Web: cfg.Web}
 	if slices.Contains(cfg.Categories, computer.Category) {
 		logSandbox(n.log, cfg.Computer)
+	}
+	if slices.Contains(cfg.Categories, web.Category) {
+		// The web host reads each caller's providers from its profile.
+		if h.Profiles, err = n.profileStore(ctx); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: host %s: %w", cfg.Name, web.Category, err)
+		}
 	}
 	for _, cat := range cfg.Categories {
 		tools, err := toolsets.ForCategory(cat, h)
@@ -298,15 +308,8 @@ func (n *Node) setupStore(ctx context.Context) error {
 func (n *Node) assembly(ctx context.Context) (*toolsets.Profiles, *catalog.Catalog, error) {
 	n.assemblyMu.Lock()
 	defer n.assemblyMu.Unlock()
-	if n.profiles == nil {
-		err := bus.Retry(ctx, "open the agent profiles", n.log, func(ctx context.Context) error {
-			p, err := toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
-			n.profiles = p
-			return err
-		})
-		if err != nil {
-			return nil, nil, err
-		}
+	if err := n.openProfiles(ctx); err != nil {
+		return nil, nil, err
 	}
 	if n.catalog == nil {
 		c := catalog.New(n.nc, n.cfg.Catalog)
@@ -316,6 +319,28 @@ func (n *Node) assembly(ctx context.Context) (*toolsets.Profiles, *catalog.Catal
 		n.catalog = c
 	}
 	return n.profiles, n.catalog, nil
+}
+
+// profileStore returns the agent profile store, opening it on first use.
+func (n *Node) profileStore(ctx context.Context) (*toolsets.Profiles, error) {
+	n.assemblyMu.Lock()
+	defer n.assemblyMu.Unlock()
+	if err := n.openProfiles(ctx); err != nil {
+		return nil, err
+	}
+	return n.profiles, nil
+}
+
+// openProfiles opens the profile store unless it is open; assemblyMu is held.
+func (n *Node) openProfiles(ctx context.Context) error {
+	if n.profiles != nil {
+		return nil
+	}
+	return bus.Retry(ctx, "open the agent profiles", n.log, func(ctx context.Context) error {
+		p, err := toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
+		n.profiles = p
+		return err
+	})
 }
 
 // ensureTranscripts creates the transcript stream if it does not exist; an

@@ -88,6 +88,17 @@ func withTodoStore(p *server.Permissions) *server.Permissions {
 	return c
 }
 
+// withProfileReader returns a copy of p that may read the agent profiles: what a host of
+// the web category needs, to find each caller's providers. It may create the bucket
+// (empty) when no turn node has yet, never write a profile.
+func withProfileReader(p *server.Permissions) *server.Permissions {
+	c := clonePermissions(p)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketAgents))...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.API.STREAM.CREATE."+kvStream(BucketAgents))
+	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
+	return c
+}
+
 // merge returns the union of the allow lists of a and b; the response
 // permission is a's, else b's. Neither has deny lists.
 func merge(a, b *server.Permissions) *server.Permissions {

@@ -21,7 +21,8 @@ const (
 	// its categories, if it has any.
 	RoleTurn Role = "turn"
 	// RoleTool is a host of the given categories and nothing else
-	// (ToolPermissions, and the todo bucket for the todo category).
+	// (ToolPermissions, the todo bucket for the todo category, and reading the
+	// agent profiles for the web category).
 	RoleTool Role = "tool"
 	// RoleOperator is a person's command line (OperatorPermissions).
 	RoleOperator Role = "operator"
@@ -60,6 +61,9 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		p := ToolPermissions(categories...)
 		if slices.Contains(categories, "todo") {
 			p = withTodoStore(p)
+		}
+		if slices.Contains(categories, "web") {
+			p = withProfileReader(p)
 		}
 		return p, nil
 	case RoleOperator:

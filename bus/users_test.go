@@ -43,6 +43,7 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	  {"user": "turn", "password": "pw", "role": "turn"},
 	  {"user": "fs", "password": "pw", "role": "tool", "categories": ["fs"]},
 	  {"user": "todo", "password": "pw", "role": "tool", "categories": ["todo"]},
+	  {"user": "web", "password": "pw", "role": "tool", "categories": ["web"]},
 	  {"user": "ops", "password_hash": %q, "role": "operator"},
 	  {"user": "watch", "password": "pw", "role": "watcher"},
 	  {"nkey": %q, "role": "watcher"},
@@ -163,6 +164,7 @@ func TestRolesFromUsersFile(t *testing.T) {
 		"turn":  nats.UserInfo("turn", "pw"),
 		"fs":    nats.UserInfo("fs", "pw"),
 		"todo":  nats.UserInfo("todo", "pw"),
+		"web":   nats.UserInfo("web", "pw"),
 		"ops":   nats.UserInfo("ops", "ops-pw"),
 		"watch": nats.UserInfo("watch", "pw"),
 		"nkey":  nats.Nkey(must(kp.PublicKey()), kp.Sign),
@@ -258,6 +260,10 @@ func TestRolesFromUsersFile(t *testing.T) {
 		{"todo", BucketAgents, false, false},
 		{"todo", BucketTurns, true, false},
 		{"fs", BucketTodos, false, false},
+		{"fs", BucketAgents, false, false},
+		{"web", BucketAgents, false, true},
+		{"web", BucketAgents, true, false},
+		{"web", BucketTodos, false, false},
 		{"turn", BucketTurns, true, true},
 	}
 	for _, tc := range jsCases {
