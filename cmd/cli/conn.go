@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // clientName is the connection name the command line uses on the bus, as
@@ -129,7 +130,10 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 		Home:       home,
 		Gateway:    gw,
 		Computer:   computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
-		Logger:     log,
+		// Search keys from TOOLBUS_BRAVE_API_KEY and TOOLBUS_TAVILY_API_KEY, redacted
+		// with the others above.
+		Web:    web.Config{Keys: web.KeysFromEnv()},
+		Logger: log,
 	})
 	if err != nil {
 		srv.Close()

@@ -30,6 +30,7 @@ import (
 	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // ErrFlags reports flags the flag package refused; it has already printed the
@@ -83,7 +84,17 @@ type options struct {
 	hostedSearch  bool
 	logLevel      string
 	sandbox       computer.SandboxMode
+	// webKeyFiles and webKeyEndpoints are the -web-key-file and -web-key-endpoint
+	// values (PROVIDER=FILE, PROVIDER=URL); webKeys what they and the environment give.
+	webKeyFiles, webKeyEndpoints repeated
+	webKeys                      map[string]web.Key
 }
+
+// repeated collects the values of a repeatable flag.
+type repeated []string
+
+func (r *repeated) String() string     { return strings.Join(*r, ",") }
+func (r *repeated) Set(v string) error { *r = append(*r, v); return nil }
 
 // Synopsis, About and Example are the node's usage text; Usage prints them in the
 // layout every toolbus command shares.
@@ -135,6 +146,8 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
 	fs.DurationVar(&o.reqTimeout, "request-timeout", 0, fmt.Sprintf("how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
 	fs.BoolVar(&o.hostedSearch, "hosted-tool-search", false, "openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
+	fs.Var(&o.webKeyFiles, "web-key-file", "web category: a search provider's API key, from a file: PROVIDER=FILE, brave or tavily (repeatable; default env TOOLBUS_BRAVE_API_KEY, TOOLBUS_TAVILY_API_KEY). A key goes only to its provider's official API and the -web-key-endpoint URLs")
+	fs.Var(&o.webKeyEndpoints, "web-key-endpoint", "web category: also send a provider's key to this API root: PROVIDER=URL, a proxy or compatible service you run (repeatable); a profile that names any other URL gets its searches sent there without the key")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sandbox = computer.SandboxBwrap
 	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
@@ -171,6 +184,9 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 			return nil, fmt.Errorf("-vouch-key-file: %w", err)
 		}
 	}
+	if o.webKeys, err = WebKeys(o.webKeyFiles, o.webKeyEndpoints); err != nil {
+		return nil, err
+	}
 	if (o.tlsCert == "") != (o.tlsKey == "") {
 		return nil, errors.New("-tls-cert and -tls-key go together")
 	}
@@ -190,6 +206,45 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 		return nil, usagef("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
 	}
 	return o, nil
+}
+
+// WebKeys are the web host's search provider keys: from the environment (web.KeyEnv),
+// then from files (PROVIDER=FILE, each beating its variable), with the endpoints each may
+// also go to (PROVIDER=URL). Each key is registered for redaction.
+func WebKeys(files, endpoints []string) (map[string]web.Key, error) {
+	keys := web.KeysFromEnv()
+	for _, f := range files {
+		p, path, err := web.SplitProviderValue(f)
+		if err != nil {
+			return nil, usagef("-web-key-file %v", err)
+		}
+		secret, err := gateway.ReadKeyFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("-web-key-file %s: %w", p, err)
+		}
+		k := keys[p]
+		k.Secret = secret
+		keys[p] = k
+	}
+	for _, e := range endpoints {
+		p, u, err := web.SplitProviderValue(e)
+		if err != nil {
+			return nil, usagef("-web-key-endpoint %v", err)
+		}
+		if err := web.CheckEndpoint(u); err != nil {
+			return nil, usagef("-web-key-endpoint %s: %v", p, err)
+		}
+		k, ok := keys[p]
+		if !ok {
+			return nil, usagef("-web-key-endpoint %s: this node has no %s key to send there (set %s or -web-key-file %s=FILE)", p, p, web.KeyEnv[p], p)
+		}
+		k.Endpoints = append(k.Endpoints, u)
+		keys[p] = k
+	}
+	for _, k := range keys {
+		redact.AddSecrets(k.Secret)
+	}
+	return keys, nil
 }
 
 // sanitize turns a host name into a valid token.
@@ -311,6 +366,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
 		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
 		VouchKey: o.vouchKey,
+		Web:      web.Config{Keys: o.webKeys},
 	})
 	if err != nil {
 		return err

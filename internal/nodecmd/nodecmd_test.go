@@ -19,8 +19,12 @@ func TestParseFlags(t *testing.T) {
 	if err := os.WriteFile(passFile, []byte("from-file-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	keyFile := filepath.Join(t.TempDir(), "vouch.key")
-	if err := os.WriteFile(keyFile, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte("tvly-from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	vouchFile := filepath.Join(t.TempDir(), "vouch.key")
+	if err := os.WriteFile(vouchFile, []byte(strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -82,18 +86,38 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("sandbox %q", o.sandbox)
 			}
 		}},
-		{name: "vouch key file", args: []string{"-vouch-key-file", keyFile}, check: func(t *testing.T, o *options) {
+		{name: "vouch key file", args: []string{"-vouch-key-file", vouchFile}, check: func(t *testing.T, o *options) {
 			if len(o.vouchKey) != 32 || o.vouchKey[0] != 0xab {
 				t.Errorf("vouch key %x", o.vouchKey)
 			}
 		}},
 		{name: "short vouch key", args: []string{"-vouch-key-file", passFile}, wantErr: "does not hold a key of 64 hex digits (openssl rand -hex 32 writes one)"},
 		{name: "unknown sandbox", args: []string{"-sandbox", "docker"}, wantErr: `unknown sandbox mode "docker": want bwrap or off`},
+		{name: "web keys from env", env: map[string]string{"TOOLBUS_BRAVE_API_KEY": "brave-env-key"}, check: func(t *testing.T, o *options) {
+			if k := o.webKeys["brave"]; k.Secret != "brave-env-key" || len(k.Endpoints) != 0 || len(o.webKeys) != 1 {
+				t.Errorf("web keys %+v", o.webKeys)
+			}
+		}},
+		{name: "web key file beats env, endpoints", env: map[string]string{"TOOLBUS_TAVILY_API_KEY": "tvly-env"},
+			args: []string{"-web-key-file", "tavily=" + keyFile, "-web-key-endpoint", "tavily=https://proxy.internal/tavily", "-web-key-endpoint", "tavily=http://10.0.0.5:8080"},
+			check: func(t *testing.T, o *options) {
+				k := o.webKeys["tavily"]
+				if k.Secret != "tvly-from-file" || strings.Join(k.Endpoints, " ") != "https://proxy.internal/tavily http://10.0.0.5:8080" {
+					t.Errorf("tavily key %+v", k)
+				}
+			}},
+		{name: "web key endpoint without a key", args: []string{"-web-key-endpoint", "brave=https://proxy.internal"}, wantErr: "-web-key-endpoint brave: this node has no brave key to send there (set TOOLBUS_BRAVE_API_KEY or -web-key-file brave=FILE)"},
+		{name: "web key for searxng", args: []string{"-web-key-file", "searxng=" + keyFile}, wantErr: "searxng takes no key"},
+		{name: "web key without provider", args: []string{"-web-key-file", keyFile}, wantErr: "want provider=value (brave or tavily)"},
+		{name: "web key endpoint not a URL", env: map[string]string{"TOOLBUS_BRAVE_API_KEY": "k-123456"}, args: []string{"-web-key-endpoint", "brave=ftp://x"}, wantErr: `"ftp://x" is not an http or https URL`},
+		{name: "missing web key file", args: []string{"-web-key-file", "brave=/nonexistent/key"}, wantErr: "-web-key-file brave: API key file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
 			t.Setenv("NATS_PASSWORD", "")
 			t.Setenv("TOOLBUS_ROUTE_PASSWORD", "")
+			t.Setenv("TOOLBUS_BRAVE_API_KEY", "")
+			t.Setenv("TOOLBUS_TAVILY_API_KEY", "")
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
