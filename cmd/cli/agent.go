@@ -15,7 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/web"
 )
 
 // agentUsage is the synopsis of the agent command.
@@ -47,7 +49,7 @@ const agentAbout = "Reads and writes agent profiles, the JSON documents in the K
 	bus.BucketAgents + " that say which external namespaces an agent's turns include\n" +
 	"(docs/protocol.md, \"Agent profiles\"). They live on the bus: every command needs\n" +
 	"-server (or NATS_URL).\n" +
-	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... AGENT\n" +
+	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... [-web-search P[=URL]] [-web-fetch] AGENT\n" +
 	"  toolbus agent get AGENT        prints the stored document\n" +
 	"  toolbus agent list             one line an agent\n" +
 	"  toolbus agent rm AGENT"
@@ -80,6 +82,9 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(&deferred, "namespace", "include this external namespace, deferred behind tool search (repeatable, or comma-separated)")
 	fs.Var(&upfront, "upfront", "include this external namespace with its tools loaded up front (repeatable, or comma-separated)")
 	approvals := fs.String("approvals", "", "which calls a person must approve first: never, destructive or writes (every tool that is not read-only)")
+	webSearch := fs.String("web-search", "", "bind web_search to a provider: searxng=URL (your instance), brave or tavily (their public APIs; the key is the web host's), or brave=URL / tavily=URL for a compatible endpoint")
+	webFetch := fs.Bool("web-fetch", false, "bind web_fetch: read public web pages")
+	webPrivate := fs.Bool("web-fetch-private", false, "bind web_fetch and let it reach loopback, private and link-local addresses too (the nodes' own services among them): for trusted agents only")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -93,8 +98,8 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var doc []byte
 	switch {
-	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != ""):
-		return usagef("-f gives the whole document: leave out -namespace, -upfront and -approvals")
+	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate):
+		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals and the -web flags")
 	case *file != "":
 		if doc, err = readDoc(*file); err != nil {
 			return err
@@ -113,6 +118,9 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		for _, ns := range upfront {
 			p.Namespaces = append(p.Namespaces, toolsets.NamespaceRef{Name: ns, Load: toolsets.LoadUpfront})
+		}
+		if p.Web, err = webBinding(*webSearch, *webFetch, *webPrivate); err != nil {
+			return err
 		}
 		if doc, err = p.Encode(); err != nil {
 			return err
@@ -152,11 +160,54 @@ func readDoc(path string) ([]byte, error) {
 	return b, nil
 }
 
+// webBinding is the web binding the -web flags ask for; nil for none.
+func webBinding(search string, fetch, private bool) (*web.Binding, error) {
+	if search == "" && !fetch && !private {
+		return nil, nil
+	}
+	b := &web.Binding{}
+	if search != "" {
+		provider, u, _ := strings.Cut(search, "=")
+		b.Search = &web.SearchBinding{Provider: strings.ToLower(strings.TrimSpace(provider)), URL: strings.TrimSpace(u)}
+		if b.Search.Provider == web.SearXNG && b.Search.URL == "" {
+			return nil, usagef("-web-search searxng needs the instance's URL: -web-search searxng=http://HOST:PORT")
+		}
+	}
+	if fetch || private {
+		b.Fetch = &web.FetchBinding{AllowPrivate: private}
+	}
+	return b, nil
+}
+
+// describeWeb says what a profile's web binding binds, for agent set and list.
+func describeWeb(p *toolsets.Profile) string {
+	if p.Web == nil || p.Web.Search == nil && p.Web.Fetch == nil {
+		return ""
+	}
+	var parts []string
+	if s := p.Web.Search; s != nil {
+		part := "search " + s.Provider
+		if s.URL != "" {
+			part += " at " + redact.URL(s.URL)
+		}
+		parts = append(parts, part)
+	}
+	if f := p.Web.Fetch; f != nil {
+		if f.AllowPrivate {
+			parts = append(parts, "fetch (private addresses too)")
+		} else {
+			parts = append(parts, "fetch")
+		}
+	}
+	return "; web: " + strings.Join(parts, ", ")
+}
+
 func describeNamespaces(p *toolsets.Profile) string {
 	approvals := ""
 	if p.Approvals != "" && p.Approvals != toolsets.ApproveNever {
 		approvals = "; approvals: " + p.Approvals
 	}
+	approvals += describeWeb(p)
 	if len(p.Namespaces) == 0 {
 		return "built-in tools only" + approvals
 	}

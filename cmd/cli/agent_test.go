@@ -124,3 +124,125 @@ func TestAgentProfiles(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentWebTools: the -web flags of agent set bind the web tools, and tools -agent
+// -json shows exactly the ones the profile binds, for main and task turns.
+func TestAgentWebTools(t *testing.T) {
+	rb := startRemoteBus(t, true)
+	ctx := testContext(t)
+	run := func(words []string, rest ...string) (int, string, string) {
+		args := append(append(words, "-server", rb.url, "-user", "ops", "-pass-file", rb.passFile), rest...)
+		return cli(ctx, args...)
+	}
+	// names are the tool names of a tools -json listing.
+	names := func(stdout string) []string {
+		var defs []struct {
+			Name string `json:"name"`
+		}
+		if err := json.Unmarshal([]byte(stdout), &defs); err != nil {
+			t.Fatalf("tools -json: %v\n%s", err, stdout)
+		}
+		var out []string
+		for _, d := range defs {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	has := func(list []string, name string) bool {
+		for _, n := range list {
+			if n == name {
+				return true
+			}
+		}
+		return false
+	}
+
+	for _, tc := range []struct {
+		agent   string
+		set     []string
+		stored  string
+		main    []string // web tools of a main turn
+		present []string // other tools that must be there
+	}{
+		{agent: "nobody", main: nil, present: []string{"run_command"}},
+		{agent: "wes", set: []string{"-web-search", "searxng=http://127.0.0.1:8888", "-web-fetch"},
+			stored: "agent wes: profile stored (built-in tools only; web: search searxng at http://127.0.0.1:8888, fetch)",
+			main:   []string{"web_search", "web_fetch"}, present: []string{"run_command", "todo_write"}},
+		{agent: "bea", set: []string{"-web-search", "brave"},
+			stored: "agent bea: profile stored (built-in tools only; web: search brave)", main: []string{"web_search"}},
+		{agent: "fio", set: []string{"-web-fetch-private", "-namespace", "crm"},
+			stored: "agent fio: profile stored (namespaces crm (deferred); web: fetch (private addresses too))", main: []string{"web_fetch"}},
+		{agent: "ned", set: []string{"-approvals", "writes"},
+			stored: "agent ned: profile stored (built-in tools only; approvals: writes)", main: nil},
+	} {
+		t.Run(tc.agent, func(t *testing.T) {
+			if tc.set != nil {
+				code, out, errOut := run([]string{"agent", "set"}, append(tc.set, tc.agent)...)
+				if code != exitOK || !strings.Contains(errOut, tc.stored) {
+					t.Fatalf("agent set: exit %d, stderr %q, want %q (%s)", code, errOut, tc.stored, out)
+				}
+			}
+			for _, kind := range []string{"main", "task"} {
+				code, out, errOut := run([]string{"tools"}, "-agent", tc.agent, "-kind", kind, "-json")
+				if code != exitOK {
+					t.Fatalf("tools -kind %s: exit %d: %s", kind, code, errOut)
+				}
+				got := names(out)
+				var web []string
+				for _, n := range got {
+					if strings.HasPrefix(n, "web_") {
+						web = append(web, n)
+					}
+				}
+				if strings.Join(web, ",") != strings.Join(tc.main, ",") {
+					t.Errorf("%s turn: web tools %v, want %v (all: %v)", kind, web, tc.main, got)
+				}
+				if kind == "task" {
+					// A task turn holds the web tools its profile binds and nothing else.
+					if len(got) != len(tc.main) {
+						t.Errorf("task turn: tools %v, want %v", got, tc.main)
+					}
+					continue
+				}
+				for _, p := range tc.present {
+					if !has(got, p) {
+						t.Errorf("main turn lacks %s: %v", p, got)
+					}
+				}
+			}
+		})
+	}
+
+	// The web tools sit after computer's and carry their schemas.
+	code, out, _ := run([]string{"tools"}, "-agent", "wes", "-json")
+	if code != exitOK || !strings.Contains(out, `"description": "How many results to return, 1 to 20 (default 5)."`) ||
+		strings.Index(out, `"name": "run_command"`) > strings.Index(out, `"name": "web_search"`) {
+		t.Errorf("tools -json of wes:\n%s", out)
+	}
+	// Without -server no profile is read: no web tools.
+	code, out, _ = cli(ctx, "tools", "-json")
+	if code != exitOK || strings.Contains(out, "web_") {
+		t.Errorf("tools without a bus lists web tools (exit %d)", code)
+	}
+
+	code, out, errOut := run([]string{"agent", "list"})
+	if code != exitOK || !strings.Contains(out, "web: search searxng at http://127.0.0.1:8888, fetch") {
+		t.Errorf("agent list: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"-web-search", "searxng", "x1"}, exitUsage, "-web-search searxng needs the instance's URL: -web-search searxng=http://HOST:PORT"},
+		{[]string{"-web-search", "google", "x1"}, exitFailed, "invalid agent profile: /web/search/provider: "},
+		{[]string{"-web-search", "brave=ftp://x", "x1"}, exitFailed, `/web/search/url: "ftp://x" is not an http or https URL`},
+		{[]string{"-web-search", "searxng=http://u:p@host", "x1"}, exitFailed, "the URL holds credentials"},
+		{[]string{"-f", "-", "-web-fetch", "x1"}, exitUsage, "-f gives the whole document: leave out -namespace, -upfront, -approvals and the -web flags"},
+	} {
+		code, out, errOut := run([]string{"agent", "set"}, tc.args...)
+		if code != tc.code || !strings.Contains(errOut, tc.want) {
+			t.Errorf("agent set %q: exit %d, stderr %q, want %d and %q (%s)", tc.args, code, errOut, tc.code, tc.want, out)
+		}
+	}
+}
