@@ -277,7 +277,8 @@ func (f *fetcher) get(ctx context.Context, client *http.Client, u *url.URL, offs
 	if kind == "" {
 		return failed(d, "refused %s: its content is %s, not text; web_fetch reads HTML, plain text, JSON and XML", short(d.FinalURL), mt)
 	}
-	text, err := charset.NewReader(br, d.ContentType)
+	// The charset of the header, else of the page's own <meta> or its bytes.
+	text, err := charset.NewReader(br, resp.Header.Get("Content-Type"))
 	if err != nil {
 		text = br // an unknown charset: read the bytes as UTF-8
 	}
