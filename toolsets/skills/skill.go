@@ -1,0 +1,516 @@
+package skills
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/goccy/go-yaml"
+	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/parser"
+)
+
+// Where skills live in an agent home, and the bounds of what is read.
+const (
+	// Dir is the folder of the agent home that holds one folder per skill.
+	Dir = "skills"
+	// File is the skill's own file in its folder.
+	File = "SKILL.md"
+	// MaxSkillSize is the largest SKILL.md read.
+	MaxSkillSize = 64 << 10
+	// MaxDescription is the longest description, in characters: every turn's
+	// instructions carry it.
+	MaxDescription = 1024
+	// MaxFiles is the most files a skill's text lists from its folder.
+	MaxFiles = 100
+	// MaxFileSize is the largest file of a skill's folder that load_skill returns.
+	MaxFileSize = 256 << 10
+	// MaxEnabled is the most skills a turn loads.
+	MaxEnabled = 100
+)
+
+// Skill is one skill, read from its folder.
+type Skill struct {
+	// Name is the skill's folder name, which the profile enables and the front matter's
+	// name repeats.
+	Name        string
+	Description string
+	// Servers are the MCP servers the skill needs, by name.
+	Servers []Server
+	// Body is the Markdown after the front matter.
+	Body string
+	// Dir is the skill's folder, absolute, with symbolic links resolved: the path
+	// commands in the sandbox see.
+	Dir string
+	// Files are the other files of the folder, relative to it and slash-separated, at
+	// most MaxFiles; FilesCut says more were left out.
+	Files    []FileInfo
+	FilesCut bool
+}
+
+// FileInfo is a file of a skill's folder.
+type FileInfo struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// Server is an MCP server a skill needs, in the common mcpServers shape: a command the
+// client starts (stdio) or the URL of a running server (HTTP).
+type Server struct {
+	Name    string            `yaml:"-" json:"-"`
+	Command string            `yaml:"command" json:"command,omitempty"`
+	Args    []string          `yaml:"args" json:"args,omitempty"`
+	Env     map[string]string `yaml:"env" json:"env,omitempty"`
+	// Cwd is the folder the command starts in, relative to the skill's folder (the
+	// default) or absolute.
+	Cwd     string            `yaml:"cwd" json:"cwd,omitempty"`
+	URL     string            `yaml:"url" json:"url,omitempty"`
+	Headers map[string]string `yaml:"headers" json:"headers,omitempty"`
+}
+
+// frontMatter is what a SKILL.md's front matter may hold: toolbus's fields, and those
+// of the common skill format that toolbus reads past.
+type frontMatter struct {
+	Name          string            `yaml:"name"`
+	Description   string            `yaml:"description"`
+	MCP           map[string]Server `yaml:"mcp"`
+	License       any               `yaml:"license"`
+	Compatibility any               `yaml:"compatibility"`
+	AllowedTools  any               `yaml:"allowed-tools"`
+	Metadata      any               `yaml:"metadata"`
+	Version       any               `yaml:"version"`
+}
+
+// Problem is what is wrong with one skill: a SKILL.md that cannot be read or whose front
+// matter is malformed, at a line when one is to blame, or a skill enabled but missing.
+// The skill is left out; the others load.
+type Problem struct {
+	Skill string
+	// File is relative to the agent home, slash-separated: skills/<name>/SKILL.md.
+	File string
+	// Line is 1-based; 0 when no line is to blame.
+	Line    int
+	Message string
+}
+
+func (p *Problem) Error() string {
+	if p.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", p.File, p.Line, p.Message)
+	}
+	return p.File + ": " + p.Message
+}
+
+// ErrNotFound is wrapped by the Problem of an enabled skill that is not in the home.
+var ErrNotFound = errors.New("skill not found")
+
+// notFound is the problem of a missing skill; it matches ErrNotFound.
+type notFound struct{ Problem }
+
+func (e *notFound) Unwrap() error { return ErrNotFound }
+
+var (
+	skillName  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	serverName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+)
+
+// CheckName reports whether name can name a skill's folder.
+func CheckName(name string) error {
+	if !skillName.MatchString(name) {
+		return fmt.Errorf("%q is not a skill name: want up to 64 letters, digits, '_', '-' or '.', starting with a letter or digit", name)
+	}
+	return nil
+}
+
+// fileOf is a skill's SKILL.md relative to the home.
+func fileOf(name string) string { return path.Join(Dir, name, File) }
+
+// Load reads the enabled skills from the agent home, in the order given. A skill that
+// is missing or whose SKILL.md is malformed is left out and reported as a *Problem; the
+// rest load. A home that does not exist holds no skill.
+func Load(home string, enabled []string) ([]*Skill, []error) {
+	var (
+		out  []*Skill
+		errs []error
+	)
+	if len(enabled) > MaxEnabled {
+		for _, name := range enabled[MaxEnabled:] {
+			errs = append(errs, &Problem{Skill: name, File: fileOf(name), Message: fmt.Sprintf("left out: a turn loads at most %d skills", MaxEnabled)})
+		}
+		enabled = enabled[:MaxEnabled]
+	}
+	root, rootErr := openHome(home)
+	if root != nil {
+		defer root.Close()
+	}
+	for _, name := range enabled {
+		if rootErr != nil {
+			errs = append(errs, missing(name, home))
+			continue
+		}
+		s, err := load(root, name)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, errs
+}
+
+// Present lists the skill folders of the home (those holding a SKILL.md), sorted; a home
+// without skills has none.
+func Present(home string) ([]string, error) {
+	root, err := openHome(home)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	entries, err := fs.ReadDir(root.FS(), Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list skills: %w", err)
+	}
+	var names []string
+	for _, e := range entries {
+		if CheckName(e.Name()) != nil {
+			continue
+		}
+		if fi, err := root.Stat(fileOf(e.Name())); err == nil && fi.Mode().IsRegular() {
+			names = append(names, e.Name())
+		}
+	}
+	return names, nil
+}
+
+// openHome opens the agent home as a root.
+func openHome(home string) (*os.Root, error) {
+	if home == "" {
+		return nil, errors.New("no agent home")
+	}
+	return os.OpenRoot(home)
+}
+
+func missing(name, home string) error {
+	return &notFound{Problem{Skill: name, File: fileOf(name),
+		Message: fmt.Sprintf("skill %s is enabled but this file does not exist in the agent home %s", name, home)}}
+}
+
+// load reads one skill through the home's root.
+func load(root *os.Root, name string) (*Skill, error) {
+	file := fileOf(name)
+	if err := CheckName(name); err != nil {
+		return nil, &Problem{Skill: name, File: file, Message: err.Error()}
+	}
+	f, err := root.Open(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, missing(name, root.Name())
+	}
+	if err != nil {
+		return nil, &Problem{Skill: name, File: file, Message: readError(err)}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return nil, &Problem{Skill: name, File: file, Message: readError(err)}
+	case !fi.Mode().IsRegular():
+		return nil, &Problem{Skill: name, File: file, Message: "not a regular file"}
+	case fi.Size() > MaxSkillSize:
+		return nil, &Problem{Skill: name, File: file, Message: fmt.Sprintf("%s is %s, more than the %s a SKILL.md may hold: move the details into other files of the folder, which load_skill reads on request", File, FormatSize(fi.Size()), FormatSize(MaxSkillSize))}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxSkillSize+1))
+	if err != nil {
+		return nil, &Problem{Skill: name, File: file, Message: readError(err)}
+	}
+	if len(data) > MaxSkillSize {
+		return nil, &Problem{Skill: name, File: file, Message: fmt.Sprintf("%s grew past the %s a SKILL.md may hold while it was read", File, FormatSize(MaxSkillSize))}
+	}
+	s, err := Parse(name, data)
+	if err != nil {
+		var p *Problem
+		if errors.As(err, &p) {
+			p.File = file
+		}
+		return nil, err
+	}
+	dir, err := root.OpenRoot(path.Join(Dir, name))
+	if err != nil {
+		return nil, &Problem{Skill: name, File: file, Message: readError(err)}
+	}
+	defer dir.Close()
+	s.Dir, s.Files = realDir(root.Name(), name), listFiles(dir)
+	if len(s.Files) > MaxFiles {
+		s.Files, s.FilesCut = s.Files[:MaxFiles], true
+	}
+	return s, nil
+}
+
+// realDir is the skill's folder with symbolic links resolved; os.Root has checked that
+// it stays inside the home.
+func realDir(home, name string) string {
+	dir := filepath.Join(home, Dir, name)
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		return real
+	}
+	return dir
+}
+
+// readError is an error of reading a skill's file, without the host's path.
+func readError(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	if strings.Contains(err.Error(), "escapes from parent") {
+		return "it is reached through a symbolic link that leaves the agent home"
+	}
+	return err.Error()
+}
+
+// listFiles lists the regular files of a skill's folder but SKILL.md, sorted, stopping
+// one past MaxFiles; dot files and folders are left out.
+func listFiles(dir *os.Root) []FileInfo {
+	var files []FileInfo
+	_ = fs.WalkDir(dir.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if p != "." && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || p == File {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		files = append(files, FileInfo{Path: p, Size: fi.Size()})
+		if len(files) > MaxFiles {
+			return fs.SkipAll
+		}
+		return nil
+	})
+	slices.SortFunc(files, func(a, b FileInfo) int { return strings.Compare(a.Path, b.Path) })
+	return files
+}
+
+// Parse reads a SKILL.md of the folder name: front matter between two "---" lines, then
+// the body. Its errors are *Problem values whose Line is the file's.
+func Parse(name string, data []byte) (*Skill, error) {
+	problem := func(line int, format string, args ...any) error {
+		return &Problem{Skill: name, File: fileOf(name), Line: line, Message: fmt.Sprintf(format, args...)}
+	}
+	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
+		return nil, problem(0, "not a UTF-8 text file")
+	}
+	text := strings.TrimPrefix(string(data), "\ufeff")
+	text = strings.ReplaceAll(text, "\r\n", "\n")
+	first, rest, _ := strings.Cut(text, "\n")
+	if strings.TrimRight(first, " \t") != "---" {
+		return nil, problem(1, "no front matter: a SKILL.md starts with a line \"---\", then YAML with name and description, then another \"---\" line, then the instructions")
+	}
+	var (
+		yml  string
+		body string
+		end  = -1
+	)
+	lines := strings.SplitAfter(rest, "\n")
+	for i, l := range lines {
+		if strings.TrimRight(l, " \t\n") == "---" {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		return nil, problem(1, "the front matter that starts here has no closing \"---\" line")
+	}
+	yml = strings.Join(lines[:end], "")
+	body = strings.TrimSpace(strings.Join(lines[end+1:], ""))
+	// The YAML starts on the file's second line.
+	const offset = 1
+
+	var fm frontMatter
+	file, err := parser.ParseBytes([]byte(yml), 0)
+	if err == nil && len(file.Docs) > 1 {
+		return nil, problem(2, "the front matter holds more than one YAML document")
+	}
+	if err == nil && len(file.Docs) == 1 && file.Docs[0].Body != nil {
+		if _, ok := file.Docs[0].Body.(*ast.MappingNode); !ok {
+			if _, ok := file.Docs[0].Body.(*ast.MappingValueNode); !ok {
+				return nil, problem(offset+file.Docs[0].Body.GetToken().Position.Line, "the front matter is not a mapping of keys (name, description, mcp) to values")
+			}
+		}
+		err = yaml.NodeToValue(file.Docs[0].Body, &fm, yaml.DisallowUnknownField())
+	}
+	if err != nil {
+		line, msg := 0, err.Error()
+		var ye yaml.Error
+		if errors.As(err, &ye) {
+			msg = yamlMessage(ye)
+			if tk := ye.GetToken(); tk != nil && tk.Position != nil {
+				line = offset + tk.Position.Line
+			}
+		}
+		return nil, problem(line, "front matter: %s", msg)
+	}
+	lineOf := func(keys ...string) int {
+		if l := keyLine(file, keys...); l > 0 {
+			return offset + l
+		}
+		return 1
+	}
+	fm.Name = strings.TrimSpace(fm.Name)
+	fm.Description = strings.TrimSpace(fm.Description)
+	switch {
+	case fm.Name == "":
+		return nil, problem(1, "the front matter has no name: add \"name: %s\"", name)
+	case fm.Name != name:
+		return nil, problem(lineOf("name"), "name %q differs from the skill's folder %q: a skill is enabled and loaded by its folder name; make them the same", fm.Name, name)
+	case fm.Description == "":
+		return nil, problem(1, "the front matter has no description: add one line that says what the skill is for and when to use it (every turn lists it)")
+	case utf8.RuneCountInString(fm.Description) > MaxDescription:
+		return nil, problem(lineOf("description"), "the description is %d characters long; at most %d are allowed (the instructions go in the body)", utf8.RuneCountInString(fm.Description), MaxDescription)
+	}
+	s := &Skill{Name: name, Description: fm.Description, Body: body}
+	for _, n := range sortedKeys(fm.MCP) {
+		srv := fm.MCP[n]
+		srv.Name = n
+		at := lineOf("mcp", n)
+		if !serverName.MatchString(n) {
+			return nil, problem(at, "MCP server name %q: want up to 64 letters, digits, '_' or '-' (mcporter calls its tools as SERVER.TOOL)", n)
+		}
+		switch {
+		case srv.Command == "" && srv.URL == "":
+			return nil, problem(at, "MCP server %s has neither a command (a server mcporter starts) nor a url (a running server)", n)
+		case srv.Command != "" && srv.URL != "":
+			return nil, problem(at, "MCP server %s has both a command and a url: give one", n)
+		case srv.URL != "" && (len(srv.Args) > 0 || len(srv.Env) > 0 || srv.Cwd != ""):
+			return nil, problem(at, "MCP server %s has a url: args, env and cwd are for a command", n)
+		case srv.Command != "" && len(srv.Headers) > 0:
+			return nil, problem(at, "MCP server %s has a command: headers are for a url", n)
+		}
+		for k := range srv.Env {
+			if k == "" || strings.ContainsAny(k, "=\x00") {
+				return nil, problem(at, "MCP server %s: invalid environment variable name %q", n, k)
+			}
+		}
+		s.Servers = append(s.Servers, srv)
+	}
+	return s, nil
+}
+
+// keyLine is the line of the key at the end of a path of mapping keys in file's first
+// document; 0 when there is none.
+func keyLine(file *ast.File, keys ...string) int {
+	if file == nil || len(file.Docs) == 0 {
+		return 0
+	}
+	node := file.Docs[0].Body
+	line := 0
+	for _, k := range keys {
+		var values []*ast.MappingValueNode
+		switch n := node.(type) {
+		case *ast.MappingNode:
+			values = n.Values
+		case *ast.MappingValueNode:
+			values = []*ast.MappingValueNode{n}
+		default:
+			return 0
+		}
+		found := false
+		for _, v := range values {
+			if v.Key != nil && v.Key.String() == k {
+				if tk := v.Key.GetToken(); tk != nil && tk.Position != nil {
+					line = tk.Position.Line
+				}
+				node, found = v.Value, true
+				break
+			}
+		}
+		if !found {
+			return 0
+		}
+	}
+	return line
+}
+
+// yamlAt is the position the library puts in some messages ("already defined at [1:1]"),
+// which counts the front matter's lines.
+var yamlAt = regexp.MustCompile(`at \[(\d+):\d+\]`)
+
+// yamlMessage is a YAML error's message without the library's Go types.
+func yamlMessage(e yaml.Error) string {
+	var te *yaml.TypeError
+	if errors.As(e, &te) {
+		field := ""
+		if te.StructFieldName != nil {
+			field = strings.ToLower(*te.StructFieldName) + ": "
+		}
+		return fmt.Sprintf("%swant %s, not %s", field, kindName(te.DstType.String()), kindName(te.SrcType.String()))
+	}
+	msg := yamlAt.ReplaceAllStringFunc(e.GetMessage(), func(m string) string {
+		line, _ := strconv.Atoi(yamlAt.FindStringSubmatch(m)[1])
+		return fmt.Sprintf("on line %d", line+1)
+	})
+	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
+		return fmt.Sprintf("unknown key %s: the front matter holds name, description and mcp (and the common license, compatibility, allowed-tools, metadata, version)", f)
+	}
+	return msg
+}
+
+// kindName names a Go type as YAML would.
+func kindName(t string) string {
+	switch {
+	case t == "string":
+		return "a string"
+	case strings.HasPrefix(t, "[]"):
+		return "a list"
+	case strings.HasPrefix(t, "map["), strings.Contains(t, "Server"), strings.Contains(t, "frontMatter"):
+		return "a mapping"
+	case strings.HasPrefix(t, "int"), strings.HasPrefix(t, "uint"), strings.HasPrefix(t, "float"):
+		return "a number"
+	case t == "bool":
+		return "true or false"
+	}
+	return t
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// FormatSize renders a size for messages as the computer tools do: 512 B, 2.1 KiB,
+// 3.0 MiB.
+func FormatSize(n int64) string {
+	switch {
+	case n < 1<<10:
+		return fmt.Sprintf("%d B", n)
+	case n < 1<<20:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+}
