@@ -461,7 +461,7 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 		}
 	}
 	n.freshenCatalog(ctx, cat, profile)
-	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer})
+	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot})
 }
 
 // maxWorkers bounds the goroutines a node keeps waiting for work; past it, work runs on

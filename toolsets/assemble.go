@@ -62,9 +62,10 @@ const LocalCategory = "turn"
 
 // Kit is everything a turn needs from assembly.
 type Kit struct {
-	// Tools are the specs the model sees, in order, local tools last.
+	// Tools are the specs the model sees, in order: the built-in categories, load_skill,
+	// the external namespaces, then the kind's own local tools.
 	Tools *toolbus.Set
-	// Instructions are added to the turn's own (skills, task rules).
+	// Instructions are added to the turn's own (the list of skills, task rules).
 	Instructions string
 	// Local are the turn-local tools by name.
 	Local  map[string]LocalTool
@@ -92,6 +93,13 @@ func (k *Kit) NeedsApproval(s *toolbus.Spec) bool {
 // Options carry the configuration built-in specs depend on.
 type Options struct {
 	Computer computer.Config
+	// Home, when set, is every agent's home; otherwise HomeRoot/<agent> is (see
+	// AgentHome). Assembly reads the agent's skills there, on the node that runs the
+	// turn, and writes their mcporter configuration there: in a cluster, the nodes that
+	// run turns and those that host the computer category must see the same homes.
+	// Neither set: no skill is read (load_skill is still listed).
+	Home     string
+	HomeRoot string
 }
 
 // policies are the turn kinds' policies.
@@ -128,9 +136,14 @@ func PolicyFor(kind bus.TurnKind) (Policy, error) {
 
 // Assemble builds a turn's kit from its spec, its agent's profile (nil: none) and the
 // catalog of the bus (nil: no external namespaces can be included). The order is fixed:
-// the built-in categories the kind includes, then the profile's namespaces in profile
-// order, then local tools. A namespace that cannot be included is a note in the kit,
-// not an error: the turn runs with the rest.
+// the built-in categories the kind includes, then skills (load_skill, for main and job
+// turns whose profile enables skills), then the profile's namespaces in profile order,
+// then local tools. A namespace that cannot be included, or a skill that cannot be
+// read, is a note in the kit, not an error: the turn runs with the rest.
+//
+// With a home in opts, assembly reads the agent's enabled skills from it and brings the
+// mcporter configuration of their MCP servers there up to date
+// (skills.WriteMcporterConfig).
 func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*Kit, error) {
 	policy, err := PolicyFor(spec.Kind)
 	if err != nil {
@@ -146,6 +159,9 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 		if c.in(policy.Kind, profile) {
 			specs = append(specs, c.specs(h, profile)...)
 		}
+	}
+	if skillsIn(policy.Kind, profile) {
+		specs = append(specs, addSkills(kit, spec.Agent, profile, opts))
 	}
 	if profile != nil && policy.Kind != bus.TurnTask {
 		for _, ref := range profile.Namespaces {
