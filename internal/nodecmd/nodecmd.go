@@ -88,6 +88,20 @@ type options struct {
 	// values (PROVIDER=FILE, PROVIDER=URL); webKeys what they and the environment give.
 	webKeyFiles, webKeyEndpoints repeated
 	webKeys                      map[string]web.Key
+	sandboxRO                    pathList
+}
+
+// pathList collects a repeated path flag, each made absolute.
+type pathList []string
+
+func (l *pathList) String() string { return strings.Join(*l, ",") }
+func (l *pathList) Set(v string) error {
+	abs, err := filepath.Abs(v)
+	if err != nil {
+		return err
+	}
+	*l = append(*l, abs)
+	return nil
 }
 
 // repeated collects the values of a repeatable flag.
@@ -151,6 +165,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sandbox = computer.SandboxBwrap
 	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
+	fs.Var(&o.sandboxRO, "sandbox-ro", "show the folder `DIR` to sandboxed commands, read-only, at its own path; its bin folder, if any, goes on their PATH (repeatable; e.g. the prefix of npm install -g --prefix DIR mcporter)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s %s\n\n%s\n\nExample:\n  %s\n\nFlags:\n", prog, Synopsis, About, Example)
 		fs.PrintDefaults()
@@ -364,7 +379,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
-		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
+		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
 		VouchKey: o.vouchKey,
 		Web:      web.Config{Keys: o.webKeys},
 	})

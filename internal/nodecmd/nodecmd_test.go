@@ -92,6 +92,12 @@ func TestParseFlags(t *testing.T) {
 			}
 		}},
 		{name: "short vouch key", args: []string{"-vouch-key-file", passFile}, wantErr: "does not hold a key of 64 hex digits (openssl rand -hex 32 writes one)"},
+		{name: "sandbox read-only folders", args: []string{"-sandbox-ro", "/opt/tools", "-sandbox-ro", "rel"}, check: func(t *testing.T, o *options) {
+			wd, _ := os.Getwd()
+			if len(o.sandboxRO) != 2 || o.sandboxRO[0] != "/opt/tools" || o.sandboxRO[1] != filepath.Join(wd, "rel") {
+				t.Errorf("sandbox read-only %q", o.sandboxRO)
+			}
+		}},
 		{name: "unknown sandbox", args: []string{"-sandbox", "docker"}, wantErr: `unknown sandbox mode "docker": want bwrap or off`},
 		{name: "web keys from env", env: map[string]string{"TOOLBUS_BRAVE_API_KEY": "brave-env-key"}, check: func(t *testing.T, o *options) {
 			if k := o.webKeys["brave"]; k.Secret != "brave-env-key" || len(k.Endpoints) != 0 || len(o.webKeys) != 1 {

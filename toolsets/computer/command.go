@@ -227,7 +227,7 @@ func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home strin
 			cancel()
 			return nil, fmt.Errorf("run command: sandbox info pipe: %w", err)
 		}
-		env := sandboxEnv(home)
+		env := sandboxEnv(home, sb.path)
 		maps.Copy(env, opt.Env)
 		// The node starts bubblewrap itself, with an empty environment (its init's
 		// /proc/1/environ is the sandbox's to read): bwrap --die-with-parent then dies

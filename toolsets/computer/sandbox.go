@@ -67,7 +67,9 @@ type SandboxConfig struct {
 	// "bwrap").
 	Bwrap string
 	// ReadOnly are more host paths the sandbox shows read-only at the same place, such as a
-	// toolchain under /opt. A path that does not exist makes the sandbox unavailable.
+	// toolchain under /opt or a folder of tools installed with `npm install -g --prefix`.
+	// The bin folder of each, where it has one, goes on the commands' PATH before the
+	// system's, in this order. A path that does not exist makes the sandbox unavailable.
 	ReadOnly []string
 }
 
@@ -85,10 +87,11 @@ type CallSandbox struct {
 var ErrSandboxUnavailable = errors.New("command sandbox unavailable")
 
 // sandboxEnv is the whole environment of a sandboxed command before the call's variables:
-// the node's own (API keys, bus credentials, its PATH) never reaches it.
-func sandboxEnv(home string) map[string]string {
+// the node's own (API keys, bus credentials, its PATH) never reaches it. path are folders
+// that go before the default PATH.
+func sandboxEnv(home string, path []string) map[string]string {
 	return map[string]string{
-		"PATH":   defaultPath,
+		"PATH":   strings.Join(append(slices.Clone(path), defaultPath), ":"),
 		"HOME":   home,
 		"LANG":   "C.UTF-8",
 		"LC_ALL": "C.UTF-8",
@@ -124,6 +127,7 @@ type sandbox struct {
 	bwrap  string   // the executable, resolved
 	system []string // bwrap arguments that show the system read-only
 	extra  []string // and SandboxConfig.ReadOnly, after /tmp (which could cover them)
+	path   []string // the bin folders of SandboxConfig.ReadOnly, for PATH
 }
 
 // checked are the results of sandbox checks, by configuration: a host checks once.
@@ -210,6 +214,9 @@ func checkBwrap(s SandboxConfig) (*sandbox, error) {
 			return nil, fmt.Errorf("%w: read-only path %s: %v", ErrSandboxUnavailable, p, pathErr(err))
 		}
 		sb.extra = append(sb.extra, "--ro-bind", p, p)
+		if fi, err := os.Stat(filepath.Join(p, "bin")); err == nil && fi.IsDir() {
+			sb.path = append(sb.path, filepath.Join(p, "bin"))
+		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -436,6 +436,15 @@ func TestSandboxReadOnlyPaths(t *testing.T) {
 	if out, d := command(t, tool, home, "touch "+filepath.Join(tools, "x")); d.ExitCode == 0 {
 		t.Errorf("wrote into the read-only path: %q", out)
 	}
+	// Its bin folder is on PATH, before the system's; a read-only path without one adds
+	// nothing to PATH.
+	plain := t.TempDir()
+	cfg.Sandbox.ReadOnly = []string{tools, plain}
+	tool = toolNamed(t, cfg, "run_command")
+	if out, d := command(t, tool, home, "hello; echo $PATH"); d.ExitCode != 0 ||
+		out != "hello from the toolchain\n"+filepath.Join(tools, "bin")+":"+defaultPath {
+		t.Errorf("run by name: exit %d, %q", d.ExitCode, out)
+	}
 	// Without it, the toolchain is not there.
 	if out, d := command(t, toolNamed(t, testConfig, "run_command"), home, filepath.Join(tools, "bin", "hello")); d.ExitCode == 0 {
 		t.Errorf("the toolchain is in view without ReadOnly: %q", out)
