@@ -49,7 +49,7 @@ const agentAbout = "Reads and writes agent profiles, the JSON documents in the K
 	bus.BucketAgents + " that say which external namespaces an agent's turns include\n" +
 	"(docs/protocol.md, \"Agent profiles\"). They live on the bus: every command needs\n" +
 	"-server (or NATS_URL).\n" +
-	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... [-web-search P[=URL]] [-web-fetch] AGENT\n" +
+	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... [-web-search P[=URL]] [-web-fetch] [-skill NAME]... AGENT\n" +
 	"  toolbus agent get AGENT        prints the stored document\n" +
 	"  toolbus agent list             one line an agent\n" +
 	"  toolbus agent rm AGENT"
@@ -85,6 +85,8 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	webSearch := fs.String("web-search", "", "bind web_search to a provider: searxng=URL (your instance), brave or tavily (their public APIs; the key is the web host's), or brave=URL / tavily=URL for a compatible endpoint")
 	webFetch := fs.Bool("web-fetch", false, "bind web_fetch: read public web pages")
 	webPrivate := fs.Bool("web-fetch-private", false, "bind web_fetch and let it reach loopback, private and link-local addresses too (the nodes' own services among them): for trusted agents only")
+	var skillNames listFlag
+	fs.Var(&skillNames, "skill", "enable this skill, a folder skills/NAME/ of the agent's home (repeatable, or comma-separated; see 'toolbus skills')")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -98,8 +100,8 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var doc []byte
 	switch {
-	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate):
-		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals and the -web flags")
+	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate || len(skillNames) > 0):
+		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill and the -web flags")
 	case *file != "":
 		if doc, err = readDoc(*file); err != nil {
 			return err
@@ -112,7 +114,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("the document is for agent %q, not %q", head.Agent, agent)
 		}
 	default:
-		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent, Approvals: *approvals}
+		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent, Approvals: *approvals, Skills: skillNames}
 		for _, ns := range deferred {
 			p.Namespaces = append(p.Namespaces, toolsets.NamespaceRef{Name: ns, Load: toolsets.LoadDeferred})
 		}
@@ -206,6 +208,9 @@ func describeNamespaces(p *toolsets.Profile) string {
 	approvals := ""
 	if p.Approvals != "" && p.Approvals != toolsets.ApproveNever {
 		approvals = "; approvals: " + p.Approvals
+	}
+	if len(p.Skills) > 0 {
+		approvals = "; skills " + strings.Join(p.Skills, ", ") + approvals
 	}
 	approvals += describeWeb(p)
 	if len(p.Namespaces) == 0 {

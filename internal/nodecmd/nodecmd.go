@@ -165,7 +165,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sandbox = computer.SandboxBwrap
 	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
-	fs.Var(&o.sandboxRO, "sandbox-ro", "show the folder `DIR` to sandboxed commands, read-only, at its own path; its bin folder, if any, goes on their PATH (repeatable; e.g. the prefix of npm install -g --prefix DIR mcporter)")
+	fs.Var(&o.sandboxRO, "sandbox-ro", "show the folder `DIR` to sandboxed commands, read-only, at its own path; its bin folder, if any, goes on their PATH (repeatable; e.g. an npm prefix that mcporter was installed into with npm install -g)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s %s\n\n%s\n\nExample:\n  %s\n\nFlags:\n", prog, Synopsis, About, Example)
 		fs.PrintDefaults()
@@ -282,6 +282,10 @@ func xdgDir(env, fallback, sub string) string {
 	return filepath.Join(base, "toolbus", sub)
 }
 
+// DefaultHomeRoot is the home root of a node run without -home or -home-root:
+// $XDG_DATA_HOME/toolbus/homes.
+func DefaultHomeRoot() string { return xdgDir("XDG_DATA_HOME", ".local/share", "homes") }
+
 // Run runs a node until ctx ends or the process gets SIGINT or SIGTERM. prog
 // names the command in its usage ("toolbus node"); usage, errors of flags and
 // the node's log go to stderr. See parseFlags for the errors of a bad command
@@ -355,7 +359,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	}
 	homeRoot := o.homeRoot
 	if homeRoot == "" && o.home == "" {
-		homeRoot = xdgDir("XDG_DATA_HOME", ".local/share", "homes")
+		homeRoot = DefaultHomeRoot()
 	}
 	gw, err := gateway.ConfigFromEnv()
 	if err != nil {

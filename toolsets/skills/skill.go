@@ -101,6 +101,7 @@ type Problem struct {
 	// Line is 1-based; 0 when no line is to blame.
 	Line    int
 	Message string
+	cause   error // ErrNotFound for a missing skill
 }
 
 func (p *Problem) Error() string {
@@ -110,13 +111,10 @@ func (p *Problem) Error() string {
 	return p.File + ": " + p.Message
 }
 
+func (p *Problem) Unwrap() error { return p.cause }
+
 // ErrNotFound is wrapped by the Problem of an enabled skill that is not in the home.
 var ErrNotFound = errors.New("skill not found")
-
-// notFound is the problem of a missing skill; it matches ErrNotFound.
-type notFound struct{ Problem }
-
-func (e *notFound) Unwrap() error { return ErrNotFound }
 
 var (
 	skillName  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
@@ -206,8 +204,8 @@ func openHome(home string) (*os.Root, error) {
 }
 
 func missing(name, home string) error {
-	return &notFound{Problem{Skill: name, File: fileOf(name),
-		Message: fmt.Sprintf("skill %s is enabled but this file does not exist in the agent home %s", name, home)}}
+	return &Problem{Skill: name, File: fileOf(name), cause: ErrNotFound,
+		Message: fmt.Sprintf("skill %s is enabled but this file does not exist in the agent home %s", name, home)}
 }
 
 // load reads one skill through the home's root.
