@@ -16,5 +16,10 @@
 // install its packages with `npm ci` into the same bin dir, once per
 // package-lock.json.
 //
+// TestMCPSkillThroughMcporter installs mcporter 0.9.0 (the newest that accepts Node 20)
+// and @modelcontextprotocol/server-everything with `npm install -g --prefix` into the same
+// bin dir, once per pair of versions, and starts a node with -sandbox-ro on that folder;
+// mcporter runs inside the sandbox, so node must live under /usr or /bin.
+//
 // A test fails, never skips, when a binary cannot be built or installed.
 package integration
