@@ -687,6 +687,11 @@ func (t *turn) onLocalDone(m *localDone) {
 	if pc == nil || pc.state != callRunning {
 		return
 	}
+	// A local tool labels its call as a host's completion event would.
+	if c := m.res.Completion; c != nil && c.Label != "" {
+		pc.record.Label = c.Label
+	}
+	pc.record.Details = m.res.Details
 	switch {
 	case m.err != nil:
 		t.settle(pc, bus.OutcomeError, m.err.Error(), m.res)

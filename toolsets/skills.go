@@ -121,5 +121,10 @@ func loadSkill(home string, enabled []string, raw json.RawMessage) toolbus.Resul
 	}
 	res := toolbus.TextResult(text)
 	res.Details, _ = json.Marshal(LoadSkillDetails{Skill: a.Name, File: a.File, Bytes: len(text)})
+	label := fmt.Sprintf("Loaded skill %s (%s)", a.Name, skills.FormatSize(int64(len(text))))
+	if a.File != "" {
+		label = fmt.Sprintf("Read %s of skill %s (%s)", a.File, a.Name, skills.FormatSize(int64(len(text))))
+	}
+	res.Completion = &toolbus.Event{Kind: string(bus.EventCompleted), Label: label}
 	return res
 }

@@ -137,8 +137,12 @@ func TestLoadSkill(t *testing.T) {
 	if err := json.Unmarshal(res.Details, &d); err != nil || d.Skill != "notes" || d.Bytes != len(text) {
 		t.Errorf("details %s %v", res.Details, err)
 	}
-	if res := call(`{"name": "notes", "file": "style.md"}`); res.IsError || res.Text() != "Short lines.\n" {
-		t.Errorf("file: %v %q", res.IsError, res.Text())
+	if c := res.Completion; c == nil || !strings.HasPrefix(c.Label, "Loaded skill notes (") {
+		t.Errorf("completion %+v", c)
+	}
+	if res := call(`{"name": "notes", "file": "style.md"}`); res.IsError || res.Text() != "Short lines.\n" ||
+		res.Completion.Label != "Read style.md of skill notes (13 B)" {
+		t.Errorf("file: %v %q %+v", res.IsError, res.Text(), res.Completion)
 	}
 	// The skill is read afresh: a fix takes effect in the same turn.
 	writeHomeFile(t, home, "skills/plain/SKILL.md", "---\nname: plain\ndescription: Does things plainly.\n---\nPlainly, now.\n")

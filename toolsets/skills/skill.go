@@ -470,7 +470,7 @@ func yamlMessage(e yaml.Error) string {
 		return fmt.Sprintf("on line %d", line+1)
 	})
 	if f, ok := strings.CutPrefix(msg, "unknown field "); ok {
-		return fmt.Sprintf("unknown key %s: the front matter holds name, description and mcp (and the common license, compatibility, allowed-tools, metadata, version)", f)
+		return fmt.Sprintf("unknown key %s: the front matter holds name, description and mcp; an MCP server holds command, args, env and cwd, or url and headers", f)
 	}
 	return msg
 }
