@@ -200,7 +200,10 @@ func TestSkills(t *testing.T) {
 	}
 	var res struct {
 		Status struct {
-			Notes []string `json:"notes"`
+			Calls []struct {
+				Label   string          `json:"label"`
+				Details json.RawMessage `json:"details"`
+			} `json:"calls"`
 		} `json:"status"`
 		Transcript []struct {
 			Kind   string `json:"kind"`
@@ -220,6 +223,11 @@ func TestSkills(t *testing.T) {
 	}
 	if len(outputs) != 2 || !strings.HasPrefix(outputs[0], "# Skill notes\n\nWrite short notes.") || outputs[1] != "One idea a line.\n" {
 		t.Errorf("load_skill outputs %q", outputs)
+	}
+	// The calls carry load_skill's labels and details, as a host's calls do.
+	if c := res.Status.Calls; len(c) != 2 || !strings.HasPrefix(c[0].Label, "Loaded skill notes (") ||
+		c[1].Label != "Read style.md of skill notes (17 B)" || !matches(`"file": ?"style.md"`, string(c[1].Details)) {
+		t.Errorf("call records %+v", c)
 	}
 	if b, err := os.ReadFile(filepath.Join(home, "config", "mcporter.json")); err != nil || !strings.Contains(string(b), "mcp-server-everything") {
 		t.Errorf("mcporter config after the turn: %s %v", b, err)
