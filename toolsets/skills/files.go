@@ -37,25 +37,19 @@ func ReadFile(home, skill, file string) (string, error) {
 		return "", fmt.Errorf("skill %s: %s", skill, readError(err))
 	}
 	defer dir.Close()
-	f, err := dir.Open(filepath.FromSlash(clean))
+	f, fi, err := openRegular(dir, filepath.FromSlash(clean))
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return "", fmt.Errorf("skill %s has no file %s; its text lists the files of its folder", skill, clean)
 	case err != nil && strings.Contains(err.Error(), "escapes from parent"):
 		return "", fmt.Errorf("%s goes through a symbolic link that leaves the skill's folder; load_skill reads only the files in it", clean)
+	case errors.Is(err, errFolder):
+		return "", fmt.Errorf("%s is a folder; name one of the files the skill's text lists", clean)
 	case err != nil:
 		return "", fmt.Errorf("%s: %s", clean, readError(err))
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return "", fmt.Errorf("%s: %s", clean, readError(err))
-	case fi.IsDir():
-		return "", fmt.Errorf("%s is a folder; name one of the files the skill's text lists", clean)
-	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("%s is not a regular file", clean)
-	case fi.Size() > MaxFileSize:
+	if fi.Size() > MaxFileSize {
 		return "", fmt.Errorf("%s is %s, more than the %s load_skill returns; read parts of it with read_file (%s/%s/%s)",
 			clean, FormatSize(fi.Size()), FormatSize(MaxFileSize), Dir, skill, clean)
 	}

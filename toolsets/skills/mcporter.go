@@ -23,6 +23,9 @@ const (
 	McporterRecord = "config/mcporter.toolbus.json"
 )
 
+// maxConfig bounds the mcporter files read.
+const maxConfig = 1 << 20
+
 // record is the document at McporterRecord.
 type record struct {
 	Note    string                     `json:"note"`
@@ -76,7 +79,7 @@ func WriteMcporterConfig(home string, skills []*Skill) (notes []string, err erro
 	defer root.Close()
 
 	var rec record
-	recRaw, err := root.ReadFile(McporterRecord)
+	recRaw, err := readRegular(root, McporterRecord, maxConfig)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		if len(want) == 0 {
@@ -94,7 +97,7 @@ func WriteMcporterConfig(home string, skills []*Skill) (notes []string, err erro
 
 	doc := map[string]json.RawMessage{}
 	servers := map[string]json.RawMessage{}
-	cfgRaw, err := root.ReadFile(McporterConfig)
+	cfgRaw, err := readRegular(root, McporterConfig, maxConfig)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		cfgRaw = nil

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/goccy/go-yaml"
@@ -151,8 +152,12 @@ func Load(home string, enabled []string) ([]*Skill, []error) {
 		defer root.Close()
 	}
 	for _, name := range enabled {
-		if rootErr != nil {
+		switch {
+		case errors.Is(rootErr, fs.ErrNotExist):
 			errs = append(errs, missing(name, home))
+			continue
+		case rootErr != nil:
+			errs = append(errs, &Problem{Skill: name, File: fileOf(name), Message: fmt.Sprintf("the agent home %s cannot be read: %s", home, readError(rootErr))})
 			continue
 		}
 		s, err := load(root, name)
@@ -214,21 +219,15 @@ func load(root *os.Root, name string) (*Skill, error) {
 	if err := CheckName(name); err != nil {
 		return nil, &Problem{Skill: name, File: file, Message: err.Error()}
 	}
-	f, err := root.Open(file)
-	if errors.Is(err, fs.ErrNotExist) {
+	f, fi, err := openRegular(root, file)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return nil, missing(name, root.Name())
-	}
-	if err != nil {
+	case err != nil:
 		return nil, &Problem{Skill: name, File: file, Message: readError(err)}
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	switch {
-	case err != nil:
-		return nil, &Problem{Skill: name, File: file, Message: readError(err)}
-	case !fi.Mode().IsRegular():
-		return nil, &Problem{Skill: name, File: file, Message: "not a regular file"}
-	case fi.Size() > MaxSkillSize:
+	if fi.Size() > MaxSkillSize {
 		return nil, &Problem{Skill: name, File: file, Message: fmt.Sprintf("%s is %s, more than the %s a SKILL.md may hold: move the details into other files of the folder, which load_skill reads on request", File, FormatSize(fi.Size()), FormatSize(MaxSkillSize))}
 	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxSkillSize+1))
@@ -240,10 +239,6 @@ func load(root *os.Root, name string) (*Skill, error) {
 	}
 	s, err := Parse(name, data)
 	if err != nil {
-		var p *Problem
-		if errors.As(err, &p) {
-			p.File = file
-		}
 		return nil, err
 	}
 	dir, err := root.OpenRoot(path.Join(Dir, name))
@@ -256,6 +251,50 @@ func load(root *os.Root, name string) (*Skill, error) {
 		s.Files, s.FilesCut = s.Files[:MaxFiles], true
 	}
 	return s, nil
+}
+
+// Why openRegular refuses a file.
+var (
+	errNotRegular = errors.New("not a regular file") // a device, a pipe, a socket
+	errFolder     = errors.New("a folder, not a file")
+)
+
+// openRegular opens a regular file through root. The open does not block: a named pipe
+// put in a skill's place would otherwise hold assembly until someone writes to it.
+func openRegular(root *os.Root, name string) (*os.File, fs.FileInfo, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = errNotRegular
+		if fi.IsDir() {
+			err = errFolder
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// readRegular reads a regular file of at most max bytes through root.
+func readRegular(root *os.Root, name string, max int64) ([]byte, error) {
+	f, fi, err := openRegular(root, name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi.Size() > max {
+		return nil, fmt.Errorf("%s is %s, more than the %s read", name, FormatSize(fi.Size()), FormatSize(max))
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err == nil && int64(len(b)) > max {
+		err = fmt.Errorf("%s grew past %s while it was read", name, FormatSize(max))
+	}
+	return b, err
 }
 
 // realDir is the skill's folder with symbolic links resolved; os.Root has checked that

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -285,5 +286,30 @@ func TestText(t *testing.T) {
 	}
 	if Instructions(nil) != "" {
 		t.Error("instructions without skills")
+	}
+}
+
+// A named pipe in a skill's place is refused at once: opening it for reading would
+// otherwise wait for a writer, and hold the turn's assembly.
+func TestNamedPipesDoNotBlock(t *testing.T) {
+	home := t.TempDir()
+	writeFile(t, home, "skills/notes/SKILL.md", notesSkill)
+	for _, p := range []string{"skills/pipe/SKILL.md", "skills/notes/pipe.md", "config/mcporter.json"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(home, p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Mkfifo(filepath.Join(home, p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, errs := Load(home, []string{"pipe", "notes"})
+	if len(got) != 1 || len(errs) != 1 || errs[0].Error() != "skills/pipe/SKILL.md: not a regular file" {
+		t.Errorf("Load: %v %v", got, errs)
+	}
+	if _, err := ReadFile(home, "notes", "pipe.md"); err == nil || err.Error() != "pipe.md: not a regular file" {
+		t.Errorf("ReadFile: %v", err)
+	}
+	if _, err := WriteMcporterConfig(home, got); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("WriteMcporterConfig: %v", err)
 	}
 }
