@@ -173,6 +173,7 @@ func TestHostTakesAgentFromStoredTurn(t *testing.T) {
 		{"stored, another agent claimed", "t-ann", "bob", bus.OutcomeInvalid,
 			`the request's agent is not its turn's: turn t-ann is agent "ann"'s (its stored spec), the request says "bob"`},
 		{"no record", "t-ephemeral", "bob", bus.OutcomeOK, "agent=bob"},
+		{"an id no record can have", "tür-1", "bob", bus.OutcomeOK, "agent=bob"},
 		{"no turn", "", "bob", bus.OutcomeOK, "agent=bob"},
 	}
 	for _, tc := range tests {
@@ -201,8 +202,8 @@ func TestHostTakesAgentFromStoredTurn(t *testing.T) {
 			}
 		})
 	}
-	if n := ran.Load(); n != 4 {
-		t.Errorf("whoami ran %d times, want 4 (the refused call must not run)", n)
+	if n := ran.Load(); n != 5 {
+		t.Errorf("whoami ran %d times, want 5 (the refused call must not run)", n)
 	}
 }
 

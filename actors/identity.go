@@ -95,7 +95,7 @@ func (a *turnAgents) resolve(ctx context.Context, turn, header string) (string, 
 // lookup reads a turn's record. A missing bucket or record is no record; anything else
 // is an error, and the call is not run on a guess.
 func (a *turnAgents) lookup(ctx context.Context, turn string) (turnAgent, error) {
-	if !bus.ValidID(turn) {
+	if !recordKey(turn) {
 		return turnAgent{}, nil // not a key a record can have
 	}
 	kv, err := a.bucket(ctx)
@@ -156,3 +156,19 @@ func (a *turnAgents) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 
 // openPatience bounds opening the turn records.
 const openPatience = 3 * time.Second
+
+// recordKey reports whether a turn id can be the key of a record: ids may hold letters
+// that KV keys may not ("tür-1"), and a turn with such an id has no record.
+func recordKey(turn string) bool {
+	if !bus.ValidID(turn) || turn[0] == '.' || turn[len(turn)-1] == '.' {
+		return false
+	}
+	for i := 0; i < len(turn); i++ {
+		switch c := turn[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '=', c == '/', c == '.':
+		default:
+			return false
+		}
+	}
+	return true
+}
