@@ -91,3 +91,21 @@ func TestOutcomeValid(t *testing.T) {
 		}
 	}
 }
+
+func TestChildModel(t *testing.T) {
+	for _, tc := range []struct {
+		spec   TurnSpec
+		model  string
+		script string
+	}{
+		{TurnSpec{Model: "openai:gpt-5.4"}, "openai:gpt-5.4", ""},
+		{TurnSpec{Script: []byte(`{"responses":[{"text":"a"}]}`)}, "", `{"responses":[{"text":"a"}]}`},
+		{TurnSpec{Script: []byte(`{"responses":[{"text":"a"}],"child":{"responses":[{"text":"b"}]}}`)}, "", `{"responses":[{"text":"b"}]}`},
+		{TurnSpec{Script: []byte(`{"responses":[{"text":"a"}],"child":null}`)}, "", `{"responses":[{"text":"a"}],"child":null}`},
+	} {
+		model, script := tc.spec.ChildModel()
+		if model != tc.model || string(script) != tc.script {
+			t.Errorf("ChildModel of %s/%s = %q, %s; want %q, %s", tc.spec.Model, tc.spec.Script, model, script, tc.model, tc.script)
+		}
+	}
+}

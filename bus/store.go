@@ -2,10 +2,12 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -18,6 +20,12 @@ const (
 	// ConsumerRunners is the intake consumer every turn-running node pulls from.
 	ConsumerRunners   = "runners"
 	StreamTranscripts = "TOOLBUS_TRANSCRIPTS"
+	// BucketJobs holds background jobs ("job.<agent>.<job>") and each agent's job
+	// ledger ("ledger.<agent>"); a finished job's record expires after its keep time.
+	BucketJobs = "toolbus_jobs"
+	// BucketSchedules holds schedules, "<agent>.<schedule>"; their firing times live in
+	// the intake stream (IntakeSchedule).
+	BucketSchedules = "toolbus_schedules"
 )
 
 // KeyValue opens the key-value bucket, creating it with file storage and
@@ -118,18 +126,45 @@ func TranscriptStreamConfig(replicas int) jetstream.StreamConfig {
 }
 
 // IntakeStreamConfig is the configuration of the turn intake: a work queue, so a spec
-// is held by one node at a time and removed when its turn ends.
+// is held by one node at a time and removed when its turn ends. It also holds the
+// schedules (IntakeSchedule), which JetStream fires into it (IntakeFired): a schedule's
+// target must be a subject of its own stream. Message schedules need roll-ups, which a
+// schedule message uses to replace the one before it on its subject.
 func IntakeStreamConfig(replicas int) jetstream.StreamConfig {
 	return jetstream.StreamConfig{
 		Name:        StreamIntake,
-		Description: "toolbus turn intake: one turn spec per turn until the turn ends",
+		Description: "toolbus turn intake: one turn spec per turn until the turn ends, and the schedules that queue turns",
 		Subjects:    []string{AllIntake},
 		Retention:   jetstream.WorkQueuePolicy,
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
 		// A turn id is published once; a client's retry is stored once.
-		Duplicates: 10 * time.Minute,
+		Duplicates:        10 * time.Minute,
+		AllowMsgSchedules: true,
+		AllowRollup:       true,
 	}
+}
+
+// EnsureIntake opens the intake stream, creating it if it does not exist, and turns
+// message schedules on in one made by an earlier build (JetStream allows turning them
+// on in place, never off). Its other settings stay as an operator left them.
+func EnsureIntake(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
+	stream, err := js.Stream(ctx, StreamIntake)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return Stream(ctx, js, IntakeStreamConfig(replicas))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open stream %q: %w", StreamIntake, err)
+	}
+	cfg := stream.CachedInfo().Config
+	if cfg.AllowMsgSchedules {
+		return stream, nil
+	}
+	cfg.AllowMsgSchedules, cfg.AllowRollup, cfg.DenyPurge = true, true, false
+	if stream, err = js.UpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("turn on message schedules in stream %q: %w", StreamIntake, err)
+	}
+	return stream, nil
 }
 
 // RunnerConsumerConfig is the durable consumer of the intake for turns any node may
@@ -138,17 +173,19 @@ func IntakeStreamConfig(replicas int) jetstream.StreamConfig {
 // spec whose node stops signalling is redelivered to another node after lease.
 func RunnerConsumerConfig(node string, lease time.Duration) jetstream.ConsumerConfig {
 	c := jetstream.ConsumerConfig{
-		Durable:       ConsumerRunners,
-		Description:   "turn-running nodes",
-		FilterSubject: IntakeAny(">"),
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       lease,
-		MaxDeliver:    -1,
-		MaxAckPending: 100_000,
+		Durable:     ConsumerRunners,
+		Description: "turn-running nodes",
+		// Turns any node may run, and the firings of schedules.
+		FilterSubjects: []string{IntakeAny(">"), IntakeFired(">")},
+		AckPolicy:      jetstream.AckExplicitPolicy,
+		AckWait:        lease,
+		MaxDeliver:     -1,
+		MaxAckPending:  100_000,
 	}
 	if node != "" {
 		c.Durable = ConsumerRunners + "-" + node
 		c.Description = "turns asked of node " + node
+		c.FilterSubjects = nil
 		c.FilterSubject = IntakeNode(node, ">")
 	}
 	return c
@@ -190,4 +227,68 @@ func capReplicas(replicas int, create func(replicas int) error) error {
 			return err
 		}
 	}
+}
+
+// KeyValueTTL opens the key-value bucket as KeyValue does, creating it able to expire
+// single keys (JetStream's per-message TTL, server 2.11+): UpdateWithTTL writes such a
+// key, and the bucket keeps the marker of an expired key for a minute.
+func KeyValueTTL(ctx context.Context, js jetstream.JetStream, bucket string, replicas int) (jetstream.KeyValue, error) {
+	return EnsureKeyValue(ctx, js, jetstream.KeyValueConfig{
+		Bucket:         bucket,
+		Storage:        jetstream.FileStorage,
+		Replicas:       replicas,
+		LimitMarkerTTL: time.Minute,
+	})
+}
+
+// UpdateWithTTL writes key of a KeyValueTTL bucket at revision rev, as
+// jetstream.KeyValue.Update does, and has the value expire ttl later. (Update takes no
+// TTL; this is the same message with a Nats-TTL header.) A stale revision is an error
+// that IsWrongRevision and errors.Is(err, jetstream.ErrKeyRevisionMismatch) report.
+func UpdateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, value []byte, rev uint64, ttl time.Duration) error {
+	m := nats.NewMsg("$KV." + bucket + "." + key)
+	m.Data = value
+	_, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
+	if IsWrongRevision(err) {
+		return fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	}
+	return err
+}
+
+// errCodeWrongRevision is JetStream's answer to a write at a stale revision
+// (JSStreamWrongLastSequenceErrF).
+const errCodeWrongRevision jetstream.ErrorCode = 10071
+
+// IsWrongRevision reports a write refused because its expected revision is stale.
+func IsWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeWrongRevision
+}
+
+// MainTurnSpec reads, from the turns bucket, the spec of a turn that starts others (a
+// background job, or a schedule's turns): it must be a durable main turn, and the turns
+// it starts use its model.
+func MainTurnSpec(ctx context.Context, turns jetstream.KeyValue, turn string) (TurnSpec, error) {
+	if turn == "" {
+		return TurnSpec{}, errors.New("this call comes from no turn: only a main turn can start others")
+	}
+	var e jetstream.KeyValueEntry
+	err := Retry(ctx, "read turn "+turn, nil, func(ctx context.Context) (err error) {
+		e, err = turns.Get(ctx, turn)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return TurnSpec{}, fmt.Errorf("turn %s has no record: only turns queued in the intake (durable turns) can start others", turn)
+	}
+	if err != nil {
+		return TurnSpec{}, err
+	}
+	var rec TurnRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return TurnSpec{}, fmt.Errorf("turn %s: unreadable record: %w", turn, err)
+	}
+	if rec.Spec.Kind != TurnMain && rec.Spec.Kind != "" {
+		return TurnSpec{}, fmt.Errorf("turn %s is a %s turn: only main turns start others", turn, rec.Spec.Kind)
+	}
+	return rec.Spec, nil
 }

@@ -62,6 +62,26 @@ func IntakeAny(turn string) string { return intakePrefix + "any." + turn }
 // "toolbus.intake.node.<node>.<turn>".
 func IntakeNode(node, turn string) string { return intakePrefix + "node." + node + "." + turn }
 
+// IntakeSchedule is the subject of a schedule's message in the intake stream:
+// "toolbus.intake.schedule.<schedule>". The message carries JetStream's schedule headers
+// (HeaderSchedule ...) and, as its body, the TurnSpec each firing starts; no consumer
+// takes it.
+func IntakeSchedule(schedule string) string { return intakePrefix + "schedule." + schedule }
+
+// IntakeFired is where the server publishes a schedule's firings, its
+// HeaderScheduleTarget: "toolbus.intake.fired.<schedule>". The runners take them as
+// turns.
+func IntakeFired(schedule string) string { return intakePrefix + "fired." + schedule }
+
+// ParseIntakeFired returns the schedule of a subject made by [IntakeFired].
+func ParseIntakeFired(subject string) (string, bool) {
+	id, ok := strings.CutPrefix(subject, intakePrefix+"fired.")
+	if !ok || !lastToken(id) {
+		return "", false
+	}
+	return id, true
+}
+
 // CatalogChanged is where a category host says that it started or is stopping, so
 // catalogs refresh at once instead of at their next periodic refresh. The body is a
 // [CatalogChange].
@@ -272,6 +292,23 @@ const (
 	HeaderTraceparent = "traceparent"      // W3C trace context; the server reads it for sampled message tracing
 	HeaderTruncated   = "Toolbus-Truncated"
 	HeaderSeq         = "Toolbus-Seq" // a transcript message's position in its turn, from 1
+)
+
+// JetStream's message-schedule headers (ADR-51, nats-server 2.14+), as toolbus uses
+// them on IntakeSchedule messages and reads them on their firings.
+const (
+	// HeaderSchedule is when a schedule fires: "@at <RFC 3339>", "@every <Go
+	// duration>" or a 6-field cron expression (seconds first).
+	HeaderSchedule = "Nats-Schedule"
+	// HeaderScheduleTarget is the subject a firing is published to, in the same stream.
+	HeaderScheduleTarget = "Nats-Schedule-Target"
+	// HeaderScheduleTimeZone is the IANA zone of a cron schedule (cron only).
+	HeaderScheduleTimeZone = "Nats-Schedule-Time-Zone"
+	// HeaderScheduler is set by the server on a firing: the schedule's subject.
+	HeaderScheduler = "Nats-Scheduler"
+	// HeaderScheduleNext is set by the server on a firing: the next firing (RFC 3339),
+	// or "purge" for a one-shot schedule, whose message the server then removes.
+	HeaderScheduleNext = "Nats-Schedule-Next"
 )
 
 // FormatDeadline renders an absolute deadline for [HeaderDeadline]:

@@ -23,10 +23,29 @@ func TestSubjectBuilders(t *testing.T) {
 		{AllTurns, "toolbus.turn.>"},
 		{AllAborts, "toolbus.turn.*.abort"},
 		{AnyNodeStartTurn, "toolbus.nodes.turn.start"},
+		{IntakeSchedule("s1"), "toolbus.intake.schedule.s1"},
+		{IntakeFired("s1"), "toolbus.intake.fired.s1"},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
 			t.Errorf("got %q, want %q", tt.got, tt.want)
+		}
+	}
+}
+
+func TestParseIntakeFired(t *testing.T) {
+	for subject, want := range map[string]string{
+		IntakeFired("s1"):                 "s1",
+		"toolbus.intake.fired.":           "",
+		"toolbus.intake.fired.s1.x":       "",
+		IntakeSchedule("s1"):              "",
+		IntakeAny("t1"):                   "",
+		"toolbus.intake.firedx.s1":        "",
+		"other.toolbus.intake.fired.s1.x": "",
+	} {
+		got, ok := ParseIntakeFired(subject)
+		if got != want || ok != (want != "") {
+			t.Errorf("ParseIntakeFired(%q) = %q, %v; want %q", subject, got, ok, want)
 		}
 	}
 }

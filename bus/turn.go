@@ -78,6 +78,22 @@ func (s *TurnSpec) Normalize() {
 	}
 }
 
+// ChildModel is the model of a turn that s starts (a background job, or a turn one of
+// its schedules fires): s's own model, or, for a scripted turn, its script's "child"
+// script when it has one (gateway.Script), else the same script.
+func (s *TurnSpec) ChildModel() (model string, script json.RawMessage) {
+	if len(s.Script) == 0 {
+		return s.Model, nil
+	}
+	var doc struct {
+		Child json.RawMessage `json:"child"`
+	}
+	if json.Unmarshal(s.Script, &doc) == nil && len(doc.Child) > 0 && string(doc.Child) != "null" {
+		return "", doc.Child
+	}
+	return "", s.Script
+}
+
 // Check reports the first thing that makes the spec unusable, naming the field as it is
 // spelled on the wire.
 func (s *TurnSpec) Check() error {

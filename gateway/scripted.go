@@ -16,8 +16,13 @@ import (
 //	  {"calls": [{"name": "list_files", "arguments": "{\"path\": \".\"}"}]},
 //	  {"text": "Done."}
 //	]}
+//
+// Child, when set, is the script of the turns a turn playing this one starts: its
+// background jobs and the turns its schedules fire (bus.TurnSpec.ChildModel). Without
+// it they play this script again.
 type Script struct {
 	Responses []ScriptStep `json:"responses"`
+	Child     *Script      `json:"child,omitempty"`
 }
 
 // ScriptStep is one scripted response.
@@ -54,6 +59,11 @@ func NewScripted(s Script) (*Scripted, error) {
 			if c.Name == "" {
 				return nil, fmt.Errorf("script response %d, call %d: name is empty", i, j)
 			}
+		}
+	}
+	if s.Child != nil {
+		if _, err := NewScripted(*s.Child); err != nil {
+			return nil, fmt.Errorf("child script: %w", err)
 		}
 	}
 	return &Scripted{script: s}, nil
