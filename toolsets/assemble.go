@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -100,6 +101,8 @@ type Options struct {
 	// Neither set: no skill is read (load_skill is still listed).
 	Home     string
 	HomeRoot string
+	// ScheduleMinInterval is the node's shortest interval between a schedule's firings.
+	ScheduleMinInterval time.Duration
 }
 
 // policies are the turn kinds' policies.
@@ -154,7 +157,7 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 		kit.Approvals = profile.Approvals
 	}
 	var specs []*toolbus.Spec
-	h := Handles{Computer: opts.Computer}
+	h := Handles{Computer: opts.Computer, ScheduleMinInterval: opts.ScheduleMinInterval}
 	for _, c := range categories {
 		if c.in(policy.Kind, profile) {
 			specs = append(specs, c.specs(h, profile)...)

@@ -16,6 +16,8 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
 
@@ -75,10 +77,34 @@ type SchedulesPolicy struct {
 	Overlap string `json:"overlap,omitempty"`
 }
 
+// JobsPolicy is the profile's job policy, with the defaults (jobs.DefaultMaxRunning,
+// jobs.DefaultMaxPerHour, jobs.DefaultKeep) where it leaves a limit out; no jobs section
+// (or no profile) allows no jobs.
+func (p *Profile) JobsPolicy() jobs.Policy {
+	if p == nil || p.Jobs == nil {
+		return jobs.Policy{}.WithDefaults()
+	}
+	keep, _ := time.ParseDuration(p.Jobs.Keep) // checked when the profile was read
+	return jobs.Policy{Spawn: p.Jobs.Spawn, MaxRunning: p.Jobs.MaxRunning, MaxPerHour: p.Jobs.MaxPerHour, Keep: keep}.WithDefaults()
+}
+
+// SchedulePolicy is the profile's schedule policy; no schedules section (or no profile)
+// enables none, and the overlap policy defaults to OverlapSkip.
+func (p *Profile) SchedulePolicy() schedule.Policy {
+	if p == nil || p.Schedules == nil {
+		return schedule.Policy{Overlap: OverlapSkip}
+	}
+	overlap := p.Schedules.Overlap
+	if overlap == "" {
+		overlap = OverlapSkip
+	}
+	return schedule.Policy{Enabled: p.Schedules.Enabled, Overlap: overlap}
+}
+
 // Overlap policies of schedules.
 const (
-	OverlapSkip  = "skip"
-	OverlapQueue = "queue"
+	OverlapSkip  = schedule.OverlapSkip
+	OverlapQueue = schedule.OverlapQueue
 )
 
 // Approval policies of a profile.

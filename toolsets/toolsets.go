@@ -1,15 +1,19 @@
 package toolsets
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/todo"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
@@ -27,6 +31,12 @@ type Handles struct {
 	// Web configures the web host: provider keys and caps. The web category reads each
 	// calling agent's binding from Profiles.
 	Web web.Config
+	// Jobs and Schedules keep background jobs and schedules (jobs.Open, schedule.Open).
+	Jobs      *jobs.Store
+	Schedules *schedule.Store
+	// ScheduleMinInterval is the shortest time between firings a schedule may ask for
+	// (schedule.DefaultMinInterval when zero); the specs say it to the model.
+	ScheduleMinInterval time.Duration
 }
 
 // category is one built-in tool category: its specs for turns, its tools for hosts, and
@@ -49,42 +59,87 @@ type category struct {
 // jobs.
 func notInTasks(kind bus.TurnKind, _ *Profile) bool { return kind != bus.TurnTask }
 
-// categories is the fixed assembly order of the built-in categories.
-var categories = []category{
-	{
-		name:  todo.Category,
-		specs: func(Handles, *Profile) []*toolbus.Spec { return todo.Specs() },
-		tools: func(h Handles) ([]*toolbus.Tool, error) {
-			if h.Todos == nil {
-				return nil, errors.New("the todo category needs a todo bucket (Handles.Todos)")
-			}
-			return todo.Tools(h.Todos), nil
+// categories is the fixed assembly order of the built-in categories. It is set in init:
+// some categories read profiles, whose checks ask which categories are built in.
+var categories []category
+
+func init() { categories = builtinCategories() }
+
+func builtinCategories() []category {
+	return []category{
+		{
+			name:  todo.Category,
+			specs: func(Handles, *Profile) []*toolbus.Spec { return todo.Specs() },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				if h.Todos == nil {
+					return nil, errors.New("the todo category needs a todo bucket (Handles.Todos)")
+				}
+				return todo.Tools(h.Todos), nil
+			},
+			in: notInTasks,
 		},
-		in: notInTasks,
-	},
-	{
-		name:  computer.Category,
-		specs: func(h Handles, _ *Profile) []*toolbus.Spec { return computer.Specs(h.Computer) },
-		tools: func(h Handles) ([]*toolbus.Tool, error) { return computer.Tools(h.Computer), nil },
-		in:    notInTasks,
-	},
-	{
-		// web_search and web_fetch, each where the profile binds it, in turns of every
-		// kind: a task turn gets the web tools its agent's profile binds.
-		name:  web.Category,
-		specs: func(_ Handles, p *Profile) []*toolbus.Spec { return web.Specs(p.Web) },
-		tools: func(h Handles) ([]*toolbus.Tool, error) {
-			if h.Profiles == nil {
-				return nil, errors.New("the web category needs the agent profile store (Handles.Profiles) to read each agent's providers")
-			}
-			cfg := h.Web
-			cfg.Binding = h.Profiles.webBinding
-			return web.Tools(cfg), nil
+		{
+			name:  computer.Category,
+			specs: func(h Handles, _ *Profile) []*toolbus.Spec { return computer.Specs(h.Computer) },
+			tools: func(h Handles) ([]*toolbus.Tool, error) { return computer.Tools(h.Computer), nil },
+			in:    notInTasks,
 		},
-		in: func(_ bus.TurnKind, p *Profile) bool {
-			return p != nil && p.Web != nil && (p.Web.Search != nil || p.Web.Fetch != nil)
+		{
+			// web_search and web_fetch, each where the profile binds it, in turns of every
+			// kind: a task turn gets the web tools its agent's profile binds.
+			name:  web.Category,
+			specs: func(_ Handles, p *Profile) []*toolbus.Spec { return web.Specs(p.Web) },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				if h.Profiles == nil {
+					return nil, errors.New("the web category needs the agent profile store (Handles.Profiles) to read each agent's providers")
+				}
+				cfg := h.Web
+				cfg.Binding = h.Profiles.webBinding
+				return web.Tools(cfg), nil
+			},
+			in: func(_ bus.TurnKind, p *Profile) bool {
+				return p != nil && p.Web != nil && (p.Web.Search != nil || p.Web.Fetch != nil)
+			},
 		},
-	},
+		{
+			name:  schedule.Category,
+			specs: func(h Handles, _ *Profile) []*toolbus.Spec { return schedule.Specs(h.ScheduleMinInterval) },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				if h.Schedules == nil || h.Profiles == nil {
+					return nil, errors.New("the schedule category needs the schedule store and the profiles (Handles.Schedules, Handles.Profiles)")
+				}
+				return schedule.Tools(h.Schedules, func(ctx context.Context, agent string) (schedule.Policy, error) {
+					p, err := h.Profiles.Get(ctx, agent)
+					if errors.Is(err, ErrNoProfile) {
+						return schedule.Policy{}, nil
+					}
+					return p.SchedulePolicy(), err
+				}), nil
+			},
+			// A main turn only, of an agent whose profile enables schedules: a job or task
+			// turn does not plan the agent's time.
+			in: func(kind bus.TurnKind, p *Profile) bool { return kind == bus.TurnMain && p.SchedulePolicy().Enabled },
+		},
+		{
+			name:  jobs.Category,
+			specs: func(_ Handles, p *Profile) []*toolbus.Spec { return jobs.Specs(p.JobsPolicy()) },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				if h.Jobs == nil || h.Profiles == nil {
+					return nil, errors.New("the jobs category needs the jobs store and the profiles (Handles.Jobs, Handles.Profiles)")
+				}
+				return jobs.Tools(h.Jobs, func(ctx context.Context, agent string) (jobs.Policy, error) {
+					p, err := h.Profiles.Get(ctx, agent)
+					if errors.Is(err, ErrNoProfile) {
+						return jobs.Policy{}, nil
+					}
+					return p.JobsPolicy(), err
+				}), nil
+			},
+			// A main turn only, of an agent whose profile allows jobs: never a job's own
+			// turn (no jobs of jobs) nor a task's.
+			in: func(kind bus.TurnKind, p *Profile) bool { return kind == bus.TurnMain && p.JobsPolicy().Spawn },
+		},
+	}
 }
 
 // Categories lists the built-in tool categories, in assembly order.

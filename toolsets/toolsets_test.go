@@ -15,6 +15,8 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
 
@@ -32,22 +34,32 @@ var sampleArgs = map[string]string{
 	"run_command": `{"command":"go test ./...","timeout_seconds":30,"cwd":"src"}`,
 	"web_search":  `{"query":"tide pools","count":5}`,
 	"web_fetch":   `{"url":"https://example.com/","offset":0,"max_chars":20000}`,
+
+	"schedule_create": `{"prompt":"Check the build","cron":"0 30 9 * * mon-fri","time_zone":"Europe/Amsterdam"}`,
+	"schedule_list":   `{}`,
+	"schedule_cancel": `{"schedule_id":"s1"}`,
+	"job_start":       `{"prompt":"Summarise the notes","instructions":"Be brief."}`,
+	"job_status":      `{"job_id":"j1"}`,
+	"job_result":      `{"job_id":"j1"}`,
+	"job_cancel":      `{"job_id":"j1","reason":"not needed"}`,
 }
 
-// everything is a profile whose turns include every built-in category.
+// everything is a profile whose main turns include every built-in category.
 var everything = &Profile{Version: ProfileVersion, Agent: "ann",
-	Web: &web.Binding{Search: &web.SearchBinding{Provider: web.Brave}, Fetch: &web.FetchBinding{}}}
+	Web:  &web.Binding{Search: &web.SearchBinding{Provider: web.Brave}, Fetch: &web.FetchBinding{}},
+	Jobs: &JobsPolicy{Spawn: true}, Schedules: &SchedulesPolicy{Enabled: true}}
 
 func TestEveryToolIsComplete(t *testing.T) {
 	var tools []*toolbus.Tool
+	h := newHandles(t)
 	for _, c := range Categories() {
-		ts, err := ForCategory(c, Handles{Todos: newBucket(t), Profiles: NewProfiles(newBucket(t))})
+		ts, err := ForCategory(c, h)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tools = append(tools, ts...)
 	}
-	kit, err := Assemble(bus.TurnSpec{}, everything, nil, Options{})
+	kit, err := Assemble(bus.TurnSpec{Agent: "ann"}, everything, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +106,8 @@ func TestEveryToolIsComplete(t *testing.T) {
 }
 
 func TestForCategory(t *testing.T) {
-	kv := newBucket(t)
+	h := newHandles(t)
+	kv := h.Todos
 	for _, tc := range []struct {
 		category string
 		h        Handles
@@ -105,8 +118,12 @@ func TestForCategory(t *testing.T) {
 		{"todo", Handles{Todos: kv}, []string{"todo_read", "todo_write"}, ""},
 		{"todo", Handles{}, nil, "needs a todo bucket"},
 		{"web", Handles{}, nil, "the web category needs the agent profile store"},
-		{"web", Handles{Profiles: NewProfiles(kv)}, []string{"web_search", "web_fetch"}, ""},
-		{"mail", Handles{}, nil, `unknown tool category "mail" (this build hosts todo, computer, web)`},
+		{"web", Handles{Profiles: h.Profiles}, []string{"web_search", "web_fetch"}, ""},
+		{"schedule", h, []string{"schedule_create", "schedule_list", "schedule_cancel"}, ""},
+		{"schedule", Handles{Profiles: h.Profiles}, nil, "needs the schedule store"},
+		{"jobs", h, []string{"job_start", "job_status", "job_result", "job_cancel"}, ""},
+		{"jobs", Handles{Jobs: h.Jobs}, nil, "needs the jobs store and the profiles"},
+		{"mail", Handles{}, nil, `unknown tool category "mail" (this build hosts todo, computer, web, schedule, jobs)`},
 	} {
 		t.Run(tc.category, func(t *testing.T) {
 			tools, err := ForCategory(tc.category, tc.h)
@@ -152,7 +169,7 @@ func TestForCategory(t *testing.T) {
 // TestWebHostReadsProfiles: the web host finds each caller's binding in the profile
 // store, at every call.
 func TestWebHostReadsProfiles(t *testing.T) {
-	profiles := NewProfiles(newBucket(t))
+	profiles := newHandles(t).Profiles
 	tools, err := ForCategory(web.Category, Handles{Profiles: profiles})
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +210,28 @@ func TestComputerConfigReachesSpecs(t *testing.T) {
 	}
 }
 
-func newBucket(t testing.TB) jetstream.KeyValue {
+// newHandles are the handles of every built-in category, on a server of their own.
+func newHandles(t testing.TB) Handles {
+	t.Helper()
+	js := newJetStream(t)
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "todos"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := Handles{Todos: kv}
+	if h.Profiles, err = OpenProfiles(t.Context(), js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if h.Jobs, err = jobs.Open(t.Context(), js, 1); err != nil {
+		t.Fatal(err)
+	}
+	if h.Schedules, err = schedule.Open(t.Context(), js, 1, schedule.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func newJetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
 	s, err := server.NewServer(&server.Options{
 		ServerName: "toolsets-test", DontListen: true, JetStream: true, StoreDir: t.TempDir(),
@@ -221,9 +259,5 @@ func newBucket(t testing.TB) jetstream.KeyValue {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "todos"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return js
 }

@@ -1,0 +1,668 @@
+package schedule
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	_ "time/tzdata" // time zones are checked here as the server checks them, with or without a zoneinfo on the host
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Category is the tool category of the schedule tools.
+const Category = "schedule"
+
+// Defaults and bounds of schedules.
+const (
+	// DefaultMinInterval is the shortest time between two firings a schedule may ask
+	// for, unless the node is configured otherwise.
+	DefaultMinInterval = time.Minute
+	// ServerMinInterval is the shortest @every JetStream accepts, and so the floor of
+	// the minimum interval.
+	ServerMinInterval = time.Second
+	// QueueRetry is how long a firing held back by the queue policy waits in the
+	// intake before it looks again whether the turn before it has ended.
+	QueueRetry = 2 * time.Second
+	// doneKeep is how long a one-shot schedule's record stays after it fired.
+	doneKeep = 24 * time.Hour
+	// maxGapChecks bounds the firings of a cron expression checked against the
+	// minimum interval.
+	maxGapChecks = 1000
+)
+
+// Overlap policies: what a firing does while the turn the schedule started last still
+// runs (the values of the profile's schedules.overlap).
+const (
+	OverlapSkip  = "skip"
+	OverlapQueue = "queue"
+)
+
+// Schedule kinds.
+const (
+	KindAt    = "at"
+	KindEvery = "every"
+	KindCron  = "cron"
+)
+
+// Policy is what an agent's profile says about its schedules.
+type Policy struct {
+	Enabled bool
+	Overlap string // OverlapSkip (also when empty) or OverlapQueue
+}
+
+// Config configures the schedules of a node.
+type Config struct {
+	// MinInterval is the shortest time between two firings a new schedule may ask for
+	// (DefaultMinInterval when zero; never below ServerMinInterval).
+	MinInterval time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.MinInterval == 0 {
+		c.MinInterval = DefaultMinInterval
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if c.MinInterval < ServerMinInterval {
+		return fmt.Errorf("schedules: minimum interval %s is below JetStream's own minimum of %s", c.MinInterval, ServerMinInterval)
+	}
+	return nil
+}
+
+// Schedule is a schedule's record, in bus.BucketSchedules under "<agent>.<schedule>".
+// When it fires is JetStream's business: the schedule's message in the intake stream
+// (bus.IntakeSchedule) carries Pattern; the record says what it is and how it went.
+type Schedule struct {
+	ID    string `json:"schedule_id"`
+	Agent string `json:"agent"`
+	Kind  string `json:"kind"` // KindAt, KindEvery or KindCron
+	// Pattern is the schedule's Nats-Schedule header: "@at <RFC 3339>", "@every <d>" or
+	// a six-field cron expression.
+	Pattern  string    `json:"pattern"`
+	At       time.Time `json:"at,omitzero"`
+	Every    string    `json:"every,omitempty"`
+	Cron     string    `json:"cron,omitempty"`
+	TimeZone string    `json:"time_zone,omitempty"`
+	// Prompt and Instructions are what each turn it starts is asked and told.
+	Prompt       string `json:"prompt"`
+	Instructions string `json:"instructions,omitempty"`
+	// CreatedBy is the turn that created it.
+	CreatedBy string    `json:"created_by_turn,omitempty"`
+	Created   time.Time `json:"created"`
+	// First is its first firing, as computed when it was created.
+	First time.Time `json:"first_firing"`
+	// Fired counts the turns it started; LastTurn is the latest, started at LastFired.
+	Fired     int       `json:"fired"`
+	LastTurn  string    `json:"last_turn_id,omitempty"`
+	LastFired time.Time `json:"last_fired,omitzero"`
+	// Skipped counts the firings that started no turn, LastSkip says why the latest
+	// did not.
+	Skipped  int    `json:"skipped"`
+	LastSkip string `json:"last_skip,omitempty"`
+	// Done marks a one-shot schedule that has fired; its record expires a day later.
+	Done bool `json:"done,omitempty"`
+}
+
+// When says when a schedule fires, for people and models.
+func (s *Schedule) When() string {
+	switch s.Kind {
+	case KindAt:
+		return "once at " + s.At.Format(time.RFC3339)
+	case KindEvery:
+		return "every " + s.Every
+	}
+	tz := s.TimeZone
+	if tz == "" {
+		tz = "UTC"
+	}
+	return fmt.Sprintf("cron %q (%s)", s.Cron, tz)
+}
+
+// Next is the schedule's next firing after t, as the server computes it; false when it
+// fires no more (a one-shot schedule that fired).
+func (s *Schedule) Next(t time.Time) (time.Time, bool) {
+	switch s.Kind {
+	case KindAt:
+		if s.Done {
+			return time.Time{}, false
+		}
+		return s.At, true
+	case KindEvery:
+		d, err := time.ParseDuration(s.Every)
+		if err != nil || d <= 0 {
+			return time.Time{}, false
+		}
+		// The server fires at whole seconds, an interval after the firing before
+		// (the first an interval after the schedule was stored).
+		next := s.First
+		if t.Before(next) {
+			return next, true
+		}
+		return next.Add((t.Sub(next)/d + 1) * d), true
+	}
+	loc, err := loadZone(s.TimeZone)
+	if err != nil {
+		return time.Time{}, false
+	}
+	next, err := NextCron(s.Cron, loc, t)
+	return next, err == nil
+}
+
+// key is a schedule's key in the bucket.
+func key(agent, id string) string { return agent + "." + id }
+
+// TurnID is the id of the turn a schedule's firing starts: the schedule and the
+// firing's sequence in the intake stream, so that a firing redelivered to another node
+// is the same turn, and every firing a new one.
+func TurnID(schedule string, seq uint64) string {
+	return schedule + "-" + strconv.FormatUint(seq, 10)
+}
+
+// CreateArgs are what a new schedule asks for: a prompt, and exactly one of At, Every
+// and Cron.
+type CreateArgs struct {
+	Prompt       string `json:"prompt" jsonschema:"minLength=1,maxLength=8000" jsonschema_description:"What each turn the schedule starts is asked, as the user would ask you."`
+	Instructions string `json:"instructions,omitempty" jsonschema:"maxLength=8000" jsonschema_description:"Extra instructions for those turns (optional)."`
+	At           string `json:"at,omitempty" jsonschema:"maxLength=64" jsonschema_description:"Fire once, at this time: RFC 3339 with its offset, e.g. 2026-12-01T09:00:00+01:00."`
+	Every        string `json:"every,omitempty" jsonschema:"maxLength=32" jsonschema_description:"Fire repeatedly at this interval: a duration such as 30m, 2h or 24h."`
+	Cron         string `json:"cron,omitempty" jsonschema:"maxLength=128" jsonschema_description:"Fire on a cron schedule: six fields, seconds first (second minute hour day-of-month month day-of-week), e.g. \"0 30 9 * * mon-fri\"; five fields are read with second 0; or @hourly, @daily, @weekly, @monthly, @yearly."`
+	TimeZone     string `json:"time_zone,omitempty" jsonschema:"maxLength=64" jsonschema_description:"The IANA time zone the cron fields are read in, e.g. Europe/Amsterdam (default UTC). Cron only."`
+}
+
+// loadZone loads an IANA zone; "" is UTC.
+func loadZone(name string) (*time.Location, error) {
+	if name == "" {
+		return nil, nil
+	}
+	if name == "Local" {
+		return nil, errors.New(`time zone "Local" is whatever the server's clock says: name the zone, such as Europe/Amsterdam`)
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		return nil, fmt.Errorf("unknown time zone %q: use an IANA name such as Europe/Amsterdam or America/New_York", name)
+	}
+	return loc, nil
+}
+
+// Plan checks what a new schedule asks for and returns it as a record (without id,
+// agent or creator): its kind, its server pattern and its first firing after now.
+// Every refusal says what to change.
+func Plan(a CreateArgs, now time.Time, minInterval time.Duration) (Schedule, error) {
+	a.Prompt = strings.TrimSpace(a.Prompt)
+	if a.Prompt == "" {
+		return Schedule{}, errors.New("the prompt is empty: say what each turn the schedule starts should do")
+	}
+	var given []string
+	for _, f := range []struct{ name, v string }{{"at", a.At}, {"every", a.Every}, {"cron", a.Cron}} {
+		if strings.TrimSpace(f.v) != "" {
+			given = append(given, f.name)
+		}
+	}
+	switch len(given) {
+	case 0:
+		return Schedule{}, errors.New(`say when: give exactly one of at (once, e.g. 2026-12-01T09:00:00+01:00), every (an interval such as 1h) or cron (e.g. "0 0 9 * * mon-fri")`)
+	case 1:
+	default:
+		return Schedule{}, fmt.Errorf("give only one of at, every and cron (got %s)", strings.Join(given, " and "))
+	}
+	s := Schedule{Prompt: a.Prompt, Instructions: a.Instructions, TimeZone: strings.TrimSpace(a.TimeZone)}
+	if s.TimeZone != "" && given[0] != KindCron {
+		return Schedule{}, fmt.Errorf("time_zone applies to cron only: %s", map[string]string{
+			KindAt:    "write at with its offset instead, e.g. 2026-12-01T09:00:00+01:00",
+			KindEvery: "an interval does not depend on a zone",
+		}[given[0]])
+	}
+	switch given[0] {
+	case KindAt:
+		at, err := time.Parse(time.RFC3339, strings.TrimSpace(a.At))
+		if err != nil {
+			return Schedule{}, fmt.Errorf("at %q is not an RFC 3339 time with an offset, such as 2026-12-01T09:00:00+01:00 or 2026-12-01T08:00:00Z", a.At)
+		}
+		// The server fires at whole seconds; a time within the second now is past
+		// by the time it is stored.
+		at = at.Truncate(time.Second)
+		if !at.After(now) {
+			return Schedule{}, fmt.Errorf("at %s is in the past (it is now %s): give a time to come", at.Format(time.RFC3339), now.In(at.Location()).Format(time.RFC3339))
+		}
+		s.Kind, s.At, s.First = KindAt, at, at
+		s.Pattern = "@at " + at.UTC().Format(time.RFC3339)
+	case KindEvery:
+		d, err := time.ParseDuration(strings.TrimSpace(a.Every))
+		if err != nil {
+			return Schedule{}, fmt.Errorf("every %q is not a duration: write it like 30m, 2h or 24h", a.Every)
+		}
+		if d < minInterval {
+			return Schedule{}, fmt.Errorf("every %s is shorter than the minimum interval between firings, %s", d, minInterval)
+		}
+		s.Kind, s.Every = KindEvery, d.String()
+		s.Pattern = "@every " + s.Every
+		s.First = now.UTC().Round(time.Second).Add(d)
+	case KindCron:
+		loc, err := loadZone(s.TimeZone)
+		if err != nil {
+			return Schedule{}, err
+		}
+		expr, err := NormalizeCron(a.Cron)
+		if err != nil {
+			return Schedule{}, err
+		}
+		spec, err := parseCron(expr)
+		if err != nil {
+			return Schedule{}, fmt.Errorf("cron %q: %w", a.Cron, err)
+		}
+		first, err := spec.next(now, loc)
+		if err != nil {
+			return Schedule{}, fmt.Errorf("cron %q: %w", a.Cron, err)
+		}
+		if gap, at, ok := spec.shortestGap(now, loc, maxGapChecks); ok && gap < minInterval {
+			return Schedule{}, fmt.Errorf("cron %q fires %s apart (at %s); the minimum interval between firings is %s", a.Cron, gap, at.Format(time.RFC3339), minInterval)
+		}
+		s.Kind, s.Cron, s.Pattern, s.First = KindCron, expr, expr, first
+	}
+	return s, nil
+}
+
+// Store keeps the schedules of a bus: their records, and their messages in the intake.
+type Store struct {
+	js     jetstream.JetStream
+	kv     jetstream.KeyValue
+	turns  jetstream.KeyValue
+	intake jetstream.Stream
+	cfg    Config
+}
+
+// Open opens (creating if needed) the schedule bucket, the turns bucket and the intake
+// stream, with the given replicas (capped by the cluster size).
+func Open(ctx context.Context, js jetstream.JetStream, replicas int, cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{js: js, cfg: cfg}
+	var err error
+	if s.kv, err = bus.KeyValueTTL(ctx, js, bus.BucketSchedules, replicas); err != nil {
+		return nil, err
+	}
+	if s.turns, err = bus.KeyValue(ctx, js, bus.BucketTurns, replicas); err != nil {
+		return nil, err
+	}
+	if s.intake, err = bus.EnsureIntake(ctx, js, replicas); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// MinInterval is the shortest time between firings a new schedule may ask for.
+func (s *Store) MinInterval() time.Duration { return s.cfg.MinInterval }
+
+// Bucket is the schedule bucket.
+func (s *Store) Bucket() jetstream.KeyValue { return s.kv }
+
+// ErrNotFound reports a schedule that does not exist (or not for this agent).
+var ErrNotFound = errors.New("no such schedule")
+
+// Create makes a schedule for agent, created by the turn creator: its record, then its
+// message in the intake. The turns it fires use the creating turn's model (its child
+// script, for a scripted turn).
+func (s *Store) Create(ctx context.Context, agent, creator string, a CreateArgs) (Schedule, error) {
+	if err := bus.CheckAgent(agent); err != nil {
+		return Schedule{}, fmt.Errorf("schedules belong to an agent: %w", err)
+	}
+	now := time.Now()
+	sch, err := Plan(a, now, s.cfg.MinInterval)
+	if err != nil {
+		return Schedule{}, err
+	}
+	parent, err := bus.MainTurnSpec(ctx, s.turns, creator)
+	if err != nil {
+		return Schedule{}, err
+	}
+	sch.ID, sch.Agent, sch.CreatedBy, sch.Created = bus.NewID(), agent, creator, now.UTC()
+	spec := bus.TurnSpec{Kind: bus.TurnMain, Agent: agent, Instructions: sch.Instructions, Input: sch.Prompt, Limits: parent.Limits}
+	spec.Model, spec.Script = parent.ChildModel()
+	if err := spec.Check(); err != nil {
+		return Schedule{}, err
+	}
+	body, err := json.Marshal(spec)
+	if err != nil {
+		return Schedule{}, err
+	}
+	if limit := s.js.Conn().MaxPayload(); int64(len(body))+512 > limit {
+		return Schedule{}, fmt.Errorf("the turn this schedule starts is %d bytes, more than the bus carries (%d): shorten the prompt or instructions", len(body), limit)
+	}
+	rec, err := json.Marshal(sch)
+	if err != nil {
+		return Schedule{}, err
+	}
+	if err := createOnce(ctx, s.kv, key(agent, sch.ID), rec); err != nil {
+		return Schedule{}, fmt.Errorf("store schedule: %w", err)
+	}
+	m := nats.NewMsg(bus.IntakeSchedule(sch.ID))
+	m.Data = body
+	m.Header.Set(bus.HeaderSchedule, sch.Pattern)
+	m.Header.Set(bus.HeaderScheduleTarget, bus.IntakeFired(sch.ID))
+	if sch.TimeZone != "" {
+		m.Header.Set(bus.HeaderScheduleTimeZone, sch.TimeZone)
+	}
+	m.Header.Set(bus.HeaderAgent, agent) // on every firing too, for whoever watches
+	err = bus.Retry(ctx, "queue schedule "+sch.ID, nil, func(ctx context.Context) error {
+		_, err := s.js.PublishMsg(ctx, m)
+		return err
+	})
+	if err != nil {
+		if derr := s.kv.Delete(context.WithoutCancel(ctx), key(agent, sch.ID)); derr != nil {
+			err = errors.Join(err, fmt.Errorf("and its record stays: %w", derr))
+		}
+		return Schedule{}, fmt.Errorf("schedule %s: the intake refused it: %w", sch.ID, err)
+	}
+	return sch, nil
+}
+
+// createOnce creates key; a retried create that finds its own value took effect.
+func createOnce(ctx context.Context, kv jetstream.KeyValue, key string, value []byte) error {
+	return bus.Retry(ctx, "create "+key, nil, func(ctx context.Context) error {
+		_, err := kv.Create(ctx, key, value)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if e, gerr := kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), value) {
+				return nil
+			}
+		}
+		return err
+	})
+}
+
+// Get reads an agent's schedule and its revision.
+func (s *Store) Get(ctx context.Context, agent, id string) (Schedule, uint64, error) {
+	return get(ctx, s.kv, agent, id)
+}
+
+func get(ctx context.Context, kv jetstream.KeyValue, agent, id string) (Schedule, uint64, error) {
+	if bus.CheckAgent(agent) != nil || !bus.ValidToken(id) {
+		return Schedule{}, 0, fmt.Errorf("schedule %s: %w", id, ErrNotFound)
+	}
+	var e jetstream.KeyValueEntry
+	err := bus.Retry(ctx, "read schedule "+id, nil, func(ctx context.Context) (err error) {
+		e, err = kv.Get(ctx, key(agent, id))
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Schedule{}, 0, fmt.Errorf("schedule %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Schedule{}, 0, err
+	}
+	var sch Schedule
+	if err := json.Unmarshal(e.Value(), &sch); err != nil {
+		return Schedule{}, 0, fmt.Errorf("schedule %s: unreadable record: %w", id, err)
+	}
+	return sch, e.Revision(), nil
+}
+
+// List returns the schedules in the bucket, of one agent ("" for every agent), oldest
+// first.
+func List(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Schedule, error) {
+	filter := ">"
+	if agent != "" {
+		if err := bus.CheckAgent(agent); err != nil {
+			return nil, err
+		}
+		filter = agent + ".*"
+	}
+	var keys []string
+	err := bus.Retry(ctx, "list schedules", nil, func(ctx context.Context) error {
+		lister, err := kv.ListKeysFiltered(ctx, filter)
+		if err != nil {
+			return err
+		}
+		keys = keys[:0]
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Schedule
+	for _, k := range keys {
+		a, id, _ := strings.Cut(k, ".")
+		sch, _, err := get(ctx, kv, a, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sch)
+	}
+	slices.SortFunc(out, func(a, b Schedule) int { return a.Created.Compare(b.Created) })
+	return out, nil
+}
+
+// Find reads a schedule by its id alone, whatever its agent.
+func Find(ctx context.Context, kv jetstream.KeyValue, id string) (Schedule, error) {
+	if !bus.ValidToken(id) {
+		return Schedule{}, fmt.Errorf("schedule %q: %w", id, ErrNotFound)
+	}
+	var keys []string
+	err := bus.Retry(ctx, "find schedule "+id, nil, func(ctx context.Context) error {
+		lister, err := kv.ListKeysFiltered(ctx, "*."+id)
+		if err != nil {
+			return err
+		}
+		keys = keys[:0]
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return Schedule{}, err
+	}
+	for _, k := range keys {
+		a, _, _ := strings.Cut(k, ".")
+		sch, _, err := get(ctx, kv, a, id)
+		if errors.Is(err, ErrNotFound) {
+			continue
+		}
+		return sch, err
+	}
+	return Schedule{}, fmt.Errorf("schedule %s: %w", id, ErrNotFound)
+}
+
+// List returns an agent's schedules ("" for every agent's), oldest first.
+func (s *Store) List(ctx context.Context, agent string) ([]Schedule, error) {
+	return List(ctx, s.kv, agent)
+}
+
+// Cancel removes an agent's schedule: its message from the intake, so it fires no more,
+// then its record. Firings already queued find no record and start nothing.
+func (s *Store) Cancel(ctx context.Context, agent, id string) (Schedule, error) {
+	sch, _, err := s.Get(ctx, agent, id)
+	if err != nil {
+		return Schedule{}, err
+	}
+	err = bus.Retry(ctx, "remove schedule "+id, nil, func(ctx context.Context) error {
+		return s.intake.Purge(ctx, jetstream.WithPurgeSubject(bus.IntakeSchedule(id)))
+	})
+	if err != nil {
+		return Schedule{}, err
+	}
+	err = bus.Retry(ctx, "remove schedule record "+id, nil, func(ctx context.Context) error {
+		return s.kv.Delete(ctx, key(agent, id))
+	})
+	if err != nil {
+		return Schedule{}, err
+	}
+	return sch, nil
+}
+
+// Verdict is what a node does with a firing it took from the intake.
+type Verdict uint8
+
+const (
+	// Run: start the firing's turn (Firing.Spec); its record exists, queued.
+	Run Verdict = iota + 1
+	// Skip: acknowledge the firing; it starts nothing (Firing.Why).
+	Skip
+	// Wait: leave the firing in the intake for QueueRetry, and look again.
+	Wait
+	// Drop: acknowledge the firing; its schedule is gone (Firing.Why).
+	Drop
+)
+
+// Firing is the decision on one firing.
+type Firing struct {
+	Verdict Verdict
+	Spec    bus.TurnSpec
+	Why     string
+}
+
+// Fire decides what a firing of schedule id, at sequence seq of the intake and with
+// body, does, under the agent's policy: it starts a turn (whose record it creates,
+// queued, with an id of the firing's own) unless the schedule is gone, schedules are
+// disabled in the profile, or the schedule's last turn still runs (skip, or wait under
+// the queue policy). A firing that was already decided to run (redelivered after its
+// node was lost) runs again: it resumes that turn. Decisions are compare-and-set on the
+// schedule's record, so two nodes never start two turns for one firing.
+func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, policy func(agent string) (Policy, error)) (Firing, error) {
+	var spec bus.TurnSpec
+	if err := json.Unmarshal(body, &spec); err != nil || bus.CheckAgent(spec.Agent) != nil {
+		return Firing{Verdict: Drop, Why: "the firing does not hold a turn spec with an agent"}, nil
+	}
+	spec.ID, spec.Kind = TurnID(id, seq), bus.TurnMain
+	if err := spec.Check(); err != nil {
+		return Firing{Verdict: Drop, Why: err.Error()}, nil
+	}
+	p, err := policy(spec.Agent)
+	if err != nil {
+		return Firing{}, err
+	}
+	for range 32 {
+		sch, rev, err := s.Get(ctx, spec.Agent, id)
+		if errors.Is(err, ErrNotFound) {
+			return Firing{Verdict: Drop, Why: "the schedule was removed"}, nil
+		}
+		if err != nil {
+			return Firing{}, err
+		}
+		if sch.LastTurn == spec.ID {
+			return Firing{Verdict: Run, Spec: spec}, nil
+		}
+		why := ""
+		switch {
+		case !p.Enabled:
+			why = "schedules are not enabled in the agent's profile"
+		case sch.LastTurn != "":
+			state, err := s.turnState(ctx, sch.LastTurn)
+			if err != nil {
+				return Firing{}, err
+			}
+			if state != "" && !state.Ended() {
+				if p.Overlap == OverlapQueue {
+					return Firing{Verdict: Wait, Why: fmt.Sprintf("turn %s of the schedule is still %s", sch.LastTurn, state)}, nil
+				}
+				why = fmt.Sprintf("turn %s of the schedule was still %s", sch.LastTurn, state)
+			}
+		}
+		now := time.Now().UTC()
+		if why != "" {
+			sch.Skipped++
+			sch.LastSkip = now.Format(time.RFC3339) + ": " + why
+		} else {
+			if err := s.queueTurn(ctx, spec, now); err != nil {
+				return Firing{}, err
+			}
+			sch.Fired++
+			sch.LastTurn, sch.LastFired = spec.ID, now
+			sch.Done = sch.Kind == KindAt
+		}
+		var ttl time.Duration
+		if sch.Done {
+			ttl = doneKeep
+		}
+		err = update(ctx, s.js, s.kv, key(spec.Agent, id), sch, rev, ttl)
+		if isWrongRevision(err) {
+			continue // another node decided meanwhile: decide again on what it wrote
+		}
+		if err != nil {
+			return Firing{}, err
+		}
+		if why != "" {
+			return Firing{Verdict: Skip, Why: why}, nil
+		}
+		return Firing{Verdict: Run, Spec: spec}, nil
+	}
+	return Firing{}, fmt.Errorf("schedule %s: its record keeps changing under this firing", id)
+}
+
+// queueTurn creates the record of a firing's turn, queued, so that the overlap check of
+// the next firing sees it from now on; a record already there is this firing's.
+func (s *Store) queueTurn(ctx context.Context, spec bus.TurnSpec, now time.Time) error {
+	b, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
+	if err != nil {
+		return err
+	}
+	return bus.Retry(ctx, "create turn record "+spec.ID, nil, func(ctx context.Context) error {
+		_, err := s.turns.Create(ctx, spec.ID, b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return nil
+		}
+		return err
+	})
+}
+
+// turnState is the state of a turn's record; "" when it has none (expired or removed).
+func (s *Store) turnState(ctx context.Context, turn string) (bus.TurnState, error) {
+	var e jetstream.KeyValueEntry
+	err := bus.Retry(ctx, "read turn "+turn, nil, func(ctx context.Context) (err error) {
+		e, err = s.turns.Get(ctx, turn)
+		return err
+	})
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	var rec bus.TurnRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return "", nil
+	}
+	return rec.State, nil
+}
+
+// update writes a record at revision rev; with ttl > 0 the record expires that long after
+// (JetStream's per-message TTL, which a plain key-value update cannot set).
+func update(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k string, v any, rev uint64, ttl time.Duration) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return bus.Retry(ctx, "store "+k, nil, func(ctx context.Context) error {
+		if ttl <= 0 {
+			_, err := kv.Update(ctx, k, b, rev)
+			return err
+		}
+		return bus.UpdateWithTTL(ctx, js, kv.Bucket(), k, b, rev, ttl)
+	})
+}
+
+// isWrongRevision reports a compare-and-set that lost.
+func isWrongRevision(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
