@@ -59,10 +59,7 @@ func (n *Node) openIntake(ctx context.Context) error {
 		if in.kv, err = bus.KeyValue(ctx, n.js, bus.BucketTurns, n.cfg.Replicas); err != nil {
 			return err
 		}
-		in.stream, err = n.js.Stream(ctx, bus.StreamIntake)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			in.stream, err = bus.Stream(ctx, n.js, bus.IntakeStreamConfig(n.cfg.Replicas))
-		}
+		in.stream, err = bus.EnsureIntake(ctx, n.js, n.cfg.Replicas)
 		return err
 	})
 	if err != nil {
@@ -259,7 +256,12 @@ func (n *Node) take(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var spec bus.TurnSpec
-	if err := json.Unmarshal(msg.Data(), &spec); err != nil || spec.ID == "" {
+	if sched, ok := bus.ParseIntakeFired(msg.Subject()); ok {
+		// A schedule's firing: it becomes a turn of its own, or is settled here.
+		if spec, ok = n.fire(ctx, msg, sched); !ok {
+			return
+		}
+	} else if err := json.Unmarshal(msg.Data(), &spec); err != nil || spec.ID == "" {
 		n.log.Error("intake: a message that is not a turn spec; dropped", "subject", msg.Subject(), "err", err)
 		_ = msg.Term()
 		return
@@ -284,6 +286,7 @@ func (n *Node) take(msg jetstream.Msg) {
 	d, err := n.claim(ctx, spec)
 	switch {
 	case errors.Is(err, errTurnOver):
+		n.turnOver(ctx, spec)
 		_ = msg.Ack()
 		return
 	case err != nil:
@@ -291,6 +294,7 @@ func (n *Node) take(msg jetstream.Msg) {
 		_ = msg.NakWithDelay(time.Second)
 		return
 	}
+	n.turnTaken(ctx, spec)
 	if d.resume == nil && d.rec.Stored > 0 {
 		// Taken over: read back what the turn stored, and number new messages after
 		// the last one (outputs stored after the last checkpoint included).
@@ -353,6 +357,7 @@ func (n *Node) take(msg jetstream.Msg) {
 			case r.Fenced:
 				// Another node holds the turn and its message now.
 			default:
+				n.turnEnded(spec, r)
 				_ = msg.Ack()
 			}
 			return
@@ -449,6 +454,7 @@ func (n *Node) endUnstarted(ctx context.Context, d *durable, spec bus.TurnSpec, 
 	b, _ := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind,
 		State: bus.TurnFailed, Error: err.Error(), Time: time.Now()})
 	_ = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusDone), b)
+	n.turnEnded(spec, TurnResult{Turn: spec.ID, State: bus.TurnFailed, Err: err, Error: err.Error()})
 }
 
 // stopIntake stops taking turns and hands the running ones back: each at its next

@@ -25,6 +25,8 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/todo"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
@@ -64,6 +66,9 @@ type NodeConfig struct {
 	// MaxConcurrent bounds the calls each host of the node executes at once
 	// (default DefaultMaxConcurrent).
 	MaxConcurrent int
+	// ScheduleMinInterval is the shortest time between firings a new schedule may ask
+	// for (schedule.DefaultMinInterval when zero, never below a second).
+	ScheduleMinInterval time.Duration
 	// Replicas of the node's buckets and streams (capped by the cluster size).
 	Replicas    int
 	MaxSteps    int
@@ -113,6 +118,8 @@ func (c NodeConfig) validate() error {
 		return fmt.Errorf("start node %s: the vouch key has %d bytes, want %d", c.Name, len(c.VouchKey), bus.VouchKeySize)
 	case c.MaxSteps < 0 || c.MaxSteps > bus.MaxStepsLimit:
 		return fmt.Errorf("start node %s: max steps %d out of range (0 for the default, up to %d)", c.Name, c.MaxSteps, bus.MaxStepsLimit)
+	case c.ScheduleMinInterval != 0 && c.ScheduleMinInterval < schedule.ServerMinInterval:
+		return fmt.Errorf("start node %s: schedule minimum interval %s is below JetStream's own minimum of %s", c.Name, c.ScheduleMinInterval, schedule.ServerMinInterval)
 	}
 	return nil
 }
@@ -130,6 +137,9 @@ type Node struct {
 	nc      *nats.Conn // turns, control
 	js      jetstream.JetStream
 	todos   jetstream.KeyValue
+	// jobs and schedules are open on a node that runs turns or hosts their categories.
+	jobs      *jobs.Store
+	schedules *schedule.Store
 	// profiles and catalog serve turn assembly; set on a node that runs turns.
 	profiles *toolsets.Profiles
 	catalog  *catalog.Catalog
@@ -223,11 +233,12 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js, Web: cfg.Web}
+	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js, Web: cfg.Web, Profiles: n.profiles,
+		Jobs: n.jobs, Schedules: n.schedules, ScheduleMinInterval: cfg.ScheduleMinInterval}
 	if slices.Contains(cfg.Categories, computer.Category) {
 		logSandbox(n.log, cfg.Computer)
 	}
-	if slices.Contains(cfg.Categories, web.Category) {
+	if slices.Contains(cfg.Categories, web.Category) && h.Profiles == nil {
 		// The web host reads each caller's providers from its profile.
 		if h.Profiles, err = n.profileStore(ctx); err != nil {
 			n.Close()
@@ -287,6 +298,9 @@ func logSandbox(log *slog.Logger, c computer.Config) {
 // fail the start (bus.Retry).
 func (n *Node) setupStore(ctx context.Context) error {
 	needTodos := slices.Contains(n.cfg.Categories, todo.Category)
+	// A node that runs turns ends jobs and takes schedules' firings.
+	needJobs := n.cfg.Turns || slices.Contains(n.cfg.Categories, jobs.Category)
+	needSchedules := n.cfg.Turns || slices.Contains(n.cfg.Categories, schedule.Category)
 	return bus.Retry(ctx, "set up JetStream", n.log, func(ctx context.Context) error {
 		if needTodos && n.todos == nil {
 			kv, err := bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
@@ -294,6 +308,27 @@ func (n *Node) setupStore(ctx context.Context) error {
 				return err
 			}
 			n.todos = kv
+		}
+		if (needJobs || needSchedules) && n.profiles == nil {
+			p, err := toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
+			if err != nil {
+				return err
+			}
+			n.profiles = p
+		}
+		if needJobs && n.jobs == nil {
+			s, err := jobs.Open(ctx, n.js, n.cfg.Replicas)
+			if err != nil {
+				return err
+			}
+			n.jobs = s
+		}
+		if needSchedules && n.schedules == nil {
+			s, err := schedule.Open(ctx, n.js, n.cfg.Replicas, schedule.Config{MinInterval: n.cfg.ScheduleMinInterval})
+			if err != nil {
+				return err
+			}
+			n.schedules = s
 		}
 		if !n.cfg.Turns {
 			return nil
@@ -461,7 +496,8 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, 
 		}
 	}
 	n.freshenCatalog(ctx, cat, profile)
-	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot})
+	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
+		ScheduleMinInterval: n.cfg.ScheduleMinInterval})
 }
 
 // maxWorkers bounds the goroutines a node keeps waiting for work; past it, work runs on

@@ -577,21 +577,58 @@ func (s *Store) Cancel(ctx context.Context, agent, id, reason string, keep time.
 			}
 			return s.Finish(ctx, spec, End{State: bus.TurnAborted, Steps: rec.Step, Error: rec.Error}, keep)
 		default:
-			b, err := json.Marshal(bus.Abort{Turn: id, Reason: reason})
-			if err != nil {
-				return Job{}, err
-			}
-			nc := s.js.Conn()
-			if err := nc.Publish(bus.AbortSubject(id), b); err != nil {
-				return Job{}, fmt.Errorf("cancel job %s: %w", id, err)
-			}
-			if err := nc.FlushWithContext(ctx); err != nil {
-				return Job{}, fmt.Errorf("cancel job %s: %w", id, err)
-			}
-			return j, nil
+			return s.abort(ctx, j, reason)
 		}
 	}
 	return Job{}, fmt.Errorf("job %s: its turn's record keeps changing", id)
+}
+
+// abortWait bounds how long Cancel waits for a running job's turn to confirm its end.
+const abortWait = 10 * time.Second
+
+// abort asks a running job's turn to stop and waits, within abortWait, for its end. An
+// abort is an ordinary message, lost if it comes while the turn is between nodes or not
+// yet listening (just claimed): it is sent again every second until the turn ends.
+func (s *Store) abort(ctx context.Context, j Job, reason string) (Job, error) {
+	nc := s.js.Conn()
+	done, err := nc.SubscribeSync(bus.TurnStatusSubject(j.ID, bus.StatusDone))
+	if err != nil {
+		return Job{}, fmt.Errorf("cancel job %s: %w", j.ID, err)
+	}
+	defer func() { _ = done.Unsubscribe() }()
+	b, err := json.Marshal(bus.Abort{Turn: j.ID, Reason: reason})
+	if err != nil {
+		return Job{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, abortWait)
+	defer cancel()
+	for {
+		if err := nc.Publish(bus.AbortSubject(j.ID), b); err != nil {
+			return Job{}, fmt.Errorf("cancel job %s: %w", j.ID, err)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, time.Second)
+		m, err := done.NextMsgWithContext(wctx)
+		wcancel()
+		if err == nil {
+			var st bus.TurnStatus
+			if json.Unmarshal(m.Data, &st) == nil && st.State.Ended() {
+				// The node records the job's end right after; say how it ended.
+				if now, _, err := s.Get(ctx, j.Agent, j.ID); err == nil && now.State.Ended() {
+					return now, nil
+				}
+				j.State, j.Error = st.State, st.Error
+				return j, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return j, nil // still stopping: job_status shows when it has
+		}
+		// Ended before this listened?
+		if rec, err := s.Turn(ctx, j.ID); err == nil && rec != nil && rec.State.Ended() {
+			j.State, j.Error = rec.State, rec.Error
+			return j, nil
+		}
+	}
 }
 
 // Turn reads the record of a job's turn; nil when it has none.
