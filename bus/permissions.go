@@ -99,6 +99,17 @@ func withProfileReader(p *server.Permissions) *server.Permissions {
 	return c
 }
 
+// BackgroundPermissions is what hosts of the jobs and schedule categories need beyond
+// ToolPermissions: they start turns (a job is a request on AnyNodeStartTurn), stop them
+// (job_cancel aborts a job and waits for its final status), put schedules into the
+// intake, and keep jobs, schedules and the turn records they read in JetStream.
+func BackgroundPermissions() *server.Permissions {
+	return WithJetStream(&server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: []string{AnyNodeStartTurn, AllAborts, IntakeSchedule("*")}},
+		Subscribe: &server.SubjectPermission{Allow: []string{AllStatuses}},
+	})
+}
+
 // merge returns the union of the allow lists of a and b; the response
 // permission is a's, else b's. Neither has deny lists.
 func merge(a, b *server.Permissions) *server.Permissions {
@@ -137,8 +148,8 @@ func ControlPermissions() *server.Permissions {
 
 // OperatorPermissions is the role of a person's command line on a shared
 // bus: ControlPermissions (start, abort, call, watch), queueing a turn again
-// in the intake (toolbus resume), reading the turn records, transcripts and
-// todo lists, and reading and writing agent profiles (creating their bucket
+// in the intake (toolbus resume), reading the turn records, transcripts,
+// todo lists, jobs and schedules (cancelled through their tools), and reading and writing agent profiles (creating their bucket
 // if no turn node did). It may not publish a turn's status nor write turn
 // records or transcripts.
 func OperatorPermissions() *server.Permissions {
@@ -152,7 +163,7 @@ func OperatorPermissions() *server.Permissions {
 // WatcherPermissions is a read-only role: it receives every turn-scoped
 // message and may ask micro services for their PING, INFO and STATS, and
 // reads the turn records, agent profiles, todo lists and transcripts. It
-// publishes nothing but requests to those read APIs.
+// publishes nothing but requests to those read APIs (jobs and schedules too).
 func WatcherPermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: append([]string{
@@ -166,6 +177,7 @@ func WatcherPermissions() *server.Permissions {
 // intake, whose work-queue consumer a reader could take turns from.
 var readableStreams = []string{
 	kvStream(BucketTurns), kvStream(BucketAgents), kvStream(BucketTodos), StreamTranscripts,
+	kvStream(BucketJobs), kvStream(BucketSchedules),
 }
 
 // kvStream is the stream behind a key-value bucket.

@@ -53,6 +53,9 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		if len(categories) > 0 {
 			p = merge(p, ToolPermissions(categories...)) // JetStream is in TurnPermissions
 		}
+		if startsTurns(categories) {
+			p = merge(p, BackgroundPermissions())
+		}
 		return p, nil
 	case RoleTool:
 		if len(categories) == 0 {
@@ -65,6 +68,9 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		if slices.Contains(categories, "web") {
 			p = withProfileReader(p)
 		}
+		if startsTurns(categories) {
+			p = merge(p, BackgroundPermissions())
+		}
 		return p, nil
 	case RoleOperator:
 		return OperatorPermissions(), nil
@@ -74,6 +80,12 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		return AdminPermissions(), nil
 	}
 	return nil, fmt.Errorf("unknown role %q: want one of %s", role, roleList())
+}
+
+// startsTurns reports whether categories include one whose tools start turns: jobs and
+// schedule (named here as the bus knows them, without importing the toolsets).
+func startsTurns(categories []string) bool {
+	return slices.Contains(categories, "jobs") || slices.Contains(categories, "schedule")
 }
 
 func roleList() string {

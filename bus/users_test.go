@@ -44,6 +44,7 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	  {"user": "fs", "password": "pw", "role": "tool", "categories": ["fs"]},
 	  {"user": "todo", "password": "pw", "role": "tool", "categories": ["todo"]},
 	  {"user": "web", "password": "pw", "role": "tool", "categories": ["web"]},
+	  {"user": "bg", "password": "pw", "role": "tool", "categories": ["jobs", "schedule"]},
 	  {"user": "ops", "password_hash": %q, "role": "operator"},
 	  {"user": "watch", "password": "pw", "role": "watcher"},
 	  {"nkey": %q, "role": "watcher"},
@@ -67,7 +68,7 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{BucketTurns, BucketAgents, BucketTodos} {
+	for _, b := range []string{BucketTurns, BucketAgents, BucketTodos, BucketJobs, BucketSchedules} {
 		kv, err := KeyValue(ctx, js, b, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -165,6 +166,7 @@ func TestRolesFromUsersFile(t *testing.T) {
 		"fs":    nats.UserInfo("fs", "pw"),
 		"todo":  nats.UserInfo("todo", "pw"),
 		"web":   nats.UserInfo("web", "pw"),
+		"bg":    nats.UserInfo("bg", "pw"),
 		"ops":   nats.UserInfo("ops", "ops-pw"),
 		"watch": nats.UserInfo("watch", "pw"),
 		"nkey":  nats.Nkey(must(kp.PublicKey()), kp.Sign),
@@ -182,6 +184,13 @@ func TestRolesFromUsersFile(t *testing.T) {
 		{"fs", true, IntakeAny("t1"), "", false},
 		{"fs", false, CategorySubjects("fs"), ToolSubject("fs", "read"), true},
 		{"fs", false, CategorySubjects("web"), ToolSubject("web", "x"), false},
+		{"bg", true, AnyNodeStartTurn, "", true},
+		{"bg", true, AbortSubject("t1"), "", true},
+		{"bg", true, IntakeSchedule("s1"), "", true},
+		{"bg", true, IntakeAny("t1"), "", false},
+		{"bg", true, TurnStatusSubject("t1", StatusDone), "", false},
+		{"bg", false, AllStatuses, TurnStatusSubject("t1", StatusDone), true},
+		{"bg", false, CategorySubjects("jobs"), ToolSubject("jobs", "job_start"), true},
 		{"turn", true, IntakeAny("t1"), "", true},
 		{"turn", true, TranscriptSubject("t1"), "", true},
 		{"ops", true, AnyNodeStartTurn, "", true},
@@ -265,6 +274,12 @@ func TestRolesFromUsersFile(t *testing.T) {
 		{"web", BucketAgents, true, false},
 		{"web", BucketTodos, false, false},
 		{"turn", BucketTurns, true, true},
+		{"bg", BucketJobs, true, true},
+		{"bg", BucketSchedules, true, true},
+		{"ops", BucketJobs, false, true},
+		{"ops", BucketSchedules, false, true},
+		{"ops", BucketJobs, true, false},
+		{"watch", BucketSchedules, false, true},
 	}
 	for _, tc := range jsCases {
 		op := map[bool]string{true: "write", false: "read"}[tc.write]

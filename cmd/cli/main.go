@@ -67,6 +67,8 @@ var commands = []command{
 	{"approve", "approve or refuse a call a turn holds for approval (needs -server)", cmdApprove},
 	{"turns", "list the durable turns of a bus: state, node, step, age (needs -server)", cmdTurns},
 	{"resume", "queue again a turn whose node was lost (needs -server)", cmdResume},
+	{"jobs", "list, show or cancel background jobs (needs -server)", cmdJobs},
+	{"schedules", "list, show or remove schedules (needs -server)", cmdSchedules},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
 	{"bench", "run the performance suite", runBench},
 }
@@ -188,6 +190,15 @@ var examples = map[string]string{
 	"resume":      "toolbus resume -server nats://127.0.0.1:4222 TURN",
 	"watch":       "toolbus watch -server nats://127.0.0.1:4222",
 	"bench":       "toolbus bench -only turn -n 500",
+
+	"jobs":           "toolbus jobs list -server nats://127.0.0.1:4222 -agent demo-agent",
+	"jobs list":      "toolbus jobs list -server nats://127.0.0.1:4222 -agent demo-agent",
+	"jobs show":      "toolbus jobs show -server nats://127.0.0.1:4222 JOB",
+	"jobs cancel":    "toolbus jobs cancel -server nats://127.0.0.1:4222 -reason 'not needed' JOB",
+	"schedules":      "toolbus schedules list -server nats://127.0.0.1:4222",
+	"schedules list": "toolbus schedules list -server nats://127.0.0.1:4222 -json",
+	"schedules show": "toolbus schedules show -server nats://127.0.0.1:4222 SCHEDULE",
+	"schedules rm":   "toolbus schedules rm -server nats://127.0.0.1:4222 SCHEDULE",
 }
 
 // flagSetMade, when set (by tests), is told of every flag set newFlagSet makes.

@@ -568,7 +568,7 @@ func TestCall(t *testing.T) {
 			name:   "unknown tool",
 			args:   []string{"read_fil", `{}`},
 			code:   exitFailed,
-			stderr: []string{`toolbus: unknown tool "read_fil"; the tools served on the embedded bus are: list_files, read_file, write_file, run_command, todo_read, todo_write`},
+			stderr: []string{`toolbus: unknown tool "read_fil"; the tools served on the embedded bus are: list_files, read_file, write_file, run_command, job_start, job_status, job_result, job_cancel, schedule_create, schedule_list, schedule_cancel, todo_read, todo_write`},
 		},
 		{
 			name:   "tool error",
@@ -663,7 +663,8 @@ func TestHelp(t *testing.T) {
 	var made []*flag.FlagSet
 	flagSetMade = func(fs *flag.FlagSet) { made = append(made, fs) }
 	defer func() { flagSetMade = nil }()
-	names := []string{"agent set", "agent get", "agent list", "agent rm"}
+	names := []string{"agent set", "agent get", "agent list", "agent rm",
+		"jobs list", "jobs show", "jobs cancel", "schedules list", "schedules show", "schedules rm"}
 	for _, c := range commands {
 		names = append(names, c.name)
 	}

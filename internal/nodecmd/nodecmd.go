@@ -30,6 +30,7 @@ import (
 	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
 
@@ -75,6 +76,7 @@ type options struct {
 	monitor       string
 	turnLease     time.Duration
 	handBack      time.Duration
+	schedMin      time.Duration
 	home          string
 	homeRoot      string
 	replicas      int
@@ -153,6 +155,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
 	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
 	fs.DurationVar(&o.handBack, "hand-back-grace", actors.DefaultHandBackGrace, "on stop, how long running turns get to reach a checkpoint and go back to the intake")
+	fs.DurationVar(&o.schedMin, "schedule-min-interval", schedule.DefaultMinInterval, "the shortest time between firings a new schedule may ask for (at least 1s)")
 	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
 	fs.StringVar(&o.homeRoot, "home-root", "", "directory holding one home per agent (default $XDG_DATA_HOME/toolbus/homes)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the node's JetStream buckets and streams (capped by the cluster size)")
@@ -210,6 +213,9 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected arguments %q", fs.Args())
+	}
+	if o.schedMin < schedule.ServerMinInterval {
+		return nil, usagef("-schedule-min-interval %s: JetStream fires schedules at most once a second", o.schedMin)
 	}
 	if o.reqTimeout < 0 {
 		return nil, usagef("-request-timeout %s: want a positive duration", o.reqTimeout)
@@ -382,7 +388,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	node, err := actors.StartNode(ctx, actors.NodeConfig{
 		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
-		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
+		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
 		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
 		VouchKey: o.vouchKey,
 		Web:      web.Config{Keys: o.webKeys},

@@ -1,0 +1,439 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/schedule"
+)
+
+// The jobs and schedules commands read the records the bus keeps (bus.BucketJobs,
+// bus.BucketSchedules) and stop a job or remove a schedule through the category's own
+// tool (job_cancel, schedule_cancel) on the record's agent's behalf: one way to do it,
+// whoever asks, and no more permissions than calling a tool.
+
+const jobsAbout = "Lists, shows and cancels the background jobs of the bus: turns an agent's main\n" +
+	"turns started with job_start (docs/protocol.md, \"Background jobs\"). They live on the\n" +
+	"bus: every command needs -server (or NATS_URL).\n" +
+	"  toolbus jobs list [-agent A] [-json]   newest first\n" +
+	"  toolbus jobs show [-json] JOB          its record, final text included\n" +
+	"  toolbus jobs cancel [-reason R] JOB    through the jobs category's job_cancel"
+
+func cmdJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	sub, args, err := subcommand("jobs", "list|show|cancel [flags] [JOB]", jobsAbout, args, stderr, "list", "show", "cancel")
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "list":
+		return jobsList(ctx, args, stdout, stderr)
+	case "show":
+		return jobsShow(ctx, args, stdout, stderr)
+	}
+	return jobsCancel(ctx, args, stdout, stderr)
+}
+
+const schedulesAbout = "Lists, shows and removes the schedules of the bus: turns an agent's main turns\n" +
+	"scheduled with schedule_create, fired by JetStream message schedules in the turn\n" +
+	"intake (docs/protocol.md, \"Schedules\"). They live on the bus: every command needs\n" +
+	"-server (or NATS_URL).\n" +
+	"  toolbus schedules list [-agent A] [-json]   oldest first\n" +
+	"  toolbus schedules show [-json] SCHEDULE\n" +
+	"  toolbus schedules rm SCHEDULE               through the schedule category's schedule_cancel"
+
+func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	sub, args, err := subcommand("schedules", "list|show|rm [flags] [SCHEDULE]", schedulesAbout, args, stderr, "list", "show", "rm")
+	if err != nil {
+		return err
+	}
+	switch sub {
+	case "list":
+		return schedulesList(ctx, args, stdout, stderr)
+	case "show":
+		return schedulesShow(ctx, args, stdout, stderr)
+	}
+	return schedulesRm(ctx, args, stdout, stderr)
+}
+
+// subcommand splits the subcommand off args ("ls" is list, "delete" is rm); -h before
+// one prints the command's usage.
+func subcommand(name, synopsis, about string, args []string, stderr io.Writer, subs ...string) (string, []string, error) {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fs := newFlagSet(name, synopsis, about, stderr)
+		if _, err := parseArgs(fs, args); err != nil {
+			return "", nil, err
+		}
+		return "", nil, usagef("want a subcommand: %s", strings.Join(subs, ", "))
+	}
+	sub := map[string]string{"ls": "list", "delete": "rm", "remove": "rm"}[args[0]]
+	if sub == "" {
+		sub = args[0]
+	}
+	for _, s := range subs {
+		if s == sub {
+			return sub, args[1:], nil
+		}
+	}
+	return "", nil, usagef("unknown subcommand %q: want %s", args[0], strings.Join(subs, ", "))
+}
+
+// recordFlags are the flags of the subcommands that read records.
+type recordFlags struct {
+	bf     busFlags
+	agent  string
+	asJSON bool
+}
+
+// parseRecordCmd parses a subcommand's flags and wants ids positional arguments (0 or
+// 1); withAgent adds -agent, withJSON -json.
+func parseRecordCmd(name, synopsis, about string, args []string, stderr io.Writer, ids int, withAgent, withJSON bool) (recordFlags, []string, error) {
+	var f recordFlags
+	fs := newFlagSet(name, synopsis, about, stderr)
+	f.bf.register(fs)
+	if withAgent {
+		fs.StringVar(&f.agent, "agent", "", "only this agent's")
+	}
+	if withJSON {
+		fs.BoolVar(&f.asJSON, "json", false, "print the records as JSON")
+	}
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return f, nil, err
+	}
+	switch {
+	case ids == 0 && len(pos) > 0:
+		return f, nil, usagef("unexpected arguments %q", pos)
+	case ids == 1 && len(pos) != 1:
+		return f, nil, usagef("want one id")
+	case ids == 1 && !bus.ValidID(pos[0]):
+		return f, nil, usagef("%q is not an id", pos[0])
+	}
+	if f.agent != "" {
+		if err := checkAgentArg(f.agent); err != nil {
+			return f, nil, err
+		}
+	}
+	return f, pos, nil
+}
+
+// bucketOn opens a bucket of the bus for reading; none yet means no records.
+func bucketOn(ctx context.Context, nc *nats.Conn, bucket, what string) (jetstream.KeyValue, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return kv, nil
+}
+
+func printJSON(stdout io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(stdout, "%s\n", b)
+	return err
+}
+
+func jobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, _, err := parseRecordCmd("jobs list", "[flags]", "Lists the background jobs kept on the bus, newest first: those running and those ended\nwithin their agents' keep time.", args, stderr, 0, true, true)
+	if err != nil {
+		return err
+	}
+	nc, err := f.bf.dialFor(ctx, "jobs list")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := bucketOn(ctx, nc, bus.BucketJobs, "jobs")
+	if err != nil {
+		return err
+	}
+	var all []jobs.Job
+	if kv != nil {
+		if all, err = jobs.List(ctx, kv, f.agent); err != nil {
+			return err
+		}
+	}
+	if f.asJSON {
+		if all == nil {
+			all = []jobs.Job{}
+		}
+		return printJSON(stdout, all)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(stderr, "no jobs")
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tAGENT\tSTATE\tNODE\tSTEPS\tAGE\tPARENT\tPROMPT")
+	for _, j := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Agent, j.State, dash(j.Node), j.Steps,
+			formatElapsed(now.Sub(j.Created)), j.Parent, truncate(j.Prompt, 40))
+	}
+	return tw.Flush()
+}
+
+func jobsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, pos, err := parseRecordCmd("jobs show", "[flags] JOB", "Shows a background job: where it stands or how it ended, its calls, and its final text.", args, stderr, 1, false, true)
+	if err != nil {
+		return err
+	}
+	nc, err := f.bf.dialFor(ctx, "jobs show")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	j, err := findJob(ctx, nc, pos[0])
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return printJSON(stdout, j)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	line("job", j.ID)
+	line("agent", j.Agent)
+	line("parent turn", j.Parent)
+	line("state", string(j.State))
+	line("node", j.Node)
+	line("created", stamp(j.Created))
+	line("started", stamp(j.Started))
+	line("ended", stamp(j.Ended))
+	line("kept until", stamp(j.Expires))
+	if j.State.Ended() {
+		line("steps", fmt.Sprint(j.Steps))
+		line("calls", j.Summary())
+	}
+	line("error", firstLineOf(j.Error))
+	line("prompt", truncate(j.Prompt, 100))
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if j.Text != "" {
+		fmt.Fprintf(stdout, "\n%s\n", strings.TrimRight(j.Text, "\n"))
+	}
+	return nil
+}
+
+func findJob(ctx context.Context, nc *nats.Conn, id string) (jobs.Job, error) {
+	kv, err := bucketOn(ctx, nc, bus.BucketJobs, "jobs")
+	if err != nil {
+		return jobs.Job{}, err
+	}
+	if kv == nil {
+		return jobs.Job{}, fmt.Errorf("no job %s on this bus (it has no jobs)", id)
+	}
+	j, err := jobs.Find(ctx, kv, id)
+	if errors.Is(err, jobs.ErrNotFound) {
+		return jobs.Job{}, fmt.Errorf("no job %s on this bus (an ended job is kept only for its agent's keep time)", id)
+	}
+	return j, err
+}
+
+func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("jobs cancel", "[flags] JOB",
+		"Cancels a background job through the jobs category's job_cancel, on its agent's\n"+
+			"behalf: a queued job never starts, a running one is stopped (the command waits a\n"+
+			"few seconds for it to end).", stderr)
+	var bf busFlags
+	bf.register(fs)
+	reason := fs.String("reason", "cancelled from the command line", "why, as the job's record will say")
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || !bus.ValidID(pos[0]) {
+		return usagef("want one job id")
+	}
+	nc, err := bf.dialFor(ctx, "jobs cancel")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	j, err := findJob(ctx, nc, pos[0])
+	if err != nil {
+		return err
+	}
+	args2, _ := json.Marshal(map[string]string{"job_id": j.ID, "reason": *reason})
+	return toolOnBehalf(ctx, nc, jobs.Category, "job_cancel", j.Agent, args2, stdout)
+}
+
+func schedulesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, _, err := parseRecordCmd("schedules list", "[flags]", "Lists the schedules of the bus, oldest first, with their next firing.", args, stderr, 0, true, true)
+	if err != nil {
+		return err
+	}
+	nc, err := f.bf.dialFor(ctx, "schedules list")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	kv, err := bucketOn(ctx, nc, bus.BucketSchedules, "schedules")
+	if err != nil {
+		return err
+	}
+	var all []schedule.Schedule
+	if kv != nil {
+		if all, err = schedule.List(ctx, kv, f.agent); err != nil {
+			return err
+		}
+	}
+	if f.asJSON {
+		if all == nil {
+			all = []schedule.Schedule{}
+		}
+		return printJSON(stdout, all)
+	}
+	if len(all) == 0 {
+		fmt.Fprintln(stderr, "no schedules")
+		return nil
+	}
+	now := time.Now()
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tFIRED\tSKIPPED\tLAST TURN\tPROMPT")
+	for _, s := range all {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Agent, s.When(), nextOf(&s, now), s.Fired, s.Skipped,
+			dash(s.LastTurn), truncate(s.Prompt, 40))
+	}
+	return tw.Flush()
+}
+
+// nextOf is a schedule's next firing, in its zone.
+func nextOf(s *schedule.Schedule, now time.Time) string {
+	next, ok := s.Next(now)
+	if !ok {
+		return "-"
+	}
+	if loc, err := time.LoadLocation(s.TimeZone); err == nil && s.TimeZone != "" {
+		return next.In(loc).Format(time.RFC3339)
+	}
+	return next.UTC().Format(time.RFC3339)
+}
+
+func schedulesShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, pos, err := parseRecordCmd("schedules show", "[flags] SCHEDULE", "Shows a schedule: when it fires, what it asks, and how its firings went.", args, stderr, 1, false, true)
+	if err != nil {
+		return err
+	}
+	nc, err := f.bf.dialFor(ctx, "schedules show")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	s, err := findSchedule(ctx, nc, pos[0])
+	if err != nil {
+		return err
+	}
+	if f.asJSON {
+		return printJSON(stdout, s)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	line := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+		}
+	}
+	line("schedule", s.ID)
+	line("agent", s.Agent)
+	line("when", s.When())
+	line("pattern", s.Pattern)
+	line("next", nextOf(&s, time.Now()))
+	line("created", stamp(s.Created)+" by turn "+s.CreatedBy)
+	line("fired", fmt.Sprint(s.Fired))
+	line("last turn", s.LastTurn)
+	line("last fired", stamp(s.LastFired))
+	line("skipped", fmt.Sprint(s.Skipped))
+	line("last skip", s.LastSkip)
+	line("prompt", s.Prompt)
+	line("instructions", truncate(s.Instructions, 100))
+	return tw.Flush()
+}
+
+func findSchedule(ctx context.Context, nc *nats.Conn, id string) (schedule.Schedule, error) {
+	kv, err := bucketOn(ctx, nc, bus.BucketSchedules, "schedules")
+	if err != nil {
+		return schedule.Schedule{}, err
+	}
+	if kv == nil {
+		return schedule.Schedule{}, fmt.Errorf("no schedule %s on this bus (it has no schedules)", id)
+	}
+	s, err := schedule.Find(ctx, kv, id)
+	if errors.Is(err, schedule.ErrNotFound) {
+		return schedule.Schedule{}, fmt.Errorf("no schedule %s on this bus", id)
+	}
+	return s, err
+}
+
+func schedulesRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, pos, err := parseRecordCmd("schedules rm", "[flags] SCHEDULE",
+		"Removes a schedule through the schedule category's schedule_cancel, on its agent's\n"+
+			"behalf: it fires no more; a turn it started keeps running.", args, stderr, 1, false, false)
+	if err != nil {
+		return err
+	}
+	nc, err := f.bf.dialFor(ctx, "schedules rm")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	s, err := findSchedule(ctx, nc, pos[0])
+	if err != nil {
+		return err
+	}
+	args2, _ := json.Marshal(map[string]string{"schedule_id": s.ID})
+	return toolOnBehalf(ctx, nc, schedule.Category, "schedule_cancel", s.Agent, args2, stdout)
+}
+
+// toolOnBehalf calls a tool of category as agent and prints its answer; an error result
+// is the command's error.
+func toolOnBehalf(ctx context.Context, nc *nats.Conn, category, tool, agent string, args []byte, stdout io.Writer) error {
+	spec := &toolbus.Spec{Name: tool, Category: category, Timeout: 30 * time.Second}
+	reply, err := callTool(ctx, &busConn{nc: nc, where: nc.ConnectedUrlRedacted()}, spec, agent, schema.Args{JSON: args})
+	if err != nil {
+		return err
+	}
+	res := toolbus.Result{Content: toToolContent(reply.Content)}
+	if reply.Outcome != bus.OutcomeOK {
+		msg := reply.Error
+		if msg == "" {
+			msg = res.Text()
+		}
+		return fmt.Errorf("%s: %s", tool, msg)
+	}
+	fmt.Fprintln(stdout, res.Text())
+	return nil
+}
+
+// stamp is a time for people, UTC; "" for none.
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339)
+}
