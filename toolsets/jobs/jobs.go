@@ -149,8 +149,22 @@ type End struct {
 
 // ledger is an agent's running jobs and its starts of the last hour, "ledger.<agent>".
 type ledger struct {
-	Running []string      `json:"running"`
+	Running []held        `json:"running"`
 	Starts  []minuteCount `json:"starts"`
+}
+
+// held is a running job's place in the ledger, taken at At.
+type held struct {
+	ID string    `json:"job_id"`
+	At time.Time `json:"at"`
+}
+
+// recordGrace is how long a place in the ledger may go without its job's record: the
+// record is written right after the place is taken.
+const recordGrace = time.Minute
+
+func (l *ledger) holds(id string) int {
+	return slices.IndexFunc(l.Running, func(h held) bool { return h.ID == id })
 }
 
 // minuteCount counts the jobs started in one minute (Unix minutes).
@@ -293,8 +307,10 @@ func (s *Store) queue(ctx context.Context, spec bus.TurnSpec) error {
 }
 
 // reserve takes a place for job id in the agent's ledger, or says which limit is
-// reached. Running jobs whose records say they ended (or that are gone) are dropped from
-// the ledger on the way: a node that died before it could release one does not hold it.
+// reached. Running jobs whose records say they ended (or that have had no record for a
+// while) are dropped from the ledger on the way: a node that died before it could release
+// one does not hold it for ever. A place taken a moment ago whose record is not written
+// yet stays: that job is starting.
 func (s *Store) reserve(ctx context.Context, agent, id string, p Policy, now time.Time) error {
 	for range casAttempts {
 		l, rev, err := s.ledger(ctx, agent)
@@ -303,9 +319,12 @@ func (s *Store) reserve(ctx context.Context, agent, id string, p Policy, now tim
 		}
 		running := l.Running[:0]
 		for _, r := range l.Running {
-			j, _, err := s.Get(ctx, agent, r)
+			j, _, err := s.Get(ctx, agent, r.ID)
 			switch {
 			case errors.Is(err, ErrNotFound):
+				if now.Sub(r.At) < recordGrace {
+					running = append(running, r)
+				}
 			case err != nil:
 				return err
 			case !j.State.Ended():
@@ -321,7 +340,7 @@ func (s *Store) reserve(ctx context.Context, agent, id string, p Policy, now tim
 			return fmt.Errorf("%w: agent %s started %d jobs in the last hour, its limit (jobs.max_per_hour %d); the next may start after %s",
 				ErrLimit, agent, n, p.MaxPerHour, oldest.Add(time.Hour+time.Minute).UTC().Format(time.RFC3339))
 		}
-		l.Running = append(l.Running, id)
+		l.Running = append(l.Running, held{ID: id, At: now})
 		l.addStart(now)
 		err = s.putLedger(ctx, agent, l, rev)
 		if isConflict(err) {
@@ -339,7 +358,7 @@ func (s *Store) release(ctx context.Context, agent, id string) error {
 		if err != nil {
 			return err
 		}
-		i := slices.Index(l.Running, id)
+		i := l.holds(id)
 		if i < 0 {
 			return nil
 		}

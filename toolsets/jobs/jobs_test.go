@@ -1,0 +1,96 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestSummary(t *testing.T) {
+	j := Job{Calls: CountCalls([]bus.CallRecord{
+		{Tool: "read_file", Outcome: bus.OutcomeOK},
+		{Tool: "lookup", Namespace: "crm", Outcome: bus.OutcomeOK},
+		{Tool: "read_file", Outcome: bus.OutcomeOK},
+		{Tool: "read_file", Outcome: bus.OutcomeError},
+	})}
+	if got, want := j.Summary(), "4 calls: read_file ok ×2, crm.lookup ok, read_file error"; got != want {
+		t.Errorf("summary %q, want %q", got, want)
+	}
+	if got := (&Job{}).Summary(); got != "no tool calls" {
+		t.Errorf("summary of none %q", got)
+	}
+}
+
+func TestLedgerLastHour(t *testing.T) {
+	now := time.Date(2026, 5, 4, 10, 30, 0, 0, time.UTC)
+	var l ledger
+	l.addStart(now.Add(-61 * time.Minute))
+	l.addStart(now.Add(-59 * time.Minute))
+	l.addStart(now.Add(-time.Second))
+	l.addStart(now)
+	n, oldest := l.lastHour(now)
+	if n != 3 || !oldest.Equal(now.Add(-59*time.Minute)) || len(l.Starts) != 3 {
+		t.Errorf("last hour: %d since %s, minutes %+v", n, oldest, l.Starts)
+	}
+}
+
+// TestLedgerFreesLostPlaces: a place whose job has had no record for a while (its node
+// died between the two writes) is freed; one taken a moment ago is not, or two jobs
+// starting at once would pass the limit together.
+func TestLedgerFreesLostPlaces(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	nc, err := srv.Connect("jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	b, _ := json.Marshal(ledger{Running: []held{{ID: "lost", At: now.Add(-2 * recordGrace)}, {ID: "starting", At: now.Add(-time.Second)}}})
+	if _, err := s.kv.Put(ctx, ledgerKey("ann"), b); err != nil {
+		t.Fatal(err)
+	}
+	p := Policy{Spawn: true, MaxRunning: 2}.WithDefaults()
+	if err := s.reserve(ctx, "ann", "new", p, now); err != nil {
+		t.Fatalf("reserve beside a lost place: %v", err)
+	}
+	l, _, err := s.ledger(ctx, "ann")
+	if err != nil || len(l.Running) != 2 || l.Running[0].ID != "starting" || l.Running[1].ID != "new" {
+		t.Fatalf("ledger %+v %v", l, err)
+	}
+	err = s.reserve(ctx, "ann", "more", p, now)
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "agent ann has 2 jobs running") {
+		t.Errorf("reserve past the limit: %v", err)
+	}
+	if err := s.release(ctx, "ann", "new"); err != nil {
+		t.Fatal(err)
+	}
+	if l, _, _ := s.ledger(ctx, "ann"); l.holds("new") >= 0 || l.holds("starting") < 0 {
+		t.Errorf("after release: %+v", l)
+	}
+}
