@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -213,6 +214,12 @@ func describeNamespaces(p *toolsets.Profile) string {
 		approvals = "; skills " + strings.Join(p.Skills, ", ") + approvals
 	}
 	approvals += describeWeb(p)
+	if jp := p.JobsPolicy(); jp.Spawn {
+		approvals += fmt.Sprintf("; jobs: %d at once, %d an hour, kept %s", jp.MaxRunning, jp.MaxPerHour, shortDuration(jp.Keep))
+	}
+	if sp := p.SchedulePolicy(); sp.Enabled {
+		approvals += "; schedules: overlap " + sp.Overlap
+	}
 	if len(p.Namespaces) == 0 {
 		return "built-in tools only" + approvals
 	}
@@ -225,6 +232,18 @@ func describeNamespaces(p *toolsets.Profile) string {
 		parts = append(parts, ns.Name+" ("+load+")")
 	}
 	return "namespaces " + strings.Join(parts, ", ") + approvals
+}
+
+// shortDuration drops a duration's zero minutes and seconds: 24h, 1h30m, 5m, 1m30s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // agentStore parses the flags of a subcommand that works on the store, wants `agents`

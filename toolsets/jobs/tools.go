@@ -89,7 +89,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[0],
 			DescribeActivity: func(a StartArgs) string { return "Starting a background job: " + truncate(a.Prompt, 60) },
 			DescribeCompletedActivity: func(a StartArgs, res toolbus.Result) string {
-				if res.IsError {
+				if failed(res) {
 					return "Could not start the background job"
 				}
 				return "Started a background job: " + truncate(a.Prompt, 60)
@@ -106,9 +106,9 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			},
 			DescribeCompletedActivity: func(a statusArgs, res toolbus.Result) string {
 				switch {
-				case res.IsError && a.ID == "":
+				case failed(res) && a.ID == "":
 					return "Could not list the background jobs"
-				case res.IsError:
+				case failed(res):
 					return "Could not check job " + a.ID
 				case a.ID == "":
 					return "Listed the background jobs"
@@ -121,7 +121,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[2],
 			DescribeActivity: func(a resultArgs) string { return "Reading the result of job " + a.ID },
 			DescribeCompletedActivity: func(a resultArgs, res toolbus.Result) string {
-				if res.IsError {
+				if failed(res) {
 					return "Could not read the result of job " + a.ID
 				}
 				return "Read the result of job " + a.ID
@@ -132,7 +132,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[3],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling job " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if res.IsError {
+				if failed(res) {
 					return "Could not cancel job " + a.ID
 				}
 				return "Cancelled job " + a.ID
@@ -299,3 +299,7 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// failed reports a call that did not succeed: an error result, or an error returned by
+// Execute (the label then gets an empty result; every success carries details).
+func failed(res toolbus.Result) bool { return res.IsError || len(res.Details) == 0 }

@@ -538,7 +538,8 @@ type Firing struct {
 // disabled in the profile, or the schedule's last turn still runs (skip, or wait under
 // the queue policy). A firing that was already decided to run (redelivered after its
 // node was lost) runs again: it resumes that turn. Decisions are compare-and-set on the
-// schedule's record, so two nodes never start two turns for one firing.
+// schedule's record, written before the turn's own record, so two nodes never start two
+// turns for one firing, and a firing that loses that race leaves no record behind.
 func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, policy func(agent string) (Policy, error)) (Firing, error) {
 	var spec bus.TurnSpec
 	if err := json.Unmarshal(body, &spec); err != nil || bus.CheckAgent(spec.Agent) != nil {
@@ -561,6 +562,10 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 			return Firing{}, err
 		}
 		if sch.LastTurn == spec.ID {
+			// Decided before (its node was lost, or the record write below failed).
+			if err := s.queueTurn(ctx, spec, time.Now().UTC()); err != nil {
+				return Firing{}, err
+			}
 			return Firing{Verdict: Run, Spec: spec}, nil
 		}
 		why := ""
@@ -571,6 +576,9 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 			state, err := s.turnState(ctx, sch.LastTurn)
 			if err != nil {
 				return Firing{}, err
+			}
+			if state == "" && time.Since(sch.LastFired) < recordGrace {
+				state = bus.TurnQueued // decided a moment ago; its record comes next
 			}
 			if state != "" && !state.Ended() {
 				if p.Overlap == OverlapQueue {
@@ -584,9 +592,6 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 			sch.Skipped++
 			sch.LastSkip = now.Format(time.RFC3339) + ": " + why
 		} else {
-			if err := s.queueTurn(ctx, spec, now); err != nil {
-				return Firing{}, err
-			}
 			sch.Fired++
 			sch.LastTurn, sch.LastFired = spec.ID, now
 			sch.Done = sch.Kind == KindAt
@@ -605,10 +610,18 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 		if why != "" {
 			return Firing{Verdict: Skip, Why: why}, nil
 		}
+		// The turn's record only now: a firing that lost the race above made none.
+		if err := s.queueTurn(ctx, spec, now); err != nil {
+			return Firing{}, err
+		}
 		return Firing{Verdict: Run, Spec: spec}, nil
 	}
 	return Firing{}, fmt.Errorf("schedule %s: its record keeps changing under this firing", id)
 }
+
+// recordGrace is how long a firing's turn may have no record after the schedule's record
+// named it: the turn's record is written right after.
+const recordGrace = time.Minute
 
 // queueTurn creates the record of a firing's turn, queued, so that the overlap check of
 // the next firing sees it from now on; a record already there is this firing's.

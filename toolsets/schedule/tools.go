@@ -74,7 +74,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[0],
 			DescribeActivity: func(CreateArgs) string { return "Creating a schedule" },
 			DescribeCompletedActivity: func(a CreateArgs, res toolbus.Result) string {
-				if res.IsError {
+				if failed(res) {
 					return "Could not create the schedule"
 				}
 				return "Scheduled: " + truncate(a.Prompt, 60)
@@ -84,14 +84,19 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 		toolbus.MustDefine(toolbus.Def[listArgs]{
 			Spec:                      specs[1],
 			DescribeActivity:          func(listArgs) string { return "Listing schedules" },
-			DescribeCompletedActivity: func(listArgs, toolbus.Result) string { return "Listed schedules" },
+			DescribeCompletedActivity: func(_ listArgs, res toolbus.Result) string {
+				if failed(res) {
+					return "Could not list the schedules"
+				}
+				return "Listed the schedules"
+			},
 			Execute:                   t.list,
 		}),
 		toolbus.MustDefine(toolbus.Def[cancelArgs]{
 			Spec:             specs[2],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling schedule " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if res.IsError {
+				if failed(res) {
 					return "Could not cancel schedule " + a.ID
 				}
 				return "Cancelled schedule " + a.ID
@@ -201,3 +206,7 @@ func truncate(s string, n int) string {
 	}
 	return s
 }
+
+// failed reports a call that did not succeed: an error result, or an error returned by
+// Execute (the label then gets an empty result; every success carries details).
+func failed(res toolbus.Result) bool { return res.IsError || len(res.Details) == 0 }
