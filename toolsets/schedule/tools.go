@@ -82,15 +82,15 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Execute: t.create,
 		}),
 		toolbus.MustDefine(toolbus.Def[listArgs]{
-			Spec:                      specs[1],
-			DescribeActivity:          func(listArgs) string { return "Listing schedules" },
+			Spec:             specs[1],
+			DescribeActivity: func(listArgs) string { return "Listing schedules" },
 			DescribeCompletedActivity: func(_ listArgs, res toolbus.Result) string {
 				if failed(res) {
 					return "Could not list the schedules"
 				}
 				return "Listed the schedules"
 			},
-			Execute:                   t.list,
+			Execute: t.list,
 		}),
 		toolbus.MustDefine(toolbus.Def[cancelArgs]{
 			Spec:             specs[2],
