@@ -2,7 +2,7 @@
 // tools it serves.
 //
 // A turn's tools are built anew for every turn, explicitly and in a fixed order: todo,
-// computer, then the categories still to come (web, schedule, jobs, workflow), then
+// computer, web, schedule, jobs, brain, the workflow category still to come, then
 // load_skill when the agent's profile enables skills (package skills), then the tools of
 // external namespaces that other processes serve. Nothing registers itself;
 // each category is one entry in this package's table.

@@ -49,8 +49,7 @@ type category struct {
 	tools func(h Handles) ([]*toolbus.Tool, error)
 	// in says whether a turn of this kind, for this profile, includes the category. The
 	// categories still to come take their rules here: web (the profile binds a
-	// provider), schedule, jobs (a main turn whose profile allows it, never a job's or a
-	// task's own turn), workflow (main turns only), skills (the profile's enabled ones).
+	// provider), workflow (main turns only), skills (the profile's enabled ones).
 	in func(kind bus.TurnKind, p *Profile) bool
 }
 
