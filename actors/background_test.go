@@ -384,7 +384,8 @@ func TestJobToolsOnlyWhereSpawnAllowed(t *testing.T) {
 		t.Errorf("job_start from a job turn: %s %q", r.Outcome, r.Error)
 	}
 	// An agent whose profile does not allow jobs is refused by the host too.
-	r = h.call(jobs.Category, "job_start", "nospawn", main.Turn, `{"prompt":"dig"}`)
+	nospawn := h.runMain("nospawn", gateway.Script{Responses: []gateway.ScriptStep{say("ready")}})
+	r = h.call(jobs.Category, "job_start", "nospawn", nospawn.Turn, `{"prompt":"dig"}`)
 	if r.Outcome != bus.OutcomeError || !strings.Contains(r.Error, "agent nospawn may not start background jobs: its profile does not allow it (jobs.spawn)") {
 		t.Errorf("job_start of an agent without spawn: %s %q", r.Outcome, r.Error)
 	}
@@ -428,7 +429,9 @@ func TestJobLifecycle(t *testing.T) {
 		t.Errorf("job_result while running: %s %q", r.Outcome, replyText(r))
 	}
 	// Another agent sees none of it.
-	r = h.call(jobs.Category, "job_status", "bob", main.Turn, `{"job_id":"`+first.ID+`"}`)
+	// (On a turn of its own: a call of ann's turn that claims to be bob's is refused
+	// before any tool runs, TestHostTakesAgentFromStoredTurn.)
+	r = h.call(jobs.Category, "job_status", "bob", "t-bob", `{"job_id":"`+first.ID+`"}`)
 	if r.Outcome != bus.OutcomeError || !strings.Contains(r.Error, "you have no job "+first.ID) {
 		t.Errorf("another agent's job_status: %s %q", r.Outcome, replyText(r))
 	}

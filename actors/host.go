@@ -304,12 +304,10 @@ func (h *host) start() error {
 	h.svc = svc
 	sub, err := h.cfg.Conn.Subscribe(bus.AllAborts, func(m *nats.Msg) {
 		if ts, ok := bus.ParseTurnSubject(m.Subject); ok {
-			reason := "the turn was aborted"
 			var a bus.Abort
-			if json.Unmarshal(m.Data, &a) == nil && a.Reason != "" {
-				reason += ": " + a.Reason
-			}
-			h.abort(ts.Turn, errors.New(reason))
+			_ = json.Unmarshal(m.Data, &a)
+			a.Turn = ts.Turn
+			h.abort(ts.Turn, &turnAborted{a})
 		}
 	})
 	if err != nil {
@@ -415,6 +413,17 @@ func (h *host) abort(turn string, cause error) {
 }
 
 var errHostStopping = errors.New("the category host is stopping")
+
+// turnAborted is the cause of a call's end when its turn was aborted: the reply says so
+// (ToolReply.Abort), since it may reach the turn before the abort itself does.
+type turnAborted struct{ abort bus.Abort }
+
+func (e *turnAborted) Error() string {
+	if e.abort.Reason == "" {
+		return "the turn was aborted"
+	}
+	return "the turn was aborted: " + e.abort.Reason
+}
 
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
@@ -597,6 +606,9 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	case ctx.Err() != nil:
 		// Whatever execute returned, its context ended first: say why.
 		reply.Outcome = h.cancelOutcome(ctx)
+		if ta, ok := errors.AsType[*turnAborted](context.Cause(ctx)); ok {
+			reply.Abort = &ta.abort
+		}
 		reply.Error = "call " + string(reply.Outcome) + ": " + context.Cause(ctx).Error()
 		if err != nil {
 			reply.Error += " (" + err.Error() + ")"

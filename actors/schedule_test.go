@@ -276,7 +276,8 @@ func TestScheduleRefusesBadInput(t *testing.T) {
 		}
 	}
 	// Not enabled in the profile, or no turn to take the model from.
-	r := h.call(schedule.Category, "schedule_create", "off", main.Turn, `{"prompt":"x","every":"1h"}`)
+	offMain := h.runMain("off", gateway.Script{Responses: []gateway.ScriptStep{say("ready")}})
+	r := h.call(schedule.Category, "schedule_create", "off", offMain.Turn, `{"prompt":"x","every":"1h"}`)
 	if !strings.Contains(r.Error, "agent off may not create schedules: its profile does not enable them (schedules.enabled)") {
 		t.Errorf("an agent without schedules: %q", replyText(r))
 	}

@@ -618,6 +618,13 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
 		return
 	}
+	if r.Abort != nil && r.Abort.Turn == t.cfg.Spec.ID && !t.aborted {
+		// The host stopped the call for this turn's abort, which the reply overtook:
+		// the turn is aborted from here, as if the abort had come first.
+		if b, err := json.Marshal(r.Abort); err == nil {
+			t.abort(b)
+		}
+	}
 	res := toolbus.Result{
 		Content:   fromBusContent(r.Content),
 		Details:   r.Details,

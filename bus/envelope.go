@@ -94,6 +94,9 @@ type ToolReply struct {
 	Terminate bool `json:"terminate,omitempty"`
 	// Error explains a non-ok outcome.
 	Error string `json:"error,omitempty"`
+	// Abort is the abort of the turn that stopped the call, when one did. The reply may
+	// reach the turn before the abort does; the turn takes it as the abort.
+	Abort *Abort `json:"abort,omitempty"`
 	// Label is the completed-activity label of the call.
 	Label string `json:"label,omitempty"`
 	// Duration is how long execute ran, in nanoseconds on the wire.
