@@ -26,6 +26,10 @@ const (
 	// BucketSchedules holds schedules, "<agent>.<schedule>"; their firing times live in
 	// the intake stream (IntakeSchedule).
 	BucketSchedules = "toolbus_schedules"
+	// BucketBrain holds the agents' knowledge pages, one key per page ("<agent>.<page
+	// id>"); ObjectBrain holds the text of the pages too large for a KV value.
+	BucketBrain = "toolbus_brain"
+	ObjectBrain = "toolbus_brain_pages"
 )
 
 // KeyValue opens the key-value bucket, creating it with file storage and

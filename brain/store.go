@@ -1,0 +1,414 @@
+package brain
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxIndexes      = 32
+	DefaultMaxIndexedBytes = 64 << 10
+)
+
+// Options configure a Store.
+type Options struct {
+	// Replicas of the bucket and the object store when the store creates them
+	// (capped by the cluster size).
+	Replicas int
+	// MaxIndexes bounds the agents whose index the store holds in memory at once
+	// (default DefaultMaxIndexes).
+	MaxIndexes int
+	// MaxIndexedBytes bounds the text of each page that goes into the index (default
+	// DefaultMaxIndexedBytes); the rest is stored but not searched.
+	MaxIndexedBytes int
+	Logger          *slog.Logger
+}
+
+func (o Options) withDefaults() Options {
+	o.Replicas = max(o.Replicas, 1)
+	if o.MaxIndexes <= 0 {
+		o.MaxIndexes = DefaultMaxIndexes
+	}
+	if o.MaxIndexedBytes <= 0 {
+		o.MaxIndexedBytes = DefaultMaxIndexedBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// Store is the knowledge store of every agent on a bus: pages in JetStream and, for
+// recall, one in-memory index per agent recently searched. It is safe for concurrent
+// use. Its buckets are opened (and created if missing) on first use, so a node can host
+// the brain category before JetStream answers.
+type Store struct {
+	js   jetstream.JetStream
+	opts Options
+	log  *slog.Logger
+
+	mu  sync.Mutex // guards kv and obs while they are opened
+	kv  jetstream.KeyValue
+	obs jetstream.ObjectStore
+
+	idx *indexes
+}
+
+// NewStore returns the store on js; nothing is opened until it is used.
+func NewStore(js jetstream.JetStream, opts Options) *Store {
+	opts = opts.withDefaults()
+	s := &Store{js: js, opts: opts, log: opts.Logger}
+	s.idx = newIndexes(s)
+	return s
+}
+
+// Open is NewStore that opens (creating if needed) the page bucket at once.
+func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
+	s := NewStore(js, opts)
+	if _, err := s.bucket(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops the store's index watches and drops its indexes. The pages stay in
+// JetStream; a store used after Close builds its indexes again.
+func (s *Store) Close() { s.idx.closeAll() }
+
+// bucket opens the page bucket on first use. A JetStream without a leader yet is
+// waited for within ctx (bus.Retry).
+func (s *Store) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kv != nil {
+		return s.kv, nil
+	}
+	if s.js == nil {
+		return nil, ErrNoStore
+	}
+	err := bus.Retry(ctx, "open the knowledge store", s.log, func(ctx context.Context) error {
+		kv, err := bus.EnsureKeyValue(ctx, s.js, jetstream.KeyValueConfig{
+			Bucket:       bus.BucketBrain,
+			Description:  "toolbus knowledge pages, one key per agent and page",
+			MaxValueSize: InlineMax,
+			Storage:      jetstream.FileStorage,
+			Replicas:     s.opts.Replicas,
+		})
+		s.kv = kv
+		return err
+	})
+	return s.kv, err
+}
+
+// objects opens the object store of large pages on first use.
+func (s *Store) objects(ctx context.Context) (jetstream.ObjectStore, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.obs != nil {
+		return s.obs, nil
+	}
+	if s.js == nil {
+		return nil, ErrNoStore
+	}
+	err := bus.Retry(ctx, "open the store of large pages", s.log, func(ctx context.Context) error {
+		obs, err := bus.ObjectStore(ctx, s.js, bus.ObjectBrain, s.opts.Replicas)
+		s.obs = obs
+		return err
+	})
+	return s.obs, err
+}
+
+// maxAttempts bounds the compare-and-set rounds of one write: each round of writers
+// racing on one page lets one through.
+const maxAttempts = 16
+
+// Create stores a new page; an id the agent already uses yields ErrExists.
+func (s *Store) Create(ctx context.Context, agent string, p Page) (Page, error) {
+	return s.put(ctx, agent, p, true)
+}
+
+// Put stores a page, replacing the agent's page of the same id if there is one. The
+// stored page, with its tags normalized and Updated set, is returned.
+func (s *Store) Put(ctx context.Context, agent string, p Page) (Page, error) {
+	return s.put(ctx, agent, p, false)
+}
+
+func (s *Store) put(ctx context.Context, agent string, p Page, create bool) (Page, error) {
+	if err := checkAgent(agent); err != nil {
+		return Page{}, err
+	}
+	if err := normalize(&p); err != nil {
+		return Page{}, err
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return Page{}, err
+	}
+	p.Updated = time.Now().UTC().Truncate(time.Millisecond)
+	rec := Record{ID: p.ID, Title: p.Title, Tags: p.Tags, Updated: p.Updated, Size: len(p.Text), Text: p.Text}
+	b, err := json.Marshal(&rec)
+	if err != nil {
+		return Page{}, fmt.Errorf("encode page %s: %w", p.ID, err)
+	}
+	k := key(agent, p.ID)
+	if len(b) > InlineMax {
+		// The object first: a record never names an object that is not there.
+		obs, err := s.objects(ctx)
+		if err != nil {
+			return Page{}, err
+		}
+		rec.Text, rec.Object = "", k+"."+bus.NewID()
+		if _, err := obs.PutBytes(ctx, rec.Object, []byte(p.Text)); err != nil {
+			return Page{}, fmt.Errorf("store the text of page %s: %w", p.ID, err)
+		}
+		if b, err = json.Marshal(&rec); err != nil {
+			return Page{}, fmt.Errorf("encode page %s: %w", p.ID, err)
+		}
+	}
+	old, err := s.swap(ctx, kv, k, b, create)
+	if err != nil {
+		if rec.Object != "" {
+			s.dropObject(rec.Object)
+		}
+		if errors.Is(err, ErrExists) {
+			return Page{}, fmt.Errorf("agent %s: page %s: %w", agent, p.ID, err)
+		}
+		return Page{}, fmt.Errorf("store page %s of %s: %w", p.ID, agent, err)
+	}
+	if old != nil && old.Object != "" {
+		s.dropObject(old.Object)
+	}
+	return p, nil
+}
+
+// swap writes b under k with a compare-and-set on the key's revision and returns the
+// record it replaced (nil for none). With create, an existing key yields ErrExists.
+func (s *Store) swap(ctx context.Context, kv jetstream.KeyValue, k string, b []byte, create bool) (*Record, error) {
+	var last error
+	for range maxAttempts {
+		var (
+			e   jetstream.KeyValueEntry
+			err error
+		)
+		err = bus.Retry(ctx, "read "+k, s.log, func(ctx context.Context) error {
+			e, err = kv.Get(ctx, k)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				e = nil
+				return nil
+			}
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
+			_, err = kv.Create(ctx, k, b)
+			if err == nil {
+				return nil, nil
+			}
+			if errors.Is(err, jetstream.ErrKeyExists) {
+				if create {
+					return nil, ErrExists
+				}
+				last = err
+				continue // created meanwhile: replace it
+			}
+			return nil, err
+		}
+		if create {
+			return nil, ErrExists
+		}
+		var old Record
+		if err := json.Unmarshal(e.Value(), &old); err != nil {
+			old = Record{} // a record this build cannot read is replaced all the same
+		}
+		if _, err = kv.Update(ctx, k, b, e.Revision()); err == nil {
+			return &old, nil
+		}
+		if !isRevisionMismatch(err) {
+			return nil, err
+		}
+		last = err
+	}
+	return nil, fmt.Errorf("%d writers raced on the page; gave up after %d attempts: %w", maxAttempts, maxAttempts, last)
+}
+
+// isRevisionMismatch reports the KV's answer to an update or delete whose revision is
+// not the key's last one (the "wrong last sequence" codes of R1 and replicated streams).
+func isRevisionMismatch(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+}
+
+// dropObject deletes the object of a replaced, deleted or never recorded page. A
+// failure leaves an orphan object, which is logged: no record names it.
+func (s *Store) dropObject(name string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	obs, err := s.objects(ctx)
+	if err == nil {
+		err = obs.Delete(ctx, name)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		s.log.Warn("knowledge store: an object no page names is left behind", "object", name, "err", err)
+	}
+}
+
+// Get returns one page of an agent, its text read from the object store for a large
+// page.
+func (s *Store) Get(ctx context.Context, agent, id string) (Page, error) {
+	if err := checkAgent(agent); err != nil {
+		return Page{}, err
+	}
+	if err := CheckID(id); err != nil {
+		return Page{}, err
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return Page{}, err
+	}
+	k := key(agent, id)
+	// A large page replaced between reading its record and its object loses that
+	// object: read the new record.
+	for range 3 {
+		var e jetstream.KeyValueEntry
+		err := bus.Retry(ctx, "read page "+id, s.log, func(ctx context.Context) (err error) {
+			e, err = kv.Get(ctx, k)
+			return err
+		})
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return Page{}, fmt.Errorf("agent %s: page %s: %w", agent, id, ErrNotFound)
+		}
+		if err != nil {
+			return Page{}, err
+		}
+		rec, err := decode(e)
+		if err != nil {
+			return Page{}, err
+		}
+		text, err := s.text(ctx, rec)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			continue
+		}
+		if err != nil {
+			return Page{}, err
+		}
+		return Page{ID: rec.ID, Title: rec.Title, Tags: rec.Tags, Updated: rec.Updated, Text: text}, nil
+	}
+	return Page{}, fmt.Errorf("page %s of %s is being replaced faster than it can be read; try again", id, agent)
+}
+
+// decode reads a record from a KV entry.
+func decode(e jetstream.KeyValueEntry) (*Record, error) {
+	var rec Record
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("stored page %s at revision %d is not a page record: %w", e.Key(), e.Revision(), err)
+	}
+	return &rec, nil
+}
+
+// text is a record's text: inline, or read from its object.
+func (s *Store) text(ctx context.Context, rec *Record) (string, error) {
+	if rec.Object == "" {
+		return rec.Text, nil
+	}
+	obs, err := s.objects(ctx)
+	if err != nil {
+		return "", err
+	}
+	b, err := obs.GetBytes(ctx, rec.Object)
+	if err != nil {
+		return "", fmt.Errorf("read the text of page %s: %w", rec.ID, err)
+	}
+	return string(b), nil
+}
+
+// List returns the agent's pages without their text, by id.
+func (s *Store) List(ctx context.Context, agent string) ([]Info, error) {
+	if err := checkAgent(agent); err != nil {
+		return nil, err
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Info
+	err = bus.Retry(ctx, "list the pages of "+agent, s.log, func(ctx context.Context) error {
+		out = out[:0]
+		w, err := kv.Watch(ctx, agent+".>", jetstream.IgnoreDeletes())
+		if err != nil {
+			return err
+		}
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return errors.New("the listing stopped early")
+				}
+				if e == nil {
+					return nil
+				}
+				rec, err := decode(e)
+				if err != nil {
+					return err
+				}
+				out = append(out, rec.info())
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Delete removes one page of an agent (and the object of a large one).
+func (s *Store) Delete(ctx context.Context, agent, id string) error {
+	if err := checkAgent(agent); err != nil {
+		return err
+	}
+	if err := CheckID(id); err != nil {
+		return err
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return err
+	}
+	k := key(agent, id)
+	for range maxAttempts {
+		e, err := kv.Get(ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("agent %s: page %s: %w", agent, id, ErrNotFound)
+		}
+		if err != nil {
+			return fmt.Errorf("delete page %s of %s: %w", id, agent, err)
+		}
+		err = kv.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
+		if isRevisionMismatch(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("delete page %s of %s: %w", id, agent, err)
+		}
+		if rec, derr := decode(e); derr == nil && rec.Object != "" {
+			s.dropObject(rec.Object)
+		}
+		return nil
+	}
+	return fmt.Errorf("delete page %s of %s: the page kept changing; try again", id, agent)
+}
