@@ -18,7 +18,7 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxIndexes      = 32
+	DefaultMaxIndexes      = 16
 	DefaultMaxIndexedBytes = 64 << 10
 )
 
