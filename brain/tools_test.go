@@ -63,8 +63,8 @@ func TestGetPagePaging(t *testing.T) {
 		text string
 	}{
 		{"short", "One line only."},
-		{"inline", largeText(InlineMax / 2)},                  // several parts, kept in the KV
-		{"object", largeText(2*InlineMax + 333)},              // several parts, kept in the object store
+		{"inline", largeText(InlineMax / 2)},                // several parts, kept in the KV
+		{"object", largeText(2*InlineMax + 333)},            // several parts, kept in the object store
 		{"no-lines", strings.Repeat("東京🚀a", PageChunk/4+7)}, // cut at character boundaries
 	} {
 		t.Run(tc.id, func(t *testing.T) {
