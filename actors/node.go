@@ -234,7 +234,8 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
 	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js, Web: cfg.Web, Profiles: n.profiles,
-		Jobs: n.jobs, Schedules: n.schedules, ScheduleMinInterval: cfg.ScheduleMinInterval}
+		Jobs: n.jobs, Schedules: n.schedules, ScheduleMinInterval: cfg.ScheduleMinInterval,
+		Replicas: cfg.Replicas, Logger: n.log}
 	if slices.Contains(cfg.Categories, computer.Category) {
 		logSandbox(n.log, cfg.Computer)
 	}

@@ -85,7 +85,7 @@ func TestMicroLs(t *testing.T) {
 		}
 	}
 	slices.Sort(names)
-	if want := []string{"toolbus-computer", "toolbus-jobs", "toolbus-schedule", "toolbus-todo", "toolbus-web"}; !slices.Equal(names, want) {
+	if want := []string{"toolbus-brain", "toolbus-computer", "toolbus-jobs", "toolbus-schedule", "toolbus-todo", "toolbus-web"}; !slices.Equal(names, want) {
 		t.Errorf("nats micro ls --json lists %q, want %q", names, want)
 	}
 

@@ -429,3 +429,41 @@ func FuzzParseProfile(f *testing.F) {
 		}
 	})
 }
+
+// TestBrainFollowsProfile includes recall and get_page exactly in the turns of agents
+// whose profile enables the brain: main, job and task turns alike (they only read).
+func TestBrainFollowsProfile(t *testing.T) {
+	on := &Profile{Version: ProfileVersion, Agent: "ann", Brain: true}
+	off := &Profile{Version: ProfileVersion, Agent: "ann"}
+	brainTools := []string{"recall", "get_page"}
+	for _, tc := range []struct {
+		kind    bus.TurnKind
+		profile *Profile
+		names   []string
+	}{
+		{bus.TurnMain, nil, builtins},
+		{bus.TurnMain, off, builtins},
+		{bus.TurnMain, on, append(slices.Clone(builtins), brainTools...)},
+		{bus.TurnJob, off, builtins},
+		{bus.TurnJob, on, append(slices.Clone(builtins), brainTools...)},
+		{bus.TurnTask, nil, nil},
+		{bus.TurnTask, off, nil},
+		{bus.TurnTask, on, brainTools},
+	} {
+		kit, err := Assemble(bus.TurnSpec{Kind: tc.kind, Agent: "ann", Task: "t1"}, tc.profile, nil, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kit.Tools.Names(); !slices.Equal(got, tc.names) {
+			t.Errorf("%s turn, brain %v: tools %v, want %v", tc.kind, tc.profile != nil && tc.profile.Brain, got, tc.names)
+		}
+		for _, s := range kit.Tools.Specs() {
+			if s.Category != "brain" || kit.Policy.Admit == nil {
+				continue
+			}
+			if d, why := kit.Policy.Admit(s); d != Run {
+				t.Errorf("%s turn refuses %s: %s", tc.kind, s.Name, why)
+			}
+		}
+	}
+}

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/brain"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/jobs"
@@ -37,6 +39,10 @@ type Handles struct {
 	// ScheduleMinInterval is the shortest time between firings a schedule may ask for
 	// (schedule.DefaultMinInterval when zero); the specs say it to the model.
 	ScheduleMinInterval time.Duration
+	// Replicas of the buckets a category creates (capped by the cluster size).
+	Replicas int
+	// Logger is for what a category notices beside its calls (nil: discarded).
+	Logger *slog.Logger
 }
 
 // category is one built-in tool category: its specs for turns, its tools for hosts, and
@@ -137,6 +143,20 @@ func builtinCategories() []category {
 			// A main turn only, of an agent whose profile allows jobs: never a job's own
 			// turn (no jobs of jobs) nor a task's.
 			in: func(kind bus.TurnKind, p *Profile) bool { return kind == bus.TurnMain && p.JobsPolicy().Spawn },
+		},
+		{
+			name:  brain.Category,
+			specs: func(Handles, *Profile) []*toolbus.Spec { return brain.Specs() },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				if h.JS == nil {
+					return nil, errors.New("the brain category keeps pages in JetStream (Handles.JS)")
+				}
+				// The store opens its buckets on the first call and follows each agent's
+				// pages while the connection under h.JS lives.
+				return brain.Tools(brain.NewStore(h.JS, brain.Options{Replicas: h.Replicas, Logger: h.Logger})), nil
+			},
+			// recall and get_page are read-only: a task turn gets them too.
+			in: func(_ bus.TurnKind, p *Profile) bool { return p != nil && p.Brain },
 		},
 	}
 }

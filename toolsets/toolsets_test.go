@@ -21,7 +21,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m,
+		// bleve (the brain's index) starts its analysis workers when the package is
+		// initialised; they live as long as the process.
+		goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"),
+	)
 }
 
 // sampleArgs are valid arguments for every built-in tool.
@@ -42,12 +46,14 @@ var sampleArgs = map[string]string{
 	"job_status":      `{"job_id":"j1"}`,
 	"job_result":      `{"job_id":"j1"}`,
 	"job_cancel":      `{"job_id":"j1","reason":"not needed"}`,
+	"recall":          `{"query":"how we deploy","limit":3,"tags":["ops"]}`,
+	"get_page":        `{"id":"deploy","offset":8000}`,
 }
 
 // everything is a profile whose main turns include every built-in category.
 var everything = &Profile{Version: ProfileVersion, Agent: "ann",
 	Web:  &web.Binding{Search: &web.SearchBinding{Provider: web.Brave}, Fetch: &web.FetchBinding{}},
-	Jobs: &JobsPolicy{Spawn: true}, Schedules: &SchedulesPolicy{Enabled: true}}
+	Jobs: &JobsPolicy{Spawn: true}, Schedules: &SchedulesPolicy{Enabled: true}, Brain: true}
 
 func TestEveryToolIsComplete(t *testing.T) {
 	var tools []*toolbus.Tool
@@ -123,7 +129,9 @@ func TestForCategory(t *testing.T) {
 		{"schedule", Handles{Profiles: h.Profiles}, nil, "needs the schedule store"},
 		{"jobs", h, []string{"job_start", "job_status", "job_result", "job_cancel"}, ""},
 		{"jobs", Handles{Jobs: h.Jobs}, nil, "needs the jobs store and the profiles"},
-		{"mail", Handles{}, nil, `unknown tool category "mail" (this build hosts todo, computer, web, schedule, jobs)`},
+		{"mail", Handles{}, nil, `unknown tool category "mail" (this build hosts todo, computer, web, schedule, jobs, brain)`},
+		{"brain", Handles{JS: h.JS}, []string{"recall", "get_page"}, ""},
+		{"brain", Handles{}, nil, "the brain category keeps pages in JetStream"},
 	} {
 		t.Run(tc.category, func(t *testing.T) {
 			tools, err := ForCategory(tc.category, tc.h)
@@ -218,7 +226,7 @@ func newHandles(t testing.TB) Handles {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Handles{Todos: kv}
+	h := Handles{Todos: kv, JS: js}
 	if h.Profiles, err = OpenProfiles(t.Context(), js, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -260,4 +268,10 @@ func newJetStream(t testing.TB) jetstream.JetStream {
 		t.Fatal(err)
 	}
 	return js
+}
+
+// newStore is a JetStream of its own and a todo bucket on it.
+func newStore(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
+	h := newHandles(t)
+	return h.JS, h.Todos
 }
