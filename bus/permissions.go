@@ -99,6 +99,19 @@ func withProfileReader(p *server.Permissions) *server.Permissions {
 	return c
 }
 
+// withBrainStore returns a copy of p that may read the knowledge pages (gets, watches,
+// the object store of large pages) and create their buckets if no node has: what a
+// host of the brain category needs. Its tools only read; pages are written by
+// operators.
+func withBrainStore(p *server.Permissions) *server.Permissions {
+	c := clonePermissions(p)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(brainStreams...)...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow,
+		"$JS.API.STREAM.CREATE."+kvStream(BucketBrain), "$JS.API.STREAM.CREATE."+objStream(ObjectBrain))
+	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
+	return c
+}
+
 // BackgroundPermissions is what hosts of the jobs and schedule categories need beyond
 // ToolPermissions: they start turns (a job is a request on AnyNodeStartTurn), stop them
 // (job_cancel aborts a job and waits for its final status), put schedules into the
@@ -108,6 +121,19 @@ func BackgroundPermissions() *server.Permissions {
 		Publish:   &server.SubjectPermission{Allow: []string{AnyNodeStartTurn, AllAborts, IntakeSchedule("*")}},
 		Subscribe: &server.SubjectPermission{Allow: []string{AllStatuses}},
 	})
+}
+
+// brainStreams are the streams of the knowledge pages.
+var brainStreams = []string{kvStream(BucketBrain), objStream(ObjectBrain)}
+
+// jsWriteObjects lists what writing an object store needs beyond jsRead: creating its
+// stream, publishing chunks and metadata, and purging the chunks of a replaced or
+// deleted object.
+func jsWriteObjects(bucket string) []string {
+	return []string{
+		"$JS.API.STREAM.CREATE." + objStream(bucket), "$O." + bucket + ".>",
+		"$JS.API.STREAM.PURGE." + objStream(bucket),
+	}
 }
 
 // merge returns the union of the allow lists of a and b; the response
@@ -149,21 +175,24 @@ func ControlPermissions() *server.Permissions {
 // OperatorPermissions is the role of a person's command line on a shared
 // bus: ControlPermissions (start, abort, call, watch), queueing a turn again
 // in the intake (toolbus resume), reading the turn records, transcripts,
-// todo lists, jobs and schedules (cancelled through their tools), and reading and writing agent profiles (creating their bucket
-// if no turn node did). It may not publish a turn's status nor write turn
-// records or transcripts.
+// todo lists, jobs and schedules (cancelled through their tools), reading and writing
+// agent profiles (creating their bucket if no turn node did), and the agents' knowledge
+// pages (toolbus brain). It may not publish a turn's status nor write turn records or
+// transcripts.
 func OperatorPermissions() *server.Permissions {
 	p := ControlPermissions()
 	p.Publish.Allow = append(p.Publish.Allow, IntakeAny("*"))
 	p.Publish.Allow = append(p.Publish.Allow, jsRead(readableStreams...)...)
 	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(BucketAgents)...)
+	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(BucketBrain)...)
+	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteObjects(ObjectBrain)...)
 	return p
 }
 
 // WatcherPermissions is a read-only role: it receives every turn-scoped
 // message and may ask micro services for their PING, INFO and STATS, and
-// reads the turn records, agent profiles, todo lists and transcripts. It
-// publishes nothing but requests to those read APIs (jobs and schedules too).
+// reads the turn records, agent profiles, todo lists, jobs, schedules, knowledge pages
+// and transcripts. It publishes nothing but requests to those read APIs.
 func WatcherPermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: append([]string{
@@ -175,13 +204,16 @@ func WatcherPermissions() *server.Permissions {
 
 // readableStreams are the streams operators and watchers may read: not the
 // intake, whose work-queue consumer a reader could take turns from.
-var readableStreams = []string{
+var readableStreams = append([]string{
 	kvStream(BucketTurns), kvStream(BucketAgents), kvStream(BucketTodos), StreamTranscripts,
 	kvStream(BucketJobs), kvStream(BucketSchedules),
-}
+}, brainStreams...)
 
 // kvStream is the stream behind a key-value bucket.
 func kvStream(bucket string) string { return "KV_" + bucket }
+
+// objStream is the stream behind an object store.
+func objStream(bucket string) string { return "OBJ_" + bucket }
 
 // jsRead lists the JetStream API subjects that read the given streams:
 // their info, direct and stored message gets, and ephemeral (ordered)

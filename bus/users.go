@@ -21,8 +21,8 @@ const (
 	// its categories, if it has any.
 	RoleTurn Role = "turn"
 	// RoleTool is a host of the given categories and nothing else
-	// (ToolPermissions, the todo bucket for the todo category, and reading the
-	// agent profiles for the web category).
+	// (ToolPermissions, the todo bucket for the todo category, reading the agent
+	// profiles for the web category, the knowledge pages for the brain category).
 	RoleTool Role = "tool"
 	// RoleOperator is a person's command line (OperatorPermissions).
 	RoleOperator Role = "operator"
@@ -70,6 +70,9 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		}
 		if startsTurns(categories) {
 			p = merge(p, BackgroundPermissions())
+		}
+		if slices.Contains(categories, "brain") {
+			p = withBrainStore(p)
 		}
 		return p, nil
 	case RoleOperator:

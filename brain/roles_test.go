@@ -1,0 +1,120 @@
+package brain
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/wait"
+)
+
+// TestRolesUseTheStore uses the store as the roles of a listening node's users do
+// (bus.RolePermissions): an operator writes pages, small and large; a host of the brain
+// category creates the bucket, recalls and reads them but cannot write; a watcher
+// reads; a host of another category cannot even read.
+func TestRolesUseTheStore(t *testing.T) {
+	users := []bus.User{}
+	for _, u := range []struct {
+		name       string
+		role       bus.Role
+		categories []string
+	}{
+		{"ops", bus.RoleOperator, nil},
+		{"host", bus.RoleTool, []string{"brain"}},
+		{"watch", bus.RoleWatcher, nil},
+		{"fs", bus.RoleTool, []string{"fs"}},
+	} {
+		p, err := bus.RolePermissions(u.role, u.categories)
+		if err != nil {
+			t.Fatal(err)
+		}
+		users = append(users, bus.User{Name: u.name, Password: "pw-" + u.name, Role: u.role, Permissions: p})
+	}
+	srv, err := bus.Start(testContext(t), bus.Config{
+		StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Users: users, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	storeAs := func(user string) *Store {
+		t.Helper()
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw-"+user), nats.Name(user),
+			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusals below are expected
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := NewStore(js, Options{})
+		t.Cleanup(s.Close)
+		return s
+	}
+	// A refused request is not answered: it waits out its context.
+	refused := func(what string, f func(ctx context.Context) error) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		if err := f(ctx); err == nil {
+			t.Errorf("%s: allowed, want refused", what)
+		}
+	}
+	ctx := testContext(t)
+	ops, host, watch, fs := storeAs("ops"), storeAs("host"), storeAs("watch"), storeAs("fs")
+
+	// The host is first: it creates the bucket, and finds nothing yet.
+	if r, err := host.Recall(ctx, "ann", Query{Text: "gondola"}); err != nil || len(r.Hits) != 0 {
+		t.Fatalf("host recall on a new bucket: %+v, %v", r, err)
+	}
+	big := "gondola " + largeText(2*InlineMax)
+	for _, p := range []Page{{ID: "small", Title: "Small", Text: "A gondola is a boat."}, {ID: "big", Title: "Big", Text: big}} {
+		if _, err := ops.Create(ctx, "ann", p); err != nil {
+			t.Fatalf("operator creates %s: %v", p.ID, err)
+		}
+	}
+	if _, err := ops.Put(ctx, "ann", Page{ID: "big", Title: "Big", Text: big + "more"}); err != nil {
+		t.Fatalf("operator replaces a large page: %v", err)
+	}
+	if list, err := ops.List(ctx, "ann"); err != nil || len(list) != 2 {
+		t.Fatalf("operator lists: %+v, %v", list, err)
+	}
+
+	// The host's index follows the operator's writes.
+	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		r, err := host.Recall(ctx, "ann", Query{Text: "gondola"})
+		if err == nil && len(r.Hits) != 2 {
+			err = fmt.Errorf("host recall: %d hits, want 2", len(r.Hits))
+		}
+		return err
+	})
+	if ex, err := host.Read(ctx, "ann", "big", PageChunk); err != nil || ex.Offset != PageChunk {
+		t.Fatalf("host reads a large page: %+v, %v", ex.Offset, err)
+	}
+	refused("host writes", func(ctx context.Context) error {
+		_, err := host.Put(ctx, "ann", Page{ID: "x", Title: "x"})
+		return err
+	})
+	if p, err := watch.Get(ctx, "ann", "big"); err != nil || p.Text != big+"more" {
+		t.Fatalf("watcher reads a large page: %d bytes, %v", len(p.Text), err)
+	}
+	refused("watcher writes", func(ctx context.Context) error {
+		_, err := watch.Put(ctx, "ann", Page{ID: "x", Title: "x"})
+		return err
+	})
+	refused("host of another category reads", func(ctx context.Context) error {
+		_, err := fs.Get(ctx, "ann", "small")
+		return err
+	})
+	if err := ops.Delete(ctx, "ann", "big"); err != nil {
+		t.Fatalf("operator deletes a large page: %v", err)
+	}
+}
