@@ -127,7 +127,9 @@ type agentIndex struct {
 	err   error
 	done  chan struct{} // closed when the watch goroutine has ended and the index is closed
 	w     jetstream.KeyWatcher
-	used  atomic.Uint64
+	// cancel ends the watch's context (and so its subscription).
+	cancel context.CancelFunc
+	used   atomic.Uint64
 
 	mu    sync.RWMutex // R: searching, applying; W: closing
 	idx   bleve.Index
@@ -187,15 +189,17 @@ func (x *indexes) open(ctx context.Context, kv jetstream.KeyValue, agent string)
 	if err != nil {
 		return nil, fmt.Errorf("index of %s: %w", agent, err)
 	}
-	// The watch outlives this call: its context is not the caller's.
-	w, err := kv.Watch(context.WithoutCancel(ctx), agent+".>")
+	// The watch outlives this call: its context is its own, cancelled when it stops.
+	wctx, cancel := context.WithCancel(context.Background())
+	w, err := kv.Watch(wctx, agent+".>")
 	if err != nil {
+		cancel()
 		_ = idx.Close()
 		return nil, fmt.Errorf("watch the pages of %s: %w", agent, err)
 	}
 	ai := &agentIndex{
 		agent: agent, ready: make(chan struct{}), done: make(chan struct{}),
-		w: w, idx: idx, metas: make(map[string]meta),
+		w: w, cancel: cancel, idx: idx, metas: make(map[string]meta),
 	}
 	x.by[agent] = ai
 	go x.follow(ai)
@@ -236,7 +240,8 @@ func (x *indexes) follow(ai *agentIndex) {
 			flush()
 		}
 	}
-	// The watch has ended.
+	// The watch has ended (stopped, or its connection closed).
+	ai.cancel()
 	x.mu.Lock()
 	if x.by[ai.agent] == ai {
 		delete(x.by, ai.agent)
@@ -296,7 +301,10 @@ func (x *indexes) apply(ai *agentIndex, e jetstream.KeyValueEntry, batch *bleve.
 }
 
 // stop ends the index's watch; follow then closes the index.
-func (ai *agentIndex) stop() { _ = ai.w.Stop() }
+func (ai *agentIndex) stop() {
+	_ = ai.w.Stop()
+	ai.cancel()
+}
 
 // closeAll stops every index and waits for their watches to end.
 func (x *indexes) closeAll() {

@@ -343,35 +343,37 @@ func (s *Store) List(ctx context.Context, agent string) ([]Info, error) {
 	if err != nil {
 		return nil, err
 	}
-	var out []Info
-	err = bus.Retry(ctx, "list the pages of "+agent, s.log, func(ctx context.Context) error {
-		out = out[:0]
-		w, err := kv.Watch(ctx, agent+".>", jetstream.IgnoreDeletes())
-		if err != nil {
-			return err
-		}
-		defer func() { _ = w.Stop() }()
-		for {
-			select {
-			case e, ok := <-w.Updates():
-				if !ok {
-					return errors.New("the listing stopped early")
-				}
-				if e == nil {
-					return nil
-				}
-				rec, err := decode(e)
-				if err != nil {
-					return err
-				}
-				out = append(out, rec.info())
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
+	// The watch lives as long as this listing: its context ends it.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var w jetstream.KeyWatcher
+	err = bus.Retry(ctx, "list the pages of "+agent, s.log, func(context.Context) (err error) {
+		w, err = kv.Watch(ctx, agent+".>", jetstream.IgnoreDeletes())
+		return err
 	})
 	if err != nil {
 		return nil, err
+	}
+	defer func() { _ = w.Stop() }()
+	var out []Info
+	for done := false; !done; {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return nil, fmt.Errorf("list the pages of %s: the listing stopped early", agent)
+			case e == nil:
+				done = true
+			default:
+				rec, err := decode(e)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, rec.info())
+			}
+		case <-ctx.Done():
+			return nil, fmt.Errorf("list the pages of %s: %w", agent, ctx.Err())
+		}
 	}
 	slices.SortFunc(out, func(a, b Info) int { return cmp.Compare(a.ID, b.ID) })
 	return out, nil
