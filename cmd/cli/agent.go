@@ -50,7 +50,7 @@ const agentAbout = "Reads and writes agent profiles, the JSON documents in the K
 	bus.BucketAgents + " that say which external namespaces an agent's turns include\n" +
 	"(docs/protocol.md, \"Agent profiles\"). They live on the bus: every command needs\n" +
 	"-server (or NATS_URL).\n" +
-	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... [-web-search P[=URL]] [-web-fetch] [-skill NAME]... AGENT\n" +
+	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... [-web-search P[=URL]] [-web-fetch] [-skill NAME]... [-brain] AGENT\n" +
 	"  toolbus agent get AGENT        prints the stored document\n" +
 	"  toolbus agent list             one line an agent\n" +
 	"  toolbus agent rm AGENT"
@@ -88,6 +88,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	webPrivate := fs.Bool("web-fetch-private", false, "bind web_fetch and let it reach loopback, private and link-local addresses too (the nodes' own services among them): for trusted agents only")
 	var skillNames listFlag
 	fs.Var(&skillNames, "skill", "enable this skill, a folder skills/NAME/ of the agent's home (repeatable, or comma-separated; see 'toolbus skills')")
+	brainOn := fs.Bool("brain", false, "enable the agent's knowledge store: its turns get recall and get_page over its pages (toolbus brain)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -101,8 +102,8 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var doc []byte
 	switch {
-	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate || len(skillNames) > 0):
-		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill and the -web flags")
+	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate || len(skillNames) > 0 || *brainOn):
+		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill, -brain and the -web flags")
 	case *file != "":
 		if doc, err = readDoc(*file); err != nil {
 			return err
@@ -115,7 +116,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return fmt.Errorf("the document is for agent %q, not %q", head.Agent, agent)
 		}
 	default:
-		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent, Approvals: *approvals, Skills: skillNames}
+		p := toolsets.Profile{Version: toolsets.ProfileVersion, Agent: agent, Approvals: *approvals, Skills: skillNames, Brain: *brainOn}
 		for _, ns := range deferred {
 			p.Namespaces = append(p.Namespaces, toolsets.NamespaceRef{Name: ns, Load: toolsets.LoadDeferred})
 		}
@@ -219,6 +220,9 @@ func describeNamespaces(p *toolsets.Profile) string {
 	}
 	if sp := p.SchedulePolicy(); sp.Enabled {
 		approvals += "; schedules: overlap " + sp.Overlap
+	}
+	if p.Brain {
+		approvals += "; brain on"
 	}
 	if len(p.Namespaces) == 0 {
 		return "built-in tools only" + approvals
