@@ -28,7 +28,7 @@ type Excerpt struct {
 	End    int `json:"end"`
 	// NextOffset is where to read on; 0 when the excerpt ends the page.
 	NextOffset int    `json:"next_offset,omitempty"`
-	Text       string `json:"text"`
+	Text       string `json:"text,omitempty"`
 }
 
 // Read returns the part of a page that starts at offset (a byte offset, as a previous

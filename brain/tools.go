@@ -190,7 +190,12 @@ func (e Excerpt) String() string {
 	b.WriteString(")\n\n")
 	b.WriteString(e.Text)
 	if e.NextOffset > 0 {
-		fmt.Fprintf(&b, "\n\n[The page goes on: call get_page with id %q and offset %d to read on.]", e.ID, e.NextOffset)
+		// One blank line between the text and the note, whether or not the part ends
+		// with a line break.
+		if !strings.HasSuffix(e.Text, "\n") {
+			b.WriteByte('\n')
+		}
+		fmt.Fprintf(&b, "\n[The page goes on: call get_page with id %q and offset %d to read on.]", e.ID, e.NextOffset)
 	}
 	return b.String()
 }

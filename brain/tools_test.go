@@ -91,14 +91,22 @@ func TestGetPagePaging(t *testing.T) {
 				if !ok || !strings.HasPrefix(header, "Page "+tc.id+": Long "+tc.id) {
 					t.Fatalf("part %d: %q", parts, body[:min(len(body), 200)])
 				}
-				text := rest
-				if m := readOnMark.FindStringSubmatch(rest); m != nil {
-					text = strings.TrimSuffix(rest[:len(rest)-len(m[0])], "\n\n")
+				if d.Text != "" {
+					t.Errorf("part %d: the details repeat the text", parts)
+				}
+				if d.End-d.Offset > len(rest) {
+					t.Fatalf("part %d: details %+v, %d bytes of text", parts, d, len(rest))
+				}
+				text, after := rest[:d.End-d.Offset], rest[d.End-d.Offset:]
+				if m := readOnMark.FindStringSubmatch(after); m != nil {
+					if sep := after[:len(after)-len(m[0])]; sep != "\n" && sep != "\n\n" || !strings.HasSuffix(text+sep, "\n\n") {
+						t.Errorf("part %d: %q between the text and the note", parts, sep)
+					}
 					if m[1] != tc.id || m[2] != fmt.Sprint(d.NextOffset) {
 						t.Errorf("part %d says read on at %s %s; details say %d", parts, m[1], m[2], d.NextOffset)
 					}
-				} else if d.NextOffset != 0 {
-					t.Errorf("part %d: details say read on at %d, the text does not", parts, d.NextOffset)
+				} else if d.NextOffset != 0 || after != "" {
+					t.Errorf("part %d: details say read on at %d; after the text: %q", parts, d.NextOffset, after)
 				}
 				if len(text) > PageChunk || !utf8.ValidString(text) || d.Offset != offset || d.End != offset+len(text) || d.Size != len(tc.text) {
 					t.Fatalf("part %d: %d bytes, details %+v", parts, len(text), d)
