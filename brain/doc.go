@@ -22,8 +22,10 @@
 // exact-phrase bonus) and the tags, with English stemming and stop words.
 //
 // Memory is bounded two ways: a store holds the indexes of at most
-// [Options.MaxIndexes] agents at once (the least recently used one is closed when
-// another is needed, and rebuilt from the bucket when it is needed again), and each
+// [Options.MaxIndexes] agents (the least recently used one is closed when another is
+// needed, and rebuilt from the bucket when it is needed again; an index is never closed
+// under a recall, so while more agents than that recall at once the store holds one
+// more for each, and closes them as their recalls end), and each
 // page contributes at most [Options.MaxIndexedBytes] of its text to the index (the
 // rest is still stored and read with get_page, but not searched). The index keeps the
 // indexed text (for snippets) and its term vectors; docs/operations.md gives the

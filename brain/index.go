@@ -23,6 +23,8 @@ import (
 	simplehl "github.com/blevesearch/bleve/v2/search/highlight/highlighter/simple"
 	"github.com/blevesearch/bleve/v2/search/query"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Bounds of a recall.
@@ -126,10 +128,15 @@ type agentIndex struct {
 	ready chan struct{}
 	err   error
 	done  chan struct{} // closed when the watch goroutine has ended and the index is closed
-	w     jetstream.KeyWatcher
+	// used is the store's clock at the last use, users the uses in progress (x.mu).
+	used  uint64
+	users int
+
+	startMu sync.Mutex // guards w, cancel and stopped while the index starts
+	w       jetstream.KeyWatcher
 	// cancel ends the watch's context (and so its subscription).
-	cancel context.CancelFunc
-	used   atomic.Uint64
+	cancel  context.CancelFunc
+	stopped bool
 
 	mu    sync.RWMutex // R: searching, applying; W: closing
 	idx   bleve.Index
@@ -146,6 +153,10 @@ var errIndexClosed = errors.New("the index was closed")
 // get returns the agent's index, ready to search: the one held, or a new one built
 // from the bucket (evicting the least recently used index if the store holds as many
 // as it may).
+//
+// The index is in use until release: an index in use is never evicted, so a store may
+// hold more than MaxIndexes indexes while more agents than that recall at once, and
+// closes the extra ones as their recalls end.
 func (x *indexes) get(ctx context.Context, agent string) (*agentIndex, error) {
 	kv, err := x.s.bucket(ctx)
 	if err != nil {
@@ -154,56 +165,104 @@ func (x *indexes) get(ctx context.Context, agent string) (*agentIndex, error) {
 	x.mu.Lock()
 	x.clock++
 	ai := x.by[agent]
-	if ai == nil {
-		if ai, err = x.open(ctx, kv, agent); err != nil {
-			x.mu.Unlock()
-			return nil, err
-		}
+	fresh := ai == nil
+	if fresh {
+		x.evict(x.s.opts.MaxIndexes - 1)
+		ai = &agentIndex{agent: agent, ready: make(chan struct{}), done: make(chan struct{}), metas: make(map[string]meta)}
+		x.by[agent] = ai
 	}
-	ai.used.Store(x.clock)
+	ai.used = x.clock
+	ai.users++
 	x.mu.Unlock()
+	if fresh {
+		// Started without x.mu: other agents' recalls need not wait for this one's watch.
+		x.start(ctx, kv, ai)
+	}
 	select {
 	case <-ai.ready:
 	case <-ctx.Done():
+		x.release(ai)
 		return nil, fmt.Errorf("build the index of %s: %w", agent, ctx.Err())
 	}
 	if ai.err != nil {
+		x.release(ai)
 		return nil, ai.err
 	}
 	return ai, nil
 }
 
-// open starts the agent's index and its watch; x.mu is held.
-func (x *indexes) open(ctx context.Context, kv jetstream.KeyValue, agent string) (*agentIndex, error) {
-	if len(x.by) >= x.s.opts.MaxIndexes {
+// release ends a use of ai that get began, and closes indexes beyond MaxIndexes that
+// are no longer in use.
+func (x *indexes) release(ai *agentIndex) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	ai.users--
+	x.evict(x.s.opts.MaxIndexes)
+}
+
+// evict closes the least recently used indexes not in use until the store holds at
+// most max (or only indexes in use); x.mu is held.
+func (x *indexes) evict(max int) {
+	for len(x.by) > max {
 		var lru *agentIndex
 		for _, ai := range x.by {
-			if lru == nil || ai.used.Load() < lru.used.Load() {
+			if ai.users == 0 && (lru == nil || ai.used < lru.used) {
 				lru = ai
 			}
+		}
+		if lru == nil {
+			return
 		}
 		delete(x.by, lru.agent)
 		lru.stop()
 	}
+}
+
+// start makes the agent's index and its watch, and follows the watch; an index that
+// cannot start is forgotten, with the reason for whoever waits on it.
+func (x *indexes) start(ctx context.Context, kv jetstream.KeyValue, ai *agentIndex) {
+	fail := func(err error) {
+		x.forget(ai)
+		ai.err = err
+		close(ai.ready)
+		close(ai.done)
+	}
 	idx, err := bleve.NewMemOnly(pageMapping())
 	if err != nil {
-		return nil, fmt.Errorf("index of %s: %w", agent, err)
+		fail(fmt.Errorf("index of %s: %w", ai.agent, err))
+		return
 	}
 	// The watch outlives this call: its context is its own, cancelled when it stops.
 	wctx, cancel := context.WithCancel(context.Background())
-	w, err := kv.Watch(wctx, agent+".>")
+	var w jetstream.KeyWatcher
+	err = bus.Retry(ctx, "watch the pages of "+ai.agent, x.s.log, func(context.Context) (err error) {
+		w, err = kv.Watch(wctx, ai.agent+".>")
+		return err
+	})
 	if err != nil {
 		cancel()
 		_ = idx.Close()
-		return nil, fmt.Errorf("watch the pages of %s: %w", agent, err)
+		fail(err)
+		return
 	}
-	ai := &agentIndex{
-		agent: agent, ready: make(chan struct{}), done: make(chan struct{}),
-		w: w, cancel: cancel, idx: idx, metas: make(map[string]meta),
-	}
-	x.by[agent] = ai
+	ai.idx = idx
+	ai.startMu.Lock()
+	ai.w, ai.cancel = w, cancel
+	stopped := ai.stopped
+	ai.startMu.Unlock()
 	go x.follow(ai)
-	return ai, nil
+	if stopped { // evicted while starting: follow ends at once
+		ai.stop()
+	}
+}
+
+// forget removes ai from the store's indexes, unless another index took its place.
+func (x *indexes) forget(ai *agentIndex) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.by[ai.agent] == ai {
+		delete(x.by, ai.agent)
+	}
 }
 
 // batchSize is how many pages the initial build indexes at once.
@@ -242,11 +301,7 @@ func (x *indexes) follow(ai *agentIndex) {
 	}
 	// The watch has ended (stopped, or its connection closed).
 	ai.cancel()
-	x.mu.Lock()
-	if x.by[ai.agent] == ai {
-		delete(x.by, ai.agent)
-	}
-	x.mu.Unlock()
+	x.forget(ai)
 	if building {
 		ai.err = fmt.Errorf("build the index of %s: the watch of its pages ended", ai.agent)
 		close(ai.ready)
@@ -300,10 +355,15 @@ func (x *indexes) apply(ai *agentIndex, e jetstream.KeyValueEntry, batch *bleve.
 	}
 }
 
-// stop ends the index's watch; follow then closes the index.
+// stop ends the index's watch, or has start end it; follow then closes the index.
 func (ai *agentIndex) stop() {
-	_ = ai.w.Stop()
-	ai.cancel()
+	ai.startMu.Lock()
+	defer ai.startMu.Unlock()
+	ai.stopped = true
+	if ai.w != nil {
+		_ = ai.w.Stop()
+		ai.cancel()
+	}
 }
 
 // closeAll stops every index and waits for their watches to end.
@@ -441,23 +501,12 @@ func (s *Store) Recall(ctx context.Context, agent string, q Query) (Recall, erro
 		qq = bleve.NewConjunctionQuery(append([]query.Query{qq}, filter...)...)
 	}
 
-	ai, err := s.idx.get(ctx, agent)
-	if err != nil {
-		return Recall{}, err
-	}
 	req := bleve.NewSearchRequestOptions(qq, limit, 0, false)
 	req.Highlight = bleve.NewHighlightWithStyle(highlighter)
 	req.Highlight.AddField(fieldText)
-	ai.mu.RLock()
-	if ai.idx == nil {
-		ai.mu.RUnlock()
-		return Recall{}, fmt.Errorf("recall for %s: %w; try again", agent, errIndexClosed)
-	}
-	res, err := ai.idx.SearchInContext(ctx, req)
-	pages, _ := ai.idx.DocCount()
-	ai.mu.RUnlock()
+	ai, res, pages, err := s.search(ctx, agent, req)
 	if err != nil {
-		return Recall{}, fmt.Errorf("recall for %s: %w", agent, err)
+		return Recall{}, err
 	}
 	out := Recall{Query: text, Total: res.Total, Hits: make([]Hit, 0, len(res.Hits)), Pages: int(pages)}
 	ai.metaMu.RLock()
@@ -474,6 +523,34 @@ func (s *Store) Recall(ctx context.Context, agent string, q Query) (Recall, erro
 		out.Hits = append(out.Hits, hit)
 	}
 	return out, nil
+}
+
+// search runs req on the agent's index. An index whose watch ended between finding it
+// and searching it (its connection lost) is built again, a few times.
+func (s *Store) search(ctx context.Context, agent string, req *bleve.SearchRequest) (*agentIndex, *bleve.SearchResult, uint64, error) {
+	for attempt := 1; ; attempt++ {
+		ai, err := s.idx.get(ctx, agent)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		ai.mu.RLock()
+		if ai.idx == nil {
+			ai.mu.RUnlock()
+			s.idx.release(ai)
+			if attempt < 3 {
+				continue
+			}
+			return nil, nil, 0, fmt.Errorf("recall for %s: %w; try again", agent, errIndexClosed)
+		}
+		res, err := ai.idx.SearchInContext(ctx, req)
+		pages, _ := ai.idx.DocCount()
+		ai.mu.RUnlock()
+		s.idx.release(ai)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("recall for %s: %w", agent, err)
+		}
+		return ai, res, pages, nil
+	}
 }
 
 // oneLine collapses the white space of a fragment to single spaces.

@@ -27,8 +27,8 @@ type Options struct {
 	// Replicas of the bucket and the object store when the store creates them
 	// (capped by the cluster size).
 	Replicas int
-	// MaxIndexes bounds the agents whose index the store holds in memory at once
-	// (default DefaultMaxIndexes).
+	// MaxIndexes bounds the agents whose index the store holds in memory (default
+	// DefaultMaxIndexes), beyond the indexes of recalls in progress.
 	MaxIndexes int
 	// MaxIndexedBytes bounds the text of each page that goes into the index (default
 	// DefaultMaxIndexedBytes); the rest is stored but not searched.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -376,5 +377,47 @@ func TestWholeWords(t *testing.T) {
 		if got := wholeWords(tc.in); got != tc.want {
 			t.Errorf("wholeWords(%q) = %q, want %q", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestConcurrentRecallsUnderEviction recalls for more agents than the store holds
+// indexes for, from several goroutines at once: indexes are evicted while others start
+// and search, and every recall still answers with its own agent's page.
+func TestConcurrentRecallsUnderEviction(t *testing.T) {
+	b := startBus(t)
+	s := b.store(t, "brain", Options{MaxIndexes: 2})
+	ctx := testContext(t)
+	agents := []string{"a1", "a2", "a3", "a4", "a5"}
+	for _, agent := range agents {
+		if _, err := s.Create(ctx, agent, Page{ID: "p", Title: "Page of " + agent, Text: "otters and " + agent}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make(chan error, 100)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := range 15 {
+				agent := agents[(g*7+i*3)%len(agents)]
+				r, err := s.Recall(ctx, agent, Query{Text: "otters"})
+				switch {
+				case err != nil:
+					errs <- err
+				case len(r.Hits) != 1 || r.Hits[0].Title != "Page of "+agent:
+					errs <- fmt.Errorf("recall for %s: %+v", agent, r.Hits)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	s.idx.mu.Lock()
+	n := len(s.idx.by)
+	s.idx.mu.Unlock()
+	if n > 2 {
+		t.Errorf("the store holds %d indexes, more than 2", n)
 	}
 }
