@@ -147,7 +147,7 @@ type agentIndex struct {
 	metaMu sync.RWMutex
 }
 
-// errIndexClosed answers a search that raced with the index being evicted.
+// errIndexClosed answers a search whose index closed under it (its watch ended).
 var errIndexClosed = errors.New("the index was closed")
 
 // get returns the agent's index, ready to search: the one held, or a new one built
