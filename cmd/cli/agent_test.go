@@ -238,7 +238,7 @@ func TestAgentWebTools(t *testing.T) {
 		{[]string{"-web-search", "google", "x1"}, exitFailed, "invalid agent profile: /web/search/provider: "},
 		{[]string{"-web-search", "brave=ftp://x", "x1"}, exitFailed, `/web/search/url: "ftp://x" is not an http or https URL`},
 		{[]string{"-web-search", "searxng=http://u:p@host", "x1"}, exitFailed, "the URL holds credentials"},
-		{[]string{"-f", "-", "-web-fetch", "x1"}, exitUsage, "-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill and the -web flags"},
+		{[]string{"-f", "-", "-web-fetch", "x1"}, exitUsage, "-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill, -brain and the -web flags"},
 	} {
 		code, out, errOut := run([]string{"agent", "set"}, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {

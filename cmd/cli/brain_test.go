@@ -158,7 +158,7 @@ func TestBrainCommands(t *testing.T) {
 		{brainArgs("list", "-agent", "a.b"), `-agent "a.b"`},
 		{brainArgs("show"), "want one page id"},
 		{brainArgs("rm"), "want the id of a page to delete"},
-		{subArgs("agent", "set", "-f", noTitle, "-brain", "ann"), "-f gives the whole document: leave out -namespace, -upfront, -approvals and -brain"},
+		{subArgs("agent", "set", "-f", noTitle, "-brain", "ann"), "-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill, -brain and the -web flags"},
 	} {
 		code, out, errOut := cli(ctx, tc.args...)
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
