@@ -13,6 +13,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // A durable turn keeps its record (bus.TurnRecord) in the turns bucket and its
@@ -253,6 +254,7 @@ func (t *turn) saveEnd(state bus.TurnState, msg string) error {
 		return err
 	}
 	d.rec.State, d.rec.Error, d.rec.Step, d.rec.Stored, d.rec.Batch, d.rec.Updated = state, msg, t.step, t.seq, nil, time.Now()
+	d.rec.Submitted = t.submitted
 	rev, err := updateRecord(ctx, d.kv, t.cfg.Spec.ID, d.rec, d.rev, t.log)
 	if err == nil {
 		d.rev = rev
@@ -334,8 +336,17 @@ func (t *turn) resume() {
 	t.appendTranscript([]gateway.Item{note})
 	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Resumed: &r, Lease: d.lease})
 
-	calls := openBatch(items)
-	if calls == nil {
+	calls, open := lastBatch(items)
+	if !open {
+		// A task whose result was accepted before its node was lost ends here: the
+		// accepted call is in the transcript, only the turn's end was not stored.
+		for _, it := range calls {
+			if args, ok := t.finalArgs(it); ok && outputOK(items, it.CallID) {
+				t.submitted = args
+				t.finish(bus.TurnTerminated, nil)
+				return
+			}
+		}
 		t.checkpoint(t.callModel)
 		return
 	}
@@ -362,6 +373,11 @@ func (t *turn) resume() {
 				pc.record.Outcome = bus.OutcomeError
 			}
 			pc.record.Label = "recorded before the turn was resumed"
+			if pc.local != nil && pc.local.Final && !out.IsError && t.submitted == nil {
+				// The task's result was accepted: the turn ends after this batch.
+				pc.output.Terminate = true
+				t.submitted = pc.args
+			}
 			continue
 		case pc.state == callDone:
 			// Refused again by prepare (unknown tool, invalid arguments): it never
@@ -384,9 +400,34 @@ func (t *turn) resume() {
 	t.checkpoint(t.schedule)
 }
 
-// openBatch returns the function calls of the transcript's last model response when any
-// of them has no output yet; nil when the last batch is closed.
-func openBatch(items []gateway.Item) []gateway.Item {
+// finalArgs reads the arguments of a call of a final local tool (a task's submit_result)
+// as the turn accepted them; false for any other call, or arguments that do not pass.
+func (t *turn) finalArgs(it gateway.Item) (json.RawMessage, bool) {
+	local, ok := t.cfg.Kit.Local[it.Name]
+	if it.Kind != gateway.KindFunctionCall || !ok || !local.Final {
+		return nil, false
+	}
+	p := local.Spec.Params
+	args, err := p.Parse(it.Arguments, schema.ParseOptions{Strict: local.Spec.Strict && p.Strict().Err == nil})
+	if err != nil {
+		return nil, false
+	}
+	return args.JSON, true
+}
+
+// outputOK reports whether the transcript holds an output of the call that is not an error.
+func outputOK(items []gateway.Item, callID string) bool {
+	for _, it := range items {
+		if it.Kind == gateway.KindCallOutput && it.CallID == callID && !it.IsError {
+			return true
+		}
+	}
+	return false
+}
+
+// lastBatch returns the function calls of the transcript's last model response, and
+// whether any of them has no output yet.
+func lastBatch(items []gateway.Item) ([]gateway.Item, bool) {
 	done := make(map[string]bool)
 	for _, it := range items {
 		if it.Kind == gateway.KindCallOutput {
@@ -415,10 +456,7 @@ func openBatch(items []gateway.Item) []gateway.Item {
 			open = open || !done[it.CallID]
 		}
 	}
-	if !open {
-		return nil
-	}
-	return calls
+	return calls, open
 }
 
 // usageNote is the transcript item that holds one step's tokens.

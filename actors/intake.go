@@ -90,6 +90,13 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 	if in == nil {
 		return "", errors.New("start turn: this node does not run the turn intake (start it with Turns)")
 	}
+	if spec.Kind == bus.TurnTask {
+		// A task turn is one attempt of a task of a running workflow, which records its
+		// end; any other would run for nobody.
+		if err := n.workflows.Admit(ctx, spec); err != nil {
+			return "", fmt.Errorf("start turn %s: %w", spec.ID, err)
+		}
+	}
 	now := time.Now()
 	rec, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
 	if err != nil {
@@ -151,11 +158,6 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 func checkStartable(spec bus.TurnSpec) error {
 	if err := spec.Check(); err != nil {
 		return fmt.Errorf("start turn: %w", err)
-	}
-	if spec.Kind == bus.TurnTask {
-		// A task turn ends only through its task's submit_result, which comes with
-		// the workflow that starts it.
-		return errors.New("start turn: task turns are started by workflows, which this build does not have; start a main turn")
 	}
 	return nil
 }
@@ -287,6 +289,12 @@ func (n *Node) take(msg jetstream.Msg) {
 	switch {
 	case errors.Is(err, errTurnOver):
 		n.turnOver(ctx, spec)
+		// A task turn that ended on a node lost before it settled: settle it here.
+		if err := n.settleTask(d.rec); err != nil {
+			log.Warn("intake: could not settle the ended task turn; another node will", "err", err)
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
 		_ = msg.Ack()
 		return
 	case err != nil:
@@ -308,16 +316,27 @@ func (n *Node) take(msg jetstream.Msg) {
 		d.resume = items
 		d.rec.Stored = max(d.rec.Stored, last)
 	}
+	switch err := n.admitTask(ctx, spec); {
+	case errors.Is(err, errTaskGone):
+		n.endUnstarted(ctx, d, spec, bus.TurnAborted, fmt.Errorf("%w: %w", ErrAborted, err))
+		n.ackSettled(msg, d.rec)
+		return
+	case err != nil:
+		log.Warn("intake: could not read the turn's workflow; another node will", "err", err)
+		n.release(ctx, d, spec.ID)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
 	model, err := n.model(spec)
 	if err != nil {
-		n.endUnstarted(ctx, d, spec, fmt.Errorf("%w: %w", ErrModel, err))
-		_ = msg.Ack()
+		n.endUnstarted(ctx, d, spec, bus.TurnFailed, fmt.Errorf("%w: %w", ErrModel, err))
+		n.ackSettled(msg, d.rec)
 		return
 	}
 	kit, err := n.Assemble(ctx, spec)
 	if err != nil {
-		n.endUnstarted(ctx, d, spec, fmt.Errorf("%w: %w", ErrRuntime, err))
-		_ = msg.Ack()
+		n.endUnstarted(ctx, d, spec, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err))
+		n.ackSettled(msg, d.rec)
 		return
 	}
 	h := &heldTurn{msg: msg, done: make(chan TurnResult, 1)}
@@ -358,7 +377,7 @@ func (n *Node) take(msg jetstream.Msg) {
 				// Another node holds the turn and its message now.
 			default:
 				n.turnEnded(spec, r)
-				_ = msg.Ack()
+				n.ackSettled(msg, d.rec)
 			}
 			return
 		case <-beat.C:
@@ -403,7 +422,7 @@ func (n *Node) claim(ctx context.Context, spec bus.TurnSpec) (*durable, error) {
 		rev = e.Revision()
 	}
 	if rec.State.Ended() {
-		return nil, errTurnOver
+		return &durable{kv: kv, rec: rec, rev: rev}, errTurnOver
 	}
 	d := &durable{kv: kv}
 	prev := rec.Owner
@@ -445,14 +464,27 @@ func (n *Node) release(ctx context.Context, d *durable, id string) {
 	}
 }
 
-// endUnstarted ends a claimed turn that could not start here, and says so.
-func (n *Node) endUnstarted(ctx context.Context, d *durable, spec bus.TurnSpec, err error) {
-	d.rec.State, d.rec.Error, d.rec.Updated = bus.TurnFailed, err.Error(), time.Now()
+// ackSettled acknowledges the intake message of a turn that ended here, once a task
+// turn's workflow has moved on; a node that cannot settle it leaves the message to
+// another node, which finds the turn ended and settles it.
+func (n *Node) ackSettled(msg jetstream.Msg, rec bus.TurnRecord) {
+	if err := n.settleTask(rec); err != nil {
+		n.log.Warn("intake: could not settle the task turn; another node will", "turn", rec.Spec.ID, "err", err)
+		_ = msg.NakWithDelay(time.Second)
+		return
+	}
+	_ = msg.Ack()
+}
+
+// endUnstarted ends a claimed turn that could not start here (state failed, or aborted
+// for a task turn its workflow no longer wants), and says so.
+func (n *Node) endUnstarted(ctx context.Context, d *durable, spec bus.TurnSpec, state bus.TurnState, err error) {
+	d.rec.State, d.rec.Error, d.rec.Updated = state, err.Error(), time.Now()
 	if _, werr := updateRecord(ctx, d.kv, spec.ID, d.rec, d.rev, n.log); werr != nil {
 		n.log.Warn("store the turn's end", "turn", spec.ID, "err", werr)
 	}
 	b, _ := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind,
-		State: bus.TurnFailed, Error: err.Error(), Time: time.Now()})
+		State: state, Error: err.Error(), Time: time.Now()})
 	_ = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusDone), b)
 	n.turnEnded(spec, TurnResult{Turn: spec.ID, State: bus.TurnFailed, Err: err, Error: err.Error()})
 }

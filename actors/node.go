@@ -29,6 +29,7 @@ import (
 	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/todo"
 	"github.com/toolbus/toolbus/toolsets/web"
+	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
 // NodeConfig configures a node: which categories it hosts and whether it runs turns.
@@ -144,6 +145,9 @@ type Node struct {
 	profiles *toolsets.Profiles
 	catalog  *catalog.Catalog
 	intake   *intake
+	// workflows is the workflow engine: the workflow host's, and the one that settles
+	// the task turns the node runs.
+	workflows *workflow.Engine
 	// assemblyMu guards profiles and catalog, opened on first use.
 	assemblyMu sync.Mutex
 	connMu     sync.Mutex // guards conns: restarted hosts reconnect from their actors
@@ -233,9 +237,10 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
+	n.workflows = workflow.NewEngine(n.js, cfg.Replicas, workflowRunner{n}, n.log)
 	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js, Web: cfg.Web, Profiles: n.profiles,
 		Jobs: n.jobs, Schedules: n.schedules, ScheduleMinInterval: cfg.ScheduleMinInterval,
-		Replicas: cfg.Replicas, Logger: n.log}
+		Replicas: cfg.Replicas, Logger: n.log, Workflows: n.workflows}
 	if slices.Contains(cfg.Categories, computer.Category) {
 		logSandbox(n.log, cfg.Computer)
 	}
@@ -669,6 +674,9 @@ func (n *Node) Start(ctx context.Context, spec bus.TurnSpec) (string, error) {
 func (n *Node) startHere(ctx context.Context, spec bus.TurnSpec) (string, error) {
 	if err := checkStartable(spec); err != nil {
 		return "", err
+	}
+	if spec.Kind == bus.TurnTask {
+		return "", errors.New("start turn: a task turn runs through the turn intake, which this node does not run")
 	}
 	model, err := n.model(spec)
 	if err != nil {

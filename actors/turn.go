@@ -135,6 +135,9 @@ type TurnResult struct {
 	Calls      []bus.CallRecord
 	Usage      bus.Usage // the model's tokens in the turn
 	Transcript []gateway.Item
+	// Submitted is the arguments of the final local call that was accepted (a task's
+	// submit_result), when one ended the turn.
+	Submitted json.RawMessage
 	// HandedBack reports a durable turn its node gave back to the intake (the node is
 	// stopping) instead of ending it; Fenced, one that another node took over.
 	HandedBack, Fenced bool
@@ -232,6 +235,8 @@ type turn struct {
 	finished      bool
 	stopRequested bool
 	repaired      bool // the policy's repair instruction was sent
+	// submitted is the arguments of the accepted final local call (a task's result).
+	submitted json.RawMessage
 }
 
 // NewTurnProps returns the props of a turn actor. cfg is completed with its defaults
@@ -677,6 +682,11 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 
 // answerLocal runs a turn-local tool off the mailbox; its answer comes back as localDone.
 func (t *turn) answerLocal(pc *pendingCall) {
+	if pc.local.Final && t.submitted != nil {
+		// Final calls are sequential: the first accepted one is the turn's.
+		pc.resolve(bus.OutcomeInvalid, fmt.Sprintf("%s was accepted already in this response; the turn ends with that one", pc.tool.Name))
+		return
+	}
 	pc.start = time.Now()
 	pc.state = callRunning
 	t.running++
@@ -705,6 +715,9 @@ func (t *turn) onLocalDone(m *localDone) {
 	case m.res.IsError:
 		t.settle(pc, bus.OutcomeError, "", m.res)
 	default:
+		if pc.local.Final {
+			t.submitted = pc.args
+		}
 		t.settle(pc, bus.OutcomeOK, "", m.res)
 	}
 }
@@ -902,7 +915,7 @@ func (t *turn) finish(state bus.TurnState, err error) {
 	t.modelCancel()
 	res := TurnResult{
 		Turn: t.cfg.Spec.ID, State: state, Text: t.text, Err: err, Steps: t.step,
-		Calls: t.records, Transcript: t.transcript, Usage: t.usage,
+		Calls: t.records, Transcript: t.transcript, Usage: t.usage, Submitted: t.submitted,
 	}
 	t.flushTranscript()
 	if werr := t.waitTranscript(); werr != nil && res.Err == nil {

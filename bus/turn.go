@@ -69,6 +69,10 @@ type TurnSpec struct {
 	// Input is the user's message that starts the turn.
 	Input  string     `json:"input"`
 	Limits TurnLimits `json:"limits,omitzero"`
+	// ResultSchema is a task turn's copy of its task's result schema, from which its
+	// submit_result is built. The workflow keeps its own copy, against which the result
+	// is validated again before it is written.
+	ResultSchema json.RawMessage `json:"result_schema,omitempty"`
 }
 
 // Normalize fills the defaults a spec may leave out: the kind main.
@@ -106,6 +110,12 @@ func (s *TurnSpec) Check() error {
 		return fmt.Errorf("turn spec: parent_turn_id %q is not a valid token", s.Parent)
 	case s.Kind == TurnTask && s.Task == "":
 		return errors.New("turn spec: a task turn needs a task_id")
+	case s.Kind == TurnTask && s.Workflow == "":
+		return errors.New("turn spec: a task turn needs a workflow_id")
+	case s.Kind == TurnTask && len(s.ResultSchema) == 0:
+		return errors.New("turn spec: a task turn needs a result_schema")
+	case s.Kind != TurnTask && len(s.ResultSchema) > 0:
+		return errors.New("turn spec: result_schema is for task turns only")
 	case s.Input == "":
 		return errors.New("turn spec: input is empty")
 	case s.Limits.MaxSteps < 0 || s.Limits.MaxSteps > MaxStepsLimit:
@@ -138,8 +148,11 @@ type TurnRecord struct {
 	Batch   []CallState `json:"batch,omitempty"`
 	Resumes []Resume    `json:"resumes,omitempty"`
 	Error   string      `json:"error,omitempty"`
-	Created time.Time   `json:"created"`
-	Updated time.Time   `json:"updated"`
+	// Submitted holds, once the turn has ended, the arguments of the call that ended it
+	// by being accepted (a task's submit_result: {"result": …}).
+	Submitted json.RawMessage `json:"submitted,omitempty"`
+	Created   time.Time       `json:"created"`
+	Updated   time.Time       `json:"updated"`
 }
 
 // CallState is where one call of a turn's current batch stands.

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"time"
 )
 
 // Script is a fixed sequence of model responses that drives a turn deterministically: step
@@ -33,6 +34,9 @@ type ScriptStep struct {
 	Truncated bool `json:"truncated,omitempty"`
 	// Usage scripts the tokens the response reports.
 	Usage *Usage `json:"usage,omitempty"`
+	// DelayMS makes the response take that many milliseconds, as a model thinking
+	// would (a cancelled request ends the wait).
+	DelayMS int `json:"delay_ms,omitempty"`
 }
 
 // ScriptCall is one scripted function call.
@@ -55,6 +59,9 @@ func NewScripted(s Script) (*Scripted, error) {
 		return nil, fmt.Errorf("script has no responses")
 	}
 	for i, st := range s.Responses {
+		if st.DelayMS < 0 {
+			return nil, fmt.Errorf("script response %d: delay_ms %d is negative", i, st.DelayMS)
+		}
 		for j, c := range st.Calls {
 			if c.Name == "" {
 				return nil, fmt.Errorf("script response %d, call %d: name is empty", i, j)
@@ -97,6 +104,15 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 		return nil, &Error{Provider: "script", Message: fmt.Sprintf("no response scripted for step %d (the script has %d)", req.Step+1, len(m.script.Responses))}
 	}
 	st := m.script.Responses[req.Step]
+	if st.DelayMS > 0 {
+		t := time.NewTimer(time.Duration(st.DelayMS) * time.Millisecond)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
 	resp := &Response{ID: fmt.Sprintf("script_%d", req.Step), Truncated: st.Truncated}
 	if st.Usage != nil {
 		resp.Usage = *st.Usage

@@ -9,6 +9,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/computer"
+	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
 // Catalog is where assembly finds the tools of external namespaces (catalog.Catalog).
@@ -56,6 +57,11 @@ type Policy struct {
 type LocalTool struct {
 	Spec   *toolbus.Spec
 	Answer func(ctx context.Context, args json.RawMessage) (toolbus.Result, error)
+	// Final marks a tool whose accepted call is what the turn exists for (a task's
+	// submit_result): the turn keeps that call's arguments as its submission
+	// (bus.TurnRecord.Submitted), ends after it, and a turn resumed on another node
+	// that finds such a call accepted in its transcript ends at once.
+	Final bool
 }
 
 // LocalCategory is the category of local tools; no host serves it.
@@ -159,8 +165,17 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 	var specs []*toolbus.Spec
 	h := Handles{Computer: opts.Computer, ScheduleMinInterval: opts.ScheduleMinInterval}
 	for _, c := range categories {
-		if c.in(policy.Kind, profile) {
-			specs = append(specs, c.specs(h, profile)...)
+		if !c.in(policy.Kind, profile) {
+			continue
+		}
+		for _, s := range c.specs(h, profile) {
+			// A task turn's catalog is fixed and reads only: of the categories it
+			// includes (the web tools the profile binds, the brain's recall and
+			// get_page), it takes the read-only tools.
+			if policy.Kind == bus.TurnTask && !s.ReadOnly {
+				continue
+			}
+			specs = append(specs, s)
 		}
 	}
 	if skillsIn(policy.Kind, profile) {
@@ -203,12 +218,44 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 			}
 		}
 	}
+	if policy.Kind == bus.TurnTask {
+		submit, err := taskSubmit(spec)
+		if err != nil {
+			return nil, err
+		}
+		specs = append(specs, submit.Spec)
+		kit.Local = map[string]LocalTool{submit.Spec.Name: submit}
+		kit.Instructions = taskRules
+	}
 	set, err := toolbus.NewSet(specs...)
 	if err != nil {
 		return nil, fmt.Errorf("assemble %s turn: %w", policy.Kind, err)
 	}
 	kit.Tools = set
 	return kit, nil
+}
+
+// taskRules are a task turn's own instructions, after its spec's.
+const taskRules = "Do the task below with the tools you have. When you have the result, call submit_result " +
+	"with it; the task ends only when a result is accepted. If it is refused, fix what the refusal names and submit again."
+
+// taskSubmit is a task turn's submit_result, built from the result schema its spec
+// carries: an accepted call ends the turn, and its arguments are the turn's submission.
+func taskSubmit(spec bus.TurnSpec) (LocalTool, error) {
+	s, err := workflow.SubmitSpec(spec.ResultSchema)
+	if err != nil {
+		return LocalTool{}, fmt.Errorf("assemble task turn %s: result_schema: %w", spec.ID, err)
+	}
+	s.Category = LocalCategory
+	return LocalTool{Spec: s, Final: true, Answer: acceptSubmission}, nil
+}
+
+// acceptSubmission answers a submit_result call the turn found valid: the turn's
+// validation against the schema is the acceptance, and the turn ends.
+func acceptSubmission(context.Context, json.RawMessage) (toolbus.Result, error) {
+	res := toolbus.TextResult("Result accepted. The task is done.")
+	res.Terminate = true
+	return res, nil
 }
 
 // NewKit is the kit of a main turn with exactly the given tools, for programs that

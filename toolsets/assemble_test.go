@@ -68,7 +68,26 @@ func busWithForeignHosts(t *testing.T) (*bus.Server, *catalog.Catalog) {
 	return srv, cat
 }
 
-var builtins = []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
+// builtins are the built-in tools of a main turn; jobBuiltins, a job's (no workflow tools).
+var (
+	jobBuiltins = []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
+	builtins    = append(slices.Clone(jobBuiltins), "workflow_start", "workflow_view", "workflow_list", "workflow_cancel")
+)
+
+// withWeb puts web tools where assembly does, after computer's (the first six of base),
+// and then the rest after base.
+func withWeb(base []string, webTools ...string) []string {
+	var w, rest []string
+	for _, n := range webTools {
+		if strings.HasPrefix(n, "web_") {
+			w = append(w, n)
+		} else {
+			rest = append(rest, n)
+		}
+	}
+	out := append(slices.Clone(base[:len(jobBuiltins)]), w...)
+	return append(append(out, base[len(jobBuiltins):]...), rest...)
+}
 
 func TestAssemblePerKind(t *testing.T) {
 	_, cat := busWithForeignHosts(t)
@@ -117,30 +136,30 @@ func TestAssemblePerKind(t *testing.T) {
 		},
 		{
 			name: "job", kind: bus.TurnJob, profile: profile, cat: cat,
-			names:    append(slices.Clone(builtins), "billing.invoice", "crm.lookup", "crm.erase"),
+			names:    append(slices.Clone(jobBuiltins), "billing.invoice", "crm.lookup", "crm.erase"),
 			deferred: []string{"crm.lookup", "crm.erase"},
 			notes:    []string{"namespace ghost"},
 			text:     TextEnds,
 		},
 		{
-			// A task turn has its own fixed catalog: no computer, todo or namespace
-			// tools, whatever the profile names.
+			// A task turn has its own fixed catalog: no computer, todo, workflow or
+			// namespace tools, whatever the profile names; its submit_result.
 			name: "task", kind: bus.TurnTask, profile: profile, cat: cat,
-			names: nil, text: TextRepairOnce,
+			names: []string{"submit_result"}, text: TextRepairOnce,
 		},
 		// Web tools: each where the profile binds it, after computer and before the
 		// namespaces, in turns of every kind.
 		{
 			name: "main with web search and fetch", kind: bus.TurnMain, profile: webBoth, cat: cat,
-			names: append(slices.Clone(builtins), "web_search", "web_fetch", "billing.invoice"), text: TextEnds,
+			names: withWeb(builtins, "web_search", "web_fetch", "billing.invoice"), text: TextEnds,
 		},
 		{
 			name: "main with web search only", kind: bus.TurnMain, profile: webSearch,
-			names: append(slices.Clone(builtins), "web_search"), text: TextEnds,
+			names: withWeb(builtins, "web_search"), text: TextEnds,
 		},
 		{
 			name: "job with web fetch only", kind: bus.TurnJob, profile: webFetch,
-			names: append(slices.Clone(builtins), "web_fetch"), text: TextEnds,
+			names: withWeb(jobBuiltins, "web_fetch"), text: TextEnds,
 		},
 		{
 			name: "main with an empty web binding", kind: bus.TurnMain, profile: webNone,
@@ -148,19 +167,23 @@ func TestAssemblePerKind(t *testing.T) {
 		},
 		{
 			name: "task with web search and fetch", kind: bus.TurnTask, profile: webBoth, cat: cat,
-			names: []string{"web_search", "web_fetch"}, text: TextRepairOnce,
+			names: []string{"web_search", "web_fetch", "submit_result"}, text: TextRepairOnce,
 		},
 		{
 			name: "task with web fetch only", kind: bus.TurnTask, profile: webFetch,
-			names: []string{"web_fetch"}, text: TextRepairOnce,
+			names: []string{"web_fetch", "submit_result"}, text: TextRepairOnce,
 		},
 		{
 			name: "task without a profile", kind: bus.TurnTask,
-			names: nil, text: TextRepairOnce,
+			names: []string{"submit_result"}, text: TextRepairOnce,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kit, err := Assemble(bus.TurnSpec{Kind: tc.kind, Agent: "ann", Task: "t1"}, tc.profile, tc.cat, Options{})
+			spec := bus.TurnSpec{Kind: tc.kind, Agent: "ann"}
+			if tc.kind == bus.TurnTask {
+				spec.Workflow, spec.Task, spec.ResultSchema = "w1", "t1", []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)
+			}
+			kit, err := Assemble(spec, tc.profile, tc.cat, Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -444,13 +467,17 @@ func TestBrainFollowsProfile(t *testing.T) {
 		{bus.TurnMain, nil, builtins},
 		{bus.TurnMain, off, builtins},
 		{bus.TurnMain, on, append(slices.Clone(builtins), brainTools...)},
-		{bus.TurnJob, off, builtins},
-		{bus.TurnJob, on, append(slices.Clone(builtins), brainTools...)},
-		{bus.TurnTask, nil, nil},
-		{bus.TurnTask, off, nil},
-		{bus.TurnTask, on, brainTools},
+		{bus.TurnJob, off, jobBuiltins},
+		{bus.TurnJob, on, append(slices.Clone(jobBuiltins), brainTools...)},
+		{bus.TurnTask, nil, []string{"submit_result"}},
+		{bus.TurnTask, off, []string{"submit_result"}},
+		{bus.TurnTask, on, append(slices.Clone(brainTools), "submit_result")},
 	} {
-		kit, err := Assemble(bus.TurnSpec{Kind: tc.kind, Agent: "ann", Task: "t1"}, tc.profile, nil, Options{})
+		spec := bus.TurnSpec{Kind: tc.kind, Agent: "ann"}
+		if tc.kind == bus.TurnTask {
+			spec.Workflow, spec.Task, spec.ResultSchema = "w1", "t1", []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)
+		}
+		kit, err := Assemble(spec, tc.profile, nil, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -465,5 +492,44 @@ func TestBrainFollowsProfile(t *testing.T) {
 				t.Errorf("%s turn refuses %s: %s", tc.kind, s.Name, why)
 			}
 		}
+	}
+}
+
+// TestTaskTurnTakesReadOnlyToolsOfItsCategories: a task turn's catalog is the read-only
+// tools of the categories whose rule includes task turns (the web tools the profile binds,
+// the brain's recall and get_page), then its submit_result; a category's other tools stay
+// in main turns. A stand-in category with a read-only and a writing tool shows the filter.
+func TestTaskTurnTakesReadOnlyToolsOfItsCategories(t *testing.T) {
+	params := schema.MustFromJSON([]byte(`{"type":"object","properties":{"q":{"type":"string"}}}`))
+	spec := func(name, category string, readOnly bool) *toolbus.Spec {
+		return &toolbus.Spec{Name: name, Category: category, ReadOnly: readOnly, Params: params}
+	}
+	saved := categories
+	t.Cleanup(func() { categories = saved })
+	categories = append(slices.Clone(saved),
+		category{name: "probe", in: func(bus.TurnKind, *Profile) bool { return true },
+			specs: func(Handles, *Profile) []*toolbus.Spec {
+				return []*toolbus.Spec{spec("probe_read", "probe", true), spec("probe_write", "probe", false)}
+			}},
+	)
+	profile := &Profile{Version: ProfileVersion, Agent: "a", Brain: true, Web: &web.Binding{Search: &web.SearchBinding{Provider: web.Brave}, Fetch: &web.FetchBinding{}}}
+	task := bus.TurnSpec{Kind: bus.TurnTask, Agent: "a", Workflow: "w", Task: "t",
+		ResultSchema: []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)}
+	kit, err := Assemble(task, profile, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kit.Tools.Names(), []string{"web_search", "web_fetch", "recall", "get_page", "probe_read", "submit_result"}; !slices.Equal(got, want) {
+		t.Errorf("task turn %v, want %v", got, want)
+	}
+	if kit, err = Assemble(task, &Profile{Version: ProfileVersion, Agent: "a"}, nil, Options{}); err != nil || !slices.Equal(kit.Tools.Names(), []string{"probe_read", "submit_result"}) {
+		t.Errorf("task turn without web or brain: %v %v", kit.Tools.Names(), err)
+	}
+	main, err := Assemble(bus.TurnSpec{Kind: bus.TurnMain, Agent: "a"}, profile, nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(main.Tools.Names(), "probe_write") || !slices.Contains(main.Tools.Names(), "workflow_start") {
+		t.Errorf("main turn %v", main.Tools.Names())
 	}
 }

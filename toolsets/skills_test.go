@@ -44,6 +44,7 @@ func TestAssembleSkills(t *testing.T) {
 	without := &Profile{Version: 3, Agent: "ann"}
 	opts := Options{HomeRoot: root}
 	withLoad := append(slices.Clone(builtins), skills.ToolName)
+	jobWithLoad := append(slices.Clone(jobBuiltins), skills.ToolName)
 
 	for _, tc := range []struct {
 		name    string
@@ -58,15 +59,19 @@ func TestAssembleSkills(t *testing.T) {
 			"skill left out: skills/broken/SKILL.md:3: front matter: sequence end token ']' not found",
 			"skill left out: skills/gone/SKILL.md: skill gone is enabled but this file does not exist in the agent home " + home,
 		}},
-		{name: "job", kind: bus.TurnJob, profile: withSkills, opts: opts, names: withLoad, skills: true, notes: []string{"skills/broken/SKILL.md:3", "skills/gone/SKILL.md"}},
-		{name: "task", kind: bus.TurnTask, profile: withSkills, opts: opts, names: nil},
+		{name: "job", kind: bus.TurnJob, profile: withSkills, opts: opts, names: jobWithLoad, skills: true, notes: []string{"skills/broken/SKILL.md:3", "skills/gone/SKILL.md"}},
+		{name: "task", kind: bus.TurnTask, profile: withSkills, opts: opts, names: []string{"submit_result"}},
 		{name: "no skills enabled", kind: bus.TurnMain, profile: without, opts: opts, names: builtins},
 		{name: "no profile", kind: bus.TurnMain, opts: opts, names: builtins},
 		// Where no home is known (toolbus tools), load_skill is listed all the same.
 		{name: "no home", kind: bus.TurnMain, profile: withSkills, names: withLoad},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kit, err := Assemble(bus.TurnSpec{Kind: tc.kind, Agent: "ann", Task: "t1"}, tc.profile, nil, tc.opts)
+			spec := bus.TurnSpec{Kind: tc.kind, Agent: "ann"}
+			if tc.kind == bus.TurnTask {
+				spec.Workflow, spec.Task, spec.ResultSchema = "w1", "t1", []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)
+			}
+			kit, err := Assemble(spec, tc.profile, nil, tc.opts)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/todo"
 	"github.com/toolbus/toolbus/toolsets/web"
+	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
 // Handles are what the built-in categories need to execute their tools on a host.
@@ -43,6 +44,8 @@ type Handles struct {
 	Replicas int
 	// Logger is for what a category notices beside its calls (nil: discarded).
 	Logger *slog.Logger
+	// Workflows is the node's workflow engine, for the workflow category.
+	Workflows *workflow.Engine
 }
 
 // category is one built-in tool category: its specs for turns, its tools for hosts, and
@@ -63,6 +66,10 @@ type category struct {
 // fixed catalog, without computer, files, shell, todos, skills, schedules, workflows or
 // jobs.
 func notInTasks(kind bus.TurnKind, _ *Profile) bool { return kind != bus.TurnTask }
+
+// mainOnly is the rule of the tools only an agent's main text turn has: a job's turn
+// and a task's do not start workflows.
+func mainOnly(kind bus.TurnKind, _ *Profile) bool { return kind == bus.TurnMain }
 
 // categories is the fixed assembly order of the built-in categories. It is set in init:
 // some categories read profiles, whose checks ask which categories are built in.
@@ -143,6 +150,17 @@ func builtinCategories() []category {
 			// A main turn only, of an agent whose profile allows jobs: never a job's own
 			// turn (no jobs of jobs) nor a task's.
 			in: func(kind bus.TurnKind, p *Profile) bool { return kind == bus.TurnMain && p.JobsPolicy().Spawn },
+		},
+		{
+			name:  workflow.Category,
+			specs: func(Handles, *Profile) []*toolbus.Spec { return workflow.Specs() },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				if h.Workflows == nil {
+					return nil, errors.New("the workflow category needs a workflow engine (Handles.Workflows)")
+				}
+				return workflow.Tools(h.Workflows), nil
+			},
+			in: mainOnly,
 		},
 		{
 			name:  brain.Category,

@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/web"
+	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
 func TestMain(m *testing.M) {
@@ -48,6 +49,11 @@ var sampleArgs = map[string]string{
 	"job_cancel":      `{"job_id":"j1","reason":"not needed"}`,
 	"recall":          `{"query":"how we deploy","limit":3,"tags":["ops"]}`,
 	"get_page":        `{"id":"deploy","offset":8000}`,
+	"workflow_start": `{"title":"Compare","tasks":[{"id":"a","instructions":"Find it.","result_schema":{"type":"object","properties":{"x":{"type":"string"}},"required":["x"]}},` +
+		`{"id":"b","instructions":"Use {{tasks.a.result.x}}.","result_schema":{"type":"object","properties":{"y":{"type":"integer"}}},"depends_on":["a"],"max_attempts":2}]}`,
+	"workflow_view":   `{"workflow_id":"w1"}`,
+	"workflow_list":   `{"state":"running"}`,
+	"workflow_cancel": `{"workflow_id":"w1","reason":"not needed"}`,
 }
 
 // everything is a profile whose main turns include every built-in category.
@@ -129,9 +135,9 @@ func TestForCategory(t *testing.T) {
 		{"schedule", Handles{Profiles: h.Profiles}, nil, "needs the schedule store"},
 		{"jobs", h, []string{"job_start", "job_status", "job_result", "job_cancel"}, ""},
 		{"jobs", Handles{Jobs: h.Jobs}, nil, "needs the jobs store and the profiles"},
-		{"mail", Handles{}, nil, `unknown tool category "mail" (this build hosts todo, computer, web, schedule, jobs, brain)`},
 		{"brain", Handles{JS: h.JS}, []string{"recall", "get_page"}, ""},
 		{"brain", Handles{}, nil, "the brain category keeps pages in JetStream"},
+		{"nope", Handles{}, nil, `unknown tool category "nope" (this build hosts ` + strings.Join(Categories(), ", ") + ")"},
 	} {
 		t.Run(tc.category, func(t *testing.T) {
 			tools, err := ForCategory(tc.category, tc.h)
@@ -226,7 +232,7 @@ func newHandles(t testing.TB) Handles {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := Handles{Todos: kv, JS: js}
+	h := Handles{Todos: kv, JS: js, Workflows: workflow.NewEngine(js, 1, nil, nil)}
 	if h.Profiles, err = OpenProfiles(t.Context(), js, 1); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,634 @@
+package actors
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/web"
+	"github.com/toolbus/toolbus/toolsets/workflow"
+)
+
+// The workflow tests run on a real embedded server: a node that hosts the workflow
+// category and runs turns from the intake; task turns play inline scripts.
+
+const wfAgent = "wf-tester"
+
+// wfHarness is an embedded server and one node with the workflow category and turns.
+type wfHarness struct {
+	t     *testing.T
+	srv   *bus.Server
+	node  *Node
+	nc    *nats.Conn // a client's connection
+	js    jetstream.JetStream
+	store string
+}
+
+func newWFHarness(t *testing.T) *wfHarness {
+	t.Helper()
+	h := &wfHarness{t: t, store: t.TempDir()}
+	h.start()
+	return h
+}
+
+// start starts the server and the node on the harness's store.
+func (h *wfHarness) start() {
+	t := h.t
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: h.store, Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := StartNode(ctx, NodeConfig{
+		Name:       "n1",
+		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Categories: []string{workflow.Category},
+		Turns:      true,
+		Logger:     DiscardLogger(),
+		AbortGrace: 300 * time.Millisecond,
+		TurnLease:  3 * time.Second,
+	})
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	nc, err := srv.Connect("client")
+	if err != nil {
+		n.Close()
+		srv.Close()
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.srv, h.node, h.nc, h.js = srv, n, nc, js
+	t.Cleanup(h.stop)
+}
+
+// stop closes the node and the server (again: harmless).
+func (h *wfHarness) stop() {
+	if h.node != nil {
+		h.node.Close()
+		h.node = nil
+	}
+	if h.srv != nil {
+		h.nc.Close()
+		h.srv.Close()
+		h.srv = nil
+	}
+}
+
+// script is an inline scripted model.
+func script(t testing.TB, steps ...gateway.ScriptStep) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(gateway.Script{Responses: steps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func submit(result string) gateway.ScriptStep {
+	return gateway.ScriptStep{Calls: []gateway.ScriptCall{{Name: "submit_result", Arguments: `{"result":` + result + `}`}}}
+}
+
+// countSchema is a result schema: an object with an integer n and a string note.
+const countSchema = `{"type":"object","properties":{"n":{"type":"integer","description":"how many"},"note":{"type":"string"}},"required":["n","note"]}`
+
+// call calls a tool over the bus as the test agent, as a turn's call would go, and
+// returns its reply.
+func (h *wfHarness) call(tool string, args any) bus.ToolReply {
+	h.t.Helper()
+	b, err := json.Marshal(args)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	m := nats.NewMsg(bus.ToolSubject(workflow.Category, tool))
+	m.Data = b
+	bus.ToolRequest{Turn: "caller-" + bus.NewID(), Call: bus.NewID(), Agent: wfAgent, Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
+	resp, err := h.nc.RequestMsg(m, time.Minute)
+	if err != nil {
+		h.t.Fatalf("%s: %v", tool, err)
+	}
+	var r bus.ToolReply
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		h.t.Fatalf("%s: %v: %s", tool, err, resp.Data)
+	}
+	return r
+}
+
+func replyText(r bus.ToolReply) string {
+	var parts []string
+	for _, p := range r.Content {
+		parts = append(parts, p.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// start starts a workflow with workflow_start and returns it.
+func (h *wfHarness) startWorkflow(def workflow.Definition) *bus.Workflow {
+	h.t.Helper()
+	r := h.call("workflow_start", def)
+	if r.Outcome != bus.OutcomeOK {
+		h.t.Fatalf("workflow_start: %s: %s %s", r.Outcome, r.Error, replyText(r))
+	}
+	var wf bus.Workflow
+	if err := json.Unmarshal(r.Details, &wf); err != nil {
+		h.t.Fatal(err)
+	}
+	return &wf
+}
+
+// workflow reads a workflow's document.
+func (h *wfHarness) workflow(id string) *bus.Workflow {
+	h.t.Helper()
+	kv, err := h.js.KeyValue(context.Background(), bus.BucketWorkflows)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	e, err := kv.Get(context.Background(), bus.WorkflowKey(wfAgent, id))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var wf bus.Workflow
+	if err := json.Unmarshal(e.Value(), &wf); err != nil {
+		h.t.Fatal(err)
+	}
+	return &wf
+}
+
+// waitEnded waits until the workflow has ended and returns it.
+func (h *wfHarness) waitEnded(id string) *bus.Workflow {
+	h.t.Helper()
+	var wf *bus.Workflow
+	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+		wf = h.workflow(id)
+		if !wf.State.Ended() {
+			return fmt.Errorf("workflow still %s:\n%s", wf.State, workflow.View(wf))
+		}
+		return nil
+	})
+	return wf
+}
+
+// turnRecord reads a turn's record.
+func (h *wfHarness) turnRecord(id string) (bus.TurnRecord, error) {
+	kv, err := h.js.KeyValue(context.Background(), bus.BucketTurns)
+	if err != nil {
+		return bus.TurnRecord{}, err
+	}
+	e, err := kv.Get(context.Background(), id)
+	if err != nil {
+		return bus.TurnRecord{}, err
+	}
+	var rec bus.TurnRecord
+	return rec, json.Unmarshal(e.Value(), &rec)
+}
+
+// transcript reads a turn's transcript.
+func (h *wfHarness) transcript(id string) []gateway.Item {
+	h.t.Helper()
+	items, err := ReadTranscript(context.Background(), h.js, id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return items
+}
+
+// oneTask is a workflow of one task with the count schema and the given script.
+func oneTask(s json.RawMessage, attempts int) workflow.Definition {
+	return workflow.Definition{Title: "count", Tasks: []workflow.TaskDef{{
+		ID: "count", Instructions: "Count the things.", ResultSchema: json.RawMessage(countSchema), Script: s, MaxAttempts: attempts,
+	}}}
+}
+
+// TestTaskTurnCatalogIsFixed: a task turn's catalog is the web tools its agent's profile
+// binds, recall and get_page when its brain is on, and its submit_result; nothing of the
+// main turn's (computer, todo, workflow, namespaces), whatever the profile names. The web
+// and brain tools are expected where this build has their categories.
+func TestTaskTurnCatalogIsFixed(t *testing.T) {
+	h := newWFHarness(t)
+	ctx := t.Context()
+	profiles, err := h.node.Profiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(p toolsets.Profile) {
+		p.Version = toolsets.ProfileVersion
+		b, err := p.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := profiles.Put(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bound := &web.Binding{Search: &web.SearchBinding{Provider: web.Brave}, Fetch: &web.FetchBinding{}}
+	put(toolsets.Profile{Agent: "plain", Namespaces: []toolsets.NamespaceRef{{Name: "crm"}}})
+	put(toolsets.Profile{Agent: "webbed", Web: bound})
+	put(toolsets.Profile{Agent: "brainy", Brain: true})
+	put(toolsets.Profile{Agent: "both", Web: bound, Brain: true, Namespaces: []toolsets.NamespaceRef{{Name: "crm"}},
+		Jobs: &toolsets.JobsPolicy{Spawn: true}, Schedules: &toolsets.SchedulesPolicy{Enabled: true}, Skills: []string{"notes"}})
+
+	// present keeps the tools whose category this build has (web and brain come with
+	// their own categories).
+	present := func(tools ...string) []string {
+		category := map[string]string{"web_search": web.Category, "web_fetch": web.Category, "recall": "brain", "get_page": "brain"}
+		var out []string
+		for _, name := range tools {
+			if c, ok := category[name]; !ok || toolsets.Builtin(c) {
+				out = append(out, name)
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		agent string
+		want  []string
+	}{
+		{"nobody", []string{"submit_result"}}, // no profile
+		{"plain", []string{"submit_result"}},
+		{"webbed", present("web_search", "web_fetch", "submit_result")},
+		{"brainy", present("recall", "get_page", "submit_result")},
+		{"both", present("web_search", "web_fetch", "recall", "get_page", "submit_result")},
+	} {
+		t.Run(tc.agent, func(t *testing.T) {
+			spec := bus.TurnSpec{ID: "w-t-1", Kind: bus.TurnTask, Agent: tc.agent, Workflow: "w", Task: "t", Input: "go",
+				ResultSchema: json.RawMessage(countSchema)}
+			kit, err := h.node.Assemble(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := kit.Tools.Names(); !slices.Equal(got, tc.want) {
+				t.Errorf("task turn tools %v, want %v", got, tc.want)
+			}
+			for _, s := range kit.Tools.Specs() {
+				if s.Name != workflow.SubmitName && !s.ReadOnly {
+					t.Errorf("%s is in a task turn and changes things", s.QualifiedName())
+				}
+			}
+			local, ok := kit.Local[workflow.SubmitName]
+			if !ok || !local.Final || local.Spec.Category != toolsets.LocalCategory || !local.Spec.Strict {
+				t.Errorf("submit_result is not the turn's own final, strict tool: %+v", local)
+			}
+			if kit.Policy.Kind != bus.TurnTask || kit.Policy.Text != toolsets.TextRepairOnce {
+				t.Errorf("policy %+v", kit.Policy)
+			}
+			// The same agent's main turn has the working tools a task turn lacks.
+			main, err := h.node.Assemble(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: tc.agent, Input: "go"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"read_file", "run_command", "todo_write", "workflow_start"} {
+				if !slices.Contains(main.Tools.Names(), name) {
+					t.Errorf("the main turn lacks %s: %v", name, main.Tools.Names())
+				}
+			}
+		})
+	}
+	// A task turn that comes with no result schema has no submit_result to end with:
+	// it does not start.
+	if _, err := h.node.Assemble(ctx, bus.TurnSpec{Kind: bus.TurnTask, Agent: "plain", Workflow: "w", Task: "t", Input: "go",
+		ResultSchema: json.RawMessage(`{"type":"array"}`)}); err == nil || !strings.Contains(err.Error(), "root must be an object schema") {
+		t.Errorf("a task turn with an array result schema: %v", err)
+	}
+}
+
+// TestSubmitAcceptedEndsTurn: an accepted submit_result ends the task turn at once
+// (terminated, no further model step), and its value becomes the task's result.
+func TestSubmitAcceptedEndsTurn(t *testing.T) {
+	h := newWFHarness(t)
+	wf := h.startWorkflow(oneTask(script(t,
+		submit(`{"n": 3, "note": "three"}`),
+		gateway.ScriptStep{Text: "never asked"},
+	), 1))
+	wf = h.waitEnded(wf.ID)
+	task := wf.Task("count")
+	if wf.State != bus.WorkflowCompleted || task.State != bus.TaskDone || string(task.Result) != `{"n":3,"note":"three"}` {
+		t.Fatalf("workflow ended %s, task %s with result %s:\n%s", wf.State, task.State, task.Result, workflow.View(wf))
+	}
+	if len(task.Attempts) != 1 || task.Attempts[0].Outcome != bus.AttemptAccepted || task.Attempts[0].TurnState != bus.TurnTerminated ||
+		task.Attempts[0].Turn != bus.AttemptTurn(wf.ID, "count", 1) {
+		t.Errorf("attempts %+v", task.Attempts)
+	}
+	rec, err := h.turnRecord(task.Attempts[0].Turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.State != bus.TurnTerminated || rec.Step != 1 || string(rec.Submitted) != `{"result":{"n":3,"note":"three"}}` {
+		t.Errorf("turn record: %s after %d steps, submitted %s", rec.State, rec.Step, rec.Submitted)
+	}
+	items := h.transcript(task.Attempts[0].Turn)
+	if last := items[len(items)-1]; last.Kind != gateway.KindCallOutput || last.IsError || !strings.Contains(outputText(last), "Result accepted") {
+		t.Errorf("the transcript ends with %+v, want the accepted submission's output", last)
+	}
+	// The model saw the task's instructions as the turn's input.
+	if items[0].Kind != gateway.KindMessage || items[0].Text != "Count the things." {
+		t.Errorf("first item %+v", items[0])
+	}
+}
+
+// TestSubmitRejectedKeepsTurn: a submission the schema refuses is an error result that
+// lists each leaf "path: message"; the turn goes on, and the model's fixed submission
+// is accepted.
+func TestSubmitRejectedKeepsTurn(t *testing.T) {
+	h := newWFHarness(t)
+	wf := h.startWorkflow(oneTask(script(t,
+		submit(`{"n": "three"}`), // n is a string, note is missing
+		submit(`{"n": 3, "note": "fixed"}`),
+	), 1))
+	wf = h.waitEnded(wf.ID)
+	task := wf.Task("count")
+	if wf.State != bus.WorkflowCompleted || string(task.Result) != `{"n":3,"note":"fixed"}` {
+		t.Fatalf("workflow %s, result %s:\n%s", wf.State, task.Result, workflow.View(wf))
+	}
+	turn := task.Attempts[0].Turn
+	rec, _ := h.turnRecord(turn)
+	if rec.Step != 2 || rec.State != bus.TurnTerminated {
+		t.Errorf("turn %s after %d steps, want terminated after 2", rec.State, rec.Step)
+	}
+	var refusal string
+	for _, it := range h.transcript(turn) {
+		if it.Kind == gateway.KindCallOutput && it.IsError {
+			refusal = outputText(it)
+		}
+	}
+	for _, leaf := range []string{"- /result: ", "note", "- /result/n: value is string but should be integer"} {
+		if !strings.Contains(refusal, leaf) {
+			t.Errorf("the refusal the model read lacks %q:\n%s", leaf, refusal)
+		}
+	}
+	if !strings.HasPrefix(refusal, "invalid arguments for submit_result: arguments do not match the schema:\n- ") {
+		t.Errorf("refusal %q", refusal)
+	}
+}
+
+// TestTextOnlyGetsOneRepairThenFails: a task turn that answers with text gets exactly one
+// developer message saying it must end with submit_result; a second text answer fails
+// the task with a clear reason. After one repair, a submission still ends it well.
+func TestTextOnlyGetsOneRepairThenFails(t *testing.T) {
+	h := newWFHarness(t)
+	policy, _ := toolsets.PolicyFor(bus.TurnTask)
+	repairs := func(items []gateway.Item) int {
+		n := 0
+		for _, it := range items {
+			if it.Kind == gateway.KindMessage && it.Role == gateway.RoleDeveloper {
+				if it.Text != policy.RepairInstruction {
+					t.Errorf("developer message %q", it.Text)
+				}
+				n++
+			}
+		}
+		return n
+	}
+
+	failed := h.waitEnded(h.startWorkflow(oneTask(script(t,
+		gateway.ScriptStep{Text: "There are three."},
+		gateway.ScriptStep{Text: "Three, as I said."},
+		submit(`{"n": 3, "note": "too late"}`),
+	), 1)).ID)
+	task := failed.Task("count")
+	a := task.Attempts[0]
+	if failed.State != bus.WorkflowFailed || task.State != bus.TaskFailed || a.Outcome != bus.AttemptFailed || a.TurnState != bus.TurnFailed {
+		t.Fatalf("workflow %s, task %s, attempt %+v", failed.State, task.State, a)
+	}
+	if !strings.Contains(a.Reason, "the model answered without the call the turn needs: it was told once") ||
+		!strings.Contains(task.Error, "attempt 1 of 1 failed") || task.Result != nil {
+		t.Errorf("reason %q, task error %q, result %s", a.Reason, task.Error, task.Result)
+	}
+	if n := repairs(h.transcript(a.Turn)); n != 1 {
+		t.Errorf("%d repair instructions, want 1", n)
+	}
+	if rec, _ := h.turnRecord(a.Turn); rec.Step != 2 {
+		t.Errorf("the failed turn asked the model %d times, want 2", rec.Step)
+	}
+
+	ok := h.waitEnded(h.startWorkflow(oneTask(script(t,
+		gateway.ScriptStep{Text: "There are three."},
+		submit(`{"n": 3, "note": "after the reminder"}`),
+	), 1)).ID)
+	if task := ok.Task("count"); ok.State != bus.WorkflowCompleted || repairs(h.transcript(task.Attempts[0].Turn)) != 1 {
+		t.Errorf("after one repair: workflow %s:\n%s", ok.State, workflow.View(ok))
+	}
+}
+
+// TestPersistedSchemaRevalidation: the schema persisted with the task is stricter than
+// the copy the task turn carried. The turn accepts the submission (its copy passes), the
+// control plane refuses it against the persisted schema: nothing is written, the attempt
+// fails with the reason, and the next attempt runs.
+func TestPersistedSchemaRevalidation(t *testing.T) {
+	h := newWFHarness(t)
+	ctx := t.Context()
+	strict := `{"type":"object","properties":{"n":{"type":"integer","minimum":10},"note":{"type":"string"}},"required":["n","note"]}`
+	id := bus.NewID()
+	now := time.Now().UTC()
+	wf := bus.Workflow{ID: id, Agent: wfAgent, Title: "revalidate", State: bus.WorkflowRunning, Created: now, Updated: now,
+		Tasks: []bus.Task{{ID: "count", Instructions: "Count.", ResultSchema: json.RawMessage(strict), MaxAttempts: 2,
+			Script: script(t, submit(`{"n": 3, "note": "small"}`)),
+			State:  bus.TaskRunning, Attempts: []bus.Attempt{{N: 1, Turn: bus.AttemptTurn(id, "count", 1), Started: now}}}}}
+	kv, err := bus.KeyValue(ctx, h.js, bus.BucketWorkflows, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(wf)
+	if _, err := kv.Create(ctx, bus.WorkflowKey(wfAgent, id), doc); err != nil {
+		t.Fatal(err)
+	}
+	// The turn's own copy lacks the minimum.
+	spec := bus.TurnSpec{ID: bus.AttemptTurn(id, "count", 1), Kind: bus.TurnTask, Agent: wfAgent, Workflow: id, Task: "count",
+		Input: "Count.", ResultSchema: json.RawMessage(countSchema), Script: wf.Tasks[0].Script}
+	if _, err := h.node.Submit(ctx, spec, ""); err != nil {
+		t.Fatal(err)
+	}
+	got := h.waitEnded(id)
+	task := got.Task("count")
+	first := task.Attempts[0]
+	if first.Outcome != bus.AttemptFailed || first.TurnState != bus.TurnTerminated ||
+		!strings.Contains(first.Reason, "the result failed the task's result schema as stored with the workflow, so it was not written") ||
+		!strings.Contains(first.Reason, "- /result/n: ") {
+		t.Errorf("first attempt %+v", first)
+	}
+	if rec, _ := h.turnRecord(first.Turn); rec.State != bus.TurnTerminated || rec.Submitted == nil {
+		t.Errorf("the turn itself accepted the submission: %s, submitted %s", rec.State, rec.Submitted)
+	}
+	// The second attempt carries the persisted schema, so its turn refuses 3 itself; its
+	// script has nothing more to say, so it fails too, and the task fails.
+	if len(task.Attempts) != 2 || task.Attempts[1].Turn != bus.AttemptTurn(id, "count", 2) || task.State != bus.TaskFailed ||
+		got.State != bus.WorkflowFailed {
+		t.Errorf("after the refusal:\n%s", workflow.View(got))
+	}
+	// Nothing was ever written as the task's result: no revision of the document holds one.
+	hist, err := kv.History(ctx, bus.WorkflowKey(wfAgent, id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range hist {
+		var w bus.Workflow
+		if err := json.Unmarshal(e.Value(), &w); err != nil {
+			t.Fatal(err)
+		}
+		if r := w.Task("count").Result; r != nil {
+			t.Errorf("revision %d holds a result: %s", e.Revision(), r)
+		}
+	}
+}
+
+// TestWorkflowCancelAbortsTasks: workflow_cancel aborts the running task turns, records
+// their attempts and tasks as cancelled, and starts nothing that waited.
+func TestWorkflowCancelAbortsTasks(t *testing.T) {
+	h := newWFHarness(t)
+	slow := script(t, gateway.ScriptStep{DelayMS: 60_000}, submit(`{"n":1,"note":"late"}`))
+	statuses := make(chan *nats.Msg, 64)
+	sub, err := h.nc.ChanSubscribe("toolbus.turn.*.status.>", statuses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	wf := h.startWorkflow(workflow.Definition{Title: "slow", Tasks: []workflow.TaskDef{
+		{ID: "a", Instructions: "A.", ResultSchema: json.RawMessage(countSchema), Script: slow},
+		{ID: "b", Instructions: "B.", ResultSchema: json.RawMessage(countSchema), Script: slow},
+		{ID: "c", Instructions: "C after {{tasks.a.result}}.", ResultSchema: json.RawMessage(countSchema), DependsOn: []string{"a"}, Script: slow},
+	}})
+	turnA, turnB := bus.AttemptTurn(wf.ID, "a", 1), bus.AttemptTurn(wf.ID, "b", 1)
+	started, done := map[string]bool{}, map[string]bus.TurnStatus{}
+	collect := func(until func() bool) {
+		t.Helper()
+		deadline := time.After(30 * time.Second)
+		for !until() {
+			select {
+			case m := <-statuses:
+				ts, _ := bus.ParseTurnSubject(m.Subject)
+				var st bus.TurnStatus
+				_ = json.Unmarshal(m.Data, &st)
+				switch ts.Status {
+				case bus.StatusStarted:
+					started[ts.Turn] = true
+				case bus.StatusDone:
+					done[ts.Turn] = st
+				}
+			case <-deadline:
+				t.Fatalf("started %v, done %v", started, done)
+			}
+		}
+	}
+	// Both independent tasks run (their models think for a minute); c waits for a.
+	collect(func() bool { return started[turnA] && started[turnB] })
+
+	r := h.call("workflow_cancel", map[string]string{"workflow_id": wf.ID, "reason": "changed my mind"})
+	if r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), "cancelled") {
+		t.Fatalf("workflow_cancel: %s %s %s", r.Outcome, r.Error, replyText(r))
+	}
+	collect(func() bool { return done[turnA].State != "" && done[turnB].State != "" })
+	for _, turn := range []string{turnA, turnB} {
+		if st := done[turn]; st.State != bus.TurnAborted || !strings.Contains(st.Error, "changed my mind") {
+			t.Errorf("turn %s ended %s (%s), want aborted by the cancel", turn, st.State, st.Error)
+		}
+	}
+	got := h.waitEnded(wf.ID)
+	if got.State != bus.WorkflowCancelled || !strings.Contains(got.Error, "changed my mind") {
+		t.Errorf("workflow %s (%s)", got.State, got.Error)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		task := got.Task(id)
+		if task.State != bus.TaskCancelled {
+			t.Errorf("task %s is %s", id, task.State)
+		}
+		if id == "c" {
+			if len(task.Attempts) != 0 {
+				t.Errorf("task c had attempts %+v", task.Attempts)
+			}
+			continue
+		}
+		if len(task.Attempts) != 1 || task.Attempts[0].Outcome != bus.AttemptCancelled {
+			t.Errorf("task %s attempts %+v", id, task.Attempts)
+		}
+	}
+	// The turns' ends were settled after the cancel without changing it, and c's turn
+	// was never queued.
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for _, turn := range []string{turnA, turnB} {
+			if rec, err := h.turnRecord(turn); err != nil || rec.State != bus.TurnAborted {
+				return fmt.Errorf("turn %s record: %s %v", turn, rec.State, err)
+			}
+		}
+		return nil
+	})
+	if _, err := h.turnRecord(bus.AttemptTurn(wf.ID, "c", 1)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		t.Errorf("task c's turn has a record: %v", err)
+	}
+	if again := h.workflow(wf.ID); again.Task("a").Attempts[0].Outcome != bus.AttemptCancelled || again.State != bus.WorkflowCancelled {
+		t.Errorf("after the turns ended:\n%s", workflow.View(again))
+	}
+	if r := h.call("workflow_cancel", map[string]string{"workflow_id": wf.ID}); r.Outcome != bus.OutcomeError || !strings.Contains(r.Error, "has ended already (cancelled)") {
+		t.Errorf("a second cancel: %s %s", r.Outcome, r.Error)
+	}
+	// workflow_list and workflow_view see it.
+	if r := h.call("workflow_list", map[string]string{"state": "cancelled"}); r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), wf.ID) {
+		t.Errorf("workflow_list: %s %s", r.Outcome, replyText(r))
+	}
+	if r := h.call("workflow_view", map[string]string{"workflow_id": wf.ID}); !strings.Contains(replyText(r), "- c: cancelled") {
+		t.Errorf("workflow_view:\n%s", replyText(r))
+	}
+}
+
+// TestWorkflowStateSurvivesRestart: a workflow whose first task is done and whose second
+// runs when its node and server stop is found whole on the same store after a restart:
+// the first task's result, the second's attempt, which the restarted node resumes (not
+// retries) and finishes, and the dependent input it was given.
+func TestWorkflowStateSurvivesRestart(t *testing.T) {
+	h := newWFHarness(t)
+	wf := h.startWorkflow(workflow.Definition{Title: "two steps", Tasks: []workflow.TaskDef{
+		{ID: "first", Instructions: "Count.", ResultSchema: json.RawMessage(countSchema), Script: script(t, submit(`{"n":7,"note":"seven"}`))},
+		{ID: "second", Instructions: "Double {{tasks.first.result.n}} ({{tasks.first.result.note}}).", DependsOn: []string{"first"},
+			ResultSchema: json.RawMessage(countSchema),
+			Script:       script(t, gateway.ScriptStep{DelayMS: 1500}, submit(`{"n":14,"note":"doubled"}`))},
+	}})
+	second := bus.AttemptTurn(wf.ID, "second", 1)
+	wait.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if rec, err := h.turnRecord(second); err != nil || rec.State != bus.TurnRunning {
+			return fmt.Errorf("second task's turn: %s %v", rec.State, err)
+		}
+		return nil
+	})
+	before := h.workflow(wf.ID)
+	if before.Task("first").State != bus.TaskDone || before.Task("second").State != bus.TaskRunning {
+		t.Fatalf("before the restart:\n%s", workflow.View(before))
+	}
+	h.stop()
+	h.start()
+
+	after := h.waitEnded(wf.ID)
+	first, sec := after.Task("first"), after.Task("second")
+	if after.State != bus.WorkflowCompleted || string(first.Result) != string(before.Task("first").Result) ||
+		string(sec.Result) != `{"n":14,"note":"doubled"}` || len(sec.Attempts) != 1 || len(first.Attempts) != 1 {
+		t.Fatalf("after the restart:\n%s", workflow.View(after))
+	}
+	rec, err := h.turnRecord(second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rec.Resumes) == 0 || rec.State != bus.TurnTerminated {
+		t.Errorf("the second task's turn was not resumed: %s, resumes %+v", rec.State, rec.Resumes)
+	}
+	if items := h.transcript(second); items[0].Text != "Double 7 (seven)." {
+		t.Errorf("the second task's input %q", items[0].Text)
+	}
+	if !after.Created.Equal(before.Created) || after.Title != "two steps" {
+		t.Errorf("the document changed: %+v", after)
+	}
+}

@@ -1,0 +1,549 @@
+package workflow
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// How the workflow moves on, once, whichever node does it:
+//
+//   - Its state is one document per workflow in the KV bucket bus.BucketWorkflows, and
+//     every change is one compare-and-set write of it at the revision read: of two
+//     nodes that move one workflow at the same time, one writes and the other reads
+//     again and finds the work done.
+//   - A task runs as attempts; attempt n of task T of workflow W is the durable turn
+//     "W-T-n" (bus.AttemptTurn). The attempt is written into the document first, then
+//     its turn is queued in the intake; queueing it again is harmless (the intake
+//     refuses an id already used), so whoever finds an attempt without its turn queues
+//     it.
+//   - When a task turn ends, the node that ran it calls Settle with the turn's record
+//     before it acknowledges the turn's intake message: Settle records the attempt's
+//     outcome (validating an accepted submission again against the schema persisted
+//     here), retries or fails the task, starts the tasks that were waiting for it,
+//     ends the workflow when every task has ended, and queues the turns of the
+//     attempts it started. A node that dies before the acknowledgement leaves the
+//     message to another node, which finds the turn ended and calls Settle again: an
+//     attempt that has its outcome already is not recorded twice, and its dependents'
+//     turns are queued again, harmlessly.
+
+// Runner is what the engine needs from the node it runs on.
+type Runner interface {
+	// Check reports whether a task turn's spec could be queued: a model the node can
+	// open, a script it can play.
+	Check(spec bus.TurnSpec) error
+	// Queue queues a task turn into the intake. A turn whose id is already used is not
+	// an error: the turn was queued before.
+	Queue(ctx context.Context, spec bus.TurnSpec) error
+	// Abort asks a turn to stop.
+	Abort(turn, reason string) error
+}
+
+// Errors of the engine, matched with errors.Is.
+var (
+	// ErrNotFound reports a workflow the agent does not have.
+	ErrNotFound = errors.New("no such workflow")
+	// ErrNotLive refuses a task turn that is not its task's current attempt of a running
+	// workflow (a workflow cancelled, a task retried or ended meanwhile).
+	ErrNotLive = errors.New("not a live attempt")
+	// ErrNoAgent refuses a workflow call without an agent id.
+	ErrNoAgent = errors.New("this call carries no agent id, so it has no workflows")
+)
+
+// Engine starts, moves on, cancels and reads workflows. It is safe for concurrent use.
+type Engine struct {
+	js       jetstream.JetStream
+	replicas int
+	run      Runner
+	log      *slog.Logger
+
+	mu sync.Mutex
+	kv jetstream.KeyValue
+}
+
+// NewEngine returns an engine on js; the workflow bucket is created (with replicas) when
+// first needed.
+func NewEngine(js jetstream.JetStream, replicas int, run Runner, log *slog.Logger) *Engine {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Engine{js: js, replicas: replicas, run: run, log: log}
+}
+
+func (e *Engine) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.kv != nil {
+		return e.kv, nil
+	}
+	kv, err := bus.KeyValue(ctx, e.js, bus.BucketWorkflows, e.replicas)
+	if err != nil {
+		return nil, err
+	}
+	e.kv = kv
+	return kv, nil
+}
+
+// Start checks a definition and starts the workflow for agent: the document is stored,
+// then the turns of the tasks that depend on nothing are queued. parent is the turn
+// that starts it ("" for a direct call); a definition without a model takes the
+// parent's.
+func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition) (*bus.Workflow, error) {
+	if agent == "" {
+		return nil, ErrNoAgent
+	}
+	if err := bus.CheckAgent(agent); err != nil {
+		return nil, err
+	}
+	if err := def.Check(); err != nil {
+		return nil, err
+	}
+	model := def.Model
+	if model == "" && slices.ContainsFunc(def.Tasks, func(t TaskDef) bool { return len(t.Script) == 0 }) {
+		var err error
+		if model, err = e.callerModel(ctx, parent); err != nil {
+			return nil, err
+		}
+	}
+	now := time.Now().UTC()
+	wf := &bus.Workflow{ID: bus.NewID(), Agent: agent, Title: def.Title, State: bus.WorkflowRunning, Parent: parent,
+		Model: model, Created: now, Updated: now}
+	for _, t := range def.Tasks {
+		wf.Tasks = append(wf.Tasks, bus.Task{
+			ID: t.ID, Instructions: t.Instructions, ResultSchema: []byte(compactJSON(t.ResultSchema)),
+			DependsOn: t.DependsOn, MaxAttempts: cmp.Or(t.MaxAttempts, DefaultAttempts), Script: t.Script,
+			State: bus.TaskPending,
+		})
+	}
+	// Every task's turn must be one a node can run: its model or its script.
+	var problems []string
+	for i := range wf.Tasks {
+		spec := taskTurn(wf, &wf.Tasks[i], bus.Attempt{N: 1, Turn: bus.AttemptTurn(wf.ID, wf.Tasks[i].ID, 1)})
+		if err := e.run.Check(spec); err != nil {
+			problems = append(problems, fmt.Sprintf("task %s: %v", wf.Tasks[i].ID, err))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &DefinitionError{Problems: problems}
+	}
+	advance(wf, now)
+	kv, err := e.bucket(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("start workflow: %w", err)
+	}
+	doc, err := e.encode(wf)
+	if err != nil {
+		return nil, fmt.Errorf("start workflow: %w", err)
+	}
+	if _, err := kv.Create(ctx, bus.WorkflowKey(agent, wf.ID), doc); err != nil {
+		return nil, fmt.Errorf("start workflow: store it: %w", err)
+	}
+	if err := e.queueLive(ctx, wf); err != nil {
+		// Nothing may run half a workflow nobody can see move: end it, saying why.
+		reason := "its tasks could not be queued: " + err.Error()
+		if _, cerr := e.Cancel(context.WithoutCancel(ctx), agent, wf.ID, reason); cerr != nil {
+			e.log.Warn("end a workflow whose tasks could not be queued", "workflow", wf.ID, "err", cerr)
+		}
+		return nil, fmt.Errorf("start workflow %s: %s", wf.ID, reason)
+	}
+	return wf, nil
+}
+
+// callerModel is the model of the turn that starts a workflow, from its turn record.
+func (e *Engine) callerModel(ctx context.Context, turn string) (string, error) {
+	noModel := errors.New("no model for the tasks: give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
+	if turn == "" {
+		return "", noModel
+	}
+	kv, err := e.js.KeyValue(ctx, bus.BucketTurns)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return "", noModel
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the model of turn %s: %w", turn, err)
+	}
+	entry, err := kv.Get(ctx, turn)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return "", noModel
+	}
+	if err != nil {
+		return "", fmt.Errorf("read the model of turn %s: %w", turn, err)
+	}
+	var rec bus.TurnRecord
+	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
+		return "", fmt.Errorf("read the model of turn %s: %w", turn, err)
+	}
+	if rec.Spec.Model == "" {
+		return "", fmt.Errorf("no model for the tasks: the calling turn plays a script, which cannot run them; give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
+	}
+	return rec.Spec.Model, nil
+}
+
+// encode is a workflow's document, refused when the bus could not carry it.
+func (e *Engine) encode(wf *bus.Workflow) ([]byte, error) {
+	b, err := json.Marshal(wf)
+	if err != nil {
+		return nil, err
+	}
+	if nc := e.js.Conn(); nc != nil {
+		if limit := nc.MaxPayload(); limit > 0 && int64(len(b)) > limit {
+			return nil, fmt.Errorf("the workflow's document would be %d bytes, more than the bus carries in one message (%d)", len(b), limit)
+		}
+	}
+	return b, nil
+}
+
+// Get reads one of agent's workflows with its revision.
+func (e *Engine) Get(ctx context.Context, agent, id string) (*bus.Workflow, uint64, error) {
+	if agent == "" {
+		return nil, 0, ErrNoAgent
+	}
+	if !bus.ValidToken(id) {
+		return nil, 0, fmt.Errorf("workflow %q: %w", id, ErrNotFound)
+	}
+	kv, err := e.bucket(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	entry, err := kv.Get(ctx, bus.WorkflowKey(agent, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, fmt.Errorf("workflow %s of agent %s: %w", id, agent, ErrNotFound)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read workflow %s: %w", id, err)
+	}
+	var wf bus.Workflow
+	if err := json.Unmarshal(entry.Value(), &wf); err != nil {
+		return nil, 0, fmt.Errorf("read workflow %s: %w", id, err)
+	}
+	return &wf, entry.Revision(), nil
+}
+
+// List returns agent's workflows, newest first; state, when set, keeps those in it.
+func (e *Engine) List(ctx context.Context, agent string, state bus.WorkflowState) ([]*bus.Workflow, error) {
+	if agent == "" {
+		return nil, ErrNoAgent
+	}
+	kv, err := e.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	lister, err := kv.ListKeysFiltered(ctx, bus.AgentWorkflows(agent))
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list workflows: %w", err)
+	}
+	var out []*bus.Workflow
+	for key := range lister.Keys() {
+		_, id, _ := strings.Cut(key, ".")
+		wf, _, err := e.Get(ctx, agent, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		if state == "" || wf.State == state {
+			out = append(out, wf)
+		}
+	}
+	slices.SortFunc(out, func(a, b *bus.Workflow) int { return b.Created.Compare(a.Created) })
+	return out, nil
+}
+
+// update reads a workflow, lets change change it, and writes it at the revision read,
+// reading again when another writer came first. change reports whether it changed
+// anything; after the write, after runs with the document as written.
+func (e *Engine) update(ctx context.Context, agent, id string, change func(wf *bus.Workflow) (bool, error)) (*bus.Workflow, error) {
+	kv, err := e.bucket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		wf, rev, err := e.Get(ctx, agent, id)
+		if err != nil {
+			return nil, err
+		}
+		changed, err := change(wf)
+		if err != nil || !changed {
+			return wf, err
+		}
+		wf.Updated = time.Now().UTC()
+		doc, err := e.encode(wf)
+		if err != nil {
+			return nil, err
+		}
+		_, err = kv.Update(ctx, bus.WorkflowKey(agent, id), doc, rev)
+		if err == nil {
+			return wf, nil
+		}
+		if !wrongRevision(err) {
+			return nil, fmt.Errorf("write workflow %s: %w", id, err)
+		}
+		// Another node moved the workflow meanwhile: read it again.
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// errWrongRevision is JetStream's answer to a write at a stale revision.
+const errWrongRevision jetstream.ErrorCode = 10071
+
+func wrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errWrongRevision
+}
+
+// Cancel ends a running workflow: its tasks that have not ended are cancelled, and so are
+// their attempts, whose turns are then aborted.
+func (e *Engine) Cancel(ctx context.Context, agent, id, reason string) (*bus.Workflow, error) {
+	reason = cmp.Or(reason, "no reason given")
+	var abort []string
+	wf, err := e.update(ctx, agent, id, func(wf *bus.Workflow) (bool, error) {
+		abort = abort[:0]
+		if wf.State.Ended() {
+			return false, fmt.Errorf("workflow %s has ended already (%s)", wf.ID, wf.State)
+		}
+		now := time.Now().UTC()
+		wf.State, wf.Error = bus.WorkflowCancelled, "cancelled: "+reason
+		for i := range wf.Tasks {
+			t := &wf.Tasks[i]
+			if t.State.Ended() {
+				continue
+			}
+			t.State, t.Error = bus.TaskCancelled, "cancelled: "+reason
+			if a := t.Current(); a != nil && a.Outcome == "" {
+				a.Outcome, a.Reason, a.Ended = bus.AttemptCancelled, "the workflow was cancelled: "+reason, now
+				abort = append(abort, a.Turn)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return wf, err
+	}
+	for _, turn := range abort {
+		if err := e.run.Abort(turn, "workflow "+id+" cancelled: "+reason); err != nil {
+			e.log.Warn("abort a cancelled task's turn", "turn", turn, "err", err)
+		}
+	}
+	return wf, nil
+}
+
+// Admit reports whether a task turn is its task's current attempt in a running
+// workflow, and so may run. Anything else is ErrNotLive, with the reason.
+func (e *Engine) Admit(ctx context.Context, spec bus.TurnSpec) error {
+	wf, _, err := e.Get(ctx, spec.Agent, spec.Workflow)
+	if err != nil {
+		return err
+	}
+	t := wf.Task(spec.Task)
+	if t == nil {
+		return fmt.Errorf("%w: workflow %s has no task %s", ErrNotLive, wf.ID, spec.Task)
+	}
+	a := t.Attempt(spec.ID)
+	switch {
+	case a == nil:
+		return fmt.Errorf("%w: turn %s is not an attempt of task %s of workflow %s; task turns are started by their workflow", ErrNotLive, spec.ID, t.ID, wf.ID)
+	case a.Outcome != "":
+		return fmt.Errorf("%w: attempt %d of task %s has ended (%s)", ErrNotLive, a.N, t.ID, a.Outcome)
+	case wf.State.Ended():
+		return fmt.Errorf("%w: workflow %s has ended (%s)", ErrNotLive, wf.ID, wf.State)
+	}
+	return nil
+}
+
+// Settle records how a task turn ended and moves its workflow on (see the top of this
+// file); rec is the turn's record, ended. It is safe to call more than once for one
+// turn, from any node: what is recorded already is not recorded again.
+func (e *Engine) Settle(ctx context.Context, rec bus.TurnRecord) error {
+	spec := rec.Spec
+	wf, err := e.update(ctx, spec.Agent, spec.Workflow, func(wf *bus.Workflow) (bool, error) {
+		changed := false
+		if t := wf.Task(spec.Task); t != nil {
+			if a := t.Attempt(spec.ID); a != nil && a.Outcome == "" {
+				recordAttempt(wf, t, a, rec)
+				changed = true
+			}
+		}
+		return advance(wf, time.Now().UTC()) || changed, nil
+	})
+	if errors.Is(err, ErrNotFound) {
+		e.log.Warn("a task turn ended whose workflow is gone", "turn", spec.ID, "workflow", spec.Workflow)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("settle task turn %s: %w", spec.ID, err)
+	}
+	return e.queueLive(ctx, wf)
+}
+
+// recordAttempt writes an ended turn's outcome into its attempt and its task.
+func recordAttempt(wf *bus.Workflow, t *bus.Task, a *bus.Attempt, rec bus.TurnRecord) {
+	a.TurnState, a.Ended = rec.State, time.Now().UTC()
+	switch {
+	case wf.State.Ended() || t.State.Ended():
+		a.Outcome, a.Reason = bus.AttemptCancelled, fmt.Sprintf("the workflow had ended (%s) when the turn ended", wf.State)
+		return
+	case rec.State == bus.TurnTerminated && len(rec.Submitted) > 0:
+		if err := Validate(t.ResultSchema, rec.Submitted); err != nil {
+			a.Outcome, a.Reason = bus.AttemptFailed, "the result failed the task's result schema as stored with the workflow, so it was not written: "+err.Error()
+			break
+		}
+		value, err := Value(rec.Submitted)
+		switch {
+		case err != nil:
+			a.Outcome, a.Reason = bus.AttemptFailed, err.Error()
+		case len(value) > MaxResultBytes:
+			a.Outcome, a.Reason = bus.AttemptFailed, fmt.Sprintf("the result is %d bytes, more than a task's result may hold (%d)", len(value), MaxResultBytes)
+		default:
+			a.Outcome = bus.AttemptAccepted
+			t.State, t.Result, t.Error = bus.TaskDone, []byte(compactJSON(value)), ""
+			return
+		}
+	default:
+		a.Outcome, a.Reason = bus.AttemptFailed, turnEnding(rec)
+	}
+	// A failed attempt: another, if the task has attempts left.
+	if len(t.Attempts) < t.MaxAttempts {
+		t.Attempts = append(t.Attempts, bus.Attempt{N: len(t.Attempts) + 1,
+			Turn: bus.AttemptTurn(wf.ID, t.ID, len(t.Attempts)+1), Started: time.Now().UTC()})
+		return
+	}
+	t.State = bus.TaskFailed
+	t.Error = fmt.Sprintf("attempt %d of %d failed: %s", a.N, t.MaxAttempts, a.Reason)
+}
+
+// turnEnding says why a task turn ended without a result.
+func turnEnding(rec bus.TurnRecord) string {
+	switch rec.State {
+	case bus.TurnCompleted, bus.TurnTerminated:
+		return fmt.Sprintf("the turn ended (%s) without submitting a result", rec.State)
+	case bus.TurnAborted:
+		return "the turn was aborted: " + cmp.Or(rec.Error, "no reason given")
+	}
+	return fmt.Sprintf("the turn ended %s: %s", rec.State, cmp.Or(rec.Error, "no reason given"))
+}
+
+// advance starts the pending tasks whose dependencies are done (attempt 1 each), fails
+// those a failed or cancelled dependency can never let start, and ends the workflow once
+// every task has ended. It reports whether it changed anything.
+func advance(wf *bus.Workflow, now time.Time) bool {
+	if wf.State.Ended() {
+		return false
+	}
+	changed := false
+	for again := true; again; {
+		again = false
+		for i := range wf.Tasks {
+			t := &wf.Tasks[i]
+			if t.State != bus.TaskPending {
+				continue
+			}
+			ready := true
+			for _, dep := range t.DependsOn {
+				d := wf.Task(dep)
+				switch {
+				case d == nil:
+					ready = false
+				case d.State == bus.TaskFailed || d.State == bus.TaskCancelled:
+					t.State, t.Error = bus.TaskFailed, fmt.Sprintf("task %s, which it depends on, %s", dep, d.State)
+					ready, again = false, true
+				case d.State != bus.TaskDone:
+					ready = false
+				}
+				if t.State != bus.TaskPending {
+					break
+				}
+			}
+			if t.State != bus.TaskPending {
+				changed = true
+				continue
+			}
+			if ready {
+				t.State = bus.TaskRunning
+				t.Attempts = append(t.Attempts, bus.Attempt{N: 1, Turn: bus.AttemptTurn(wf.ID, t.ID, 1), Started: now})
+				changed = true
+			}
+		}
+	}
+	failed := 0
+	for _, t := range wf.Tasks {
+		if !t.State.Ended() {
+			return changed
+		}
+		if t.State != bus.TaskDone {
+			failed++
+		}
+	}
+	if failed == 0 {
+		wf.State = bus.WorkflowCompleted
+	} else {
+		wf.State = bus.WorkflowFailed
+		var names []string
+		for _, t := range wf.Tasks {
+			if t.State != bus.TaskDone {
+				names = append(names, t.ID)
+			}
+		}
+		wf.Error = fmt.Sprintf("%d of %d tasks did not finish: %s", failed, len(wf.Tasks), strings.Join(names, ", "))
+	}
+	return true
+}
+
+// queueLive queues the turn of every attempt that runs: attempts just started, and any
+// whose turn a node that died did not queue. A turn queued before is left as it is.
+func (e *Engine) queueLive(ctx context.Context, wf *bus.Workflow) error {
+	if wf.State.Ended() {
+		return nil
+	}
+	for i := range wf.Tasks {
+		t := &wf.Tasks[i]
+		a := t.Current()
+		if t.State != bus.TaskRunning || a == nil || a.Outcome != "" {
+			continue
+		}
+		if err := e.run.Queue(ctx, taskTurn(wf, t, *a)); err != nil {
+			return fmt.Errorf("queue attempt %d of task %s: %w", a.N, t.ID, err)
+		}
+	}
+	return nil
+}
+
+// taskTurn is the turn spec of one attempt of a task: its own fixed catalog (the kind
+// task), its instructions with the results of its dependencies filled in, and its copy
+// of the result schema.
+func taskTurn(wf *bus.Workflow, t *bus.Task, a bus.Attempt) bus.TurnSpec {
+	results := make(map[string]json.RawMessage, len(t.DependsOn))
+	for _, dep := range t.DependsOn {
+		if d := wf.Task(dep); d != nil && d.Result != nil {
+			results[dep] = d.Result
+		}
+	}
+	spec := bus.TurnSpec{
+		ID: a.Turn, Kind: bus.TurnTask, Parent: wf.Parent, Agent: wf.Agent, Workflow: wf.ID, Task: t.ID,
+		Instructions: fmt.Sprintf("You work on task %q of the workflow %q (attempt %d of %d).", t.ID, wf.Title, a.N, t.MaxAttempts),
+		Input:        Render(t.Instructions, results),
+		ResultSchema: t.ResultSchema,
+	}
+	if len(t.Script) > 0 {
+		spec.Script = t.Script
+	} else {
+		spec.Model = wf.Model
+	}
+	return spec
+}
