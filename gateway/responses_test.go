@@ -14,6 +14,8 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
 // responseBody is a Responses API answer with the given output items.
@@ -593,5 +595,56 @@ func TestResponsesCallNamespace(t *testing.T) {
 	}
 	if raw := string(resp.Calls()[0].Raw); !strings.Contains(raw, `"namespace":"get_shipping_eta"`) {
 		t.Errorf("raw call %s lost what the model sent", raw)
+	}
+}
+
+// TestSubmitResultGolden: a task turn's submit_result goes out on the Responses wire
+// strict, with the strict projection of the task's result schema wrapped as the one
+// required property "result" of a closed parameters object.
+func TestSubmitResultGolden(t *testing.T) {
+	result := `{"type":"object","description":"One library compared.",` +
+		`"properties":{"name":{"type":"string"},"stars":{"type":"integer","minimum":0},` +
+		`"license":{"enum":["MIT","Apache-2.0","BSD-3-Clause"]},"notes":{"type":"string","default":""},` +
+		`"links":{"type":"array","items":{"$ref":"#/$defs/link"}}},"required":["name","stars"],` +
+		`"$defs":{"link":{"type":"object","properties":{"url":{"type":"string","format":"uri"},"title":{"type":"string"}},"required":["url"]}}}`
+	submit, err := workflow.SubmitSpec(json.RawMessage(result))
+	if err != nil {
+		t.Fatal(err)
+	}
+	submit.Category = "turn"
+	api := newFakeAPI(t, exchange{body: responseBody("resp_1", callOut("call_1", "submit_result", "",
+		`{"result":{"name":"bleve","stars":10,"license":null,"notes":null,"links":null}}`))})
+	var logs bytes.Buffer
+	resp, err := newResponses(t, api.config(&logs)).Respond(context.Background(), &gateway.Request{
+		Instructions:      "You work on task \"facts\" of the workflow \"Compare\" (attempt 1 of 1).",
+		Input:             []gateway.Item{gateway.UserMessage("Find the facts about bleve.")},
+		Tools:             []*toolbus.Spec{submit},
+		ParallelToolCalls: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := api.requests()
+	checkGolden(t, "responses_submit_result", reqs[0].body)
+	strict := submit.Params.Strict()
+	if strict.Err != nil {
+		t.Fatal(strict.Err)
+	}
+	body := string(reqs[0].body)
+	if want := `"strict":true,"name":"submit_result","description":`; !strings.Contains(body, want) {
+		t.Errorf("submit_result not sent strict:\n%s", body)
+	}
+	if want := `"parameters":` + compact(t, strict.JSON); !strings.Contains(body, want) {
+		t.Errorf("not the strict projection of the wrapped schema; want %s in\n%s", want, body)
+	}
+	if !strings.HasPrefix(compact(t, strict.JSON), `{"type":"object","properties":{"result":{"type":"object","description":"One library compared.","properties":{"name":`) ||
+		!strings.Contains(compact(t, strict.JSON), `"required":["result"],"additionalProperties":false,"$defs":{"link":`) {
+		t.Errorf("the result schema is not wrapped as the property result:\n%s", strict.JSON)
+	}
+	// The call comes back as the turn reads it: the nulls of optional fields are what the
+	// strict projection made nullable, and the ladder strips them before validation.
+	args, err := submit.Params.Parse(resp.Calls()[0].Arguments, schema.ParseOptions{Strict: true})
+	if err != nil || string(args.JSON) != `{"result":{"name":"bleve","stars":10}}` {
+		t.Errorf("the submission read back: %s, %v", args.JSON, err)
 	}
 }

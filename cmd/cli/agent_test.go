@@ -68,7 +68,8 @@ func TestAgentProfiles(t *testing.T) {
 	expect("tools after the profile", code, exitOK, out, errOut, "stderr", "note: namespace ghost is left out: no host on the bus serves it")
 
 	code, out, errOut = run([]string{"tools"}, "-agent", "ann", "-kind", "task")
-	if code != exitOK || strings.Contains(out, "crm.") || strings.Contains(out, "run_command") || strings.Contains(out, "todo_") {
+	if code != exitOK || strings.Contains(out, "crm.") || strings.Contains(out, "run_command") || strings.Contains(out, "todo_") ||
+		strings.Contains(out, "workflow_") || !strings.Contains(out, "submit_result") {
 		t.Errorf("a task turn's tools include computer, todo or namespace tools (exit %d):\n%s%s", code, out, errOut)
 	}
 

@@ -448,7 +448,8 @@ func TestTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command"}
+	want := []string{"todo_read", "todo_write", "list_files", "read_file", "write_file", "run_command",
+		"workflow_start", "workflow_view", "workflow_list", "workflow_cancel"}
 	responsesDefs, err := gateway.ResponsesToolDefinitions(kit.Tools.Specs(), false)
 	if err != nil {
 		t.Fatal(err)

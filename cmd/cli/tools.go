@@ -47,6 +47,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		agent   = fs.String("agent", defaultAgent, "assemble the tools of this agent (its profile needs -server)")
 		kind    = fs.String("kind", string(bus.TurnMain), "the kind of turn to assemble: main, job or task")
 		listBus = fs.Bool("catalog", false, "list every tool served on the bus (needs -server)")
+		result  = fs.String("result-schema", exampleResultSchema, "with -kind task: the task's result schema (JSON), from which its submit_result is built")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -68,12 +69,20 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("-catalog lists the tools served on a running bus: it needs -server")
 	case *listBus && (*asJSON || set["agent"] || set["kind"]):
 		return usagef("-catalog lists every served tool; -json, -agent and -kind are for one turn's tools")
+	case set["result-schema"] && *kind != string(bus.TurnTask):
+		return usagef("-result-schema is a task turn's: add -kind task")
 	}
 	if err := checkAgent(*agent); err != nil {
 		return err
 	}
 	spec := bus.TurnSpec{Kind: bus.TurnKind(*kind), Agent: *agent}
 	spec.Normalize()
+	if spec.Kind == bus.TurnTask {
+		spec.Workflow, spec.Task, spec.ResultSchema = "workflow", "task", json.RawMessage(*result)
+		if !set["result-schema"] {
+			fmt.Fprintf(stderr, "toolbus: a task turn's submit_result follows its task's result schema; shown for %s (-result-schema)\n", exampleResultSchema)
+		}
+	}
 	if bf.server == "" {
 		// The same assembly a node makes for an agent without a profile; listing the
 		// built-in tools needs no bus.
@@ -111,6 +120,9 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	return printKit(stdout, stderr, kit, *asJSON, *api, *hosted)
 }
+
+// exampleResultSchema is the result schema `tools -kind task` shows submit_result for.
+const exampleResultSchema = `{"type":"object","properties":{"answer":{"type":"string"}},"required":["answer"]}`
 
 // readProfile reads an agent's profile from the bus; nil when it has none.
 func readProfile(ctx context.Context, nc *nats.Conn, agent string) (*toolsets.Profile, error) {
