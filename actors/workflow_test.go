@@ -441,7 +441,7 @@ func TestPersistedSchemaRevalidation(t *testing.T) {
 		Tasks: []bus.Task{{ID: "count", Instructions: "Count.", ResultSchema: json.RawMessage(strict), MaxAttempts: 2,
 			Script: script(t, submit(`{"n": 3, "note": "small"}`)),
 			State:  bus.TaskRunning, Attempts: []bus.Attempt{{N: 1, Turn: bus.AttemptTurn(id, "count", 1), Started: now}}}}}
-	kv, err := bus.KeyValue(ctx, h.js, bus.BucketWorkflows, 1)
+	kv, err := bus.EnsureKeyValue(ctx, h.js, bus.WorkflowsBucketConfig(1))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Workflow envelopes: what a workflow is, as the KV bucket BucketWorkflows stores it
@@ -15,6 +17,22 @@ import (
 
 // BucketWorkflows holds one document per workflow (Workflow), under WorkflowKey.
 const BucketWorkflows = "toolbus_workflows"
+
+// WorkflowHistory is how many revisions of each workflow document the bucket keeps: each
+// is one step of the workflow (a start, an attempt's end, a cancel), so its history is
+// the workflow's log.
+const WorkflowHistory = 32
+
+// WorkflowsBucketConfig is the configuration of BucketWorkflows.
+func WorkflowsBucketConfig(replicas int) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      BucketWorkflows,
+		Description: "toolbus workflows: one document per workflow, its tasks and their attempts",
+		History:     WorkflowHistory,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	}
+}
 
 // WorkflowKey is the key of a workflow's document: "<agent>.<workflow>", so one agent's
 // workflows are listed with the filter "<agent>.>".

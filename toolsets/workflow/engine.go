@@ -87,7 +87,7 @@ func (e *Engine) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	if e.kv != nil {
 		return e.kv, nil
 	}
-	kv, err := bus.KeyValue(ctx, e.js, bus.BucketWorkflows, e.replicas)
+	kv, err := bus.EnsureKeyValue(ctx, e.js, bus.WorkflowsBucketConfig(e.replicas))
 	if err != nil {
 		return nil, err
 	}
