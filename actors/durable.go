@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 // A durable turn keeps its record (bus.TurnRecord) in the turns bucket and its
@@ -327,6 +328,12 @@ func (t *turn) resume() {
 	t.seq = d.rec.Stored
 	t.step = d.rec.Step
 	t.transcript = append(t.transcript[:0], items...)
+	for _, it := range items {
+		// The repair instruction is given once per turn, wherever the turn runs.
+		if p := t.cfg.Kit.Policy; p.Text == toolsets.TextRepairOnce && it.Kind == gateway.KindMessage && it.Role == gateway.RoleDeveloper && it.Text == p.RepairInstruction {
+			t.repaired = true
+		}
+	}
 	var r bus.Resume
 	if n := len(d.rec.Resumes); n > 0 {
 		r = d.rec.Resumes[n-1]

@@ -734,11 +734,23 @@ func (t *turn) answeredWithText() {
 		return
 	}
 	t.repaired = true
+	// Watchers see the text, and that the turn was told what it lacks.
+	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text, Notes: []string{repairNote}})
 	msg := []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: p.RepairInstruction}}
 	t.transcript = append(t.transcript, msg...)
 	t.appendTranscript(msg)
+	if t.cfg.dur != nil {
+		// Stored before the model is asked again, so a turn resumed elsewhere knows
+		// it was told once already.
+		t.checkpoint(t.callModel)
+		return
+	}
 	t.callModel()
 }
+
+// repairNote is the note of the step status of a response that got the repair
+// instruction.
+const repairNote = "answered with text alone: told once to end with its call"
 
 func (t *turn) onExpired(wireID string) {
 	pc := t.byWire[wireID]

@@ -41,6 +41,13 @@ func WorkflowKey(agent, workflow string) string { return agent + "." + workflow 
 // AgentWorkflows is the key filter of one agent's workflows.
 func AgentWorkflows(agent string) string { return agent + ".>" }
 
+// WorkflowUpdates is the subject on which every write of one agent's workflow documents
+// passes (JetStream KV's "$KV.<bucket>.<key>"): a follower subscribes to it to see a
+// workflow move on, with the body the document as written.
+func WorkflowUpdates(agent string) string {
+	return "$KV." + BucketWorkflows + "." + AgentWorkflows(agent)
+}
+
 // WorkflowState is where a workflow stands.
 type WorkflowState string
 

@@ -71,6 +71,7 @@ var commands = []command{
 	{"jobs", "list, show or cancel background jobs (needs -server)", cmdJobs},
 	{"schedules", "list, show or remove schedules (needs -server)", cmdSchedules},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
+	{"workflow", "start a workflow and follow it; view, list or cancel workflows (needs -server)", cmdWorkflow},
 	{"bench", "run the performance suite", runBench},
 }
 
@@ -150,9 +151,9 @@ Usage: toolbus <command> [flags] [args]
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-7s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, `  help    show this help
+	fmt.Fprint(w, `  help     show this help
 
 Without -server, run and call start an embedded bus and node in the process
 (no port, a temporary store). With -server (or NATS_URL) they use the nodes of
@@ -174,28 +175,33 @@ Run 'toolbus <command> -h' for a command's flags.
 // examples holds one example of each command, by the name its flag set has;
 // every command's -h shows it (nodecmd.Example is the node's).
 var examples = map[string]string{
-	"run":         `toolbus run -model openai:gpt-5.4 -home ~/project "Summarise the README"`,
-	"tools":       "toolbus tools -json -api chat",
-	"call":        `toolbus call -home examples/demo/home read_file '{"path": "README.md"}'`,
-	"agent":       "toolbus agent set -server nats://127.0.0.1:4222 -namespace crm demo-agent",
-	"agent set":   "toolbus agent set -server nats://127.0.0.1:4222 -namespace crm demo-agent",
-	"agent get":   "toolbus agent get -server nats://127.0.0.1:4222 demo-agent",
-	"agent list":  "toolbus agent list -server nats://127.0.0.1:4222",
-	"agent rm":    "toolbus agent rm -server nats://127.0.0.1:4222 demo-agent",
-	"skills":      "toolbus skills list -server nats://127.0.0.1:4222 -agent demo-agent",
-	"skills list": "toolbus skills list -server nats://127.0.0.1:4222 -agent demo-agent",
-	"skills show": "toolbus skills show -agent demo-agent notes",
-	"brain":       `toolbus brain add -server nats://127.0.0.1:4222 -agent demo-agent -tag ops deploy.md`,
-	"brain add":   `toolbus brain add -server nats://127.0.0.1:4222 -agent demo-agent -tag ops deploy.md`,
-	"brain list":  "toolbus brain list -server nats://127.0.0.1:4222 -agent demo-agent",
-	"brain show":  "toolbus brain show -server nats://127.0.0.1:4222 -agent demo-agent deploy",
-	"brain rm":    "toolbus brain rm -server nats://127.0.0.1:4222 -agent demo-agent deploy",
-	"abort":       "toolbus abort -server nats://127.0.0.1:4222 -reason 'wrong file' TURN",
-	"approve":     "toolbus approve -server nats://127.0.0.1:4222 -refuse -reason 'not on a Friday' TURN CALL",
-	"turns":       "toolbus turns -server nats://127.0.0.1:4222",
-	"resume":      "toolbus resume -server nats://127.0.0.1:4222 TURN",
-	"watch":       "toolbus watch -server nats://127.0.0.1:4222",
-	"bench":       "toolbus bench -only turn -n 500",
+	"run":             `toolbus run -model openai:gpt-5.4 -home ~/project "Summarise the README"`,
+	"tools":           "toolbus tools -json -api chat",
+	"call":            `toolbus call -home examples/demo/home read_file '{"path": "README.md"}'`,
+	"agent":           "toolbus agent set -server nats://127.0.0.1:4222 -namespace crm demo-agent",
+	"agent set":       "toolbus agent set -server nats://127.0.0.1:4222 -namespace crm demo-agent",
+	"agent get":       "toolbus agent get -server nats://127.0.0.1:4222 demo-agent",
+	"agent list":      "toolbus agent list -server nats://127.0.0.1:4222",
+	"agent rm":        "toolbus agent rm -server nats://127.0.0.1:4222 demo-agent",
+	"skills":          "toolbus skills list -server nats://127.0.0.1:4222 -agent demo-agent",
+	"skills list":     "toolbus skills list -server nats://127.0.0.1:4222 -agent demo-agent",
+	"skills show":     "toolbus skills show -agent demo-agent notes",
+	"brain":           `toolbus brain add -server nats://127.0.0.1:4222 -agent demo-agent -tag ops deploy.md`,
+	"brain add":       `toolbus brain add -server nats://127.0.0.1:4222 -agent demo-agent -tag ops deploy.md`,
+	"brain list":      "toolbus brain list -server nats://127.0.0.1:4222 -agent demo-agent",
+	"brain show":      "toolbus brain show -server nats://127.0.0.1:4222 -agent demo-agent deploy",
+	"brain rm":        "toolbus brain rm -server nats://127.0.0.1:4222 -agent demo-agent deploy",
+	"abort":           "toolbus abort -server nats://127.0.0.1:4222 -reason 'wrong file' TURN",
+	"approve":         "toolbus approve -server nats://127.0.0.1:4222 -refuse -reason 'not on a Friday' TURN CALL",
+	"turns":           "toolbus turns -server nats://127.0.0.1:4222",
+	"resume":          "toolbus resume -server nats://127.0.0.1:4222 TURN",
+	"watch":           "toolbus watch -server nats://127.0.0.1:4222",
+	"workflow":        "toolbus workflow start examples/workflow/compare.json",
+	"workflow start":  "toolbus workflow start -server nats://127.0.0.1:4222 -model openai:gpt-5.4 compare.json",
+	"workflow view":   "toolbus workflow view -server nats://127.0.0.1:4222 -follow ID",
+	"workflow list":   "toolbus workflow list -server nats://127.0.0.1:4222 -state running",
+	"workflow cancel": "toolbus workflow cancel -server nats://127.0.0.1:4222 -reason 'not needed' ID",
+	"bench":           "toolbus bench -only turn -n 500",
 
 	"jobs":           "toolbus jobs list -server nats://127.0.0.1:4222 -agent demo-agent",
 	"jobs list":      "toolbus jobs list -server nats://127.0.0.1:4222 -agent demo-agent",

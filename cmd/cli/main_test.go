@@ -668,7 +668,8 @@ func TestHelp(t *testing.T) {
 	flagSetMade = func(fs *flag.FlagSet) { made = append(made, fs) }
 	defer func() { flagSetMade = nil }()
 	names := []string{"agent set", "agent get", "agent list", "agent rm",
-		"jobs list", "jobs show", "jobs cancel", "schedules list", "schedules show", "schedules rm"}
+		"jobs list", "jobs show", "jobs cancel", "schedules list", "schedules show", "schedules rm",
+		"workflow start", "workflow view", "workflow list", "workflow cancel"}
 	for _, c := range commands {
 		names = append(names, c.name)
 	}

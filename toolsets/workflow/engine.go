@@ -109,12 +109,24 @@ func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition
 	if err := def.Check(); err != nil {
 		return nil, err
 	}
+	// The caller is a turn when it has a record (a direct call has none): the
+	// workflow's parent, whose model runs the tasks unless the definition names one.
+	caller, err := e.callerTurn(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	if caller == nil {
+		parent = ""
+	}
 	model := def.Model
 	if model == "" && slices.ContainsFunc(def.Tasks, func(t TaskDef) bool { return len(t.Script) == 0 }) {
-		var err error
-		if model, err = e.callerModel(ctx, parent); err != nil {
-			return nil, err
+		switch {
+		case caller == nil:
+			return nil, errors.New("no model for the tasks: give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
+		case caller.Spec.Model == "":
+			return nil, errors.New("no model for the tasks: the calling turn plays a script, which cannot run them; give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
 		}
+		model = caller.Spec.Model
 	}
 	now := time.Now().UTC()
 	wf := &bus.Workflow{ID: bus.NewID(), Agent: agent, Title: def.Title, State: bus.WorkflowRunning, Parent: parent,
@@ -160,34 +172,31 @@ func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition
 	return wf, nil
 }
 
-// callerModel is the model of the turn that starts a workflow, from its turn record.
-func (e *Engine) callerModel(ctx context.Context, turn string) (string, error) {
-	noModel := errors.New("no model for the tasks: give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
+// callerTurn reads the record of the turn that calls workflow_start; nil when it has
+// none (a direct call, or a turn not run through the intake).
+func (e *Engine) callerTurn(ctx context.Context, turn string) (*bus.TurnRecord, error) {
 	if turn == "" {
-		return "", noModel
+		return nil, nil
 	}
 	kv, err := e.js.KeyValue(ctx, bus.BucketTurns)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return "", noModel
+		return nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read the model of turn %s: %w", turn, err)
+		return nil, fmt.Errorf("read the calling turn %s: %w", turn, err)
 	}
 	entry, err := kv.Get(ctx, turn)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", noModel
+		return nil, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("read the model of turn %s: %w", turn, err)
+		return nil, fmt.Errorf("read the calling turn %s: %w", turn, err)
 	}
 	var rec bus.TurnRecord
 	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
-		return "", fmt.Errorf("read the model of turn %s: %w", turn, err)
+		return nil, fmt.Errorf("read the calling turn %s: %w", turn, err)
 	}
-	if rec.Spec.Model == "" {
-		return "", fmt.Errorf("no model for the tasks: the calling turn plays a script, which cannot run them; give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
-	}
-	return rec.Spec.Model, nil
+	return &rec, nil
 }
 
 // encode is a workflow's document, refused when the bus could not carry it.

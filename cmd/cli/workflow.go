@@ -1,0 +1,612 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/workflow"
+)
+
+// The workflow command calls the workflow tools over the bus, as a turn's calls would
+// go, so a workflow started here is the same as one a main turn starts; start then
+// follows it live: its task turns as they run, its document as it moves on.
+
+const workflowUsage = `start|view|list|cancel [flags] [FILE|ID]`
+
+const workflowAbout = "Starts, follows, lists and cancels workflows: tasks that each run as an isolated\n" +
+	"turn and end by submitting a result that passes the task's JSON Schema. The\n" +
+	"workflow tools run on the bus (category workflow); view, list and cancel need\n" +
+	"-server (or NATS_URL). start without -server runs the workflow on an embedded\n" +
+	"bus and node, and follows it to its end.\n" +
+	"  toolbus workflow start [flags] FILE     FILE holds workflow_start's arguments (- for standard input)\n" +
+	"  toolbus workflow view [-follow] ID\n" +
+	"  toolbus workflow list [-state STATE]\n" +
+	"  toolbus workflow cancel [-reason TEXT] ID"
+
+func cmdWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fs := newFlagSet("workflow", workflowUsage, workflowAbout, stderr)
+		if _, err := parseArgs(fs, args); err != nil {
+			return err
+		}
+		return usagef("want a subcommand: start, view, list or cancel")
+	}
+	sub, args := args[0], args[1:]
+	switch sub {
+	case "start":
+		return workflowStart(ctx, args, stdout, stderr)
+	case "view", "show":
+		return workflowView(ctx, args, stdout, stderr)
+	case "list", "ls":
+		return workflowList(ctx, args, stdout, stderr)
+	case "cancel":
+		return workflowCancel(ctx, args, stdout, stderr)
+	}
+	return usagef("unknown subcommand %q: want start, view, list or cancel", sub)
+}
+
+func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("workflow start", "[flags] FILE",
+		"Starts the workflow FILE describes (workflow_start's arguments: a title and the\n"+
+			"tasks, each with instructions, a result_schema, depends_on, max_attempts, and for\n"+
+			"offline runs a script) and follows it: each task turn as it runs, each task as it\n"+
+			"ends, then the whole workflow. Ctrl-C cancels the workflow. Without -server it runs\n"+
+			"on an embedded bus and node. Exit status: 0 completed, 1 failed or cancelled.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	var (
+		agent      = fs.String("agent", defaultAgent, "the agent the workflow runs for")
+		model      = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL or chat:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
+		asJSON     = fs.Bool("json", false, "print only the workflow's document at the end (with -detach: at once), as JSON")
+		detach     = fs.Bool("detach", false, "with -server: return once the workflow has started, without following it")
+		storeDir   = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
+		baseURL    = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI)")
+		apiKeyFile = fs.String("api-key-file", "", "embedded node: a file holding the API key of the -base-url endpoint (default env TOOLBUS_MODEL_API_KEY)")
+		reqTimeout = fs.Duration("request-timeout", 0, "embedded node: how long one model request may wait for its answer")
+		logFile    = fs.String("log", "", "embedded node: append its whole log to this file")
+		verbose    = fs.Bool("v", false, "show the embedded node's info lines too")
+	)
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(pos) != 1:
+		return usagef("want one workflow file")
+	case *detach && bf.server == "":
+		return usagef("-detach leaves the workflow to a running bus: it needs -server")
+	case strings.HasPrefix(*model, "script:"):
+		return usagef("-model %s: a workflow plays scripts per task (each task's script in FILE); -model names a real model", *model)
+	}
+	if bf.server != "" {
+		set := flagsSet(fs)
+		for _, f := range []string{"store-dir", "base-url", "api-key-file", "request-timeout", "log"} {
+			if set[f] {
+				return usagef("-%s configures the embedded node; with -server the remote nodes use their own", f)
+			}
+		}
+	}
+	if err := checkAgent(*agent); err != nil {
+		return err
+	}
+	doc, err := readDoc(pos[0])
+	if err != nil {
+		return err
+	}
+	var def workflow.Definition
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&def); err != nil {
+		return fmt.Errorf("workflow file %s: %w", pos[0], err)
+	}
+	if def.Model == "" {
+		def.Model = *model
+	}
+	if err := def.Check(); err != nil {
+		return err
+	}
+	gw, err := gatewayConfig(gatewayFlags{baseURL: *baseURL, keyFile: *apiKeyFile, requestTimeout: *reqTimeout})
+	if err != nil {
+		return err
+	}
+	logs, err := newLogView(stderr, *logFile, *verbose)
+	if err != nil {
+		return err
+	}
+	defer logs.Close()
+	bc, err := connect(ctx, bf, embedOptions{home: ".", storeDir: *storeDir, turns: true, gateway: gw}, logs.logger())
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+
+	args2, err := json.Marshal(def)
+	if err != nil {
+		return err
+	}
+	// Watch the task turns before any can start.
+	r := newRenderer(stdout)
+	if *asJSON {
+		r = &renderer{w: io.Discard, now: time.Now}
+	}
+	watch, err := watchWorkflows(bc.nc, *agent)
+	if err != nil {
+		return err
+	}
+	defer watch.stop()
+	wf, err := callWorkflowTool(ctx, bc, "workflow_start", *agent, args2)
+	if err != nil {
+		return err
+	}
+	if *detach {
+		if *asJSON {
+			return printJSON(stdout, wf)
+		}
+		fmt.Fprintf(stdout, "workflow %s started: %s\n", wf.ID, plural(len(wf.Tasks), "task"))
+		fmt.Fprintf(stdout, "follow it: toolbus workflow view -follow -server … -agent %s %s\n", wf.Agent, wf.ID)
+		return nil
+	}
+	final, err := followWorkflow(ctx, bc, wf, watch, r)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		if err := printJSON(stdout, final); err != nil {
+			return err
+		}
+	}
+	return workflowExit(final)
+}
+
+// workflowExit maps how a workflow ended to the command's exit.
+func workflowExit(wf *bus.Workflow) error {
+	switch wf.State {
+	case bus.WorkflowCompleted:
+		return nil
+	case bus.WorkflowRunning:
+		return &exitError{code: exitInterrupted, err: fmt.Errorf("workflow %s still runs", wf.ID)}
+	}
+	return &exitError{code: exitFailed, err: fmt.Errorf("workflow %s %s: %s", wf.ID, wf.State, cmp.Or(wf.Error, "no reason given"))}
+}
+
+func workflowView(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("workflow view", "[flags] ID",
+		"Shows one workflow: its state, each task with its attempts (turn, outcome, reason),\n"+
+			"result and error. -follow shows it live until it ends.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	agent := fs.String("agent", defaultAgent, "the agent whose workflow it is")
+	asJSON := fs.Bool("json", false, "print the workflow's document as JSON")
+	follow := fs.Bool("follow", false, "follow the workflow live until it ends, as start does")
+	bc, pos, err := workflowConn(ctx, fs, &bf, args, agent, oneWorkflowID)
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+	req, _ := json.Marshal(map[string]string{"workflow_id": pos[0]})
+	if *follow {
+		r := newRenderer(stdout)
+		if *asJSON {
+			r = &renderer{w: io.Discard, now: time.Now}
+		}
+		watch, err := watchWorkflows(bc.nc, *agent)
+		if err != nil {
+			return err
+		}
+		defer watch.stop()
+		wf, err := callWorkflowTool(ctx, bc, "workflow_view", *agent, req)
+		if err != nil {
+			return err
+		}
+		r.println(workflow.View(wf))
+		if wf, err = followWorkflow(ctx, bc, wf, watch, r); err != nil {
+			return err
+		}
+		if *asJSON {
+			if err := printJSON(stdout, wf); err != nil {
+				return err
+			}
+		}
+		return workflowExit(wf)
+	}
+	wf, err := callWorkflowTool(ctx, bc, "workflow_view", *agent, req)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, wf)
+	}
+	fmt.Fprintln(stdout, workflow.View(wf))
+	return nil
+}
+
+func workflowList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("workflow list", "[flags]", "Lists an agent's workflows, newest first.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	agent := fs.String("agent", defaultAgent, "the agent whose workflows to list")
+	asJSON := fs.Bool("json", false, "print the workflows' documents as a JSON array")
+	state := fs.String("state", "", "only workflows in this state: running, completed, failed or cancelled")
+	bc, _, err := workflowConn(ctx, fs, &bf, args, agent, func(pos []string) error {
+		switch {
+		case len(pos) > 0:
+			return usagef("unexpected arguments %q", pos)
+		case *state != "" && !bus.WorkflowState(*state).Valid():
+			return usagef("-state %q: want running, completed, failed or cancelled", *state)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+	req := []byte(`{}`)
+	if *state != "" {
+		req, _ = json.Marshal(map[string]string{"state": *state})
+	}
+	reply, err := workflowCall(ctx, bc, "workflow_list", *agent, req)
+	if err != nil {
+		return err
+	}
+	var wfs []*bus.Workflow
+	if err := json.Unmarshal(reply.Details, &wfs); err != nil {
+		return fmt.Errorf("workflow_list: malformed details: %w", err)
+	}
+	if *asJSON {
+		return printJSON(stdout, wfs)
+	}
+	if len(wfs) == 0 {
+		fmt.Fprintf(stderr, "toolbus: agent %s has no %sworkflows\n", *agent, cmp.Or(*state+" ", ""))
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tTASKS\tSTARTED\tTITLE")
+	for _, wf := range wfs {
+		done := 0
+		for _, t := range wf.Tasks {
+			if t.State == bus.TaskDone {
+				done++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d done\t%s\t%s\n", wf.ID, wf.State, done, len(wf.Tasks),
+			wf.Created.Local().Format("2006-01-02 15:04:05"), truncate(wf.Title, 60))
+	}
+	return tw.Flush()
+}
+
+func workflowCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("workflow cancel", "[flags] ID",
+		"Cancels a running workflow: its running task turns are aborted and its unfinished\n"+
+			"tasks recorded as cancelled.", stderr)
+	var bf busFlags
+	bf.register(fs)
+	agent := fs.String("agent", defaultAgent, "the agent whose workflow it is")
+	asJSON := fs.Bool("json", false, "print the workflow's document as JSON")
+	reason := fs.String("reason", "", "why, recorded with the workflow and its tasks")
+	bc, pos, err := workflowConn(ctx, fs, &bf, args, agent, oneWorkflowID)
+	if err != nil {
+		return err
+	}
+	defer bc.Close()
+	req, _ := json.Marshal(map[string]string{"workflow_id": pos[0], "reason": cmp.Or(*reason, "cancelled from the command line")})
+	wf, err := callWorkflowTool(ctx, bc, "workflow_cancel", *agent, req)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, wf)
+	}
+	fmt.Fprintln(stdout, workflow.View(wf))
+	return nil
+}
+
+// workflowConn parses the flags of view, list and cancel, checks them, and dials -server.
+func workflowConn(ctx context.Context, fs *flag.FlagSet, bf *busFlags, args []string, agent *string, check func(pos []string) error) (*busConn, []string, error) {
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := check(pos); err != nil {
+		return nil, nil, err
+	}
+	if bf.server == "" {
+		return nil, nil, usagef("workflows live on a running bus: this needs -server (or NATS_URL); an embedded bus ends with its own command")
+	}
+	if err := checkAgent(*agent); err != nil {
+		return nil, nil, err
+	}
+	bc, err := connect(ctx, *bf, embedOptions{}, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return bc, pos, nil
+}
+
+func oneWorkflowID(pos []string) error {
+	if len(pos) != 1 {
+		return usagef("want one workflow id")
+	}
+	return nil
+}
+
+// workflowCall calls one workflow tool as agent and returns its reply, an error for any
+// outcome but ok.
+func workflowCall(ctx context.Context, bc *busConn, tool, agent string, args []byte) (bus.ToolReply, error) {
+	spec := workflowSpec(tool)
+	parsed, err := spec.Params.Parse(string(args), schema.ParseOptions{})
+	if err != nil {
+		return bus.ToolReply{}, fmt.Errorf("%s: %w", tool, err)
+	}
+	reply, err := callTool(ctx, bc, spec, agent, parsed)
+	if err != nil {
+		return bus.ToolReply{}, err
+	}
+	if reply.Outcome != bus.OutcomeOK {
+		msg := cmp.Or(reply.Error, toolbus.Result{Content: toToolContent(reply.Content)}.Text())
+		return bus.ToolReply{}, fmt.Errorf("%s: %s", tool, msg)
+	}
+	return reply, nil
+}
+
+// callWorkflowTool calls a workflow tool whose details are a workflow's document.
+func callWorkflowTool(ctx context.Context, bc *busConn, tool, agent string, args []byte) (*bus.Workflow, error) {
+	reply, err := workflowCall(ctx, bc, tool, agent, args)
+	if err != nil {
+		return nil, err
+	}
+	var wf bus.Workflow
+	if err := json.Unmarshal(reply.Details, &wf); err != nil {
+		return nil, fmt.Errorf("%s: malformed details: %w", tool, err)
+	}
+	return &wf, nil
+}
+
+// workflowSpec is the spec of a workflow tool, as this build defines it.
+func workflowSpec(name string) *toolbus.Spec {
+	for _, s := range workflow.Specs() {
+		if s.Name == name {
+			return s
+		}
+	}
+	panic("no workflow tool " + name)
+}
+
+func printJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// workflowWatch receives, in the order the bus delivers them, the statuses of every turn
+// (a task turn's id is "<workflow>-<task>-<attempt>") and every write of an agent's
+// workflow documents (the KV bucket's subject): the node that ends a task turn publishes
+// its last status before it writes the workflow, on one connection, so the two arrive
+// in that order on one subscription channel.
+type workflowWatch struct {
+	subs []*nats.Subscription
+	msgs chan *nats.Msg
+}
+
+func watchWorkflows(nc *nats.Conn, agent string) (*workflowWatch, error) {
+	w := &workflowWatch{msgs: make(chan *nats.Msg, 1024)}
+	for _, subj := range []string{bus.AllStatuses, bus.WorkflowUpdates(agent)} {
+		sub, err := nc.ChanSubscribe(subj, w.msgs)
+		if err != nil {
+			w.stop()
+			return nil, fmt.Errorf("watch workflows: %w", err)
+		}
+		w.subs = append(w.subs, sub)
+	}
+	if err := nc.Flush(); err != nil {
+		w.stop()
+		return nil, fmt.Errorf("watch workflows: %w", err)
+	}
+	return w, nil
+}
+
+func (w *workflowWatch) stop() {
+	for _, s := range w.subs {
+		_ = s.Unsubscribe()
+	}
+}
+
+// followPoll is how often a follower reads the document itself too, in case a write
+// passed while its connection was down.
+const followPoll = 2 * time.Second
+
+// followWorkflow shows a workflow live until it ends: its task turns' statuses and each
+// change of its document. An interrupt cancels the workflow, which then ends.
+func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *workflowWatch, r *renderer) (*bus.Workflow, error) {
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	began := time.Now()
+	r.println(r.style(ansiBold, fmt.Sprintf("workflow %s %q: %s, agent %s", wf.ID, wf.Title, plural(len(wf.Tasks), "task"), wf.Agent)))
+	prev := &bus.Workflow{ID: wf.ID, Tasks: make([]bus.Task, len(wf.Tasks))}
+	for i, t := range wf.Tasks {
+		prev.Tasks[i] = bus.Task{ID: t.ID, State: bus.TaskPending}
+	}
+	// show prints what a newer revision of the document changed; it returns the
+	// document once the workflow has ended.
+	show := func(cur *bus.Workflow) *bus.Workflow {
+		if cur.ID != wf.ID || (!prev.Updated.IsZero() && !cur.Updated.After(prev.Updated)) {
+			return nil
+		}
+		for _, line := range workflowChanges(r, prev, cur) {
+			r.println(line)
+		}
+		prev = cur
+		if !cur.State.Ended() {
+			return nil
+		}
+		r.println("")
+		r.println(workflow.View(cur))
+		r.println("")
+		r.println(r.style(ansiDim, fmt.Sprintf("%s · %d of %d tasks done · %s", cur.State, doneTasks(cur), len(cur.Tasks),
+			formatElapsed(time.Since(began)))))
+		return cur
+	}
+	if ended := show(wf); ended != nil {
+		return ended, nil
+	}
+	prefix := wf.ID + "-"
+	key := bus.WorkflowKey(wf.Agent, wf.ID)
+	poll := time.NewTicker(followPoll)
+	defer poll.Stop()
+	interrupt := ctx.Done()
+	var giveUp <-chan time.Time
+	for {
+		select {
+		case <-interrupt:
+			interrupt = nil
+			r.println(r.style(ansiDim, "interrupted: cancelling the workflow"))
+			req, _ := json.Marshal(map[string]string{"workflow_id": wf.ID, "reason": "interrupted"})
+			if _, err := workflowCall(wctx, bc, "workflow_cancel", wf.Agent, req); err != nil {
+				r.println(r.style(ansiRed, err.Error()))
+			}
+			giveUp = time.After(abortWait)
+		case <-giveUp:
+			return prev, &exitError{code: exitInterrupted, err: fmt.Errorf("workflow %s did not end within %s of its cancel", wf.ID, abortWait)}
+		case <-poll.C:
+			req, _ := json.Marshal(map[string]string{"workflow_id": wf.ID})
+			if cur, err := callWorkflowTool(wctx, bc, "workflow_view", wf.Agent, req); err == nil {
+				if ended := show(cur); ended != nil {
+					return ended, nil
+				}
+			}
+		case m := <-watch.msgs:
+			if strings.HasSuffix(m.Subject, "."+key) && strings.HasPrefix(m.Subject, "$KV.") {
+				var cur bus.Workflow
+				if json.Unmarshal(m.Data, &cur) == nil {
+					if ended := show(&cur); ended != nil {
+						return ended, nil
+					}
+				}
+				continue
+			}
+			ts, ok := bus.ParseTurnSubject(m.Subject)
+			if !ok || !strings.HasPrefix(ts.Turn, prefix) {
+				continue
+			}
+			var st bus.TurnStatus
+			if json.Unmarshal(m.Data, &st) == nil {
+				if line := taskTurnLine(r, strings.TrimPrefix(ts.Turn, prefix), ts.Status, st); line != "" {
+					r.println(line)
+				}
+			}
+		}
+	}
+}
+
+func doneTasks(wf *bus.Workflow) int {
+	n := 0
+	for _, t := range wf.Tasks {
+		if t.State == bus.TaskDone {
+			n++
+		}
+	}
+	return n
+}
+
+// taskName is "<task>#<attempt>" for a task turn's id without its workflow prefix.
+func taskName(rest string) string {
+	i := strings.LastIndexByte(rest, '-')
+	if i < 0 {
+		return rest
+	}
+	return rest[:i] + "#" + rest[i+1:]
+}
+
+// taskTurnLine describes one status of a task turn.
+func taskTurnLine(r *renderer, rest, kind string, st bus.TurnStatus) string {
+	name := taskName(rest)
+	switch kind {
+	case bus.StatusStarted:
+		if res := st.Resumed; res != nil {
+			return r.style(ansiDim, fmt.Sprintf("  %s resumed on node %s (from %s: %s)", name, st.Node, cmp.Or(res.From, "the intake"), res.Why))
+		}
+		return r.style(ansiDim, fmt.Sprintf("  %s running on node %s", name, st.Node))
+	case bus.StatusStep:
+		var lines []string
+		if st.Text != "" {
+			first, _, _ := strings.Cut(st.Text, "\n")
+			lines = append(lines, fmt.Sprintf("  %s: %s", name, truncate(first, 100)))
+		}
+		for _, n := range st.Notes {
+			lines = append(lines, r.style(ansiDim, fmt.Sprintf("  %s ↺ %s", name, n)))
+		}
+		for _, c := range st.Calls {
+			if c.Outcome == bus.OutcomeOK {
+				lines = append(lines, fmt.Sprintf("  %s %s %s", name, r.style(ansiGreen, "✓"), cmp.Or(c.Label, c.Tool)))
+				continue
+			}
+			// A refused submission: its first line, then each leaf "path: message".
+			first, leaves, _ := strings.Cut(c.Error, "\n")
+			lines = append(lines, fmt.Sprintf("  %s %s %s: %s", name, r.style(ansiRed, "✗"), c.Tool, truncate(first, 100)))
+			for _, l := range strings.Split(leaves, "\n") {
+				if l != "" {
+					lines = append(lines, "      "+truncate(l, 120))
+				}
+			}
+		}
+		return strings.Join(lines, "\n")
+	case bus.StatusDone:
+		s := fmt.Sprintf("  %s %s after %s", name, st.State, plural(st.Step, "step"))
+		if st.Error != "" && st.State != bus.TurnTerminated {
+			s += ": " + st.Error
+		}
+		return r.style(ansiDim, s)
+	}
+	return ""
+}
+
+// workflowChanges describes what changed in a workflow's document.
+func workflowChanges(r *renderer, prev, cur *bus.Workflow) []string {
+	var lines []string
+	for i := range cur.Tasks {
+		t := &cur.Tasks[i]
+		var old bus.Task
+		if i < len(prev.Tasks) {
+			old = prev.Tasks[i]
+		}
+		for j, a := range t.Attempts {
+			var was bus.Attempt
+			if j < len(old.Attempts) {
+				was = old.Attempts[j]
+			} else {
+				lines = append(lines, fmt.Sprintf("▶ task %s: attempt %d of %d (turn %s)", t.ID, a.N, t.MaxAttempts, a.Turn))
+			}
+			if a.Outcome != "" && was.Outcome == "" && a.Outcome != bus.AttemptAccepted {
+				lines = append(lines, r.style(ansiRed, fmt.Sprintf("✗ task %s: attempt %d %s: %s", t.ID, a.N, a.Outcome, a.Reason)))
+			}
+		}
+		if t.State == old.State {
+			continue
+		}
+		switch t.State {
+		case bus.TaskDone:
+			lines = append(lines, r.style(ansiGreen, fmt.Sprintf("✓ task %s done: %s", t.ID, truncate(string(t.Result), 200))))
+		case bus.TaskFailed:
+			lines = append(lines, r.style(ansiRed, fmt.Sprintf("✗ task %s failed: %s", t.ID, t.Error)))
+		case bus.TaskCancelled:
+			lines = append(lines, fmt.Sprintf("✗ task %s cancelled", t.ID))
+		}
+	}
+	return lines
+}
