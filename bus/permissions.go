@@ -99,6 +99,18 @@ func withProfileReader(p *server.Permissions) *server.Permissions {
 	return c
 }
 
+// withWorkflowStore returns a copy of p that may do what a host of the workflow
+// category does: read and write the workflows bucket, read turn records (a caller's
+// model), queue task turns through a node that runs turns, and abort them.
+func withWorkflowStore(p *server.Permissions) *server.Permissions {
+	c := clonePermissions(p)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketWorkflows), kvStream(BucketTurns))...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(BucketWorkflows)...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(BucketWorkflows)+".>", AnyNodeStartTurn, AllAborts)
+	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
+	return c
+}
+
 // withBrainStore returns a copy of p that may read the knowledge pages (gets, watches,
 // the object store of large pages) and create their buckets if no node has: what a
 // host of the brain category needs. Its tools only read; pages are written by
@@ -168,7 +180,8 @@ func ControlPermissions() *server.Permissions {
 		Publish: &server.SubjectPermission{Allow: []string{
 			AllTools, AllAborts, AllApproves, AllNodeStarts, AnyNodeStartTurn, allServices,
 		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns}},
+		// The writes of workflow documents, for `toolbus workflow` to follow them.
+		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns, "$KV." + BucketWorkflows + ".>"}},
 	}
 }
 
@@ -206,7 +219,7 @@ func WatcherPermissions() *server.Permissions {
 // intake, whose work-queue consumer a reader could take turns from.
 var readableStreams = append([]string{
 	kvStream(BucketTurns), kvStream(BucketAgents), kvStream(BucketTodos), StreamTranscripts,
-	kvStream(BucketJobs), kvStream(BucketSchedules),
+	kvStream(BucketJobs), kvStream(BucketSchedules), kvStream(BucketWorkflows),
 }, brainStreams...)
 
 // kvStream is the stream behind a key-value bucket.

@@ -74,6 +74,9 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		if slices.Contains(categories, "brain") {
 			p = withBrainStore(p)
 		}
+		if slices.Contains(categories, "workflow") {
+			p = withWorkflowStore(p)
+		}
 		return p, nil
 	case RoleOperator:
 		return OperatorPermissions(), nil

@@ -45,6 +45,7 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	  {"user": "todo", "password": "pw", "role": "tool", "categories": ["todo"]},
 	  {"user": "web", "password": "pw", "role": "tool", "categories": ["web"]},
 	  {"user": "bg", "password": "pw", "role": "tool", "categories": ["jobs", "schedule"]},
+	  {"user": "wf", "password": "pw", "role": "tool", "categories": ["workflow"]},
 	  {"user": "ops", "password_hash": %q, "role": "operator"},
 	  {"user": "watch", "password": "pw", "role": "watcher"},
 	  {"nkey": %q, "role": "watcher"},
@@ -68,7 +69,7 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{BucketTurns, BucketAgents, BucketTodos, BucketJobs, BucketSchedules} {
+	for _, b := range []string{BucketTurns, BucketAgents, BucketTodos, BucketJobs, BucketSchedules, BucketWorkflows} {
 		kv, err := KeyValue(ctx, js, b, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -167,6 +168,7 @@ func TestRolesFromUsersFile(t *testing.T) {
 		"todo":  nats.UserInfo("todo", "pw"),
 		"web":   nats.UserInfo("web", "pw"),
 		"bg":    nats.UserInfo("bg", "pw"),
+		"wf":    nats.UserInfo("wf", "pw"),
 		"ops":   nats.UserInfo("ops", "ops-pw"),
 		"watch": nats.UserInfo("watch", "pw"),
 		"nkey":  nats.Nkey(must(kp.PublicKey()), kp.Sign),
@@ -181,6 +183,9 @@ func TestRolesFromUsersFile(t *testing.T) {
 	}{
 		{"fs", true, ResultSubject("t1", "c1"), "", true},
 		{"fs", true, AbortSubject("t1"), "", false},
+		{"wf", true, AbortSubject("t1"), "", true},
+		{"wf", true, AnyNodeStartTurn, "", true},
+		{"wf", true, IntakeAny("t1"), "", false},
 		{"fs", true, IntakeAny("t1"), "", false},
 		{"fs", false, CategorySubjects("fs"), ToolSubject("fs", "read"), true},
 		{"fs", false, CategorySubjects("web"), ToolSubject("web", "x"), false},
@@ -280,6 +285,14 @@ func TestRolesFromUsersFile(t *testing.T) {
 		{"ops", BucketSchedules, false, true},
 		{"ops", BucketJobs, true, false},
 		{"watch", BucketSchedules, false, true},
+		// A host of the workflow category keeps workflows and reads turn records.
+		{"wf", BucketWorkflows, true, true},
+		{"wf", BucketWorkflows, false, true},
+		{"wf", BucketTurns, false, true},
+		{"wf", BucketTurns, true, false},
+		{"wf", BucketTodos, false, false},
+		{"ops", BucketWorkflows, false, true},
+		{"ops", BucketWorkflows, true, false},
 	}
 	for _, tc := range jsCases {
 		op := map[bool]string{true: "write", false: "read"}[tc.write]
