@@ -632,3 +632,80 @@ func TestWorkflowStateSurvivesRestart(t *testing.T) {
 		t.Errorf("the document changed: %+v", after)
 	}
 }
+
+// TestMainTurnStartsWorkflow: a main turn run through the intake starts a workflow with
+// workflow_start and lists it; the workflow's parent is that turn, and its task turns
+// run as turns of their own. A task turn nobody's workflow wants is refused at the
+// intake.
+func TestMainTurnStartsWorkflow(t *testing.T) {
+	h := newWFHarness(t)
+	ctx := t.Context()
+	def, err := json.Marshal(oneTask(script(t, submit(`{"n":1,"note":"one"}`)), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mainScript := script(t,
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "s1", Name: "workflow_start", Arguments: string(def)}}},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "l1", Name: "workflow_list", Arguments: `{}`}}},
+		gateway.ScriptStep{Text: "Started."},
+	)
+	turn := "main-" + bus.NewID()
+	done := make(chan *nats.Msg, 1)
+	sub, err := h.nc.ChanSubscribe(bus.TurnStatusSubject(turn, bus.StatusDone), done)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if _, err := h.node.Submit(ctx, bus.TurnSpec{ID: turn, Agent: wfAgent, Input: "start it", Script: mainScript}, ""); err != nil {
+		t.Fatal(err)
+	}
+	var st bus.TurnStatus
+	select {
+	case m := <-done:
+		_ = json.Unmarshal(m.Data, &st)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the main turn did not end")
+	}
+	if st.State != bus.TurnCompleted || len(st.Calls) != 2 || st.Calls[0].Outcome != bus.OutcomeOK || st.Calls[1].Outcome != bus.OutcomeOK {
+		t.Fatalf("main turn %s: %+v", st.State, st.Calls)
+	}
+	var wf bus.Workflow
+	if err := json.Unmarshal(st.Calls[0].Details, &wf); err != nil {
+		t.Fatal(err)
+	}
+	if wf.Parent != turn {
+		t.Errorf("the workflow's parent is %q, want the main turn %s", wf.Parent, turn)
+	}
+	if got := h.waitEnded(wf.ID); got.State != bus.WorkflowCompleted {
+		t.Errorf("workflow:\n%s", workflow.View(got))
+	}
+	rec, err := h.turnRecord(bus.AttemptTurn(wf.ID, "count", 1))
+	if err != nil || rec.Spec.Kind != bus.TurnTask || rec.Spec.Parent != turn || rec.Spec.Workflow != wf.ID {
+		t.Errorf("task turn record %+v, %v", rec.Spec, err)
+	}
+
+	// Over the bus, a task turn must be its task's live attempt.
+	for _, tc := range []struct {
+		spec bus.TurnSpec
+		want string
+	}{
+		{bus.TurnSpec{ID: "stray-1", Kind: bus.TurnTask, Agent: wfAgent, Workflow: "nope", Task: "count", Input: "x",
+			ResultSchema: json.RawMessage(countSchema), Script: script(t, submit(`{}`))}, "no such workflow"},
+		{bus.TurnSpec{ID: "stray-2", Kind: bus.TurnTask, Agent: wfAgent, Workflow: wf.ID, Task: "count", Input: "x",
+			ResultSchema: json.RawMessage(countSchema), Script: script(t, submit(`{}`))}, "turn stray-2 is not an attempt of task count of workflow " + wf.ID},
+		{bus.TurnSpec{ID: bus.AttemptTurn(wf.ID, "count", 1), Kind: bus.TurnTask, Agent: wfAgent, Workflow: wf.ID, Task: "count", Input: "x",
+			ResultSchema: json.RawMessage(countSchema), Script: script(t, submit(`{}`))}, "attempt 1 of task count has ended (accepted)"},
+		{bus.TurnSpec{ID: "stray-3", Kind: bus.TurnTask, Agent: wfAgent, Task: "count", Input: "x"}, "a task turn needs a workflow_id"},
+	} {
+		b, _ := json.Marshal(tc.spec)
+		m, err := h.nc.Request(bus.AnyNodeStartTurn, b, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var reply bus.StartTurnReply
+		_ = json.Unmarshal(m.Data, &reply)
+		if !strings.Contains(reply.Error, tc.want) {
+			t.Errorf("start %s: %q, want %q", tc.spec.ID, reply.Error, tc.want)
+		}
+	}
+}
