@@ -709,3 +709,43 @@ func TestMainTurnStartsWorkflow(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkflowHostWithoutTurns: a node that hosts the workflow category but runs no turns
+// queues task turns through a node that does (toolbus.nodes.turn.start), and the
+// workflow completes there.
+func TestWorkflowHostWithoutTurns(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	connect := func(name string) (*nats.Conn, error) { return srv.Connect(name) }
+	runner, err := StartNode(ctx, NodeConfig{Name: "runner", Connect: connect, Turns: true, Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer runner.Close()
+	host, err := StartNode(ctx, NodeConfig{Name: "host", Connect: connect, Categories: []string{workflow.Category}, Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	nc, err := srv.Connect("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	h := &wfHarness{t: t, nc: nc, js: js}
+	wf := h.startWorkflow(oneTask(script(t, submit(`{"n":2,"note":"two"}`)), 1))
+	got := h.waitEnded(wf.ID)
+	if got.State != bus.WorkflowCompleted {
+		t.Fatalf("workflow:\n%s", workflow.View(got))
+	}
+	rec, err := h.turnRecord(got.Task("count").Attempts[0].Turn)
+	if err != nil || rec.Owner != "runner" {
+		t.Errorf("the task turn ran on %q (%v), want the node that runs turns", rec.Owner, err)
+	}
+}
