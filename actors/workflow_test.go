@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/wait"
@@ -747,5 +748,68 @@ func TestWorkflowHostWithoutTurns(t *testing.T) {
 	rec, err := h.turnRecord(got.Task("count").Attempts[0].Turn)
 	if err != nil || rec.Owner != "runner" {
 		t.Errorf("the task turn ran on %q (%v), want the node that runs turns", rec.Owner, err)
+	}
+}
+
+// TestResumedTaskEndsWithItsAcceptedSubmission: a task turn whose node was lost after its
+// submit_result was accepted and stored, but before its end was, ends at once on the node
+// that resumes it, terminated with that submission, without asking the model again; the
+// result is written.
+func TestResumedTaskEndsWithItsAcceptedSubmission(t *testing.T) {
+	h := newWFHarness(t)
+	ctx := t.Context()
+	id := bus.NewID()
+	turn := bus.AttemptTurn(id, "count", 1)
+	now := time.Now().UTC()
+	never := script(t, gateway.ScriptStep{Text: "asked again"})
+	wf := bus.Workflow{ID: id, Agent: wfAgent, Title: "resume", State: bus.WorkflowRunning, Created: now, Updated: now,
+		Tasks: []bus.Task{{ID: "count", Instructions: "Count.", ResultSchema: json.RawMessage(countSchema), MaxAttempts: 1, Script: never,
+			State: bus.TaskRunning, Attempts: []bus.Attempt{{N: 1, Turn: turn, Started: now}}}}}
+	kv, err := bus.EnsureKeyValue(ctx, h.js, bus.WorkflowsBucketConfig(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, _ := json.Marshal(wf)
+	if _, err := kv.Create(ctx, bus.WorkflowKey(wfAgent, id), doc); err != nil {
+		t.Fatal(err)
+	}
+	// What the lost node had stored: the response with the submission, then its output.
+	for seq, items := range [][]gateway.Item{
+		{gateway.UserMessage("Count."), {Kind: gateway.KindFunctionCall, CallID: "c1", Name: "submit_result", Arguments: `{"result":{"n":5,"note":"five"}}`}},
+		{{Kind: gateway.KindCallOutput, CallID: "c1", Name: "submit_result", Output: []toolbus.ContentPart{toolbus.Text("Result accepted. The task is done.")}}},
+	} {
+		m := nats.NewMsg(bus.TranscriptSubject(turn))
+		m.Data, _ = json.Marshal(items)
+		m.Header.Set(bus.HeaderSeq, fmt.Sprint(seq+1))
+		if _, err := h.js.PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spec := bus.TurnSpec{ID: turn, Kind: bus.TurnTask, Agent: wfAgent, Workflow: id, Task: "count", Input: "Count.",
+		ResultSchema: json.RawMessage(countSchema), Script: never}
+	turns, err := h.js.KeyValue(ctx, bus.BucketTurns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnRunning, Owner: "ghost", Epoch: 1, Step: 1, Stored: 2,
+		Batch: []bus.CallState{{Call: "c1", Tool: "submit_result", State: bus.CallPending}}, Created: now, Updated: now})
+	if _, err := turns.Create(ctx, turn, rec); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(spec)
+	if _, err := h.js.Publish(ctx, bus.IntakeAny(turn), b); err != nil {
+		t.Fatal(err)
+	}
+	got := h.waitEnded(id)
+	if task := got.Task("count"); got.State != bus.WorkflowCompleted || string(task.Result) != `{"n":5,"note":"five"}` {
+		t.Fatalf("workflow:\n%s", workflow.View(got))
+	}
+	end, err := h.turnRecord(turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if end.State != bus.TurnTerminated || end.Step != 1 || len(end.Resumes) != 1 || end.Resumes[0].From != "ghost" ||
+		string(end.Submitted) != `{"result":{"n":5,"note":"five"}}` {
+		t.Errorf("turn record: %s after %d steps, resumes %+v, submitted %s", end.State, end.Step, end.Resumes, end.Submitted)
 	}
 }
