@@ -327,6 +327,9 @@ func TestJobToolsOnlyWhereSpawnAllowed(t *testing.T) {
 	h.profile(`{"version":3,"agent":"plain"}`)
 
 	has := func(spec bus.TurnSpec, name string) bool {
+		if spec.Kind == bus.TurnTask {
+			spec.Workflow, spec.Task, spec.ResultSchema = "w1", "t1", []byte(`{"type":"object","properties":{"n":{"type":"integer"}}}`)
+		}
 		kit, err := h.node.Assemble(h.ctx(), spec)
 		if err != nil {
 			t.Fatal(err)

@@ -133,7 +133,7 @@ func (h *wfHarness) call(tool string, args any) bus.ToolReply {
 	return r
 }
 
-func replyText(r bus.ToolReply) string {
+func contentText(r bus.ToolReply) string {
 	var parts []string
 	for _, p := range r.Content {
 		parts = append(parts, p.Text)
@@ -146,7 +146,7 @@ func (h *wfHarness) startWorkflow(def workflow.Definition) *bus.Workflow {
 	h.t.Helper()
 	r := h.call("workflow_start", def)
 	if r.Outcome != bus.OutcomeOK {
-		h.t.Fatalf("workflow_start: %s: %s %s", r.Outcome, r.Error, replyText(r))
+		h.t.Fatalf("workflow_start: %s: %s %s", r.Outcome, r.Error, contentText(r))
 	}
 	var wf bus.Workflow
 	if err := json.Unmarshal(r.Details, &wf); err != nil {
@@ -531,8 +531,8 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 	collect(func() bool { return started[turnA] && started[turnB] })
 
 	r := h.call("workflow_cancel", map[string]string{"workflow_id": wf.ID, "reason": "changed my mind"})
-	if r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), "cancelled") {
-		t.Fatalf("workflow_cancel: %s %s %s", r.Outcome, r.Error, replyText(r))
+	if r.Outcome != bus.OutcomeOK || !strings.Contains(contentText(r), "cancelled") {
+		t.Fatalf("workflow_cancel: %s %s %s", r.Outcome, r.Error, contentText(r))
 	}
 	collect(func() bool { return done[turnA].State != "" && done[turnB].State != "" })
 	for _, turn := range []string{turnA, turnB} {
@@ -579,11 +579,11 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 		t.Errorf("a second cancel: %s %s", r.Outcome, r.Error)
 	}
 	// workflow_list and workflow_view see it.
-	if r := h.call("workflow_list", map[string]string{"state": "cancelled"}); r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), wf.ID) {
-		t.Errorf("workflow_list: %s %s", r.Outcome, replyText(r))
+	if r := h.call("workflow_list", map[string]string{"state": "cancelled"}); r.Outcome != bus.OutcomeOK || !strings.Contains(contentText(r), wf.ID) {
+		t.Errorf("workflow_list: %s %s", r.Outcome, contentText(r))
 	}
-	if r := h.call("workflow_view", map[string]string{"workflow_id": wf.ID}); !strings.Contains(replyText(r), "- c: cancelled") {
-		t.Errorf("workflow_view:\n%s", replyText(r))
+	if r := h.call("workflow_view", map[string]string{"workflow_id": wf.ID}); !strings.Contains(contentText(r), "- c: cancelled") {
+		t.Errorf("workflow_view:\n%s", contentText(r))
 	}
 }
 

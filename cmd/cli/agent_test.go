@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -199,9 +200,10 @@ func TestAgentWebTools(t *testing.T) {
 					t.Errorf("%s turn: web tools %v, want %v (all: %v)", kind, web, tc.main, got)
 				}
 				if kind == "task" {
-					// A task turn holds the web tools its profile binds and nothing else.
-					if len(got) != len(tc.main) {
-						t.Errorf("task turn: tools %v, want %v", got, tc.main)
+					// A task turn holds the web tools its profile binds, its submit_result
+					// and nothing else.
+					if want := append(slices.Clone(tc.main), "submit_result"); !slices.Equal(got, want) {
+						t.Errorf("task turn: tools %v, want %v", got, want)
 					}
 					continue
 				}

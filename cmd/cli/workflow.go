@@ -385,15 +385,6 @@ func workflowSpec(name string) *toolbus.Spec {
 	panic("no workflow tool " + name)
 }
 
-func printJSON(w io.Writer, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
-}
-
 // workflowWatch receives, in the order the bus delivers them, the statuses of every turn
 // (a task turn's id is "<workflow>-<task>-<attempt>") and every write of an agent's
 // workflow documents (the KV bucket's subject): the node that ends a task turn publishes
