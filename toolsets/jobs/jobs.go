@@ -13,7 +13,6 @@
 package jobs
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -416,16 +415,7 @@ func (s *Store) create(ctx context.Context, j Job) error {
 	if err != nil {
 		return err
 	}
-	k := jobKey(j.Agent, j.ID)
-	return bus.Retry(ctx, "store job "+j.ID, nil, func(ctx context.Context) error {
-		_, err := s.kv.Create(ctx, k, b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			if e, gerr := s.kv.Get(ctx, k); gerr == nil && bytes.Equal(e.Value(), b) {
-				return nil
-			}
-		}
-		return err
-	})
+	return bus.CreateOnce(ctx, s.kv, jobKey(j.Agent, j.ID), b)
 }
 
 // Get reads an agent's job and its revision.
@@ -437,22 +427,14 @@ func get(ctx context.Context, kv jetstream.KeyValue, agent, id string) (Job, uin
 	if bus.CheckAgent(agent) != nil || !bus.ValidID(id) {
 		return Job{}, 0, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
-	var e jetstream.KeyValueEntry
-	err := bus.Retry(ctx, "read job "+id, nil, func(ctx context.Context) (err error) {
-		e, err = kv.Get(ctx, jobKey(agent, id))
-		return err
-	})
+	j, rev, err := bus.GetRecord[Job](ctx, kv, jobKey(agent, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Job{}, 0, fmt.Errorf("job %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Job{}, 0, err
+		return Job{}, 0, fmt.Errorf("job %s: %w", id, err)
 	}
-	var j Job
-	if err := json.Unmarshal(e.Value(), &j); err != nil {
-		return Job{}, 0, fmt.Errorf("job %s: unreadable record: %w", id, err)
-	}
-	return j, e.Revision(), nil
+	return j, rev, nil
 }
 
 // put writes a job's record at revision rev; an ended job's record expires keep later.

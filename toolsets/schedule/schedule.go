@@ -1,7 +1,6 @@
 package schedule
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -345,7 +344,7 @@ func (s *Store) Create(ctx context.Context, agent, creator string, a CreateArgs)
 	if err != nil {
 		return Schedule{}, err
 	}
-	if err := createOnce(ctx, s.kv, key(agent, sch.ID), rec); err != nil {
+	if err := bus.CreateOnce(ctx, s.kv, key(agent, sch.ID), rec); err != nil {
 		return Schedule{}, fmt.Errorf("store schedule: %w", err)
 	}
 	m := nats.NewMsg(bus.IntakeSchedule(sch.ID))
@@ -369,19 +368,6 @@ func (s *Store) Create(ctx context.Context, agent, creator string, a CreateArgs)
 	return sch, nil
 }
 
-// createOnce creates key; a retried create that finds its own value took effect.
-func createOnce(ctx context.Context, kv jetstream.KeyValue, key string, value []byte) error {
-	return bus.Retry(ctx, "create "+key, nil, func(ctx context.Context) error {
-		_, err := kv.Create(ctx, key, value)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			if e, gerr := kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), value) {
-				return nil
-			}
-		}
-		return err
-	})
-}
-
 // Get reads an agent's schedule and its revision.
 func (s *Store) Get(ctx context.Context, agent, id string) (Schedule, uint64, error) {
 	return get(ctx, s.kv, agent, id)
@@ -391,22 +377,14 @@ func get(ctx context.Context, kv jetstream.KeyValue, agent, id string) (Schedule
 	if bus.CheckAgent(agent) != nil || !bus.ValidToken(id) {
 		return Schedule{}, 0, fmt.Errorf("schedule %s: %w", id, ErrNotFound)
 	}
-	var e jetstream.KeyValueEntry
-	err := bus.Retry(ctx, "read schedule "+id, nil, func(ctx context.Context) (err error) {
-		e, err = kv.Get(ctx, key(agent, id))
-		return err
-	})
+	sch, rev, err := bus.GetRecord[Schedule](ctx, kv, key(agent, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return Schedule{}, 0, fmt.Errorf("schedule %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Schedule{}, 0, err
+		return Schedule{}, 0, fmt.Errorf("schedule %s: %w", id, err)
 	}
-	var sch Schedule
-	if err := json.Unmarshal(e.Value(), &sch); err != nil {
-		return Schedule{}, 0, fmt.Errorf("schedule %s: unreadable record: %w", id, err)
-	}
-	return sch, e.Revision(), nil
+	return sch, rev, nil
 }
 
 // List returns the schedules in the bucket, of one agent ("" for every agent), oldest

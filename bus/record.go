@@ -1,0 +1,47 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// CreateOnce creates key with value, retrying while JetStream has no leader (Retry). A
+// retried create that finds its own value under the key took effect the first time; any
+// other value there is jetstream.ErrKeyExists.
+func CreateOnce(ctx context.Context, kv jetstream.KeyValue, key string, value []byte) error {
+	return Retry(ctx, "create "+key, nil, func(ctx context.Context) error {
+		_, err := kv.Create(ctx, key, value)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			if e, gerr := kv.Get(ctx, key); gerr == nil && bytes.Equal(e.Value(), value) {
+				return nil
+			}
+		}
+		return err
+	})
+}
+
+// GetRecord reads the JSON record under key and its revision, retrying while JetStream
+// has no leader. A missing key is jetstream.ErrKeyNotFound; a value that is not the
+// record's JSON says which key holds it.
+func GetRecord[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T, uint64, error) {
+	var (
+		rec T
+		e   jetstream.KeyValueEntry
+	)
+	err := Retry(ctx, "read "+key, nil, func(ctx context.Context) (err error) {
+		e, err = kv.Get(ctx, key)
+		return err
+	})
+	if err != nil {
+		return rec, 0, err
+	}
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return rec, 0, fmt.Errorf("unreadable record %s: %w", key, err)
+	}
+	return rec, e.Revision(), nil
+}
