@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -29,10 +30,13 @@ func approvalTurn(t *testing.T, h *harness, tools []*toolbus.Tool, operator func
 		t.Fatal(err)
 	}
 	defer nc.Close()
+	// The operator's goroutines end before the subtest does: they report through t.
+	var operators sync.WaitGroup
+	defer operators.Wait()
 	sub, err := nc.Subscribe(bus.AllApprovals, func(m *nats.Msg) {
 		var req bus.ApprovalRequest
 		if json.Unmarshal(m.Data, &req) == nil {
-			go operator(nc, req)
+			operators.Go(func() { operator(nc, req) })
 		}
 	})
 	if err != nil {
@@ -83,7 +87,8 @@ func TestApprovals(t *testing.T) {
 		},
 	})
 	write := toolbus.MustDefine(toolbus.Def[valueArgs]{
-		Spec:             toolbus.Spec{Name: "write", Category: "ap", Destructive: true, Timeout: 2 * time.Second},
+		// Long enough for a decision on a loaded machine; the subtest without one waits it out.
+		Spec:             toolbus.Spec{Name: "write", Category: "ap", Destructive: true, Timeout: 5 * time.Second},
 		DescribeActivity: func(a valueArgs) string { return "Overwriting " + a.V },
 		Execute: func(_ context.Context, _ toolbus.Call, a valueArgs) (toolbus.Result, error) {
 			writes.Add(1)

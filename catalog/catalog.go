@@ -119,6 +119,11 @@ type Catalog struct {
 		kick chan struct{}
 		stop chan struct{}
 		done chan struct{}
+		// awaited are the categories announced up that a refresh has not found yet,
+		// with the refreshes tried since: a host's answer to $SRV.INFO can come after
+		// the refresh its own announcement started has ended (a slow or busy process).
+		mu      sync.Mutex
+		awaited map[string]int
 	}
 }
 
@@ -147,10 +152,18 @@ func (c *Catalog) Ensure(ctx context.Context, maxAge time.Duration, namespaces .
 	}
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
-	if c.Serves(namespaces...) || c.Age() < maxAge {
+	if c.Serves(namespaces...) || (c.Age() < maxAge && !c.awaiting()) {
 		return nil
 	}
 	return c.refresh(ctx)
+}
+
+// awaiting reports whether a category announced up is not in the catalog yet: it may
+// serve the namespace a turn misses, so the catalog looks again whatever its age.
+func (c *Catalog) awaiting() bool {
+	c.watch.mu.Lock()
+	defer c.watch.mu.Unlock()
+	return len(c.watch.awaited) > 0
 }
 
 func (c *Catalog) refresh(ctx context.Context) error {
@@ -164,6 +177,13 @@ func (c *Catalog) refresh(ctx context.Context) error {
 	c.mu.Lock()
 	c.categories, c.namespaces, c.loads, c.refreshed, c.at = categories, namespaces, loads, true, time.Now()
 	c.mu.Unlock()
+	c.watch.mu.Lock()
+	for name := range c.watch.awaited {
+		if _, ok := categories[name]; ok {
+			delete(c.watch.awaited, name)
+		}
+	}
+	c.watch.mu.Unlock()
 	return nil
 }
 
@@ -466,7 +486,20 @@ func (c *Catalog) Watch() error {
 	c.watch.kick = make(chan struct{}, 1)
 	c.watch.stop = make(chan struct{})
 	c.watch.done = make(chan struct{})
-	sub, err := c.nc.Subscribe(bus.CatalogChanged, func(*nats.Msg) { c.Kick() })
+	c.watch.awaited = make(map[string]int)
+	sub, err := c.nc.Subscribe(bus.CatalogChanged, func(m *nats.Msg) {
+		var ch bus.CatalogChange
+		if json.Unmarshal(m.Data, &ch) == nil && bus.ValidToken(ch.Category) {
+			c.watch.mu.Lock()
+			if ch.State == bus.CatalogUp {
+				c.watch.awaited[ch.Category] = 0
+			} else {
+				delete(c.watch.awaited, ch.Category)
+			}
+			c.watch.mu.Unlock()
+		}
+		c.Kick()
+	})
 	if err != nil {
 		return fmt.Errorf("watch catalog: %w", err)
 	}
@@ -515,6 +548,32 @@ func (c *Catalog) loop() {
 		if err := c.Refresh(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("catalog refresh failed", "err", err)
 		}
+		c.lookAgain()
+	}
+}
+
+// awaitedTries bounds the refreshes that look again for a category announced up.
+const awaitedTries = 4
+
+// lookAgain kicks another refresh, after a pause that doubles each time, while a
+// category announced up is still missing; a category still missing after awaitedTries
+// waits for the periodic refresh.
+func (c *Catalog) lookAgain() {
+	c.mu.RLock()
+	c.watch.mu.Lock()
+	var delay time.Duration
+	for name, tries := range c.watch.awaited {
+		if _, ok := c.categories[name]; ok || tries >= awaitedTries {
+			delete(c.watch.awaited, name)
+			continue
+		}
+		c.watch.awaited[name] = tries + 1
+		delay = max(delay, c.opts.Quiet<<tries)
+	}
+	c.watch.mu.Unlock()
+	c.mu.RUnlock()
+	if delay > 0 {
+		time.AfterFunc(delay, c.Kick)
 	}
 }
 

@@ -410,3 +410,59 @@ func FuzzFromEndpoint(f *testing.F) {
 		}
 	})
 }
+
+// TestCatalogLooksAgainForAnAnnouncedHost: a host whose answer to $SRV.INFO misses the
+// refresh its announcement started (here it announces before it serves) is found by
+// the catalog's next looks, without another announcement; and a turn's Ensure looks
+// again at once while an announced host is missing, whatever the catalog's age.
+func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
+	srv, nc := testBus(t)
+	o := quick()
+	o.Refresh = -1
+	cat := New(nc, o)
+	if err := cat.Watch(); err != nil {
+		t.Fatal(err)
+	}
+	defer cat.Close()
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if !cat.Refreshed() {
+			return errors.New("no first refresh")
+		}
+		return nil
+	})
+	b, _ := json.Marshal(bus.CatalogChange{Category: "late", Node: "node-l", State: bus.CatalogUp})
+	if err := nc.Publish(bus.CatalogChanged, b); err != nil {
+		t.Fatal(err)
+	}
+	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !cat.awaiting() {
+			return errors.New("the announcement is not heard yet")
+		}
+		return nil
+	})
+	// The catalog is fresh, and still it looks for the announced host.
+	serve(t, srv, "node-l", spec("wait", "late", "late", "W."))
+	if err := cat.Ensure(t.Context(), time.Hour, "late"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cat.Namespace("late"); err != nil {
+		t.Errorf("Ensure did not look again for an announced host: %v", err)
+	}
+
+	// Announced, then serving a little later, with no one asking: the watch looks again.
+	b, _ = json.Marshal(bus.CatalogChange{Category: "later", Node: "node-m", State: bus.CatalogUp})
+	if err := nc.Publish(bus.CatalogChanged, b); err != nil {
+		t.Fatal(err)
+	}
+	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !cat.awaiting() {
+			return errors.New("the announcement is not heard yet")
+		}
+		return nil
+	})
+	serve(t, srv, "node-m", spec("idle", "later", "later", "I."))
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		_, err := cat.Namespace("later")
+		return err
+	})
+}
