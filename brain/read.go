@@ -3,14 +3,9 @@ package brain
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/toolbus/toolbus/bus"
 )
 
 // PageChunk is the most text one read of a page returns, in bytes.
@@ -36,49 +31,21 @@ type Excerpt struct {
 // is in its second half, else at a character boundary. An offset inside a character
 // starts at the next one.
 func (s *Store) Read(ctx context.Context, agent, id string, offset int) (Excerpt, error) {
-	if err := checkAgent(agent); err != nil {
-		return Excerpt{}, err
-	}
-	if err := CheckID(id); err != nil {
-		return Excerpt{}, err
-	}
 	if offset < 0 {
 		return Excerpt{}, fmt.Errorf("offset %d is negative", offset)
 	}
-	kv, err := s.bucket(ctx)
-	if err != nil {
-		return Excerpt{}, err
-	}
-	k := key(agent, id)
-	for range 3 {
-		var e jetstream.KeyValueEntry
-		err := bus.Retry(ctx, "read page "+id, s.log, func(ctx context.Context) (err error) {
-			e, err = kv.Get(ctx, k)
-			return err
-		})
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Excerpt{}, fmt.Errorf("agent %s: page %s: %w", agent, id, ErrNotFound)
-		}
-		if err != nil {
-			return Excerpt{}, err
-		}
-		rec, err := decode(e)
-		if err != nil {
-			return Excerpt{}, err
-		}
+	var ex Excerpt
+	err := s.withRecord(ctx, agent, id, func(rec *Record) error {
 		if offset > 0 && offset >= rec.Size {
-			return Excerpt{}, fmt.Errorf("offset %d is past the end of page %s, which holds %d bytes", offset, id, rec.Size)
+			return fmt.Errorf("offset %d is past the end of page %s, which holds %d bytes", offset, id, rec.Size)
 		}
 		// Read a few bytes more than a chunk: enough to find where the next character
 		// starts after the cut.
 		window, err := s.window(ctx, rec, offset, PageChunk+utfMax)
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			continue // replaced meanwhile: read the new record
-		}
 		if err != nil {
-			return Excerpt{}, err
+			return err
 		}
-		ex := Excerpt{ID: rec.ID, Title: rec.Title, Tags: rec.Tags, Updated: rec.Updated, Size: rec.Size}
+		ex = Excerpt{ID: rec.ID, Title: rec.Title, Tags: rec.Tags, Updated: rec.Updated, Size: rec.Size}
 		skip := 0
 		for skip < len(window) && skip < utfMax && !isRuneStart(window[skip]) {
 			skip++
@@ -91,9 +58,9 @@ func (s *Store) Read(ctx context.Context, agent, id string, offset int) (Excerpt
 		if ex.End < rec.Size {
 			ex.NextOffset = ex.End
 		}
-		return ex, nil
-	}
-	return Excerpt{}, fmt.Errorf("page %s of %s is being replaced faster than it can be read; try again", id, agent)
+		return nil
+	})
+	return ex, err
 }
 
 // utfMax is the longest UTF-8 encoding of a character.

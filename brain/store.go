@@ -268,19 +268,33 @@ func (s *Store) dropObject(name string) {
 // Get returns one page of an agent, its text read from the object store for a large
 // page.
 func (s *Store) Get(ctx context.Context, agent, id string) (Page, error) {
+	var p Page
+	err := s.withRecord(ctx, agent, id, func(rec *Record) error {
+		text, err := s.text(ctx, rec)
+		if err != nil {
+			return err
+		}
+		p = Page{ID: rec.ID, Title: rec.Title, Tags: rec.Tags, Updated: rec.Updated, Text: text}
+		return nil
+	})
+	return p, err
+}
+
+// withRecord reads the record of an agent's page and gives it to use. A large page
+// replaced between reading its record and its object loses that object (use sees
+// jetstream.ErrObjectNotFound): then the new record is read, a few times at most.
+func (s *Store) withRecord(ctx context.Context, agent, id string, use func(*Record) error) error {
 	if err := checkAgent(agent); err != nil {
-		return Page{}, err
+		return err
 	}
 	if err := CheckID(id); err != nil {
-		return Page{}, err
+		return err
 	}
 	kv, err := s.bucket(ctx)
 	if err != nil {
-		return Page{}, err
+		return err
 	}
 	k := key(agent, id)
-	// A large page replaced between reading its record and its object loses that
-	// object: read the new record.
 	for range 3 {
 		var e jetstream.KeyValueEntry
 		err := bus.Retry(ctx, "read page "+id, s.log, func(ctx context.Context) (err error) {
@@ -288,25 +302,20 @@ func (s *Store) Get(ctx context.Context, agent, id string) (Page, error) {
 			return err
 		})
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return Page{}, fmt.Errorf("agent %s: page %s: %w", agent, id, ErrNotFound)
+			return fmt.Errorf("agent %s: page %s: %w", agent, id, ErrNotFound)
 		}
 		if err != nil {
-			return Page{}, err
+			return err
 		}
 		rec, err := decode(e)
 		if err != nil {
-			return Page{}, err
+			return err
 		}
-		text, err := s.text(ctx, rec)
-		if errors.Is(err, jetstream.ErrObjectNotFound) {
-			continue
+		if err := use(rec); !errors.Is(err, jetstream.ErrObjectNotFound) {
+			return err
 		}
-		if err != nil {
-			return Page{}, err
-		}
-		return Page{ID: rec.ID, Title: rec.Title, Tags: rec.Tags, Updated: rec.Updated, Text: text}, nil
 	}
-	return Page{}, fmt.Errorf("page %s of %s is being replaced faster than it can be read; try again", id, agent)
+	return fmt.Errorf("page %s of %s is being replaced faster than it can be read; try again", id, agent)
 }
 
 // decode reads a record from a KV entry.
