@@ -400,30 +400,26 @@ func (s *Profiles) Get(ctx context.Context, agent string) (*Profile, error) {
 	return p, nil
 }
 
-// webBinding is the agent's web binding for the web host: nil when it has no profile or
-// its profile binds no web tool. The bucket may have no leader for a few seconds after
-// the node that led it is lost: wait within ctx, which carries the call's deadline.
-func (s *Profiles) webBinding(ctx context.Context, agent string) (*web.Binding, error) {
-	var p *Profile
-	err := bus.Retry(ctx, "read profile "+agent, nil, func(ctx context.Context) (err error) {
-		p, err = getProfile(s, ctx, agent)
-		return err
-	})
-	if errors.Is(err, ErrNoProfile) {
-		return nil, nil
+// agentPart reads one part of a calling agent's profile, at each call, for the hosts
+// whose tools follow it (web providers, job and schedule policies). An agent without a
+// profile gets what part says of a nil profile.
+func agentPart[T any](s *Profiles, part func(*Profile) T) func(ctx context.Context, agent string) (T, error) {
+	return func(ctx context.Context, agent string) (T, error) {
+		var p *Profile
+		err := bus.Retry(ctx, "read profile "+agent, nil, func(ctx context.Context) (err error) {
+			p, err = s.Get(ctx, agent)
+			return err
+		})
+		switch {
+		case errors.Is(err, ErrNoProfile):
+			p = nil
+		case err != nil:
+			var zero T
+			return zero, err
+		}
+		return part(p), nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return p.Web, nil
 }
-
-// getProfile is Profiles.Get, called through a variable: the category table refers to
-// webBinding, and Get's checks ask the table which categories are built in, a cycle Go
-// refuses in package initialisation.
-var getProfile func(s *Profiles, ctx context.Context, agent string) (*Profile, error)
-
-func init() { getProfile = (*Profiles).Get }
 
 // Raw reads an agent's stored document as it is.
 func (s *Profiles) Raw(ctx context.Context, agent string) ([]byte, error) {

@@ -1,7 +1,6 @@
 package toolsets
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -106,7 +105,12 @@ func builtinCategories() []category {
 					return nil, errors.New("the web category needs the agent profile store (Handles.Profiles) to read each agent's providers")
 				}
 				cfg := h.Web
-				cfg.Binding = h.Profiles.webBinding
+				cfg.Binding = agentPart(h.Profiles, func(p *Profile) *web.Binding {
+					if p == nil {
+						return nil
+					}
+					return p.Web
+				})
 				return web.Tools(cfg), nil
 			},
 			in: func(_ bus.TurnKind, p *Profile) bool {
@@ -120,13 +124,7 @@ func builtinCategories() []category {
 				if h.Schedules == nil || h.Profiles == nil {
 					return nil, errors.New("the schedule category needs the schedule store and the profiles (Handles.Schedules, Handles.Profiles)")
 				}
-				return schedule.Tools(h.Schedules, func(ctx context.Context, agent string) (schedule.Policy, error) {
-					p, err := h.Profiles.Get(ctx, agent)
-					if errors.Is(err, ErrNoProfile) {
-						return schedule.Policy{}, nil
-					}
-					return p.SchedulePolicy(), err
-				}), nil
+				return schedule.Tools(h.Schedules, agentPart(h.Profiles, (*Profile).SchedulePolicy)), nil
 			},
 			// A main turn only, of an agent whose profile enables schedules: a job or task
 			// turn does not plan the agent's time.
@@ -139,13 +137,7 @@ func builtinCategories() []category {
 				if h.Jobs == nil || h.Profiles == nil {
 					return nil, errors.New("the jobs category needs the jobs store and the profiles (Handles.Jobs, Handles.Profiles)")
 				}
-				return jobs.Tools(h.Jobs, func(ctx context.Context, agent string) (jobs.Policy, error) {
-					p, err := h.Profiles.Get(ctx, agent)
-					if errors.Is(err, ErrNoProfile) {
-						return jobs.Policy{}, nil
-					}
-					return p.JobsPolicy(), err
-				}), nil
+				return jobs.Tools(h.Jobs, agentPart(h.Profiles, (*Profile).JobsPolicy)), nil
 			},
 			// A main turn only, of an agent whose profile allows jobs: never a job's own
 			// turn (no jobs of jobs) nor a task's.
