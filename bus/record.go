@@ -45,3 +45,24 @@ func GetRecord[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T
 	}
 	return rec, e.Revision(), nil
 }
+
+// ListKeys lists a bucket's keys that match the filters (all keys without any),
+// retrying while JetStream has no leader. A bucket without such keys gives none.
+func ListKeys(ctx context.Context, kv jetstream.KeyValue, filters ...string) ([]string, error) {
+	var keys []string
+	err := Retry(ctx, "list the keys of "+kv.Bucket(), nil, func(ctx context.Context) error {
+		lister, err := kv.ListKeysFiltered(ctx, filters...)
+		if err != nil {
+			return err
+		}
+		keys = keys[:0]
+		for k := range lister.Keys() {
+			keys = append(keys, k)
+		}
+		return nil
+	})
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	return keys, err
+}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -40,5 +41,32 @@ func TestCreateOnceAndGetRecord(t *testing.T) {
 	}
 	if _, _, err := GetRecord[rec](ctx, kv, "bad"); err == nil || !strings.Contains(err.Error(), "unreadable record bad") {
 		t.Errorf("a value that is not the record: %v", err)
+	}
+}
+
+func TestListKeys(t *testing.T) {
+	s, _ := startServer(t, Config{})
+	ctx := testContext(t)
+	kv, err := KeyValue(ctx, testJetStream(t, s, "keys"), "keys", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if keys, err := ListKeys(ctx, kv); err != nil || len(keys) != 0 {
+		t.Errorf("an empty bucket: %v %v", keys, err)
+	}
+	for _, k := range []string{"ann.a", "ann.b", "bob.a"} {
+		if _, err := kv.Put(ctx, k, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := ListKeys(ctx, kv)
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, []string{"ann.a", "ann.b", "bob.a"}) {
+		t.Errorf("all keys: %v %v", keys, err)
+	}
+	keys, err = ListKeys(ctx, kv, "*.a")
+	slices.Sort(keys)
+	if err != nil || !slices.Equal(keys, []string{"ann.a", "bob.a"}) {
+		t.Errorf("filtered: %v %v", keys, err)
 	}
 }

@@ -439,16 +439,9 @@ func (s *Profiles) Raw(ctx context.Context, agent string) ([]byte, error) {
 // List returns every stored profile, by agent. A stored document this build cannot read
 // is returned as an error naming its agent, after the readable ones.
 func (s *Profiles) List(ctx context.Context) ([]*Profile, error) {
-	lister, err := s.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	keys, err := bus.ListKeys(ctx, s.kv)
 	if err != nil {
 		return nil, fmt.Errorf("list profiles: %w", err)
-	}
-	var keys []string
-	for k := range lister.Keys() {
-		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	var (

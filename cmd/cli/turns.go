@@ -44,24 +44,13 @@ func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var keys []string
-	err = bus.Retry(ctx, "list turns", nil, func(ctx context.Context) error {
-		lister, err := kv.ListKeys(ctx)
-		if err != nil {
-			return err
-		}
-		keys = keys[:0]
-		for k := range lister.Keys() {
-			keys = append(keys, k)
-		}
-		return nil
-	})
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		fmt.Fprintln(stderr, "no turns")
-		return nil
-	}
+	keys, err := bus.ListKeys(ctx, kv)
 	if err != nil {
 		return err
+	}
+	if len(keys) == 0 {
+		fmt.Fprintln(stderr, "no turns")
+		return nil
 	}
 	var recs []bus.TurnRecord
 	for _, k := range keys {

@@ -661,7 +661,7 @@ func List(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Job, erro
 		}
 		filter = "job." + agent + ".*"
 	}
-	keys, err := listKeys(ctx, kv, filter)
+	keys, err := bus.ListKeys(ctx, kv, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -689,7 +689,7 @@ func Find(ctx context.Context, kv jetstream.KeyValue, id string) (Job, error) {
 	if !bus.ValidID(id) {
 		return Job{}, fmt.Errorf("job %q: %w", id, ErrNotFound)
 	}
-	keys, err := listKeys(ctx, kv, "job.*."+id)
+	keys, err := bus.ListKeys(ctx, kv, "job.*."+id)
 	if err != nil {
 		return Job{}, err
 	}
@@ -705,25 +705,6 @@ func Find(ctx context.Context, kv jetstream.KeyValue, id string) (Job, error) {
 		return j, err
 	}
 	return Job{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
-}
-
-func listKeys(ctx context.Context, kv jetstream.KeyValue, filter string) ([]string, error) {
-	var keys []string
-	err := bus.Retry(ctx, "list jobs", nil, func(ctx context.Context) error {
-		lister, err := kv.ListKeysFiltered(ctx, filter)
-		if err != nil {
-			return err
-		}
-		keys = keys[:0]
-		for k := range lister.Keys() {
-			keys = append(keys, k)
-		}
-		return nil
-	})
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	return keys, err
 }
 
 func plural(n int, word string) string {

@@ -397,21 +397,7 @@ func List(ctx context.Context, kv jetstream.KeyValue, agent string) ([]Schedule,
 		}
 		filter = agent + ".*"
 	}
-	var keys []string
-	err := bus.Retry(ctx, "list schedules", nil, func(ctx context.Context) error {
-		lister, err := kv.ListKeysFiltered(ctx, filter)
-		if err != nil {
-			return err
-		}
-		keys = keys[:0]
-		for k := range lister.Keys() {
-			keys = append(keys, k)
-		}
-		return nil
-	})
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	keys, err := bus.ListKeys(ctx, kv, filter)
 	if err != nil {
 		return nil, err
 	}
@@ -436,19 +422,8 @@ func Find(ctx context.Context, kv jetstream.KeyValue, id string) (Schedule, erro
 	if !bus.ValidToken(id) {
 		return Schedule{}, fmt.Errorf("schedule %q: %w", id, ErrNotFound)
 	}
-	var keys []string
-	err := bus.Retry(ctx, "find schedule "+id, nil, func(ctx context.Context) error {
-		lister, err := kv.ListKeysFiltered(ctx, "*."+id)
-		if err != nil {
-			return err
-		}
-		keys = keys[:0]
-		for k := range lister.Keys() {
-			keys = append(keys, k)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	keys, err := bus.ListKeys(ctx, kv, "*."+id)
+	if err != nil {
 		return Schedule{}, err
 	}
 	for _, k := range keys {
