@@ -72,7 +72,14 @@ func (n *Node) admitTask(ctx context.Context, spec bus.TurnSpec) error {
 	if spec.Kind != bus.TurnTask {
 		return nil
 	}
-	err := n.workflows.Admit(ctx, spec)
+	// Right after a node is lost, the workflows' stream may have no leader for a while:
+	// each read is bounded and tried again, as settling is, rather than waited on for as
+	// long as the node lives.
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := bus.Retry(ctx, "read the workflow of task turn "+spec.ID, n.log, func(ctx context.Context) error {
+		return n.workflows.Admit(ctx, spec)
+	})
 	if errors.Is(err, workflow.ErrNotLive) || errors.Is(err, workflow.ErrNotFound) {
 		return fmt.Errorf("%w: %w", errTaskGone, err)
 	}
