@@ -41,6 +41,29 @@ func startCluster(t *testing.T, n int) []*Server {
 // startClusterWith is startCluster with each node's Config changed by edit.
 func startClusterWith(t *testing.T, n int, edit func(*Config)) []*Server {
 	t.Helper()
+	// A free port can be taken by another process (the tests of another package) before
+	// a node listens on it: then the cluster starts again, on other ports.
+	for attempt := 1; ; attempt++ {
+		nodes, err := tryCluster(t, n, edit)
+		if err == nil {
+			for _, s := range nodes {
+				t.Cleanup(s.Close)
+			}
+			return nodes
+		}
+		for _, s := range nodes {
+			if s != nil {
+				s.Close()
+			}
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+		t.Logf("starting the cluster again on other ports: %v", err)
+	}
+}
+
+func tryCluster(t *testing.T, n int, edit func(*Config)) ([]*Server, error) {
 	ctx := testContext(t)
 	ports := freePorts(t, n)
 	var routes []string
@@ -70,15 +93,7 @@ func startClusterWith(t *testing.T, n int, edit func(*Config)) []*Server {
 		})
 	}
 	wg.Wait()
-	for _, s := range nodes {
-		if s != nil {
-			t.Cleanup(s.Close)
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return nodes
+	return nodes, errors.Join(errs...)
 }
 
 func eventually(ctx context.Context, t *testing.T, what string, ok func() bool) {
