@@ -54,6 +54,8 @@ type HostConfig struct {
 	workers *workers // the node's; nil: a goroutine per call
 	// voucher checks the vouches of the node's turns; nil: validate every call.
 	voucher *bus.Voucher
+	// interest tells whether anyone would receive an event; nil: publish every one.
+	interest func(subject string) bool
 }
 
 // hostCall is a tool request taken from the micro handler.
@@ -568,9 +570,13 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 			return
 		}
 		kind := ev.Kind
+		subject := bus.EventSubject(call.Turn, call.ID, kind)
+		if h.cfg.interest != nil && !h.cfg.interest(subject) {
+			return // nobody watches this turn
+		}
 		b, err := ev.AppendJSON(make([]byte, 0, 256))
 		if err == nil {
-			msg := &nats.Msg{Subject: bus.EventSubject(call.Turn, call.ID, kind), Data: b}
+			msg := &nats.Msg{Subject: subject, Data: b}
 			if m.trace != "" {
 				msg.Header = nats.Header{bus.HeaderTraceparent: {m.trace}}
 			}

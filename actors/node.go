@@ -81,6 +81,11 @@ type NodeConfig struct {
 	// Empty: the node makes its own, so its hosts skip validating what its own turns
 	// validated, and validate everyone else's calls.
 	VouchKey []byte
+	// Interest, when set, reports whether anyone would receive a message on a subject
+	// (bus.Server.Interest, for an embedded server). The node's hosts and turns then
+	// skip the activity events and turn statuses nobody receives: half of a call's
+	// messages when nobody watches. Nil: they publish every one.
+	Interest func(subject string) bool
 }
 
 // withDefaults fills what a node config may leave out; the one place node defaults live.
@@ -438,7 +443,7 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
-	cfg.workers, cfg.voucher = n.workers, n.voucher
+	cfg.workers, cfg.voucher, cfg.interest = n.workers, n.voucher, n.cfg.Interest
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -571,7 +576,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
-	cfg.workers, cfg.voucher = n.workers, n.voucher
+	cfg.workers, cfg.voucher, cfg.interest = n.workers, n.voucher, n.cfg.Interest
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}

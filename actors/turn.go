@@ -73,6 +73,8 @@ type TurnConfig struct {
 	// voucher vouches for the arguments the turn validated, so the node's hosts need
 	// not validate them again; set by the node.
 	voucher *bus.Voucher
+	// interest tells whether anyone would receive a status; nil: publish every one.
+	interest func(subject string) bool
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -984,9 +986,13 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 		total := t.usage
 		st.Usage = &total
 	}
+	subject := bus.TurnStatusSubject(t.cfg.Spec.ID, kind)
+	if t.cfg.interest != nil && !t.cfg.interest(subject) {
+		return // nobody follows this turn
+	}
 	b, err := json.Marshal(st)
 	if err == nil {
-		err = t.cfg.Conn.Publish(bus.TurnStatusSubject(t.cfg.Spec.ID, kind), b)
+		err = t.cfg.Conn.Publish(subject, b)
 	}
 	if err != nil {
 		t.log.Warn("publish status", "kind", kind, "err", err)

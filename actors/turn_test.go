@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -32,6 +33,12 @@ type harness struct {
 
 func newHarness(t *testing.T, tools ...*toolbus.Tool) *harness {
 	t.Helper()
+	return newHarnessWith(t, nil, tools...)
+}
+
+// newHarnessWith is newHarness with the node's config edited first.
+func newHarnessWith(t *testing.T, edit func(*NodeConfig), tools ...*toolbus.Tool) *harness {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
@@ -39,12 +46,17 @@ func newHarness(t *testing.T, tools ...*toolbus.Tool) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	n, err := StartNode(ctx, NodeConfig{
+	cfg := NodeConfig{
 		Name:       "n1",
 		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Interest:   srv.Interest, // as an embedded node runs: what nobody watches is not sent
 		Logger:     DiscardLogger(),
 		AbortGrace: 300 * time.Millisecond,
-	})
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	n, err := StartNode(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -943,5 +955,94 @@ func TestUsageAddsUp(t *testing.T) {
 	}
 	if len(notes) != 2 || !strings.Contains(notes[0], `"input_tokens":100`) || !strings.Contains(notes[1], `"output_tokens":5`) {
 		t.Errorf("usage notes in the transcript: %q", notes)
+	}
+}
+
+// TestUnwatchedTurnSendsOnlyItsCalls: with nobody subscribed, a turn's statuses and its
+// calls' events are not published at all; a watcher that subscribes gets every one.
+func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
+	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "noop", Category: "test", Timeout: 10 * time.Second},
+		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
+			return toolbus.TextResult("ok"), nil
+		},
+	})
+	// The server's answers (bus.TestInterestFollowsSubscriptions), and what was left out.
+	var mu sync.Mutex
+	var left []string
+	skipped := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Sorted(slices.Values(left))
+	}
+	h := newHarnessWith(t, func(c *NodeConfig) {
+		srvInterest := c.Interest
+		c.Interest = func(subject string) bool {
+			if srvInterest(subject) {
+				return true
+			}
+			if ts, ok := bus.ParseTurnSubject(subject); ok {
+				mu.Lock()
+				defer mu.Unlock()
+				left = append(left, ts.Kind+"."+string(ts.Event)+ts.Status)
+			}
+			return false
+		}
+	}, noop)
+	script := []gateway.ScriptStep{
+		{Calls: []gateway.ScriptCall{call("noop", "{}"), call("noop", "{}")}},
+		{Text: "done"},
+	}
+	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
+	// The host's last event follows its reply: wait for it.
+	want := []string{"evt.completed", "evt.completed", "evt.started", "evt.started", "status.done", "status.started", "status.step"}
+	wait.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if got := skipped(); !slices.Equal(got, want) {
+			return fmt.Errorf("with nobody watching, the turn and host left out %q, want %q", got, want)
+		}
+		return nil
+	})
+	mu.Lock()
+	left = nil
+	mu.Unlock()
+
+	nc, err := h.srv.Connect("watcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var seen []string
+	_, err = nc.Subscribe(bus.AllTurns, func(m *nats.Msg) {
+		ts, ok := bus.ParseTurnSubject(m.Subject)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch ts.Kind {
+		case bus.KindEvent:
+			seen = append(seen, "evt."+string(ts.Event))
+		case bus.KindStatus:
+			seen = append(seen, "status."+ts.Status)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
+	wait.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		got := slices.Sorted(slices.Values(seen))
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("the watcher saw %q, want %q", got, want)
+		}
+		return nil
+	})
+	if left := skipped(); len(left) > 0 {
+		t.Errorf("with a watcher, the turn and host still left out %q", left)
 	}
 }

@@ -269,3 +269,47 @@ func TestClusterNodeStartHonoursContext(t *testing.T) {
 		t.Errorf("Start: %v, want context.Canceled", err)
 	}
 }
+
+// TestInterestFollowsSubscriptions: Interest is true exactly while someone, on this
+// server or across a route, has a matching subscription, wildcards included.
+func TestInterestFollowsSubscriptions(t *testing.T) {
+	nodes := startCluster(t, 2)
+	ctx := testContext(t)
+	for _, s := range nodes {
+		eventually(ctx, t, s.Name()+" routes to the other", func() bool { return s.NATS().NumRemotes() == 1 })
+	}
+	subject := EventSubject("t1", "c1", EventStarted)
+	for _, s := range nodes {
+		if s.Interest(subject) {
+			t.Fatalf("%s: interest in %s before anyone subscribed", s.Name(), subject)
+		}
+	}
+	nc, err := nodes[1].Connect("watcher")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync(TurnSubjects("t1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !nodes[1].Interest(subject) {
+		t.Errorf("%s: no interest in %s with a local subscriber to %s", nodes[1].Name(), subject, sub.Subject)
+	}
+	eventually(ctx, t, nodes[0].Name()+" learns of the subscription on "+nodes[1].Name(), func() bool { return nodes[0].Interest(subject) })
+	if other := EventSubject("t2", "c1", EventStarted); nodes[0].Interest(other) || nodes[1].Interest(other) {
+		t.Errorf("interest in %s, another turn's event", other)
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range nodes {
+		eventually(ctx, t, s.Name()+" forgets the subscription", func() bool { return !s.Interest(subject) })
+	}
+}

@@ -129,6 +129,7 @@ type Server struct {
 	// in this process and may not connect over the network.
 	userKey nkeys.KeyPair
 	userPub string
+	acc     *server.Account // the account of every user, for Interest
 
 	closeOnce sync.Once
 	mu        sync.Mutex
@@ -192,6 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if clientURLWanted {
 		s.clientURL = s.ns.ClientURL()
 	}
+	s.acc = s.ns.GlobalAccount() // every user is in it; looked up once, not under the server's lock per message
 	return s, nil
 }
 
@@ -439,6 +441,17 @@ func (s *Server) Name() string { return s.name }
 
 // StoreDir is the JetStream store directory in use.
 func (s *Server) StoreDir() string { return s.storeDir }
+
+// Interest reports whether a message published on subject now would reach anyone: a
+// client of this server or, through a route, leaf node or stream, of the cluster. It
+// is the test the server itself makes before it forwards a message, so a publisher of
+// what only watchers read (activity events, turn statuses) may skip the message when
+// it is false and nobody can tell the difference. It does not fill the server's
+// subject cache, so unique subjects cost a walk of the subscription tree and nothing
+// after.
+func (s *Server) Interest(subject string) bool {
+	return s.acc.SubscriptionInterest(subject)
+}
 
 // NATS is the underlying server, for what this package does not wrap.
 func (s *Server) NATS() *server.Server { return s.ns }

@@ -268,6 +268,7 @@ func newBencher(ctx context.Context, o benchOptions, progress io.Writer) (*bench
 	b.node, err = actors.StartNode(ctx, actors.NodeConfig{
 		Name:       "bench",
 		Connect:    func(name string) (*nats.Conn, error) { return b.srv.Connect(name) },
+		Interest:   b.srv.Interest,
 		Logger:     actors.DiscardLogger(),
 		AbortGrace: 2 * time.Second,
 		// The abort measurement holds 100 calls in flight at once.

@@ -125,6 +125,7 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 	node, err := actors.StartNode(ctx, actors.NodeConfig{
 		Name:       embeddedNode,
 		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Interest:   srv.Interest,
 		Categories: toolsets.Categories(),
 		Turns:      o.turns,
 		Home:       home,

@@ -311,6 +311,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	defer stop()
 
 	var connect func(name string) (*nats.Conn, error)
+	var interest func(subject string) bool // only an embedded server can tell
 	where := ""
 	if o.server != "" {
 		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA}
@@ -351,6 +352,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		}
 		defer srv.Close()
 		connect = func(name string) (*nats.Conn, error) { return srv.Connect(name) }
+		interest = srv.Interest
 		where = "embedded server, store " + cfg.StoreDir
 		if u := srv.ClientURL(); u != "" {
 			where += ", listening on " + u
@@ -390,8 +392,8 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
 		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
-		VouchKey: o.vouchKey,
-		Web:      web.Config{Keys: o.webKeys},
+		VouchKey: o.vouchKey, Interest: interest,
+		Web: web.Config{Keys: o.webKeys},
 	})
 	if err != nil {
 		return err
