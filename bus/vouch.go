@@ -42,7 +42,9 @@ type voucherMAC struct {
 func NewVoucher(key []byte) *Voucher {
 	key = append([]byte(nil), key...)
 	v := &Voucher{}
-	v.macs.New = func() any { return &voucherMAC{Hash: hmac.New(sha256.New, key), prefix: make([]byte, 0, 128), sum: make([]byte, 0, sha256.Size)} }
+	v.macs.New = func() any {
+		return &voucherMAC{Hash: hmac.New(sha256.New, key), prefix: make([]byte, 0, 128), sum: make([]byte, 0, sha256.Size)}
+	}
 	return v
 }
 
