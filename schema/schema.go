@@ -30,6 +30,7 @@ type Schema struct {
 	strict func() Projection
 	plan   func() *argPlan
 	sum    func() [sha256.Size]byte
+	fast   func() *fastNode // nil when the schema needs the full validator
 }
 
 // FromJSON builds a Schema from a raw JSON Schema document. JSON returns raw
@@ -79,6 +80,7 @@ func newSchema(raw []byte, validator *jsonschema.Schema, required []string) *Sch
 	s.strict = sync.OnceValue(func() Projection { return project(s.doc()) })
 	s.plan = sync.OnceValue(func() *argPlan { return newArgPlan(s.doc()) })
 	s.sum = sync.OnceValue(func() [sha256.Size]byte { return sha256.Sum256(s.raw) })
+	s.fast = sync.OnceValue(func() *fastNode { return compileFast(s.raw) })
 	return s
 }
 
@@ -166,6 +168,9 @@ func (s *Schema) Validate(args json.RawMessage) error {
 }
 
 func (s *Schema) validate(v any) error {
+	if f := s.fast(); f != nil && f.valid(v) {
+		return nil // certainly valid; anything else gets kaptinlin's verdict and words
+	}
 	res := s.validator.Validate(v)
 	if res.IsValid() {
 		return nil
