@@ -564,8 +564,9 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		return
 	}
 
-	// publish sends an event of the call on its event subject, for watchers.
-	publish := func(ev bus.Event) {
+	// publish sends an event of the call on its event subject, for watchers; label makes
+	// its label, only when someone is to receive it (a label decodes the arguments).
+	publish := func(ev bus.Event, label func() string) {
 		if call.Turn == "" {
 			return
 		}
@@ -573,6 +574,9 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		subject := bus.EventSubject(call.Turn, call.ID, kind)
 		if h.cfg.interest != nil && !h.cfg.interest(subject) {
 			return // nobody watches this turn
+		}
+		if label != nil {
+			ev.Label = label()
 		}
 		b, err := ev.AppendJSON(make([]byte, 0, 256))
 		if err == nil {
@@ -586,11 +590,11 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 			h.log.Warn("publish event", "turn", call.Turn, "call", call.ID, "kind", kind, "err", err)
 		}
 	}
-	emit := func(kind bus.EventKind, label string) {
-		publish(bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Label: label, Time: time.Now()})
+	emit := func(kind bus.EventKind, label func() string) {
+		publish(bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Time: time.Now()}, label)
 	}
-	call.Progress = func(label string) { emit(bus.EventProgress, label) }
-	emit(bus.EventStarted, tool.ActivityLabel(args))
+	call.Progress = func(label string) { emit(bus.EventProgress, func() string { return label }) }
+	emit(bus.EventStarted, func() string { return tool.ActivityLabel(args) })
 
 	st.inflight.Add(1)
 	start := time.Now()
@@ -641,9 +645,9 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	// The presentation events travel in the reply for the turn, and on the
 	// event subject for whoever watches the turn.
 	for _, ev := range reply.Events {
-		publish(ev)
+		publish(ev, nil)
 	}
-	emit(bus.EventCompleted, reply.Label)
+	emit(bus.EventCompleted, func() string { return reply.Label })
 }
 
 // cancelOutcome tells a deadline from an abort.
