@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,23 +34,21 @@ type benchArgs struct {
 	Line int    `json:"line,omitempty"`
 }
 
-// BenchmarkTurnStep is one step of a turn that calls one tool that does nothing, through
-// a real embedded server and a host of the same node: what the runtime adds to a call.
-// Allocations (-benchmem) count the server's too; they are steadier than time on a
-// shared machine.
-func BenchmarkTurnStep(b *testing.B) {
+// benchNode is a node on a real embedded server (as `toolbus node` runs one: what nobody
+// watches is not sent) hosting one tool that does nothing.
+func benchNode(b *testing.B) (*bus.Server, *Node, *toolbus.Set) {
 	ctx := context.Background()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: b.TempDir(), Logger: DiscardLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Close()
-	n, err := StartNode(ctx, NodeConfig{Name: "bench", Logger: DiscardLogger(),
+	b.Cleanup(srv.Close)
+	n, err := StartNode(ctx, NodeConfig{Name: "bench", Logger: DiscardLogger(), Interest: srv.Interest,
 		Connect: func(name string) (*nats.Conn, error) { return srv.Connect(name) }})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer n.Close()
+	b.Cleanup(n.Close)
 	noop := toolbus.MustDefine(toolbus.Def[benchArgs]{
 		Spec: toolbus.Spec{Name: "noop", Category: "bench", ReadOnly: true},
 		Execute: func(context.Context, toolbus.Call, benchArgs) (toolbus.Result, error) {
@@ -63,18 +62,79 @@ func BenchmarkTurnStep(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const steps = 100 // a turn's transcript stays realistic
-	run := func() {
-		res, err := n.Run(ctx, TurnConfig{Model: &callsModel{tool: "noop", steps: steps}, Kit: toolsets.NewKit(set),
-			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}, CallTimeout: time.Minute})
-		if err != nil || res.State != bus.TurnCompleted {
-			b.Fatalf("turn: %v %s %s", err, res.State, res.Error)
-		}
+	return srv, n, set
+}
+
+// runSteps runs a turn of steps steps of one no-op call each.
+func runSteps(b *testing.B, n *Node, set *toolbus.Set, steps int) {
+	res, err := n.Run(context.Background(), TurnConfig{Model: &callsModel{tool: "noop", steps: steps}, Kit: toolsets.NewKit(set),
+		Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}, CallTimeout: time.Minute})
+	if err != nil || res.State != bus.TurnCompleted {
+		b.Errorf("turn: %v %s %s", err, res.State, res.Error)
 	}
-	run() // warm up
+}
+
+// BenchmarkTurnStep is one step of a turn that calls one tool that does nothing, through
+// a real embedded server and a host of the same node: what the runtime adds to a call.
+// Allocations (-benchmem) count the server's too; they are steadier than time on a
+// shared machine.
+func BenchmarkTurnStep(b *testing.B) {
+	_, n, set := benchNode(b)
+	const steps = 100          // a turn's transcript stays realistic
+	runSteps(b, n, set, steps) // warm up
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i += steps {
-		run()
+		runSteps(b, n, set, steps)
 	}
+}
+
+// BenchmarkConcurrentTurns is 64 turns at once, each calling the no-op tool once a step,
+// against its baseline in the same run: 64 goroutines making core NATS requests of an
+// echo responder on the same server. Compare calls/s.
+func BenchmarkConcurrentTurns(b *testing.B) {
+	const turns, steps = 64, 50
+	srv, n, set := benchNode(b)
+	b.Run("raw", func(b *testing.B) {
+		resp, err := srv.Connect("bench-echo")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Close()
+		if _, err := resp.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+			b.Fatal(err)
+		}
+		req, err := srv.Connect("bench-requester")
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer req.Close()
+		start := time.Now()
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for range turns {
+				wg.Go(func() {
+					for range steps {
+						if _, err := req.Request("bench.echo", []byte(`{}`), 5*time.Second); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+		}
+		b.ReportMetric(float64(b.N*turns*steps)/time.Since(start).Seconds(), "calls/s")
+	})
+	b.Run("turns", func(b *testing.B) {
+		start := time.Now()
+		for b.Loop() {
+			var wg sync.WaitGroup
+			for range turns {
+				wg.Go(func() { runSteps(b, n, set, steps) })
+			}
+			wg.Wait()
+		}
+		b.ReportMetric(float64(b.N*turns*steps)/time.Since(start).Seconds(), "calls/s")
+	})
 }
