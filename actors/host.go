@@ -689,7 +689,7 @@ func (h *host) reply(r micro.Request, reply bus.ToolReply) {
 	if r.Reply() == "" {
 		return // published without a reply subject: nobody to tell
 	}
-	b, err := json.Marshal(reply)
+	b, err := reply.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		b, _ = json.Marshal(bus.ToolReply{Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Error: "encode reply: " + err.Error()})
 	}

@@ -75,6 +75,8 @@ type TurnConfig struct {
 	voucher *bus.Voucher
 	// interest tells whether anyone would receive a status; nil: publish every one.
 	interest func(subject string) bool
+	// sampled sets the sampled flag of the calls' traceparent (NodeConfig.TraceSampled).
+	sampled bool
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -572,7 +574,7 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	bus.ToolRequest{
 		Turn: t.cfg.Spec.ID, Call: pc.wireID, Agent: t.cfg.Spec.Agent, Task: t.cfg.Spec.Task,
 		Deadline:    deadline,
-		Traceparent: "00-" + t.trace + "-" + randomHex(8) + "-01",
+		Traceparent: t.traceparent(),
 		Truncated:   pc.record.Truncated,
 		Vouch:       t.vouch(pc),
 	}.SetHeaders(m.Header)
@@ -585,6 +587,15 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	t.seqRunning = pc.tool.Mode == toolbus.Sequential
 	sys, self, id := t.sys, t.self, pc.wireID
 	pc.timer = time.AfterFunc(timeout+replyGrace, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
+}
+
+// traceparent is a new call's W3C trace context: the turn's trace id, a span id of its own.
+func (t *turn) traceparent() string {
+	flags := "-00"
+	if t.cfg.sampled {
+		flags = "-01"
+	}
+	return "00-" + t.trace + "-" + randomHex(8) + flags
 }
 
 // vouch is the turn's vouch for a call's validated arguments, or "" without a key.
@@ -621,7 +632,7 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 		return
 	}
 	var r bus.ToolReply
-	if err := json.Unmarshal(m.Data, &r); err != nil || !r.Outcome.Valid() {
+	if err := bus.DecodeToolReply(m.Data, &r); err != nil || !r.Outcome.Valid() {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
 		return
 	}

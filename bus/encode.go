@@ -2,6 +2,7 @@ package bus
 
 import (
 	"encoding/json"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -85,4 +86,64 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// AppendJSON appends r's JSON encoding to b: the bytes json.Marshal produces. A host
+// encodes one reply per call; the common ones (text content, no details, events or
+// abort) are written without reflection, the others go through json.Marshal.
+func (r *ToolReply) AppendJSON(b []byte) ([]byte, error) {
+	if len(r.Details) > 0 || len(r.Events) > 0 || r.Completion != nil || r.Abort != nil {
+		data, err := json.Marshal(r)
+		return append(b, data...), err
+	}
+	for _, p := range r.Content {
+		if len(p.Data) > 0 {
+			data, err := json.Marshal(r)
+			return append(b, data...), err
+		}
+	}
+	b = append(b, `{"call_id":`...)
+	b = appendJSONString(b, r.Call)
+	b = append(b, `,"tool":`...)
+	b = appendJSONString(b, r.Tool)
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, string(r.Outcome))
+	if len(r.Content) > 0 {
+		b = append(b, `,"content":[`...)
+		for i, p := range r.Content {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"type":`...)
+			b = appendJSONString(b, p.Type)
+			if p.Text != "" {
+				b = append(b, `,"text":`...)
+				b = appendJSONString(b, p.Text)
+			}
+			if p.MediaType != "" {
+				b = append(b, `,"media_type":`...)
+				b = appendJSONString(b, p.MediaType)
+			}
+			if p.URL != "" {
+				b = append(b, `,"url":`...)
+				b = appendJSONString(b, p.URL)
+			}
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if r.Terminate {
+		b = append(b, `,"terminate":true`...)
+	}
+	if r.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, r.Error)
+	}
+	if r.Label != "" {
+		b = append(b, `,"label":`...)
+		b = appendJSONString(b, r.Label)
+	}
+	b = append(b, `,"duration_ns":`...)
+	b = strconv.AppendInt(b, int64(r.Duration), 10)
+	return append(b, '}'), nil
 }
