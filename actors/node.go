@@ -86,6 +86,12 @@ type NodeConfig struct {
 	// skip the activity events and turn statuses nobody receives: half of a call's
 	// messages when nobody watches. Nil: they publish every one.
 	Interest func(subject string) bool
+	// TraceSampled sets the W3C sampled flag on the traceparent of every call the node's
+	// turns make, so a server whose account configures msg_trace {dest, sampling} traces
+	// them. nats-server decodes every header of each such message to look for a trace
+	// destination (about 4 µs a call here), so set it only where the account traces; an
+	// embedded server configures no msg_trace.
+	TraceSampled bool
 }
 
 // withDefaults fills what a node config may leave out; the one place node defaults live.
@@ -576,7 +582,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
-	cfg.workers, cfg.voucher, cfg.interest = n.workers, n.voucher, n.cfg.Interest
+	cfg.workers, cfg.voucher, cfg.interest, cfg.sampled = n.workers, n.voucher, n.cfg.Interest, n.cfg.TraceSampled
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}

@@ -1046,3 +1046,52 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 		t.Errorf("with a watcher, the turn and host still left out %q", left)
 	}
 }
+
+// TestTraceparent: a turn's calls carry one trace id and a span id each, with the sampled
+// flag only where the node asks for it (NodeConfig.TraceSampled).
+func TestTraceparent(t *testing.T) {
+	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "noop", Category: "test", Timeout: 10 * time.Second},
+		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
+			return toolbus.TextResult("ok"), nil
+		},
+	})
+	for _, sampled := range []bool{false, true} {
+		t.Run(fmt.Sprint("sampled=", sampled), func(t *testing.T) {
+			h := newHarnessWith(t, func(c *NodeConfig) { c.TraceSampled = sampled }, noop)
+			nc, err := h.srv.Connect("spy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			sub, err := nc.SubscribeSync(bus.ToolSubject("test", "noop"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			h.run(context.Background(), []*toolbus.Tool{noop},
+				gateway.ScriptStep{Calls: []gateway.ScriptCall{call("noop", "{}"), call("noop", "{}")}}, gateway.ScriptStep{Text: "done"})
+			flags := "00"
+			if sampled {
+				flags = "01"
+			}
+			var traces, spans []string
+			for range 2 {
+				m, err := sub.NextMsg(5 * time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parts := strings.Split(m.Header.Get(bus.HeaderTraceparent), "-")
+				if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || len(parts[2]) != 16 || parts[3] != flags {
+					t.Fatalf("traceparent %q, want 00-<32 hex>-<16 hex>-%s", m.Header.Get(bus.HeaderTraceparent), flags)
+				}
+				traces, spans = append(traces, parts[1]), append(spans, parts[2])
+			}
+			if traces[0] != traces[1] || spans[0] == spans[1] {
+				t.Errorf("trace ids %q and span ids %q: want one trace, two spans", traces, spans)
+			}
+		})
+	}
+}

@@ -72,6 +72,7 @@ type options struct {
 	vouchKey      []byte
 	categories    string
 	turns         bool
+	traceSampled  bool
 	maxTurns      int
 	monitor       string
 	turnLease     time.Duration
@@ -151,6 +152,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.vouchKeyFile, "vouch-key-file", "", "file holding a key (64 hex digits, e.g. from `openssl rand -hex 32`) shared by the nodes of a deployment: hosts skip validating arguments that a turn holding the same key validated; default: a key of this process's own")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
+	fs.BoolVar(&o.traceSampled, "trace-sampled", false, "set the sampled flag on the traceparent of every call, so an account that configures msg_trace {dest, sampling} traces them (the embedded server configures none; each such message costs the server a decoding of its headers)")
 	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
 	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
 	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
@@ -392,7 +394,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
 		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
-		VouchKey: o.vouchKey, Interest: interest,
+		VouchKey: o.vouchKey, Interest: interest, TraceSampled: o.traceSampled,
 		Web: web.Config{Keys: o.webKeys},
 	})
 	if err != nil {
