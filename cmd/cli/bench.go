@@ -308,31 +308,16 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 	direct := b.direct()
 	out = append(out, direct)
 
-	b.say("raw NATS request-reply…")
-	raw, err := b.rawRequestReply(ctx)
+	b.say("raw NATS request-reply, a tool's host, and calls through turns, taking turns…")
+	lat, err := b.latencies(ctx, want("one call through a turn"))
 	if err != nil {
 		return nil, err
 	}
+	raw := lat[0]
 	out = append(out, raw)
-
-	if want("one call through a turn") {
-		b.say("one no-op call through a turn…")
-		host, err := b.hostRequestReply(ctx)
-		if err != nil {
-			return nil, err
-		}
-		step, call, err := b.turnSteps(ctx, "no-op", &b.noop.Spec, 1, b.o.n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, compare(host, raw, 0, false), compare(call, raw, 2.0, true), compare(step, raw, 3.0, true))
-
-		b.say("one no-op call through a turn to a foreign host…")
-		foreign, err := b.foreignCall(ctx)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, compare(foreign, raw, 0, false))
+	if len(lat) > 1 {
+		out = append(out, compare(lat[1], raw, 0, false), compare(lat[2], raw, 2.0, true), compare(lat[3], raw, 3.0, true),
+			compare(lat[4], raw, 0, false))
 	}
 
 	if want("parallel") {
@@ -350,12 +335,8 @@ func (b *bencher) runAll(ctx context.Context) ([]benchResult, error) {
 	}
 
 	if want("throughput") {
-		b.say("concurrent throughput: raw request-reply, then %d turns…", b.o.turns)
-		rawT, err := b.rawThroughput(ctx)
-		if err != nil {
-			return nil, err
-		}
-		turnsT, err := b.turnThroughput(ctx)
+		b.say("concurrent throughput: raw request-reply and %d turns, taking turns…", b.o.turns)
+		rawT, turnsT, err := b.throughputs(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -422,59 +403,118 @@ func (b *bencher) direct() benchResult {
 	return latency("direct Go call of the no-op tool", samples, "")
 }
 
-// rawRequestReply is core NATS request-reply on the same server, with an echo
-// responder on its own connection: the floor of any call over the bus.
-func (b *bencher) rawRequestReply(ctx context.Context) (benchResult, error) {
+// rounds is how many times the measurements compared with each other take turns, so
+// that a change in the shared machine's pace during a run shows in the baseline as much
+// as in what is compared with it.
+const rounds = 10
+
+// latencies measures, in rounds: raw NATS request-reply, and with withTurns a request to
+// the no-op tool's host, a call and a step through a turn, and a call to a foreign host.
+func (b *bencher) latencies(ctx context.Context, withTurns bool) ([]benchResult, error) {
 	req, stop, err := b.echo()
 	if err != nil {
-		return benchResult{}, err
+		return nil, err
 	}
 	defer stop()
+	hostConn, err := b.srv.Connect("bench-host-requester")
+	if err != nil {
+		return nil, err
+	}
+	defer hostConn.Close()
+	var foreign *toolbus.Spec
+	if withTurns {
+		spec, stop, err := b.foreignTool(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		foreign = spec
+	}
+	per := max(b.o.n/rounds, 10)
+	var raw, host, steps, trips, foreignTrips []time.Duration
+	for round := range rounds {
+		s, err := b.rawSamples(req, per, round == 0)
+		if err != nil {
+			return nil, err
+		}
+		raw = append(raw, s...)
+		if !withTurns {
+			continue
+		}
+		if s, err = b.hostSamples(ctx, hostConn, per, round); err != nil {
+			return nil, err
+		}
+		host = append(host, s...)
+		st, tr, err := b.turnSamples(ctx, &b.noop.Spec, 1, per, round == 0)
+		if err != nil {
+			return nil, err
+		}
+		steps, trips = append(steps, st...), append(trips, tr...)
+		if _, tr, err = b.turnSamples(ctx, foreign, 1, per, round == 0); err != nil {
+			return nil, err
+		}
+		foreignTrips = append(foreignTrips, tr...)
+	}
+	out := []benchResult{latency("raw NATS request-reply", raw, "")}
+	if withTurns {
+		out = append(out,
+			latency("request to the no-op tool's host, no turn", host, ""),
+			latency("no-op call through a turn (dispatch → reply)", trips, ""),
+			latency("turn step of 1 no-op call", steps, ""),
+			latency("one no-op call through a turn to a foreign host (dispatch → reply)", foreignTrips, ""))
+	}
+	return out, nil
+}
+
+// rawSamples times core NATS request-reply on the same server, with an echo responder on
+// its own connection: the floor of any call over the bus.
+func (b *bencher) rawSamples(req *nats.Conn, n int, warm bool) ([]time.Duration, error) {
 	payload := []byte(`{}`)
-	for range 200 { // warm up
-		if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
-			return benchResult{}, err
+	if warm {
+		for range 200 {
+			if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
+				return nil, err
+			}
 		}
 	}
-	samples := make([]time.Duration, 0, b.o.n)
-	for range b.o.n {
+	samples := make([]time.Duration, 0, n)
+	for range n {
 		t0 := time.Now()
 		if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
-			return benchResult{}, err
+			return nil, err
 		}
 		samples = append(samples, time.Since(t0))
 	}
-	return latency("raw NATS request-reply", samples, ""), nil
+	return samples, nil
 }
 
-// hostRequestReply is a plain NATS request to the no-op tool's host, with a
-// call id and deadline but no turn: the host's share of a call.
-func (b *bencher) hostRequestReply(ctx context.Context) (benchResult, error) {
-	nc, err := b.srv.Connect("bench-host-requester")
-	if err != nil {
-		return benchResult{}, err
-	}
-	defer nc.Close()
+// hostSamples times plain NATS requests to the no-op tool's host, with a call id and
+// deadline but no turn: the host's share of a call.
+func (b *bencher) hostSamples(ctx context.Context, nc *nats.Conn, n, round int) ([]time.Duration, error) {
 	subject := bus.ToolSubject(b.noop.Category, b.noop.Name)
-	samples := make([]time.Duration, 0, b.o.n)
-	for i := range b.o.n + 200 {
+	warm := 0
+	if round == 0 {
+		warm = 200
+	}
+	samples := make([]time.Duration, 0, n)
+	for i := range n + warm {
 		m := nats.NewMsg(subject)
 		m.Data = []byte(`{}`)
-		bus.ToolRequest{Call: fmt.Sprint("h", i), Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
+		bus.ToolRequest{Call: fmt.Sprint("h", round, "_", i), Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
 		t0 := time.Now()
 		reply, err := nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
-			return benchResult{}, err
+			return nil, err
 		}
-		if i >= 200 { // the first ones warm up
+		if i >= warm {
 			samples = append(samples, time.Since(t0))
 		}
 		var r bus.ToolReply
 		if err := json.Unmarshal(reply.Data, &r); err != nil || r.Outcome != bus.OutcomeOK {
-			return benchResult{}, fmt.Errorf("host request: %s %v", reply.Data, err)
+			return nil, fmt.Errorf("host request: %s %v", reply.Data, err)
 		}
 	}
-	return latency("request to the no-op tool's host, no turn", samples, ""), nil
+	return samples, nil
 }
 
 // echo starts an echo responder and returns a requester connection.
@@ -533,37 +573,45 @@ func (m *stepModel) Respond(ctx context.Context, req *gateway.Request) (*gateway
 	return resp, nil
 }
 
-// turnSteps runs turns of `calls` calls per step. It measures each step (the
-// model's response handed over → the model asked again: repair, dispatch,
-// execution, results, transcript and status) and each call's round trip
-// (the turn's publish → the turn's receipt of the reply).
+// turnSteps runs turns of `calls` calls per step and reports each step (the model's
+// response handed over → the model asked again: repair, dispatch, execution, results,
+// transcript and status) and each call's round trip (the turn's publish → the turn's
+// receipt of the reply).
 func (b *bencher) turnSteps(ctx context.Context, what string, tool *toolbus.Spec, calls, steps int) (step, call benchResult, err error) {
-	set, err := toolbus.NewSet(tool)
+	samples, trips, err := b.turnSamples(ctx, tool, calls, steps, true)
 	if err != nil {
-		return step, call, err
+		return step, call, fmt.Errorf("%s: %w", what, err)
 	}
 	plural := "call"
 	if calls > 1 {
 		plural = "calls"
 	}
-	name := fmt.Sprintf("turn step of %d %s %s", calls, what, plural)
-	// Turns of at most 100 steps keep the transcript, and its copies to the
-	// model, realistic.
-	var samples, trips []time.Duration
-	for warm := true; len(samples) < steps; warm = false {
+	return latency(fmt.Sprintf("turn step of %d %s %s", calls, what, plural), samples, ""),
+		latency(fmt.Sprintf("%s call through a turn (dispatch → reply)", what), trips, ""), nil
+}
+
+// turnSamples runs turns of `calls` calls of tool per step until it has timed `steps`
+// steps, after a turn to warm up when warm is set. Turns of at most 100 steps keep the
+// transcript, and its copies to the model, realistic.
+func (b *bencher) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, steps int, warm bool) (samples, trips []time.Duration, err error) {
+	set, err := toolbus.NewSet(tool)
+	if err != nil {
+		return nil, nil, err
+	}
+	for ; len(samples) < steps; warm = false {
 		n := min(100, steps-len(samples))
 		m := &stepModel{tool: tool.Name, namespace: tool.Namespace, calls: calls, steps: n}
 		res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: n + 1}}})
 		if err != nil {
-			return step, call, err
+			return nil, nil, err
 		}
 		if res.State != bus.TurnCompleted {
-			return step, call, fmt.Errorf("%s: turn ended %s: %s", name, res.State, res.Error)
+			return nil, nil, fmt.Errorf("turn ended %s: %s", res.State, res.Error)
 		}
 		for _, c := range res.Calls {
 			if c.Outcome != bus.OutcomeOK {
-				return step, call, fmt.Errorf("%s: call %s: %s %s", name, c.Call, c.Outcome, c.Error)
+				return nil, nil, fmt.Errorf("call %s: %s %s", c.Call, c.Outcome, c.Error)
 			}
 			if !warm {
 				trips = append(trips, c.Latency)
@@ -573,75 +621,81 @@ func (b *bencher) turnSteps(ctx context.Context, what string, tool *toolbus.Spec
 			samples = append(samples, m.gaps...)
 		}
 	}
-	return latency(name, samples, ""), latency(fmt.Sprintf("%s call through a turn (dispatch → reply)", what), trips, ""), nil
+	return samples, trips, nil
 }
 
-// rawThroughput is concurrent core NATS request-reply: as many requesters as
-// the throughput measurement has turns.
-func (b *bencher) rawThroughput(ctx context.Context) (benchResult, error) {
+// throughputs measures, in three rounds taking turns, concurrent core NATS
+// request-reply (as many requesters as there are turns) and concurrent turns of one
+// no-op call per step.
+func (b *bencher) throughputs(ctx context.Context) (raw, turns benchResult, err error) {
 	req, stop, err := b.echo()
 	if err != nil {
-		return benchResult{}, err
+		return raw, turns, err
 	}
 	defer stop()
-	per := max(b.o.n/10, 50)
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	start := time.Now()
-	for range b.o.turns {
-		wg.Go(func() {
-			for range per {
-				if _, err := req.Request("bench.echo", []byte(`{}`), 10*time.Second); err != nil {
-					failed.Store(&err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if e := failed.Load(); e != nil {
-		return benchResult{}, *e
-	}
-	total := b.o.turns * per
-	return benchResult{Name: fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", b.o.turns), Unit: "calls/s",
-		Value: float64(total) / elapsed.Seconds(), Samples: total}, nil
-}
-
-// turnThroughput runs concurrent turns of one no-op call per step and counts
-// calls per second across them.
-func (b *bencher) turnThroughput(ctx context.Context) (benchResult, error) {
 	set, err := toolbus.NewSet(&b.noop.Spec)
 	if err != nil {
-		return benchResult{}, err
+		return raw, turns, err
 	}
-	steps := max(b.o.n/10, 50)
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	var calls atomic.Int64
-	start := time.Now()
-	for range b.o.turns {
-		wg.Go(func() {
-			m := &stepModel{tool: b.noop.Name, calls: 1, steps: steps}
+	per := max(b.o.n/10, 50) // steps of each turn in a round, as many requests of each requester
+	var rawCalls, turnCalls int
+	var rawTime, turnTime time.Duration
+	for range 3 {
+		start := time.Now()
+		if err := b.concurrently(func() error {
+			for range per {
+				if _, err := req.Request("bench.echo", []byte(`{}`), 10*time.Second); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return raw, turns, err
+		}
+		rawTime += time.Since(start)
+		rawCalls += b.o.turns * per
+
+		var calls atomic.Int64
+		start = time.Now()
+		if err := b.concurrently(func() error {
+			m := &stepModel{tool: b.noop.Name, calls: 1, steps: per}
 			res, err := b.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
-				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}})
+				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
 			if err == nil && res.State != bus.TurnCompleted {
 				err = fmt.Errorf("turn ended %s: %s", res.State, res.Error)
 			}
-			if err != nil {
-				failed.Store(&err)
-				return
-			}
 			calls.Add(int64(len(res.Calls)))
+			return err
+		}); err != nil {
+			return raw, turns, err
+		}
+		turnTime += time.Since(start)
+		turnCalls += int(calls.Load())
+	}
+	raw = benchResult{Name: fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", b.o.turns), Unit: "calls/s",
+		Value: float64(rawCalls) / rawTime.Seconds(), Samples: rawCalls}
+	turns = benchResult{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", b.o.turns), Unit: "calls/s",
+		Value: float64(turnCalls) / turnTime.Seconds(), Samples: turnCalls}
+	return raw, turns, nil
+}
+
+// concurrently runs f on as many goroutines as the throughput measurement has turns and
+// returns one of their errors.
+func (b *bencher) concurrently(f func() error) error {
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range b.o.turns {
+		wg.Go(func() {
+			if err := f(); err != nil {
+				failed.Store(&err)
+			}
 		})
 	}
 	wg.Wait()
-	elapsed := time.Since(start)
 	if e := failed.Load(); e != nil {
-		return benchResult{}, *e
+		return *e
 	}
-	return benchResult{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", b.o.turns), Unit: "calls/s",
-		Value: float64(calls.Load()) / elapsed.Seconds(), Samples: int(calls.Load())}, nil
+	return nil
 }
 
 // abortLatency starts a turn with `inflight` blocked calls, publishes its
@@ -871,31 +925,30 @@ func (b *bencher) checkpointCost(ctx context.Context) ([]benchResult, error) {
 	return []benchResult{base, compare(r, base, 0, false)}, nil
 }
 
-// foreignCall measures one no-op call through a turn to a category served by a plain
-// micro service that follows docs/protocol.md (not a toolbus host), found through the
-// bus catalog.
-func (b *bencher) foreignCall(ctx context.Context) (benchResult, error) {
+// foreignTool serves a no-op tool as a plain micro service that follows
+// docs/protocol.md (not a toolbus host), and finds its spec through the bus catalog.
+func (b *bencher) foreignTool(ctx context.Context) (*toolbus.Spec, func(), error) {
 	nc, err := b.srv.Connect("bench-foreign")
 	if err != nil {
-		return benchResult{}, err
+		return nil, nil, err
 	}
-	defer nc.Close()
 	svc, err := startForeignHost(nc, "foreign", "ext", 1)
 	if err != nil {
-		return benchResult{}, err
+		nc.Close()
+		return nil, nil, err
 	}
-	defer func() { _ = svc.Stop() }()
+	stop := func() { _ = svc.Stop(); nc.Close() }
 	cat := catalog.New(b.node.Conn(), catalog.Options{Logger: actors.DiscardLogger()})
 	if err := cat.Refresh(ctx); err != nil {
-		return benchResult{}, err
+		stop()
+		return nil, nil, err
 	}
 	spec, err := cat.Lookup("ext.tool_0")
 	if err != nil {
-		return benchResult{}, err
+		stop()
+		return nil, nil, err
 	}
-	_, call, err := b.turnSteps(ctx, "foreign no-op", spec, 1, b.o.n)
-	call.Name = "one no-op call through a turn to a foreign host (dispatch → reply)"
-	return call, err
+	return spec, stop, nil
 }
 
 // startForeignHost serves n no-op tools of category in namespace as a plain micro
