@@ -101,7 +101,7 @@ func (t *turn) checkpoint(after func()) {
 			t.fail(fmt.Errorf("%w: encode transcript: %w", ErrRuntime, err))
 			return
 		}
-		t.unsaved = nil
+		t.unsaved = reuse(t.unsaved)
 		m := t.transcriptMsg(b)
 		c.msgs = append(c.msgs, m)
 		// Stored by the checkpoint: waitTranscript has nothing to wait for.

@@ -867,23 +867,21 @@ func (t *turn) completeBatch() {
 // closeBatch records every call of the batch and appends their outputs, in
 // the model's order. It reports whether a result asked to end the turn.
 func (t *turn) closeBatch() (terminate bool) {
-	outputs := make([]gateway.Item, 0, len(t.batch))
-	records := make([]bus.CallRecord, 0, len(t.batch))
+	first := len(t.records)
 	for _, pc := range t.batch {
 		out := pc.outputItem()
 		if !pc.resumed {
-			outputs = append(outputs, out)
+			t.transcript = append(t.transcript, out)
 		}
 		if !pc.stored {
 			t.appendTranscript([]gateway.Item{out})
 			pc.stored = true
 		}
 		terminate = terminate || pc.output.Terminate
-		records = append(records, pc.record)
+		t.records = append(t.records, pc.record)
 	}
 	t.batch = t.batch[:0]
-	t.transcript = append(t.transcript, outputs...)
-	t.records = append(t.records, records...)
+	records := t.records[first:len(t.records):len(t.records)]
 	if t.cfg.dur != nil || time.Since(t.flushed) >= transcriptBatch {
 		// A durable turn's steps reach the stream before its checkpoint; a turn that
 		// cannot be resumed sends its steps together, at most transcriptBatch apart and
@@ -1027,10 +1025,9 @@ func (t *turn) flushTranscript() {
 	if len(t.unsaved) == 0 {
 		return
 	}
-	items := t.unsaved
-	t.unsaved = nil
 	t.flushed = time.Now()
-	b, err := json.Marshal(items)
+	b, err := json.Marshal(t.unsaved)
+	t.unsaved = reuse(t.unsaved)
 	if err != nil {
 		t.log.Warn("encode transcript", "err", err)
 		return
@@ -1039,6 +1036,13 @@ func (t *turn) flushTranscript() {
 	a := &transcriptAppend{msg: m}
 	a.ack, a.err = t.cfg.JS.PublishMsgAsync(m)
 	t.appends = append(t.appends, a)
+}
+
+// reuse empties a slice of items that was encoded, keeping its array for the next
+// ones: a turn's queue would otherwise grow again from nothing after every append.
+func reuse(items []gateway.Item) []gateway.Item {
+	clear(items)
+	return items[:0]
 }
 
 // transcriptBatch is how long the steps of a turn that cannot be resumed may wait to be
