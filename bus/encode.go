@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
-	"unicode/utf8"
+
+	"github.com/toolbus/toolbus/internal/jsonfast"
 )
 
 // AppendJSON appends e's JSON encoding to b: the bytes json.Marshal produces, without its
@@ -33,60 +34,8 @@ func (e *Event) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, `"}`...), nil
 }
 
-const hexDigits = "0123456789abcdef"
-
-// appendJSONString appends s as encoding/json writes a string: HTML-safe (<, > and &
-// escaped), invalid UTF-8 replaced by U+FFFD, U+2028 and U+2029 escaped.
-func appendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '\\', '"':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xF])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
-}
+// appendJSONString appends s as json.Marshal writes a string.
+func appendJSONString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, true) }
 
 // AppendJSON appends r's JSON encoding to b: the bytes json.Marshal produces. A host
 // encodes one reply per call; the common ones (text content, no details, events or
