@@ -164,11 +164,13 @@ type pendingCall struct {
 	local  *toolsets.LocalTool // set for a tool the turn answers itself
 	args   json.RawMessage
 	state  callState
-	timer  *time.Timer
+	timer  *time.Timer // a held call's approval deadline
 	start  time.Time
-	record bus.CallRecord
-	output toolbus.Result
-	stored bool // the output is in the transcript stream already
+	// expires is when a call sent to its host is given up on: its deadline and replyGrace.
+	expires time.Time
+	record  bus.CallRecord
+	output  toolbus.Result
+	stored  bool // the output is in the transcript stream already
 	// held: the call waits for a person's approval (the kit's policy); it counts as in
 	// flight, against its deadline. approved: it got one, for argsHash.
 	held, approved bool
@@ -189,6 +191,7 @@ type (
 		err  error
 	}
 	callExpired    struct{ wireID string }
+	expiryDue      struct{}
 	abortGraceOver struct{}
 	checkpointed   struct{}
 	handBack       struct{}
@@ -233,9 +236,13 @@ type turn struct {
 	running    int  // calls in flight
 	seqRunning bool // the call in flight is sequential
 
-	aborted       bool
-	abortErr      error // why the turn was aborted
-	abortTimer    *time.Timer
+	aborted    bool
+	abortErr   error // why the turn was aborted
+	abortTimer *time.Timer
+	// expiry wakes the turn when the first call in flight expires (expiryAt): one timer
+	// for the turn, reset only for an earlier expiry, instead of one per call.
+	expiry        *time.Timer
+	expiryAt      time.Time
 	finished      bool
 	stopRequested bool
 	repaired      bool // the policy's repair instruction was sent
@@ -272,6 +279,8 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.onMsg(m)
 	case *callExpired:
 		t.onExpired(m.wireID)
+	case *expiryDue:
+		t.onExpiryDue()
 	case *abortGraceOver:
 		t.abandonRunning()
 	case *localDone:
@@ -585,8 +594,47 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	pc.state = callRunning
 	t.running++
 	t.seqRunning = pc.tool.Mode == toolbus.Sequential
-	sys, self, id := t.sys, t.self, pc.wireID
-	pc.timer = time.AfterFunc(timeout+replyGrace, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
+	pc.expires = deadline.Add(replyGrace)
+	t.armExpiry(pc.expires)
+}
+
+// armExpiry has the turn woken at `at`, unless it is to be woken earlier already.
+func (t *turn) armExpiry(at time.Time) {
+	if !t.expiryAt.IsZero() && !at.Before(t.expiryAt) {
+		return
+	}
+	t.expiryAt = at
+	if t.expiry == nil {
+		sys, self := t.sys, t.self
+		t.expiry = time.AfterFunc(time.Until(at), func() { sys.Root.Send(self, &expiryDue{}) })
+		return
+	}
+	t.expiry.Reset(time.Until(at))
+}
+
+// onExpiryDue gives up on the calls in flight whose expiry has come, and has the turn
+// woken for the next one.
+func (t *turn) onExpiryDue() {
+	t.expiryAt = time.Time{}
+	now := time.Now()
+	var due []string
+	var next time.Time
+	for _, pc := range t.batch {
+		if pc.state != callRunning || pc.expires.IsZero() {
+			continue
+		}
+		if !now.Before(pc.expires) {
+			due = append(due, pc.wireID)
+		} else if next.IsZero() || pc.expires.Before(next) {
+			next = pc.expires
+		}
+	}
+	for _, id := range due {
+		t.onExpired(id)
+	}
+	if !next.IsZero() && !t.finished {
+		t.armExpiry(next)
+	}
 }
 
 // traceparent is a new call's W3C trace context: the turn's trace id, a span id of its own.
@@ -979,6 +1027,9 @@ func (t *turn) cleanup() {
 	}
 	if t.abortTimer != nil {
 		t.abortTimer.Stop()
+	}
+	if t.expiry != nil {
+		t.expiry.Stop()
 	}
 	if t.modelCancel != nil {
 		t.modelCancel()

@@ -1095,3 +1095,39 @@ func TestTraceparent(t *testing.T) {
 		})
 	}
 }
+
+// TestCallsExpireInTheirOwnTime: a turn gives up on each call its host never answers at
+// that call's deadline (and the reply grace), also when a later call of the batch has the
+// earlier deadline.
+func TestCallsExpireInTheirOwnTime(t *testing.T) {
+	void := func(name string, timeout time.Duration) *toolbus.Tool {
+		return toolbus.MustDefine(toolbus.Def[struct{}]{
+			Spec: toolbus.Spec{Name: name, Category: "void", Timeout: timeout},
+			Execute: func(context.Context, toolbus.Call, struct{}) (toolbus.Result, error) {
+				return toolbus.Result{}, errors.New("never hosted")
+			},
+		})
+	}
+	long, short := void("long", 4*time.Second), void("short", 100*time.Millisecond)
+	h := newHarness(t)
+	nc, err := h.srv.Connect("swallow")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if _, err := nc.Subscribe(bus.CategorySubjects("void"), func(*nats.Msg) {}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	res := h.run(context.Background(), []*toolbus.Tool{long, short},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("long", "{}"), call("short", "{}")}}, gateway.ScriptStep{Text: "done"})
+	if got, want := outcomes(res), []string{"long:timeout", "short:timeout"}; !slices.Equal(got, want) {
+		t.Fatalf("outcomes %v, want %v", got, want)
+	}
+	// The short call was given up on at its own deadline, not at the long one's.
+	if l, s := res.Calls[0].Latency, res.Calls[1].Latency; s >= 4*time.Second || l < 4*time.Second {
+		t.Errorf("the long call ended after %v, the short one after %v: want the short one before 4s, the long one after", l, s)
+	}
+}
