@@ -34,54 +34,36 @@ var outcomes = [...]Outcome{OutcomeOK, OutcomeError, OutcomeInvalid, OutcomeNotS
 
 // decodeReply reports false where json.Unmarshal is to take over.
 func decodeReply(s *jsonfast.Scanner, r *ToolReply) bool {
-	if !s.Next('{') {
-		return false
-	}
-	if !s.Next('}') {
-		var seen uint
-		for {
-			key, ok := s.Key()
-			if !ok {
-				return false
-			}
-			k, known := replyKeys[string(key)]
-			if !known || seen&(1<<k) != 0 {
-				return false // a key twice: json.Unmarshal's merging rules are its own
-			}
-			seen |= 1 << k
-			switch k {
-			case 0:
-				r.Call, ok = s.Str()
-			case 1:
-				r.Tool, ok = s.Str()
-			case 2:
-				r.Outcome, ok = decodeOutcome(s)
-			case 3:
-				r.Error, ok = s.Str()
-			case 4:
-				r.Label, ok = s.Str()
-			case 5:
-				r.Terminate, ok = s.Bool()
-			case 6:
-				var n int64
-				n, ok = s.Int()
-				r.Duration = time.Duration(n)
-			case 7:
-				r.Content, ok = decodeContent(s)
-			}
-			if !ok {
-				return false
-			}
-			if s.Next(',') {
-				continue
-			}
-			if s.Next('}') {
-				break
-			}
-			return false
+	var seen uint
+	return s.Object(func(key []byte) bool {
+		k, known := replyKeys[string(key)]
+		if !known || seen&(1<<k) != 0 {
+			return false // a key twice: json.Unmarshal's merging rules are its own
 		}
-	}
-	return s.End()
+		seen |= 1 << k
+		var ok bool
+		switch k {
+		case 0:
+			r.Call, ok = s.Str()
+		case 1:
+			r.Tool, ok = s.Str()
+		case 2:
+			r.Outcome, ok = decodeOutcome(s)
+		case 3:
+			r.Error, ok = s.Str()
+		case 4:
+			r.Label, ok = s.Str()
+		case 5:
+			r.Terminate, ok = s.Bool()
+		case 6:
+			var n int64
+			n, ok = s.Int()
+			r.Duration = time.Duration(n)
+		case 7:
+			r.Content, ok = decodeContent(s)
+		}
+		return ok
+	}) && s.End()
 }
 
 func decodeOutcome(s *jsonfast.Scanner) (Outcome, bool) {
@@ -102,59 +84,31 @@ func decodeOutcome(s *jsonfast.Scanner) (Outcome, bool) {
 var contentKeys = map[string]uint{"type": 0, "text": 1, "media_type": 2, "url": 3}
 
 func decodeContent(s *jsonfast.Scanner) ([]ContentPart, bool) {
-	if !s.Next('[') {
-		return nil, false
-	}
 	parts := []ContentPart{}
-	if s.Next(']') {
-		return parts, true
-	}
-	for {
+	ok := s.Array(func() bool {
 		var p ContentPart
-		if !s.Next('{') {
-			return nil, false
-		}
-		if !s.Next('}') {
-			var seen uint
-			for {
-				key, ok := s.Key()
-				if !ok {
-					return nil, false
-				}
-				k, known := contentKeys[string(key)]
-				if !known || seen&(1<<k) != 0 {
-					return nil, false
-				}
-				seen |= 1 << k
-				switch k {
-				case 0:
-					p.Type, ok = s.Str()
-				case 1:
-					p.Text, ok = s.Str()
-				case 2:
-					p.MediaType, ok = s.Str()
-				case 3:
-					p.URL, ok = s.Str()
-				}
-				if !ok {
-					return nil, false
-				}
-				if s.Next(',') {
-					continue
-				}
-				if s.Next('}') {
-					break
-				}
-				return nil, false
+		var seen uint
+		ok := s.Object(func(key []byte) bool {
+			k, known := contentKeys[string(key)]
+			if !known || seen&(1<<k) != 0 {
+				return false
 			}
-		}
+			seen |= 1 << k
+			var ok bool
+			switch k {
+			case 0:
+				p.Type, ok = s.Str()
+			case 1:
+				p.Text, ok = s.Str()
+			case 2:
+				p.MediaType, ok = s.Str()
+			case 3:
+				p.URL, ok = s.Str()
+			}
+			return ok
+		})
 		parts = append(parts, p)
-		if s.Next(',') {
-			continue
-		}
-		if s.Next(']') {
-			return parts, true
-		}
-		return nil, false
-	}
+		return ok
+	})
+	return parts, ok
 }

@@ -167,6 +167,47 @@ func (s *Scanner) escaped(start int) (string, bool) {
 	return "", false
 }
 
+// Object reads an object, calling field for each key to read its value; it reports
+// false when field does, or on anything but a well-formed object.
+func (s *Scanner) Object(field func(key []byte) bool) bool {
+	if !s.Next('{') {
+		return false
+	}
+	if s.Next('}') {
+		return true
+	}
+	for {
+		k, ok := s.Key()
+		if !ok || !field(k) {
+			return false
+		}
+		if s.Next(',') {
+			continue
+		}
+		return s.Next('}')
+	}
+}
+
+// Array reads an array, calling elem to read each element; it reports false when elem
+// does, or on anything but a well-formed array.
+func (s *Scanner) Array(elem func() bool) bool {
+	if !s.Next('[') {
+		return false
+	}
+	if s.Next(']') {
+		return true
+	}
+	for {
+		if !elem() {
+			return false
+		}
+		if s.Next(',') {
+			continue
+		}
+		return s.Next(']')
+	}
+}
+
 // Literal reads lit if it comes next.
 func (s *Scanner) Literal(lit string) bool {
 	s.WS()
@@ -275,50 +316,21 @@ func (s *Scanner) value(depth int) (any, bool) {
 	}
 	switch c := s.B[s.I]; {
 	case c == '{':
-		s.I++
 		m := map[string]any{}
-		if s.Next('}') {
-			return m, true
-		}
-		for {
-			k, ok := s.Key()
-			if !ok {
-				return nil, false
-			}
-			key := string(k)
+		ok := s.Object(func(k []byte) bool {
 			v, ok := s.value(depth + 1)
-			if !ok {
-				return nil, false
-			}
-			m[key] = v
-			if s.Next(',') {
-				continue
-			}
-			if s.Next('}') {
-				return m, true
-			}
-			return nil, false
-		}
+			m[string(k)] = v
+			return ok
+		})
+		return m, ok
 	case c == '[':
-		s.I++
 		a := []any{}
-		if s.Next(']') {
-			return a, true
-		}
-		for {
+		ok := s.Array(func() bool {
 			v, ok := s.value(depth + 1)
-			if !ok {
-				return nil, false
-			}
 			a = append(a, v)
-			if s.Next(',') {
-				continue
-			}
-			if s.Next(']') {
-				return a, true
-			}
-			return nil, false
-		}
+			return ok
+		})
+		return a, ok
 	case c == '"':
 		return s.Str()
 	case c == 't' || c == 'f':
