@@ -34,13 +34,7 @@ var outcomes = [...]Outcome{OutcomeOK, OutcomeError, OutcomeInvalid, OutcomeNotS
 
 // decodeReply reports false where json.Unmarshal is to take over.
 func decodeReply(s *jsonfast.Scanner, r *ToolReply) bool {
-	var seen uint
-	return s.Object(func(key []byte) bool {
-		k, known := replyKeys[string(key)]
-		if !known || seen&(1<<k) != 0 {
-			return false // a key twice: json.Unmarshal's merging rules are its own
-		}
-		seen |= 1 << k
+	return s.Object(fieldsOnce(replyKeys, func(k uint) bool {
 		var ok bool
 		switch k {
 		case 0:
@@ -63,7 +57,21 @@ func decodeReply(s *jsonfast.Scanner, r *ToolReply) bool {
 			r.Content, ok = decodeContent(s)
 		}
 		return ok
-	}) && s.End()
+	})) && s.End()
+}
+
+// fieldsOnce reads an object's fields with read, by their number in keys; a key not in
+// keys, or one given twice (json.Unmarshal's merging rules are its own), declines.
+func fieldsOnce(keys map[string]uint, read func(k uint) bool) func(key []byte) bool {
+	var seen uint
+	return func(key []byte) bool {
+		k, known := keys[string(key)]
+		if !known || seen&(1<<k) != 0 {
+			return false
+		}
+		seen |= 1 << k
+		return read(k)
+	}
 }
 
 func decodeOutcome(s *jsonfast.Scanner) (Outcome, bool) {
@@ -87,13 +95,7 @@ func decodeContent(s *jsonfast.Scanner) ([]ContentPart, bool) {
 	parts := []ContentPart{}
 	ok := s.Array(func() bool {
 		var p ContentPart
-		var seen uint
-		ok := s.Object(func(key []byte) bool {
-			k, known := contentKeys[string(key)]
-			if !known || seen&(1<<k) != 0 {
-				return false
-			}
-			seen |= 1 << k
+		ok := s.Object(fieldsOnce(contentKeys, func(k uint) bool {
 			var ok bool
 			switch k {
 			case 0:
@@ -106,7 +108,7 @@ func decodeContent(s *jsonfast.Scanner) ([]ContentPart, bool) {
 				p.URL, ok = s.Str()
 			}
 			return ok
-		})
+		}))
 		parts = append(parts, p)
 		return ok
 	})
