@@ -154,106 +154,144 @@ func printJSON(stdout io.Writer, v any) error {
 	return err
 }
 
-func jobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, _, err := parseRecordCmd("jobs list", "[flags]", "Lists the background jobs kept on the bus, newest first: those running and those ended\nwithin their agents' keep time.", args, stderr, 0, true, true)
+// recordKind is one kind of record the bus keeps in a bucket, as the list, show and
+// removal subcommands read it.
+type recordKind[T any] struct {
+	noun, plural, bucket string
+	list                 func(ctx context.Context, kv jetstream.KeyValue, agent string) ([]T, error)
+	find                 func(ctx context.Context, kv jetstream.KeyValue, id string) (T, error)
+	notFound             error  // find's error for no such record
+	gone                 string // why a record may be missing, after "no job X on this bus"
+}
+
+var (
+	jobRecords = recordKind[jobs.Job]{noun: "job", plural: "jobs", bucket: bus.BucketJobs,
+		list: jobs.List, find: jobs.Find, notFound: jobs.ErrNotFound,
+		gone: " (an ended job is kept only for its agent's keep time)"}
+	scheduleRecords = recordKind[schedule.Schedule]{noun: "schedule", plural: "schedules", bucket: bus.BucketSchedules,
+		list: schedule.List, find: schedule.Find, notFound: schedule.ErrNotFound}
+)
+
+// listCmd runs `<plural> list`: the records, as JSON or as a table of header and row's lines.
+func (k recordKind[T]) listCmd(ctx context.Context, args []string, stdout, stderr io.Writer, about, header string, row func(r *T, now time.Time) string) error {
+	f, _, err := parseRecordCmd(k.plural+" list", "[flags]", about, args, stderr, 0, true, true)
 	if err != nil {
 		return err
 	}
-	nc, err := f.bf.dialFor(ctx, "jobs list")
+	nc, err := f.bf.dialFor(ctx, k.plural+" list")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	kv, err := bucketOn(ctx, nc, bus.BucketJobs, "jobs")
+	kv, err := bucketOn(ctx, nc, k.bucket, k.plural)
 	if err != nil {
 		return err
 	}
-	var all []jobs.Job
+	all := []T{}
 	if kv != nil {
-		if all, err = jobs.List(ctx, kv, f.agent); err != nil {
+		if all, err = k.list(ctx, kv, f.agent); err != nil {
 			return err
 		}
 	}
 	if f.asJSON {
 		if all == nil {
-			all = []jobs.Job{}
+			all = []T{}
 		}
 		return printJSON(stdout, all)
 	}
 	if len(all) == 0 {
-		fmt.Fprintln(stderr, "no jobs")
+		fmt.Fprintln(stderr, "no "+k.plural)
 		return nil
 	}
 	now := time.Now()
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "JOB\tAGENT\tSTATE\tNODE\tSTEPS\tAGE\tPARENT\tPROMPT")
-	for _, j := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", j.ID, j.Agent, j.State, dash(j.Node), j.Steps,
-			formatElapsed(now.Sub(j.Created)), j.Parent, truncate(j.Prompt, 40))
+	fmt.Fprintln(tw, header)
+	for i := range all {
+		fmt.Fprintln(tw, row(&all[i], now))
 	}
 	return tw.Flush()
 }
 
-func jobsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, pos, err := parseRecordCmd("jobs show", "[flags] JOB", "Shows a background job: where it stands or how it ended, its calls, and its final text.", args, stderr, 1, false, true)
+// showCmd runs `<plural> show`: the record as JSON, or print's table of it.
+func (k recordKind[T]) showCmd(ctx context.Context, args []string, stdout, stderr io.Writer, about string, print func(r *T, line func(name, value string)) string) error {
+	f, pos, err := parseRecordCmd(k.plural+" show", "[flags] "+strings.ToUpper(k.noun), about, args, stderr, 1, false, true)
 	if err != nil {
 		return err
 	}
-	nc, err := f.bf.dialFor(ctx, "jobs show")
+	nc, err := f.bf.dialFor(ctx, k.plural+" show")
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	j, err := findJob(ctx, nc, pos[0])
+	r, err := k.findOn(ctx, nc, pos[0])
 	if err != nil {
 		return err
 	}
 	if f.asJSON {
-		return printJSON(stdout, j)
+		return printJSON(stdout, r)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	line := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
+	text := print(&r, func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", name, value)
 		}
-	}
-	line("job", j.ID)
-	line("agent", j.Agent)
-	line("parent turn", j.Parent)
-	line("state", string(j.State))
-	line("node", j.Node)
-	line("created", stamp(j.Created))
-	line("started", stamp(j.Started))
-	line("ended", stamp(j.Ended))
-	line("kept until", stamp(j.Expires))
-	if j.State.Ended() {
-		line("steps", fmt.Sprint(j.Steps))
-		line("calls", j.Summary())
-	}
-	line("error", firstLineOf(j.Error))
-	line("prompt", truncate(j.Prompt, 100))
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if j.Text != "" {
-		fmt.Fprintf(stdout, "\n%s\n", strings.TrimRight(j.Text, "\n"))
+	if text != "" {
+		fmt.Fprintf(stdout, "\n%s\n", strings.TrimRight(text, "\n"))
 	}
 	return nil
 }
 
-func findJob(ctx context.Context, nc *nats.Conn, id string) (jobs.Job, error) {
-	kv, err := bucketOn(ctx, nc, bus.BucketJobs, "jobs")
+// findOn reads one record of the bus by id.
+func (k recordKind[T]) findOn(ctx context.Context, nc *nats.Conn, id string) (T, error) {
+	var none T
+	kv, err := bucketOn(ctx, nc, k.bucket, k.plural)
 	if err != nil {
-		return jobs.Job{}, err
+		return none, err
 	}
 	if kv == nil {
-		return jobs.Job{}, fmt.Errorf("no job %s on this bus (it has no jobs)", id)
+		return none, fmt.Errorf("no %s %s on this bus (it has no %s)", k.noun, id, k.plural)
 	}
-	j, err := jobs.Find(ctx, kv, id)
-	if errors.Is(err, jobs.ErrNotFound) {
-		return jobs.Job{}, fmt.Errorf("no job %s on this bus (an ended job is kept only for its agent's keep time)", id)
+	r, err := k.find(ctx, kv, id)
+	if errors.Is(err, k.notFound) {
+		return none, fmt.Errorf("no %s %s on this bus%s", k.noun, id, k.gone)
 	}
-	return j, err
+	return r, err
+}
+
+func jobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return jobRecords.listCmd(ctx, args, stdout, stderr,
+		"Lists the background jobs kept on the bus, newest first: those running and those ended\nwithin their agents' keep time.",
+		"JOB\tAGENT\tSTATE\tNODE\tSTEPS\tAGE\tPARENT\tPROMPT",
+		func(j *jobs.Job, now time.Time) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s", j.ID, j.Agent, j.State, dash(j.Node), j.Steps,
+				formatElapsed(now.Sub(j.Created)), j.Parent, truncate(j.Prompt, 40))
+		})
+}
+
+func jobsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	return jobRecords.showCmd(ctx, args, stdout, stderr, "Shows a background job: where it stands or how it ended, its calls, and its final text.",
+		func(j *jobs.Job, line func(string, string)) string {
+			line("job", j.ID)
+			line("agent", j.Agent)
+			line("parent turn", j.Parent)
+			line("state", string(j.State))
+			line("node", j.Node)
+			line("created", stamp(j.Created))
+			line("started", stamp(j.Started))
+			line("ended", stamp(j.Ended))
+			line("kept until", stamp(j.Expires))
+			if j.State.Ended() {
+				line("steps", fmt.Sprint(j.Steps))
+				line("calls", j.Summary())
+			}
+			line("error", firstLineOf(j.Error))
+			line("prompt", truncate(j.Prompt, 100))
+			return j.Text
+		})
 }
 
 func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -276,7 +314,7 @@ func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer nc.Close()
-	j, err := findJob(ctx, nc, pos[0])
+	j, err := jobRecords.findOn(ctx, nc, pos[0])
 	if err != nil {
 		return err
 	}
@@ -285,43 +323,13 @@ func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 }
 
 func schedulesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, _, err := parseRecordCmd("schedules list", "[flags]", "Lists the schedules of the bus, oldest first, with their next firing.", args, stderr, 0, true, true)
-	if err != nil {
-		return err
-	}
-	nc, err := f.bf.dialFor(ctx, "schedules list")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	kv, err := bucketOn(ctx, nc, bus.BucketSchedules, "schedules")
-	if err != nil {
-		return err
-	}
-	var all []schedule.Schedule
-	if kv != nil {
-		if all, err = schedule.List(ctx, kv, f.agent); err != nil {
-			return err
-		}
-	}
-	if f.asJSON {
-		if all == nil {
-			all = []schedule.Schedule{}
-		}
-		return printJSON(stdout, all)
-	}
-	if len(all) == 0 {
-		fmt.Fprintln(stderr, "no schedules")
-		return nil
-	}
-	now := time.Now()
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCHEDULE\tAGENT\tWHEN\tNEXT\tFIRED\tSKIPPED\tLAST TURN\tPROMPT")
-	for _, s := range all {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", s.ID, s.Agent, s.When(), nextOf(&s, now), s.Fired, s.Skipped,
-			dash(s.LastTurn), truncate(s.Prompt, 40))
-	}
-	return tw.Flush()
+	return scheduleRecords.listCmd(ctx, args, stdout, stderr,
+		"Lists the schedules of the bus, oldest first, with their next firing.",
+		"SCHEDULE\tAGENT\tWHEN\tNEXT\tFIRED\tSKIPPED\tLAST TURN\tPROMPT",
+		func(s *schedule.Schedule, now time.Time) string {
+			return fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s", s.ID, s.Agent, s.When(), nextOf(s, now), s.Fired, s.Skipped,
+				dash(s.LastTurn), truncate(s.Prompt, 40))
+		})
 }
 
 // nextOf is a schedule's next firing, in its zone.
@@ -337,57 +345,23 @@ func nextOf(s *schedule.Schedule, now time.Time) string {
 }
 
 func schedulesShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, pos, err := parseRecordCmd("schedules show", "[flags] SCHEDULE", "Shows a schedule: when it fires, what it asks, and how its firings went.", args, stderr, 1, false, true)
-	if err != nil {
-		return err
-	}
-	nc, err := f.bf.dialFor(ctx, "schedules show")
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	s, err := findSchedule(ctx, nc, pos[0])
-	if err != nil {
-		return err
-	}
-	if f.asJSON {
-		return printJSON(stdout, s)
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	line := func(k, v string) {
-		if v != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", k, v)
-		}
-	}
-	line("schedule", s.ID)
-	line("agent", s.Agent)
-	line("when", s.When())
-	line("pattern", s.Pattern)
-	line("next", nextOf(&s, time.Now()))
-	line("created", stamp(s.Created)+" by turn "+s.CreatedBy)
-	line("fired", fmt.Sprint(s.Fired))
-	line("last turn", s.LastTurn)
-	line("last fired", stamp(s.LastFired))
-	line("skipped", fmt.Sprint(s.Skipped))
-	line("last skip", s.LastSkip)
-	line("prompt", s.Prompt)
-	line("instructions", truncate(s.Instructions, 100))
-	return tw.Flush()
-}
-
-func findSchedule(ctx context.Context, nc *nats.Conn, id string) (schedule.Schedule, error) {
-	kv, err := bucketOn(ctx, nc, bus.BucketSchedules, "schedules")
-	if err != nil {
-		return schedule.Schedule{}, err
-	}
-	if kv == nil {
-		return schedule.Schedule{}, fmt.Errorf("no schedule %s on this bus (it has no schedules)", id)
-	}
-	s, err := schedule.Find(ctx, kv, id)
-	if errors.Is(err, schedule.ErrNotFound) {
-		return schedule.Schedule{}, fmt.Errorf("no schedule %s on this bus", id)
-	}
-	return s, err
+	return scheduleRecords.showCmd(ctx, args, stdout, stderr, "Shows a schedule: when it fires, what it asks, and how its firings went.",
+		func(s *schedule.Schedule, line func(string, string)) string {
+			line("schedule", s.ID)
+			line("agent", s.Agent)
+			line("when", s.When())
+			line("pattern", s.Pattern)
+			line("next", nextOf(s, time.Now()))
+			line("created", stamp(s.Created)+" by turn "+s.CreatedBy)
+			line("fired", fmt.Sprint(s.Fired))
+			line("last turn", s.LastTurn)
+			line("last fired", stamp(s.LastFired))
+			line("skipped", fmt.Sprint(s.Skipped))
+			line("last skip", s.LastSkip)
+			line("prompt", s.Prompt)
+			line("instructions", truncate(s.Instructions, 100))
+			return ""
+		})
 }
 
 func schedulesRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -402,7 +376,7 @@ func schedulesRm(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	defer nc.Close()
-	s, err := findSchedule(ctx, nc, pos[0])
+	s, err := scheduleRecords.findOn(ctx, nc, pos[0])
 	if err != nil {
 		return err
 	}
