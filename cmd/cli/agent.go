@@ -25,25 +25,9 @@ import (
 const agentUsage = `set|get|list|rm [flags] [AGENT]`
 
 func cmdAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := newFlagSet("agent", agentUsage, agentAbout, stderr)
-		if _, err := parseArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: set, get, list or rm")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "set":
-		return agentSet(ctx, args, stdout, stderr)
-	case "get":
-		return agentGet(ctx, args, stdout, stderr)
-	case "list", "ls":
-		return agentList(ctx, args, stdout, stderr)
-	case "rm", "delete":
-		return agentRm(ctx, args, stdout, stderr)
-	}
-	return usagef("unknown subcommand %q: want set, get, list or rm", sub)
+	return dispatch(ctx, "agent", agentUsage, agentAbout, "set, get, list or rm", subcommands{
+		"set": agentSet, "get": agentGet, "list": agentList, "ls": agentList, "rm": agentRm, "delete": agentRm,
+	}, args, stdout, stderr)
 }
 
 const agentAbout = "Reads and writes agent profiles, the JSON documents in the KV bucket\n" +

@@ -33,17 +33,9 @@ const jobsAbout = "Lists, shows and cancels the background jobs of the bus: turn
 	"  toolbus jobs cancel [-reason R] JOB    through the jobs category's job_cancel"
 
 func cmdJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	sub, args, err := subcommand("jobs", "list|show|cancel [flags] [JOB]", jobsAbout, args, stderr, "list", "show", "cancel")
-	if err != nil {
-		return err
-	}
-	switch sub {
-	case "list":
-		return jobsList(ctx, args, stdout, stderr)
-	case "show":
-		return jobsShow(ctx, args, stdout, stderr)
-	}
-	return jobsCancel(ctx, args, stdout, stderr)
+	return dispatch(ctx, "jobs", "list|show|cancel [flags] [JOB]", jobsAbout, "list, show, cancel", subcommands{
+		"list": jobsList, "ls": jobsList, "show": jobsShow, "cancel": jobsCancel,
+	}, args, stdout, stderr)
 }
 
 const schedulesAbout = "Lists, shows and removes the schedules of the bus: turns an agent's main turns\n" +
@@ -55,39 +47,30 @@ const schedulesAbout = "Lists, shows and removes the schedules of the bus: turns
 	"  toolbus schedules rm SCHEDULE               through the schedule category's schedule_cancel"
 
 func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	sub, args, err := subcommand("schedules", "list|show|rm [flags] [SCHEDULE]", schedulesAbout, args, stderr, "list", "show", "rm")
-	if err != nil {
-		return err
-	}
-	switch sub {
-	case "list":
-		return schedulesList(ctx, args, stdout, stderr)
-	case "show":
-		return schedulesShow(ctx, args, stdout, stderr)
-	}
-	return schedulesRm(ctx, args, stdout, stderr)
+	return dispatch(ctx, "schedules", "list|show|rm [flags] [SCHEDULE]", schedulesAbout, "list, show, rm", subcommands{
+		"list": schedulesList, "ls": schedulesList, "show": schedulesShow,
+		"rm": schedulesRm, "delete": schedulesRm, "remove": schedulesRm,
+	}, args, stdout, stderr)
 }
 
-// subcommand splits the subcommand off args ("ls" is list, "delete" is rm); -h before
-// one prints the command's usage.
-func subcommand(name, synopsis, about string, args []string, stderr io.Writer, subs ...string) (string, []string, error) {
+// subcommands are a command's subcommands, by name and by alias.
+type subcommands map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+
+// dispatch runs the subcommand args start with; want names the subcommands in its usage
+// errors. -h before one prints the command's usage.
+func dispatch(ctx context.Context, name, synopsis, about, want string, subs subcommands, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fs := newFlagSet(name, synopsis, about, stderr)
 		if _, err := parseArgs(fs, args); err != nil {
-			return "", nil, err
+			return err
 		}
-		return "", nil, usagef("want a subcommand: %s", strings.Join(subs, ", "))
+		return usagef("want a subcommand: %s", want)
 	}
-	sub := map[string]string{"ls": "list", "delete": "rm", "remove": "rm"}[args[0]]
-	if sub == "" {
-		sub = args[0]
+	run, ok := subs[args[0]]
+	if !ok {
+		return usagef("unknown subcommand %q: want %s", args[0], want)
 	}
-	for _, s := range subs {
-		if s == sub {
-			return sub, args[1:], nil
-		}
-	}
-	return "", nil, usagef("unknown subcommand %q: want %s", args[0], strings.Join(subs, ", "))
+	return run(ctx, args[1:], stdout, stderr)
 }
 
 // recordFlags are the flags of the subcommands that read records.

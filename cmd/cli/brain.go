@@ -28,25 +28,10 @@ const brainAbout = "Keeps an agent's knowledge pages, which its turns search wit
 	"  toolbus brain rm ID"
 
 func cmdBrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := newFlagSet("brain", "add|list|show|rm [flags] [ARG]", brainAbout, stderr)
-		if _, err := parseArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: add, list, show or rm")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "add":
-		return brainAdd(ctx, args, stdout, stderr)
-	case "list", "ls":
-		return brainList(ctx, args, stdout, stderr)
-	case "show", "cat":
-		return brainShow(ctx, args, stdout, stderr)
-	case "rm", "delete":
-		return brainRm(ctx, args, stdout, stderr)
-	}
-	return usagef("unknown subcommand %q: want add, list, show or rm", sub)
+	return dispatch(ctx, "brain", "add|list|show|rm [flags] [ARG]", brainAbout, "add, list, show or rm", subcommands{
+		"add": brainAdd, "list": brainList, "ls": brainList, "show": brainShow, "cat": brainShow,
+		"rm": brainRm, "delete": brainRm,
+	}, args, stdout, stderr)
 }
 
 // brainFlags are the flags every brain subcommand takes.

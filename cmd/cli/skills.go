@@ -29,21 +29,9 @@ const skillsAbout = "Lists and shows an agent's skills: folders skills/<name>/ o
 	"  toolbus skills show [-agent A] [-file PATH] SKILL   what load_skill returns"
 
 func cmdSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := newFlagSet("skills", skillsUsage, skillsAbout, stderr)
-		if _, err := parseArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: list or show")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "list", "ls":
-		return skillsList(ctx, args, stdout, stderr)
-	case "show":
-		return skillsShow(ctx, args, stdout, stderr)
-	}
-	return usagef("unknown subcommand %q: want list or show", sub)
+	return dispatch(ctx, "skills", skillsUsage, skillsAbout, "list or show", subcommands{
+		"list": skillsList, "ls": skillsList, "show": skillsShow,
+	}, args, stdout, stderr)
 }
 
 // skillFlags find an agent's home and, with -server, its profile.

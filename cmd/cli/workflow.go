@@ -38,25 +38,10 @@ const workflowAbout = "Starts, follows, lists and cancels workflows: tasks that 
 	"  toolbus workflow cancel [-reason TEXT] ID"
 
 func cmdWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fs := newFlagSet("workflow", workflowUsage, workflowAbout, stderr)
-		if _, err := parseArgs(fs, args); err != nil {
-			return err
-		}
-		return usagef("want a subcommand: start, view, list or cancel")
-	}
-	sub, args := args[0], args[1:]
-	switch sub {
-	case "start":
-		return workflowStart(ctx, args, stdout, stderr)
-	case "view", "show":
-		return workflowView(ctx, args, stdout, stderr)
-	case "list", "ls":
-		return workflowList(ctx, args, stdout, stderr)
-	case "cancel":
-		return workflowCancel(ctx, args, stdout, stderr)
-	}
-	return usagef("unknown subcommand %q: want start, view, list or cancel", sub)
+	return dispatch(ctx, "workflow", workflowUsage, workflowAbout, "start, view, list or cancel", subcommands{
+		"start": workflowStart, "view": workflowView, "show": workflowView,
+		"list": workflowList, "ls": workflowList, "cancel": workflowCancel,
+	}, args, stdout, stderr)
 }
 
 func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
