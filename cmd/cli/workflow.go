@@ -123,21 +123,11 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return err
 	}
-	// Watch the task turns before any can start.
-	r := newRenderer(stdout)
-	if *asJSON {
-		r = &renderer{w: io.Discard, now: time.Now}
-	}
-	watch, err := watchWorkflows(bc.nc, *agent)
-	if err != nil {
-		return err
-	}
-	defer watch.stop()
-	wf, err := callWorkflowTool(ctx, bc, "workflow_start", *agent, args2)
-	if err != nil {
-		return err
-	}
 	if *detach {
+		wf, err := callWorkflowTool(ctx, bc, "workflow_start", *agent, args2)
+		if err != nil {
+			return err
+		}
 		if *asJSON {
 			return printJSON(stdout, wf)
 		}
@@ -145,16 +135,39 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "follow it: toolbus workflow view -follow -server … -agent %s %s\n", wf.Agent, wf.ID)
 		return nil
 	}
-	final, err := followWorkflow(ctx, bc, wf, watch, r)
+	return followToEnd(ctx, bc, "workflow_start", *agent, args2, *asJSON, false, stdout)
+}
+
+// followToEnd calls a workflow tool and shows the workflow it answers with live until it
+// ends (with -json, prints its final document instead); the exit says how it ended.
+// showFirst prints the workflow as the tool found it before following it.
+func followToEnd(ctx context.Context, bc *busConn, tool, agent string, args []byte, asJSON, showFirst bool, stdout io.Writer) error {
+	r := newRenderer(stdout)
+	if asJSON {
+		r = &renderer{w: io.Discard, now: time.Now}
+	}
+	// Watch the task turns before any can start.
+	watch, err := watchWorkflows(bc.nc, agent)
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		if err := printJSON(stdout, final); err != nil {
+	defer watch.stop()
+	wf, err := callWorkflowTool(ctx, bc, tool, agent, args)
+	if err != nil {
+		return err
+	}
+	if showFirst {
+		r.println(workflow.View(wf))
+	}
+	if wf, err = followWorkflow(ctx, bc, wf, watch, r); err != nil {
+		return err
+	}
+	if asJSON {
+		if err := printJSON(stdout, wf); err != nil {
 			return err
 		}
 	}
-	return workflowExit(final)
+	return workflowExit(wf)
 }
 
 // workflowExit maps how a workflow ended to the command's exit.
@@ -184,29 +197,7 @@ func workflowView(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer bc.Close()
 	req, _ := json.Marshal(map[string]string{"workflow_id": pos[0]})
 	if *follow {
-		r := newRenderer(stdout)
-		if *asJSON {
-			r = &renderer{w: io.Discard, now: time.Now}
-		}
-		watch, err := watchWorkflows(bc.nc, *agent)
-		if err != nil {
-			return err
-		}
-		defer watch.stop()
-		wf, err := callWorkflowTool(ctx, bc, "workflow_view", *agent, req)
-		if err != nil {
-			return err
-		}
-		r.println(workflow.View(wf))
-		if wf, err = followWorkflow(ctx, bc, wf, watch, r); err != nil {
-			return err
-		}
-		if *asJSON {
-			if err := printJSON(stdout, wf); err != nil {
-				return err
-			}
-		}
-		return workflowExit(wf)
+		return followToEnd(ctx, bc, "workflow_view", *agent, req, *asJSON, true, stdout)
 	}
 	wf, err := callWorkflowTool(ctx, bc, "workflow_view", *agent, req)
 	if err != nil {
