@@ -248,7 +248,7 @@ func (c Config) searchRequest(ctx context.Context, provider string, endpoint *ur
 func decodeResults(provider string, body []byte) ([]SearchResult, error) {
 	var out []SearchResult
 	switch provider {
-	case SearXNG:
+	case SearXNG, Tavily: // both answer {"results": [{"title", "url", "content"}]}
 		var r struct {
 			Results *[]struct {
 				Title   string `json:"title"`
@@ -287,23 +287,6 @@ func decodeResults(provider string, body []byte) ([]SearchResult, error) {
 			for _, x := range r.Web.Results {
 				out = append(out, SearchResult{Title: x.Title, URL: x.URL, Snippet: x.Description})
 			}
-		}
-	case Tavily:
-		var r struct {
-			Results *[]struct {
-				Title   string `json:"title"`
-				URL     string `json:"url"`
-				Content string `json:"content"`
-			} `json:"results"`
-		}
-		if err := json.Unmarshal(body, &r); err != nil {
-			return nil, err
-		}
-		if r.Results == nil {
-			return nil, errors.New("no results field")
-		}
-		for _, x := range *r.Results {
-			out = append(out, SearchResult{Title: x.Title, URL: x.URL, Snippet: x.Content})
 		}
 	}
 	return out, nil
