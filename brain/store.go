@@ -280,21 +280,29 @@ func (s *Store) Get(ctx context.Context, agent, id string) (Page, error) {
 	return p, err
 }
 
+// pageKey checks an agent and a page id and gives the bucket and the page's key in it.
+func (s *Store) pageKey(ctx context.Context, agent, id string) (jetstream.KeyValue, string, error) {
+	if err := checkAgent(agent); err != nil {
+		return nil, "", err
+	}
+	if err := CheckID(id); err != nil {
+		return nil, "", err
+	}
+	kv, err := s.bucket(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return kv, key(agent, id), nil
+}
+
 // withRecord reads the record of an agent's page and gives it to use. A large page
 // replaced between reading its record and its object loses that object (use sees
 // jetstream.ErrObjectNotFound): then the new record is read, a few times at most.
 func (s *Store) withRecord(ctx context.Context, agent, id string, use func(*Record) error) error {
-	if err := checkAgent(agent); err != nil {
-		return err
-	}
-	if err := CheckID(id); err != nil {
-		return err
-	}
-	kv, err := s.bucket(ctx)
+	kv, k, err := s.pageKey(ctx, agent, id)
 	if err != nil {
 		return err
 	}
-	k := key(agent, id)
 	for range 3 {
 		var e jetstream.KeyValueEntry
 		err := bus.Retry(ctx, "read page "+id, s.log, func(ctx context.Context) (err error) {
@@ -390,17 +398,10 @@ func (s *Store) List(ctx context.Context, agent string) ([]Info, error) {
 
 // Delete removes one page of an agent (and the object of a large one).
 func (s *Store) Delete(ctx context.Context, agent, id string) error {
-	if err := checkAgent(agent); err != nil {
-		return err
-	}
-	if err := CheckID(id); err != nil {
-		return err
-	}
-	kv, err := s.bucket(ctx)
+	kv, k, err := s.pageKey(ctx, agent, id)
 	if err != nil {
 		return err
 	}
-	k := key(agent, id)
 	for range maxAttempts {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
