@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -99,7 +100,7 @@ func Tools(store *Store) []*toolbus.Tool {
 				if res.IsError || json.Unmarshal(res.Details, &r) != nil {
 					return "Could not recall " + quote(a.Query)
 				}
-				return fmt.Sprintf("Found %s for %s", plural(len(r.Hits), "page"), quote(a.Query))
+				return fmt.Sprintf("Found %s for %s", label.Plural(len(r.Hits), "page"), quote(a.Query))
 			},
 			Execute: func(ctx context.Context, call toolbus.Call, a recallArgs) (toolbus.Result, error) {
 				if store == nil {
@@ -123,7 +124,7 @@ func Tools(store *Store) []*toolbus.Tool {
 					return "Could not read page " + a.ID
 				}
 				if d.Offset == 0 && d.NextOffset == 0 {
-					return fmt.Sprintf("Read page %s (%s)", a.ID, plural(d.Size, "byte"))
+					return fmt.Sprintf("Read page %s (%s)", a.ID, label.Plural(d.Size, "byte"))
 				}
 				return fmt.Sprintf("Read page %s (bytes %d–%d of %d)", a.ID, d.Offset, d.End, d.Size)
 			},
@@ -150,7 +151,7 @@ type excerptDetails Excerpt
 func (r Recall) String() string {
 	var b strings.Builder
 	if len(r.Hits) == 0 {
-		fmt.Fprintf(&b, "No page matches %s (your knowledge store holds %s).", quote(r.Query), plural(r.Pages, "page"))
+		fmt.Fprintf(&b, "No page matches %s (your knowledge store holds %s).", quote(r.Query), label.Plural(r.Pages, "page"))
 		return b.String()
 	}
 	switch {
@@ -207,11 +208,4 @@ func quote(s string) string {
 		s = string([]rune(s)[:59]) + "…"
 	}
 	return "“" + s + "”"
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

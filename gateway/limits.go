@@ -11,6 +11,7 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -37,7 +38,7 @@ func (e *attemptTimeout) Error() string {
 		return fmt.Sprintf("the answer from %s was not complete within %s (attempt %d; an answer cut short is not retried)",
 			e.endpoint, e.timeout, e.attempt)
 	}
-	return fmt.Sprintf("no answer from %s within %s (%s)", e.endpoint, e.timeout, plural(e.attempt, "attempt"))
+	return fmt.Sprintf("no answer from %s within %s (%s)", e.endpoint, e.timeout, label.Plural(e.attempt, "attempt"))
 }
 
 func (e *attemptTimeout) Unwrap() []error {
@@ -143,12 +144,5 @@ func formatBytes(n int64) string {
 	case n >= 1<<10:
 		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
 	}
-	return plural(int(n), "byte")
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
+	return label.Plural(int(n), "byte")
 }

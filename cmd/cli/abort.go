@@ -9,6 +9,8 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -84,7 +86,7 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := json.Unmarshal(m.Data, &st); err != nil {
 		return fmt.Errorf("abort %s: malformed status: %w", turn, err)
 	}
-	fmt.Fprintf(stdout, "turn %s %s after %s\n", turn, st.State, plural(st.Step, "step"))
+	fmt.Fprintf(stdout, "turn %s %s after %s\n", turn, st.State, label.Plural(st.Step, "step"))
 	for _, c := range st.Calls {
 		if c.Outcome != bus.OutcomeOK {
 			fmt.Fprintf(stdout, "  %s %s: %s\n", c.Tool, c.Outcome, indentRest(c.Error))

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // ANSI sequences of the live display.
@@ -390,7 +391,7 @@ func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
 		r.println("", st.Text)
 		r.printed = st.Text
 	}
-	summary := fmt.Sprintf("%s · %s · %s · %s", st.State, plural(st.Step, "step"), plural(len(st.Calls), "call"), formatElapsed(took))
+	summary := fmt.Sprintf("%s · %s · %s · %s", st.State, label.Plural(st.Step, "step"), label.Plural(len(st.Calls), "call"), formatElapsed(took))
 	if st.Usage != nil {
 		summary += " · " + tokens(*st.Usage)
 	}
@@ -400,13 +401,6 @@ func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
 // tokens says how many tokens the model read and wrote.
 func tokens(u bus.Usage) string {
 	return fmt.Sprintf("%d tokens in, %d out", u.InputTokens, u.OutputTokens)
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // indentRest indents the lines after the first, so that a multi-line error

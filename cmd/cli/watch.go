@@ -12,6 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // shortTurn is how many trailing characters of a turn id watch shows: ids
@@ -206,7 +208,7 @@ func statusText(kind string, st bus.TurnStatus) string {
 		}
 		return s
 	case bus.StatusDone:
-		s := fmt.Sprintf("%s after %s, %s", st.State, plural(st.Step, "step"), plural(len(st.Calls), "call"))
+		s := fmt.Sprintf("%s after %s, %s", st.State, label.Plural(st.Step, "step"), label.Plural(len(st.Calls), "call"))
 		if st.Usage != nil {
 			s += ", " + tokens(*st.Usage)
 		}

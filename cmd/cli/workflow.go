@@ -19,6 +19,8 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
+
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // The workflow command calls the workflow tools over the bus, as a turn's calls would
@@ -131,7 +133,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 		if *asJSON {
 			return printJSON(stdout, wf)
 		}
-		fmt.Fprintf(stdout, "workflow %s started: %s\n", wf.ID, plural(len(wf.Tasks), "task"))
+		fmt.Fprintf(stdout, "workflow %s started: %s\n", wf.ID, label.Plural(len(wf.Tasks), "task"))
 		fmt.Fprintf(stdout, "follow it: toolbus workflow view -follow -server … -agent %s %s\n", wf.Agent, wf.ID)
 		return nil
 	}
@@ -404,7 +406,7 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	began := time.Now()
-	r.println(r.style(ansiBold, fmt.Sprintf("workflow %s %q: %s, agent %s", wf.ID, wf.Title, plural(len(wf.Tasks), "task"), wf.Agent)))
+	r.println(r.style(ansiBold, fmt.Sprintf("workflow %s %q: %s, agent %s", wf.ID, wf.Title, label.Plural(len(wf.Tasks), "task"), wf.Agent)))
 	prev := &bus.Workflow{ID: wf.ID, Tasks: make([]bus.Task, len(wf.Tasks))}
 	for i, t := range wf.Tasks {
 		prev.Tasks[i] = bus.Task{ID: t.ID, State: bus.TaskPending}
@@ -534,7 +536,7 @@ func taskTurnLine(r *renderer, rest, kind string, st bus.TurnStatus) string {
 		}
 		return strings.Join(lines, "\n")
 	case bus.StatusDone:
-		s := fmt.Sprintf("  %s %s after %s", name, st.State, plural(st.Step, "step"))
+		s := fmt.Sprintf("  %s %s after %s", name, st.State, label.Plural(st.Step, "step"))
 		if st.Error != "" && st.State != bus.TurnTerminated {
 			s += ": " + st.Error
 		}

@@ -2,12 +2,12 @@ package computer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"path"
 	"time"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -81,7 +81,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Listing " + display(cleanArg(a.Path))
 			},
 			DescribeCompletedActivity: func(a listArgs, res toolbus.Result) string {
-				d, ok := detailsOf[ListDetails](res)
+				d, ok := label.DetailsOf[ListDetails](res)
 				if !ok {
 					return "Could not list " + display(cleanArg(a.Path))
 				}
@@ -99,7 +99,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Reading " + cleanArg(a.Path)
 			},
 			DescribeCompletedActivity: func(a readArgs, res toolbus.Result) string {
-				d, ok := detailsOf[ReadDetails](res)
+				d, ok := label.DetailsOf[ReadDetails](res)
 				if !ok {
 					return "Could not read " + cleanArg(a.Path)
 				}
@@ -116,7 +116,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Writing " + cleanArg(a.Path)
 			},
 			DescribeCompletedActivity: func(a writeArgs, res toolbus.Result) string {
-				d, ok := detailsOf[WriteDetails](res)
+				d, ok := label.DetailsOf[WriteDetails](res)
 				switch {
 				case !ok:
 					return "Could not write " + cleanArg(a.Path)
@@ -137,7 +137,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			},
 			DescribeCompletedActivity: func(a commandArgs, res toolbus.Result) string {
 				cmd := shortCommand(a.Command)
-				d, ok := detailsOf[CommandDetails](res)
+				d, ok := label.DetailsOf[CommandDetails](res)
 				switch {
 				case !ok:
 					return fmt.Sprintf("Could not run `%s`", cmd)
@@ -158,18 +158,6 @@ func Tools(cfg Config) []*toolbus.Tool {
 			},
 		}),
 	}
-}
-
-// detailsOf decodes a result's details; false when the call failed before producing them.
-func detailsOf[T any](res toolbus.Result) (T, bool) {
-	var d T
-	if len(res.Details) == 0 {
-		return d, false
-	}
-	if err := json.Unmarshal(res.Details, &d); err != nil {
-		return d, false
-	}
-	return d, true
 }
 
 // cleanArg is a path argument as labels show it, before it is resolved.

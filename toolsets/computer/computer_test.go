@@ -17,6 +17,8 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/internal/wait"
+
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 func TestMain(m *testing.M) {
@@ -75,7 +77,7 @@ func run(t testing.TB, ctx context.Context, tool *toolbus.Tool, home string, arg
 
 func details[T any](t testing.TB, res toolbus.Result) T {
 	t.Helper()
-	d, ok := detailsOf[T](res)
+	d, ok := label.DetailsOf[T](res)
 	if !ok {
 		t.Fatalf("result has no %T details: %s", d, res.Details)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // Category is the tool category of the job tools.
@@ -114,7 +115,7 @@ func (j *Job) Summary() string {
 			parts[i] += fmt.Sprintf(" ×%d", c.N)
 		}
 	}
-	return fmt.Sprintf("%s: %s", plural(n, "call"), strings.Join(parts, ", "))
+	return fmt.Sprintf("%s: %s", label.Plural(n, "call"), strings.Join(parts, ", "))
 }
 
 // CountCalls summarises call records by tool and outcome, in the order tools were first
@@ -705,11 +706,4 @@ func Find(ctx context.Context, kv jetstream.KeyValue, id string) (Job, error) {
 		return j, err
 	}
 	return Job{}, fmt.Errorf("job %s: %w", id, ErrNotFound)
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

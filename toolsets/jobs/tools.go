@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -87,12 +88,12 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[StartArgs]{
 			Spec:             specs[0],
-			DescribeActivity: func(a StartArgs) string { return "Starting a background job: " + truncate(a.Prompt, 60) },
+			DescribeActivity: func(a StartArgs) string { return "Starting a background job: " + label.Truncate(a.Prompt, 60) },
 			DescribeCompletedActivity: func(a StartArgs, res toolbus.Result) string {
-				if failed(res) {
+				if label.Failed(res) {
 					return "Could not start the background job"
 				}
-				return "Started a background job: " + truncate(a.Prompt, 60)
+				return "Started a background job: " + label.Truncate(a.Prompt, 60)
 			},
 			Execute: t.start,
 		}),
@@ -106,9 +107,9 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			},
 			DescribeCompletedActivity: func(a statusArgs, res toolbus.Result) string {
 				switch {
-				case failed(res) && a.ID == "":
+				case label.Failed(res) && a.ID == "":
 					return "Could not list the background jobs"
-				case failed(res):
+				case label.Failed(res):
 					return "Could not check job " + a.ID
 				case a.ID == "":
 					return "Listed the background jobs"
@@ -121,7 +122,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[2],
 			DescribeActivity: func(a resultArgs) string { return "Reading the result of job " + a.ID },
 			DescribeCompletedActivity: func(a resultArgs, res toolbus.Result) string {
-				if failed(res) {
+				if label.Failed(res) {
 					return "Could not read the result of job " + a.ID
 				}
 				return "Read the result of job " + a.ID
@@ -132,7 +133,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[3],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling job " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if failed(res) {
+				if label.Failed(res) {
 					return "Could not cancel job " + a.ID
 				}
 				return "Cancelled job " + a.ID
@@ -180,7 +181,7 @@ func (t tools) status(ctx context.Context, call toolbus.Call, a statusArgs) (too
 		var b strings.Builder
 		fmt.Fprintf(&b, "Your jobs (%d, newest first):", len(all))
 		for _, j := range all {
-			fmt.Fprintf(&b, "\n- %s: %s; %q", j.ID, t.standing(ctx, j, now), truncate(j.Prompt, 80))
+			fmt.Fprintf(&b, "\n- %s: %s; %q", j.ID, t.standing(ctx, j, now), label.Truncate(j.Prompt, 80))
 		}
 		return toolbus.TextResult(b.String()).WithDetails(all), nil
 	}
@@ -202,7 +203,7 @@ func (t tools) status(ctx context.Context, call toolbus.Call, a statusArgs) (too
 func (t tools) standing(ctx context.Context, j Job, now time.Time) string {
 	switch {
 	case j.State.Ended():
-		s := fmt.Sprintf("%s %s ago after %s (%s)", j.State, formatDuration(now.Sub(j.Ended)), plural(j.Steps, "step"), j.Summary())
+		s := fmt.Sprintf("%s %s ago after %s (%s)", j.State, formatDuration(now.Sub(j.Ended)), label.Plural(j.Steps, "step"), j.Summary())
 		if j.Error != "" {
 			s += ": " + firstLine(j.Error)
 		}
@@ -235,7 +236,7 @@ func (t tools) result(ctx context.Context, call toolbus.Call, a resultArgs) (too
 		return toolbus.TextResult(fmt.Sprintf("Job %s has not ended yet: it is %s. Check again later.", j.ID, t.standing(ctx, j, time.Now()))).WithDetails(j), nil
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Job %s %s after %s (%s).", j.ID, j.State, plural(j.Steps, "step"), j.Summary())
+	fmt.Fprintf(&b, "Job %s %s after %s (%s).", j.ID, j.State, label.Plural(j.Steps, "step"), j.Summary())
 	if j.Error != "" {
 		fmt.Fprintf(&b, "\nError: %s", j.Error)
 	}
@@ -291,15 +292,3 @@ func firstLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	return s
 }
-
-func truncate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// failed reports a call that did not succeed: an error result, or an error returned by
-// Execute (the label then gets an empty result; every success carries details).
-func failed(res toolbus.Result) bool { return res.IsError || len(res.Details) == 0 }

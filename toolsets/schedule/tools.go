@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -74,10 +75,10 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[0],
 			DescribeActivity: func(CreateArgs) string { return "Creating a schedule" },
 			DescribeCompletedActivity: func(a CreateArgs, res toolbus.Result) string {
-				if failed(res) {
+				if label.Failed(res) {
 					return "Could not create the schedule"
 				}
-				return "Scheduled: " + truncate(a.Prompt, 60)
+				return "Scheduled: " + label.Truncate(a.Prompt, 60)
 			},
 			Execute: t.create,
 		}),
@@ -85,7 +86,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[1],
 			DescribeActivity: func(listArgs) string { return "Listing schedules" },
 			DescribeCompletedActivity: func(_ listArgs, res toolbus.Result) string {
-				if failed(res) {
+				if label.Failed(res) {
 					return "Could not list the schedules"
 				}
 				return "Listed the schedules"
@@ -96,7 +97,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[2],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling schedule " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if failed(res) {
+				if label.Failed(res) {
 					return "Could not cancel schedule " + a.ID
 				}
 				return "Cancelled schedule " + a.ID
@@ -159,7 +160,7 @@ func (t tools) list(ctx context.Context, call toolbus.Call, _ listArgs) (toolbus
 	var b strings.Builder
 	fmt.Fprintf(&b, "Your schedules (%d):", len(all))
 	for _, s := range all {
-		fmt.Fprintf(&b, "\n- %s: %s; %q", s.ID, s.When(), truncate(s.Prompt, 80))
+		fmt.Fprintf(&b, "\n- %s: %s; %q", s.ID, s.When(), label.Truncate(s.Prompt, 80))
 		if next, ok := s.Next(now); ok {
 			fmt.Fprintf(&b, "; next %s", formatIn(next, s.TimeZone))
 		} else {
@@ -198,15 +199,3 @@ func formatIn(t time.Time, zone string) string {
 	}
 	return t.In(loc).Format(time.RFC3339)
 }
-
-func truncate(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// failed reports a call that did not succeed: an error result, or an error returned by
-// Execute (the label then gets an empty result; every success carries details).
-func failed(res toolbus.Result) bool { return res.IsError || len(res.Details) == 0 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -150,7 +151,7 @@ func Tools(kv jetstream.KeyValue) []*toolbus.Tool {
 				if res.IsError || json.Unmarshal(res.Details, &l) != nil {
 					return "Could not read the todo list"
 				}
-				return fmt.Sprintf("Read the todo list (%s, %d done)", plural(len(l.Items), "item"), l.Done())
+				return fmt.Sprintf("Read the todo list (%s, %d done)", label.Plural(len(l.Items), "item"), l.Done())
 			},
 			Execute: s.read,
 		}),
@@ -405,11 +406,4 @@ func writeItems(b *strings.Builder, items []StoredItem) {
 		}
 		fmt.Fprintf(b, "%s %s (id %s, %s)\n", mark, it.Content, it.ID, it.Status)
 	}
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }

@@ -17,6 +17,8 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/toolbus/toolbus"
+
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // maxSearchBody bounds a provider's answer: twenty results with snippets are a few
@@ -390,7 +392,7 @@ func formatResults(d SearchDetails) string {
 		fmt.Fprintf(&b, "No results for %q (%s).", d.Query, providerName(d.Provider))
 		return b.String()
 	}
-	fmt.Fprintf(&b, "Search results for %q (%s, %s):\n", d.Query, providerName(d.Provider), plural(len(d.Results), "result"))
+	fmt.Fprintf(&b, "Search results for %q (%s, %s):\n", d.Query, providerName(d.Provider), label.Plural(len(d.Results), "result"))
 	for i, r := range d.Results {
 		fmt.Fprintf(&b, "\n%d. %s\n   %s\n", i+1, r.Title, r.URL)
 		if r.Snippet != "" {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
+
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // bindings is a Config.Binding over a fixed map.
@@ -177,7 +179,7 @@ func TestSearchProviders(t *testing.T) {
 			}
 			r, body := s.last(t)
 			tc.check(t, r, body)
-			d, ok := detailsOf[SearchDetails](res)
+			d, ok := label.DetailsOf[SearchDetails](res)
 			if !ok {
 				t.Fatalf("no details: %s", res.Details)
 			}
@@ -200,7 +202,7 @@ func TestSearchProviders(t *testing.T) {
 			if want := "Searching the web for “tide pools”"; tl.ActivityLabel(json.RawMessage(`{"query":"tide pools"}`)) != want {
 				t.Errorf("activity label %q", tl.ActivityLabel(json.RawMessage(`{"query":"tide pools"}`)))
 			}
-			want := "Found " + plural(len(tc.wantTitle), "result") + " for “tide pools”"
+			want := "Found " + label.Plural(len(tc.wantTitle), "result") + " for “tide pools”"
 			if got := tl.CompletedLabel(json.RawMessage(`{"query":"tide pools"}`), res); got != want {
 				t.Errorf("completed label %q, want %q", got, want)
 			}
@@ -233,7 +235,7 @@ func TestSearchCountIsBounded(t *testing.T) {
 		{map[string]any{"query": "x", "count": 1}, 1},
 	} {
 		res := call(t, toolNamed(t, tools, "web_search"), "ann", tc.args)
-		d, _ := detailsOf[SearchDetails](res)
+		d, _ := label.DetailsOf[SearchDetails](res)
 		if res.IsError || len(d.Results) != tc.want {
 			t.Errorf("%v: %d results, want %d (%s)", tc.args, len(d.Results), tc.want, res.Text())
 		}

@@ -2,13 +2,13 @@ package web
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 	"time"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/internal/label"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -150,11 +150,11 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Searching the web for " + quote(a.Query)
 			},
 			DescribeCompletedActivity: func(a searchArgs, res toolbus.Result) string {
-				d, ok := detailsOf[SearchDetails](res)
+				d, ok := label.DetailsOf[SearchDetails](res)
 				if !ok {
 					return "Could not search the web for " + quote(a.Query)
 				}
-				return fmt.Sprintf("Found %s for %s", plural(len(d.Results), "result"), quote(a.Query))
+				return fmt.Sprintf("Found %s for %s", label.Plural(len(d.Results), "result"), quote(a.Query))
 			},
 			Execute: h.search,
 		}),
@@ -164,7 +164,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Reading " + shortURL(a.URL)
 			},
 			DescribeCompletedActivity: func(a fetchArgs, res toolbus.Result) string {
-				d, ok := detailsOf[FetchDetails](res)
+				d, ok := label.DetailsOf[FetchDetails](res)
 				switch {
 				case !ok:
 					return "Could not read " + shortURL(a.URL)
@@ -202,25 +202,6 @@ func (h *host) binding(ctx context.Context, agent string) (*Binding, error) {
 		b = &Binding{}
 	}
 	return b, nil
-}
-
-// detailsOf decodes a result's details; false when the call failed before producing them.
-func detailsOf[T any](res toolbus.Result) (T, bool) {
-	var d T
-	if len(res.Details) == 0 {
-		return d, false
-	}
-	if err := json.Unmarshal(res.Details, &d); err != nil {
-		return d, false
-	}
-	return d, true
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // quote is a query as labels show it: quoted, and cut at 60 characters.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/label"
 )
 
 // Category is the category of the workflow tools. Only main turns include it.
@@ -66,13 +67,13 @@ func Tools(e *Engine) []*toolbus.Tool {
 			Spec:   specStart,
 			Schema: json.RawMessage(startSchema),
 			DescribeActivity: func(a startArgs) string {
-				return fmt.Sprintf("Starting workflow %q (%s)", a.Title, plural(len(a.Tasks), "task"))
+				return fmt.Sprintf("Starting workflow %q (%s)", a.Title, label.Plural(len(a.Tasks), "task"))
 			},
 			DescribeCompletedActivity: func(a startArgs, res toolbus.Result) string {
 				if res.IsError {
 					return fmt.Sprintf("Could not start workflow %q", a.Title)
 				}
-				return fmt.Sprintf("Started workflow %q (%s)", a.Title, plural(len(a.Tasks), "task"))
+				return fmt.Sprintf("Started workflow %q (%s)", a.Title, label.Plural(len(a.Tasks), "task"))
 			},
 			Execute: func(ctx context.Context, call toolbus.Call, a startArgs) (toolbus.Result, error) {
 				wf, err := e.Start(ctx, call.Agent, call.Turn, a)
@@ -163,7 +164,7 @@ func startedText(wf *bus.Workflow) string {
 			waiting = append(waiting, fmt.Sprintf("%s (after %s)", t.ID, strings.Join(t.DependsOn, ", ")))
 		}
 	}
-	s := fmt.Sprintf("Workflow %s started: %q, %s.\nRunning: %s.", wf.ID, wf.Title, plural(len(wf.Tasks), "task"), strings.Join(running, ", "))
+	s := fmt.Sprintf("Workflow %s started: %q, %s.\nRunning: %s.", wf.ID, wf.Title, label.Plural(len(wf.Tasks), "task"), strings.Join(running, ", "))
 	if len(waiting) > 0 {
 		s += "\nWaiting: " + strings.Join(waiting, ", ") + "."
 	}
@@ -231,11 +232,4 @@ func listText(wfs []*bus.Workflow, state string) string {
 			wf.Created.Format(time.RFC3339))
 	}
 	return strings.TrimRight(b.String(), "\n")
-}
-
-func plural(n int, what string) string {
-	if n == 1 {
-		return "1 " + what
-	}
-	return fmt.Sprintf("%d %ss", n, what)
 }
