@@ -172,6 +172,15 @@ func followToEnd(ctx context.Context, bc *busConn, tool, agent string, args []by
 	return workflowExit(wf)
 }
 
+// printWorkflow prints a workflow's document as JSON, or its view.
+func printWorkflow(stdout io.Writer, wf *bus.Workflow, asJSON bool) error {
+	if asJSON {
+		return printJSON(stdout, wf)
+	}
+	_, err := fmt.Fprintln(stdout, workflow.View(wf))
+	return err
+}
+
 // workflowExit maps how a workflow ended to the command's exit.
 func workflowExit(wf *bus.Workflow) error {
 	switch wf.State {
@@ -205,11 +214,7 @@ func workflowView(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(stdout, wf)
-	}
-	fmt.Fprintln(stdout, workflow.View(wf))
-	return nil
+	return printWorkflow(stdout, wf, *asJSON)
 }
 
 func workflowList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -285,11 +290,7 @@ func workflowCancel(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	if *asJSON {
-		return printJSON(stdout, wf)
-	}
-	fmt.Fprintln(stdout, workflow.View(wf))
-	return nil
+	return printWorkflow(stdout, wf, *asJSON)
 }
 
 // workflowConn parses the flags of view, list and cancel, checks them, and dials -server.
