@@ -11,8 +11,6 @@ import (
 	"unicode"
 
 	"github.com/kaptinlin/jsonrepair"
-
-	"github.com/toolbus/toolbus/internal/jsonfast"
 )
 
 // ParseOptions tell Parse what it knows about the call beyond its text.
@@ -320,9 +318,6 @@ func (p *parse) schemaError(verr *ValidationError, v any) *ArgumentError {
 // Decoding checks validity as it goes, so no separate json.Valid pass is
 // made over the (usually valid) input first.
 func decodeArgs(b []byte) (any, error) {
-	if v, ok := jsonfast.DecodeValue(b); ok {
-		return v, nil // valid, and read as the decoder below reads it
-	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()
 	var v any
@@ -338,9 +333,6 @@ func decodeArgs(b []byte) (any, error) {
 // canonical encodes a decoded value compactly with sorted keys and without
 // HTML escaping.
 func canonical(v any) (json.RawMessage, error) {
-	if b, ok := jsonfast.AppendValue(make([]byte, 0, 128), v); ok {
-		return b, nil
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
