@@ -248,25 +248,15 @@ func KeyValueTTL(ctx context.Context, js jetstream.JetStream, bucket string, rep
 // UpdateWithTTL writes key of a KeyValueTTL bucket at revision rev, as
 // jetstream.KeyValue.Update does, and has the value expire ttl later. (Update takes no
 // TTL; this is the same message with a Nats-TTL header.) A stale revision is an error
-// that IsWrongRevision and errors.Is(err, jetstream.ErrKeyRevisionMismatch) report.
+// that IsConflict reports.
 func UpdateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key string, value []byte, rev uint64, ttl time.Duration) error {
 	m := nats.NewMsg("$KV." + bucket + "." + key)
 	m.Data = value
 	_, err := js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(rev), jetstream.WithMsgTTL(ttl))
-	if IsWrongRevision(err) {
-		return fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+	if IsConflict(err) {
+		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return err
-}
-
-// errCodeWrongRevision is JetStream's answer to a write at a stale revision
-// (JSStreamWrongLastSequenceErrF).
-const errCodeWrongRevision jetstream.ErrorCode = 10071
-
-// IsWrongRevision reports a write refused because its expected revision is stale.
-func IsWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeWrongRevision
 }
 
 // MainTurnSpec reads, from the turns bucket, the spec of a turn that starts others (a

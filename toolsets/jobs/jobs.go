@@ -571,7 +571,7 @@ func (s *Store) Cancel(ctx context.Context, agent, id, reason string, keep time.
 				return Job{}, err
 			}
 			_, err = s.turns.Update(ctx, id, b, e.Revision())
-			if isConflict(err) || bus.IsWrongRevision(err) {
+			if bus.IsConflict(err) {
 				continue // a node took it meanwhile
 			}
 			if err != nil {
