@@ -2,7 +2,6 @@ package actors
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 // turnAgents tells a host whose call it runs. A durable turn's agent is the one in its
@@ -23,7 +23,7 @@ type turnAgents struct {
 	js jetstream.JetStream
 
 	mu      sync.Mutex
-	kv      jetstream.KeyValue
+	store   *durable.Store
 	missing time.Time // when the bucket was last found missing
 	// failed is when opening the bucket last failed, with why: calls are refused at once
 	// until unstoredPatience has passed, not each after its own wait.
@@ -98,32 +98,28 @@ func (a *turnAgents) lookup(ctx context.Context, turn string) (turnAgent, error)
 	if !recordKey(turn) {
 		return turnAgent{}, nil // not a key a record can have
 	}
-	kv, err := a.bucket(ctx)
-	if kv == nil {
+	store, err := a.bucket(ctx)
+	if store == nil {
 		return turnAgent{}, err
 	}
-	e, err := kv.Get(ctx, turn)
+	rec, _, err := store.Record(ctx, turn)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrKeyDeleted):
+	case errors.Is(err, durable.ErrNoRecord), errors.Is(err, jetstream.ErrKeyDeleted):
 		return turnAgent{}, nil
 	case err != nil:
-		return turnAgent{}, fmt.Errorf("read the record of turn %s: %w", turn, err)
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		return turnAgent{}, fmt.Errorf("read the record of turn %s: %w", turn, err)
 	}
 	return turnAgent{agent: rec.Spec.Agent, stored: true}, nil
 }
 
-// bucket returns the turns bucket, or nil while it does not exist (no node of the bus
+// bucket returns the turn records, or nil while there are none (no node of the bus
 // runs durable turns): looked for again after unstoredPatience.
-func (a *turnAgents) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+func (a *turnAgents) bucket(ctx context.Context) (*durable.Store, error) {
 	a.mu.Lock()
-	kv, missing := a.kv, a.missing
+	store, missing := a.store, a.missing
 	a.mu.Unlock()
-	if kv != nil {
-		return kv, nil
+	if store != nil {
+		return store, nil
 	}
 	if !missing.IsZero() && time.Since(missing) < unstoredPatience {
 		return nil, nil
@@ -138,20 +134,20 @@ func (a *turnAgents) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 	// asynchronous permissions violation: do not let each call wait out its deadline.
 	octx, cancel := context.WithTimeout(ctx, openPatience)
 	defer cancel()
-	kv, err := a.js.KeyValue(octx, bus.BucketTurns)
+	store, err := durable.Open(octx, a.js, durable.Config{})
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	switch {
-	case errors.Is(err, jetstream.ErrBucketNotFound):
+	case err == nil && !store.HasTurns():
 		a.missing = time.Now()
 		return nil, nil
 	case err != nil:
 		a.failed = time.Now()
-		a.failErr = fmt.Errorf("cannot read turn records to confirm whose call it is (does this host's user have the tool role's read of %s? operations.md §4): %w", bus.BucketTurns, err)
+		a.failErr = fmt.Errorf("cannot read turn records to confirm whose call it is (does this host's user have the tool role's read of the turn records? operations.md §4): %w", err)
 		return nil, a.failErr
 	}
-	a.kv = kv
-	return kv, nil
+	a.store = store
+	return store, nil
 }
 
 // openPatience bounds opening the turn records.

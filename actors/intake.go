@@ -5,14 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
-	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/gateway"
 )
 
 // Defaults of the turn intake.
@@ -29,12 +31,11 @@ const (
 )
 
 // ErrTurnExists refuses a turn id that is already queued, running or ended.
-var ErrTurnExists = errors.New("turn id already used")
+var ErrTurnExists = durable.ErrTurnExists
 
 // intake is a node's part of the durable turn intake.
 type intake struct {
-	kv       jetstream.KeyValue
-	stream   jetstream.Stream
+	store    *durable.Store
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
 	slots    chan struct{}
@@ -46,26 +47,17 @@ type intake struct {
 
 // heldTurn is a turn this node took from the intake.
 type heldTurn struct {
-	msg  jetstream.Msg
-	pid  *actor.PID
-	done chan TurnResult
+	lease *durable.Lease
+	done  chan TurnResult
 }
 
-// openIntake creates (or opens) the intake stream, the turns bucket and the consumers.
+// openIntake opens (creating if needed) the durable state of turns.
 func (n *Node) openIntake(ctx context.Context) error {
-	in := &intake{running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
-	err := bus.Retry(ctx, "open the turn intake", n.log, func(ctx context.Context) error {
-		var err error
-		if in.kv, err = bus.KeyValue(ctx, n.js, bus.BucketTurns, n.cfg.Replicas); err != nil {
-			return err
-		}
-		in.stream, err = bus.EnsureIntake(ctx, n.js, n.cfg.Replicas)
-		return err
-	})
+	store, err := durable.Open(ctx, n.js, durable.Config{Node: n.cfg.Name, Replicas: n.cfg.Replicas, Create: true, Logger: n.log})
 	if err != nil {
 		return err
 	}
-	n.intake = in
+	n.intake = &intake{store: store, running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
 	return nil
 }
 
@@ -97,59 +89,8 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 			return "", fmt.Errorf("start turn %s: %w", spec.ID, err)
 		}
 	}
-	now := time.Now()
-	rec, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
-	if err != nil {
-		return "", err
-	}
-	// A stream electing a leader does not answer: retry, and take a record found on a
-	// retry for ours when it is the one we wrote.
-	err = bus.Retry(ctx, "create the turn record", n.log, func(ctx context.Context) error {
-		_, err := in.kv.Create(ctx, spec.ID, rec)
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			return err
-		}
-		e, gerr := in.kv.Get(ctx, spec.ID)
-		if gerr != nil {
-			return gerr
-		}
-		var old bus.TurnRecord
-		if json.Unmarshal(e.Value(), &old) != nil {
-			return fmt.Errorf("%w (its record is unreadable)", ErrTurnExists)
-		}
-		if old.Created.Equal(now) {
-			return nil
-		}
-		return fmt.Errorf("%w: it is %s%s since %s", ErrTurnExists, old.State, ownerOf(old), old.Updated.Format(time.RFC3339))
-	})
-	if err != nil {
+	if err := in.store.Submit(ctx, spec, node); err != nil {
 		return "", fmt.Errorf("start turn %s: %w", spec.ID, err)
-	}
-	subject := bus.IntakeAny(spec.ID)
-	if node != "" {
-		subject = bus.IntakeNode(node, spec.ID)
-	}
-	b, err := json.Marshal(spec)
-	if err != nil {
-		return "", err
-	}
-	if limit := n.nc.MaxPayload(); int64(len(b)) > limit {
-		_ = in.kv.Delete(context.WithoutCancel(ctx), spec.ID)
-		return "", fmt.Errorf("start turn %s: the turn spec is %d bytes, more than the bus carries in one message (%d, the server's max_payload): "+
-			"shorten the input, instructions or script, or raise max_payload on the servers", spec.ID, len(b), limit)
-	}
-	// The message id is this submission's: a retry of it is stored once, and an id
-	// used again after its record was deleted is a new turn, not a duplicate.
-	msgID := fmt.Sprintf("%s@%d", spec.ID, now.UnixNano())
-	if err := bus.Retry(ctx, "queue the turn", n.log, func(ctx context.Context) error {
-		_, err := n.js.Publish(ctx, subject, b, jetstream.WithMsgID(msgID))
-		return err
-	}); err != nil {
-		// Nothing would ever take the turn: remove its record, so the id can be used.
-		if derr := in.kv.Delete(context.WithoutCancel(ctx), spec.ID); derr != nil {
-			n.log.Warn("remove the record of a turn that could not be queued", "turn", spec.ID, "err", derr)
-		}
-		return "", fmt.Errorf("start turn %s: intake: %w", spec.ID, err)
 	}
 	return spec.ID, nil
 }
@@ -162,31 +103,18 @@ func checkStartable(spec bus.TurnSpec) error {
 	return nil
 }
 
-func ownerOf(r bus.TurnRecord) string {
-	if r.Owner == "" {
-		return ""
-	}
-	return " on node " + r.Owner
-}
-
 // runIntake pulls turn specs for this node while it has room for another turn. Its
 // consumers are set up within start (a node restarted into a cluster waits while its
 // stream catches up).
 func (n *Node) runIntake(start context.Context) error {
 	in := n.intake
+	consumers, err := in.store.RunnerConsumers(start, n.cfg.TurnLease)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	in.cancel = cancel
-	for _, node := range []string{"", n.cfg.Name} {
-		var cons jetstream.Consumer
-		err := bus.Retry(start, "intake consumer", n.log, func(ctx context.Context) error {
-			var err error
-			cons, err = in.stream.CreateOrUpdateConsumer(ctx, bus.RunnerConsumerConfig(node, n.cfg.TurnLease))
-			return err
-		})
-		if err != nil {
-			cancel()
-			return err
-		}
+	for _, cons := range consumers {
 		in.loops.Add(1)
 		go func() {
 			defer in.loops.Done()
@@ -269,82 +197,56 @@ func (n *Node) take(msg jetstream.Msg) {
 		return
 	}
 	log := n.log.With("turn", spec.ID)
-	// The lease runs from now: reading a long transcript back, while a stream elects
-	// a leader, must not let the intake give the turn to another node meanwhile.
-	progress := make(chan struct{})
-	defer close(progress)
-	go func() {
-		t := time.NewTicker(n.cfg.TurnLease / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				_ = msg.InProgress()
-			case <-progress:
-				return
-			}
+	spec.Normalize()
+	input := []gateway.Item{gateway.UserMessage(spec.Input)}
+	first := func(rec bus.TurnRecord, resumed bool) []gateway.Item {
+		if !resumed {
+			return input
 		}
-	}()
-	d, err := n.claim(ctx, spec)
+		r := bus.Resume{Node: n.cfg.Name, At: time.Now(), Why: "the turn's record was lost"}
+		if k := len(rec.Resumes); k > 0 {
+			r = rec.Resumes[k-1]
+		}
+		return []gateway.Item{durable.ResumeNote(r)}
+	}
+	// The lease runs from the claim on: reading a long transcript back, while a stream
+	// elects a leader, must not let the intake give the turn to another node meanwhile.
+	lease, err := in.store.Claim(ctx, msg, spec, n.cfg.TurnLease, first)
 	switch {
-	case errors.Is(err, errTurnOver):
+	case errors.Is(err, durable.ErrTurnOver):
 		n.turnOver(ctx, spec)
 		// A task turn that ended on a node lost before it settled: settle it here.
-		if err := n.settleTask(d.rec); err != nil {
-			log.Warn("intake: could not settle the ended task turn; another node will", "err", err)
-			_ = msg.NakWithDelay(time.Second)
-			return
-		}
-		_ = msg.Ack()
+		n.ackSettled(lease, log)
 		return
 	case err != nil:
 		log.Warn("intake: could not take the turn; another node will", "err", err)
-		_ = msg.NakWithDelay(time.Second)
 		return
 	}
 	n.turnTaken(ctx, spec)
-	if d.resume == nil && d.rec.Stored > 0 {
-		// Taken over: read back what the turn stored, and number new messages after
-		// the last one (outputs stored after the last checkpoint included).
-		items, last, err := readTranscriptSeq(ctx, n.js, spec.ID)
-		if err != nil && !errors.Is(err, errNoTranscript) {
-			log.Warn("intake: could not read the transcript to resume; another node will", "err", err)
-			n.release(ctx, d, spec.ID)
-			_ = msg.NakWithDelay(time.Second)
-			return
-		}
-		d.resume = items
-		d.rec.Stored = max(d.rec.Stored, last)
-	}
 	switch err := n.admitTask(ctx, spec); {
 	case errors.Is(err, errTaskGone):
-		n.endUnstarted(ctx, d, spec, bus.TurnAborted, fmt.Errorf("%w: %w", ErrAborted, err))
-		n.ackSettled(msg, d.rec)
+		n.endUnstarted(ctx, lease, bus.TurnAborted, fmt.Errorf("%w: %w", ErrAborted, err), log)
 		return
 	case err != nil:
 		log.Warn("intake: could not read the turn's workflow; another node will", "err", err)
-		n.release(ctx, d, spec.ID)
-		_ = msg.NakWithDelay(time.Second)
+		lease.Release(ctx)
 		return
 	}
 	model, err := n.model(spec)
 	if err != nil {
-		n.endUnstarted(ctx, d, spec, bus.TurnFailed, fmt.Errorf("%w: %w", ErrModel, err))
-		n.ackSettled(msg, d.rec)
+		n.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrModel, err), log)
 		return
 	}
 	kit, err := n.Assemble(ctx, spec)
 	if err != nil {
-		n.endUnstarted(ctx, d, spec, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err))
-		n.ackSettled(msg, d.rec)
+		n.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err), log)
 		return
 	}
-	h := &heldTurn{msg: msg, done: make(chan TurnResult, 1)}
+	h := &heldTurn{lease: lease, done: make(chan TurnResult, 1)}
 	in.mu.Lock()
 	if in.stopping {
 		in.mu.Unlock()
-		n.release(ctx, d, spec.ID)
-		_ = msg.Nak()
+		lease.Release(ctx)
 		return
 	}
 	in.running[spec.ID] = h
@@ -355,16 +257,15 @@ func (n *Node) take(msg jetstream.Msg) {
 		in.mu.Unlock()
 	}()
 
-	d.lease = n.cfg.TurnLease
-	cfg := TurnConfig{Spec: spec, Model: model, Kit: kit, dur: d, Done: func(r TurnResult) { h.done <- r },
+	d := &durableTurn{lease: lease, leaseTime: n.cfg.TurnLease}
+	cfg := TurnConfig{Spec: spec, Input: input, Model: model, Kit: kit, dur: d, Done: func(r TurnResult) { h.done <- r },
 		Unavailable: func(string) { n.catalog.Kick() }}
 	if _, err := n.Spawn(ctx, cfg); err != nil {
 		log.Warn("intake: could not start the turn; another node will", "err", err)
-		n.release(ctx, d, spec.ID)
-		_ = msg.NakWithDelay(time.Second)
+		lease.Release(ctx)
 		return
 	}
-	// A heartbeat for clients, as often as the progress above.
+	// A heartbeat for clients, as often as the lease's progress.
 	beat := time.NewTicker(n.cfg.TurnLease / 3)
 	defer beat.Stop()
 	for {
@@ -372,16 +273,21 @@ func (n *Node) take(msg jetstream.Msg) {
 		case r := <-h.done:
 			switch {
 			case r.HandedBack:
-				_ = msg.Nak()
+				// HandBack gave the message back.
 			case r.Fenced:
-				// Another node holds the turn and its message now.
+				// Another node holds the turn and its message now: not a word more.
+				lease.Stop()
+			case lease.Fenced():
+				lease.Stop()
 			default:
 				n.turnEnded(spec, r)
-				n.ackSettled(msg, d.rec)
+				n.ackSettled(lease, log)
 			}
 			return
 		case <-beat.C:
-			n.beat(spec)
+			if !lease.Fenced() {
+				n.beat(spec)
+			}
 		}
 	}
 }
@@ -398,95 +304,39 @@ func (n *Node) beat(spec bus.TurnSpec) {
 	}
 }
 
-// errTurnOver reports an intake message of a turn that has ended already.
-var errTurnOver = errors.New("the turn has ended")
-
-// claim makes this node the turn's owner: at the record's revision, so that of two
-// nodes given the same turn one wins.
-func (n *Node) claim(ctx context.Context, spec bus.TurnSpec) (*durable, error) {
-	kv := n.intake.kv
-	var rec bus.TurnRecord
-	var rev uint64
-	e, err := kv.Get(ctx, spec.ID)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		// Published without a record (by hand, or the record was lost): make one.
-		now := time.Now()
-		rec = bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now}
-	case err != nil:
-		return nil, err
-	default:
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return nil, fmt.Errorf("turn record: %w", err)
-		}
-		rev = e.Revision()
-	}
-	if rec.State.Ended() {
-		return &durable{kv: kv, rec: rec, rev: rev}, errTurnOver
-	}
-	d := &durable{kv: kv}
-	prev := rec.Owner
-	if prev != "" || rec.Stored > 0 {
-		why := "the turn's node stopped signalling progress (lost, or killed)"
-		if prev == "" {
-			why = "the turn was handed back by its node (stopping)"
-		}
-		d.lost = prev
-		if d.lost == "" && len(rec.Resumes) > 0 {
-			d.lost = rec.Resumes[len(rec.Resumes)-1].Node
-		}
-		rec.Resumes = append(rec.Resumes, bus.Resume{Node: n.cfg.Name, From: prev, At: time.Now(), Why: why})
-	}
-	rec.Spec, rec.State, rec.Owner, rec.Updated = spec, bus.TurnRunning, n.cfg.Name, time.Now()
-	rec.Epoch++
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return nil, err
-	}
-	if rev == 0 {
-		rev, err = kv.Create(ctx, spec.ID, b)
-	} else {
-		rev, err = kv.Update(ctx, spec.ID, b, rev)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	d.rev, d.rec = rev, rec
-	return d, nil
-}
-
-// release gives back a turn this node claimed but did not start, so that the next node
-// to take it reads a hand-back, not a lost node.
-func (n *Node) release(ctx context.Context, d *durable, id string) {
-	d.rec.State, d.rec.Owner, d.rec.Updated = bus.TurnQueued, "", time.Now()
-	if _, err := updateRecord(ctx, d.kv, id, d.rec, d.rev, n.log); err != nil {
-		n.log.Warn("give the turn back", "turn", id, "err", err)
-	}
-}
-
-// ackSettled acknowledges the intake message of a turn that ended here, once a task
+// ackSettled acknowledges the intake message of a turn whose end is stored, once a task
 // turn's workflow has moved on; a node that cannot settle it leaves the message to
 // another node, which finds the turn ended and settles it.
-func (n *Node) ackSettled(msg jetstream.Msg, rec bus.TurnRecord) {
-	if err := n.settleTask(rec); err != nil {
-		n.log.Warn("intake: could not settle the task turn; another node will", "turn", rec.Spec.ID, "err", err)
-		_ = msg.NakWithDelay(time.Second)
+func (n *Node) ackSettled(lease *durable.Lease, log *slog.Logger) {
+	if err := n.settleTask(lease.Rec); err != nil {
+		log.Warn("intake: could not settle the task turn; another node will", "err", err)
+		lease.Retry()
 		return
 	}
-	_ = msg.Ack()
+	if err := lease.Ack(); err != nil {
+		log.Warn("intake: ack", "err", err)
+	}
 }
 
 // endUnstarted ends a claimed turn that could not start here (state failed, or aborted
-// for a task turn its workflow no longer wants), and says so.
-func (n *Node) endUnstarted(ctx context.Context, d *durable, spec bus.TurnSpec, state bus.TurnState, err error) {
-	d.rec.State, d.rec.Error, d.rec.Updated = state, err.Error(), time.Now()
-	if _, werr := updateRecord(ctx, d.kv, spec.ID, d.rec, d.rev, n.log); werr != nil {
-		n.log.Warn("store the turn's end", "turn", spec.ID, "err", werr)
+// for a task turn its workflow no longer wants), and says so; a node that lost the turn
+// meanwhile says nothing.
+func (n *Node) endUnstarted(ctx context.Context, lease *durable.Lease, state bus.TurnState, err error, log *slog.Logger) {
+	spec := lease.Spec
+	if werr := lease.End(ctx, state, err.Error(), 0, nil); werr != nil {
+		log.Warn("store the turn's end", "err", werr)
+		if errors.Is(werr, durable.ErrFenced) {
+			lease.Stop()
+		} else {
+			lease.Retry()
+		}
+		return
 	}
 	b, _ := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind,
 		State: state, Error: err.Error(), Time: time.Now()})
 	_ = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusDone), b)
 	n.turnEnded(spec, TurnResult{Turn: spec.ID, State: bus.TurnFailed, Err: err, Error: err.Error()})
+	n.ackSettled(lease, log)
 }
 
 // stopIntake stops taking turns and hands the running ones back: each at its next
@@ -521,7 +371,7 @@ func (n *Node) stopIntake(grace time.Duration) {
 	in.mu.Lock()
 	for id, h := range in.running {
 		n.log.Warn("turn did not reach a checkpoint in time; another node resumes it", "turn", id)
-		_ = h.msg.Nak()
+		h.lease.Nak()
 	}
 	in.mu.Unlock()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -401,10 +402,7 @@ func (n *Node) ensureTranscripts(ctx context.Context) error {
 	if n.transcripts.Load() {
 		return nil
 	}
-	_, err := n.js.Stream(ctx, bus.StreamTranscripts)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		_, err = bus.Stream(ctx, n.js, bus.TranscriptStreamConfig(n.cfg.Replicas))
-	}
+	err := durable.EnsureTranscripts(ctx, n.js, n.cfg.Replicas)
 	if err == nil {
 		n.transcripts.Store(true)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -130,7 +131,7 @@ func TestTranscriptHoldsNoSecrets(t *testing.T) {
 	if res.State != bus.TurnCompleted {
 		t.Fatalf("state %s: %s", res.State, res.Error)
 	}
-	stored, err := ReadTranscript(context.Background(), n.JetStream(), res.Turn)
+	stored, err := durable.ReadTranscript(context.Background(), n.JetStream(), res.Turn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/schema"
@@ -66,8 +67,8 @@ type TurnConfig struct {
 	// catalog can refresh.
 	Unavailable func(category string)
 
-	// dur links a durable turn to its record; set by the node's intake.
-	dur *durable
+	// dur links a durable turn to its lease; set by the node's intake.
+	dur *durableTurn
 	// workers run the turn's mailbox and model calls; set by the node.
 	workers *workers
 	// voucher vouches for the arguments the turn validated, so the node's hosts need
@@ -324,7 +325,7 @@ func (t *turn) start(ctx actor.Context) {
 	}
 	t.modelCtx, t.modelCancel = context.WithCancel(context.Background())
 	t.byWire = make(map[string]*pendingCall)
-	if d := t.cfg.dur; d == nil || d.resume == nil {
+	if d := t.cfg.dur; d == nil || !d.lease.Resumed {
 		t.transcript = append(t.transcript, t.cfg.Input...)
 	}
 
@@ -351,14 +352,16 @@ func (t *turn) start(ctx actor.Context) {
 		t.fail(fmt.Errorf("%w: flush subscriptions: %w", ErrRuntime, err))
 		return
 	}
-	if d := t.cfg.dur; d != nil && d.resume != nil {
-		t.resume()
-		return
-	}
-	t.appendTranscript(t.cfg.Input)
 	var lease time.Duration
-	if t.cfg.dur != nil {
-		lease = t.cfg.dur.lease
+	if d := t.cfg.dur; d != nil {
+		if d.lease.Resumed {
+			t.resume()
+			return
+		}
+		// The claim stored the input: it fenced the turn's transcript.
+		lease = d.leaseTime
+	} else {
+		t.appendTranscript(t.cfg.Input)
 	}
 	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Lease: lease})
 	t.sys.Root.Send(t.self, &turnStep{})
@@ -415,7 +418,7 @@ func (t *turn) onModelReply(m *modelReply) {
 		// The step's tokens, for whoever reads the transcript, just before the response
 		// they paid for (so a turn's transcript still ends with its answer); gateways
 		// skip the item.
-		note := usageNote(t.step, *t.stepUsage)
+		note := durable.UsageNote(t.step, *t.stepUsage)
 		t.transcript = append(t.transcript, note)
 		t.appendTranscript([]gateway.Item{note})
 	}
@@ -997,8 +1000,7 @@ func (t *turn) finish(state bus.TurnState, err error) {
 	}
 	if t.cfg.dur != nil {
 		if err := t.saveEnd(state, res.Error); err != nil {
-			var fenced *fencedError
-			if errors.As(err, &fenced) {
+			if errors.Is(err, durable.ErrFenced) {
 				res.Fenced = true
 				t.log.Warn("turn taken over by another node; stopping without ending it", "err", err)
 				if t.cfg.Done != nil {
@@ -1076,6 +1078,10 @@ func (t *turn) flushTranscript() {
 	if len(t.unsaved) == 0 {
 		return
 	}
+	if t.cfg.dur != nil {
+		t.checkpoint(nil) // fenced, one append at a time
+		return
+	}
 	t.flushed = time.Now()
 	b, err := json.Marshal(t.unsaved)
 	t.unsaved = reuse(t.unsaved)
@@ -1131,6 +1137,9 @@ const transcriptPatience = 30 * time.Second
 func (t *turn) waitTranscript() error {
 	ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
 	defer cancel()
+	if t.cfg.dur != nil {
+		return t.drain(ctx)
+	}
 	for _, a := range t.appends {
 		if a.ack == nil && a.err == nil {
 			continue // stored synchronously by a checkpoint

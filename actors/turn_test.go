@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/wait"
@@ -686,7 +687,7 @@ func TestTranscriptIsStored(t *testing.T) {
 	h := newHarness(t, echo)
 	res := h.run(context.Background(), []*toolbus.Tool{echo},
 		gateway.ScriptStep{Calls: []gateway.ScriptCall{call("echo", `{"id":"x"}`)}}, gateway.ScriptStep{Text: "bye"})
-	items, err := ReadTranscript(context.Background(), h.node.JetStream(), res.Turn)
+	items, err := durable.ReadTranscript(context.Background(), h.node.JetStream(), res.Turn)
 	if err != nil {
 		t.Fatal(err)
 	}

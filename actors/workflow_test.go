@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
@@ -204,7 +205,7 @@ func (h *wfHarness) turnRecord(id string) (bus.TurnRecord, error) {
 // transcript reads a turn's transcript.
 func (h *wfHarness) transcript(id string) []gateway.Item {
 	h.t.Helper()
-	items, err := ReadTranscript(context.Background(), h.js, id)
+	items, err := durable.ReadTranscript(context.Background(), h.js, id)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -292,6 +292,11 @@ const (
 	HeaderTraceparent = "traceparent"      // W3C trace context; the server reads it for sampled message tracing
 	HeaderTruncated   = "Toolbus-Truncated"
 	HeaderSeq         = "Toolbus-Seq" // a transcript message's position in its turn, from 1
+	// HeaderEpoch is the claim (TurnRecord.Epoch) whose holder wrote a transcript message.
+	HeaderEpoch = "Toolbus-Epoch"
+	// HeaderStep is the turn's step (model responses so far) when it wrote a transcript
+	// message: a running turn's progress, read from its last message.
+	HeaderStep = "Toolbus-Step"
 )
 
 // JetStream's message-schedule headers (ADR-51, nats-server 2.14+), as toolbus uses

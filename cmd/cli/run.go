@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
@@ -456,7 +457,7 @@ func printTranscript(ctx context.Context, nc *nats.Conn, final bus.TurnStatus, s
 	// Read it even after an interrupt: that is when it is most wanted.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	items, err := actors.ReadTranscript(rctx, js, final.Turn)
+	items, err := durable.ReadTranscript(rctx, js, final.Turn)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -40,34 +41,27 @@ func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-	kv, err := turnsBucket(ctx, nc)
+	store, err := turnStore(ctx, nc)
 	if err != nil {
 		return err
 	}
-	keys, err := bus.ListKeys(ctx, kv)
+	recs, err := store.List(ctx)
 	if err != nil {
 		return err
 	}
-	if len(keys) == 0 {
-		fmt.Fprintln(stderr, "no turns")
-		return nil
-	}
-	var recs []bus.TurnRecord
-	for _, k := range keys {
-		e, err := kv.Get(ctx, k)
-		if err != nil {
-			continue // ended and purged meanwhile
-		}
-		var r bus.TurnRecord
-		if json.Unmarshal(e.Value(), &r) == nil {
-			recs = append(recs, r)
+	for i, r := range recs {
+		if r.State == bus.TurnRunning {
+			// The record is written at the claim and the end: a running turn's step
+			// is its transcript's.
+			if live, err := store.Live(ctx, r.Spec.ID); err == nil {
+				recs[i] = live
+			}
 		}
 	}
 	now := time.Now()
 	recs = slices.DeleteFunc(recs, func(r bus.TurnRecord) bool {
 		return !*all && r.State.Ended() && now.Sub(r.Updated) > time.Hour
 	})
-	slices.SortFunc(recs, func(a, b bus.TurnRecord) int { return b.Created.Compare(a.Created) })
 	if len(recs) > *limit {
 		recs = recs[:*limit]
 	}
@@ -114,20 +108,16 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer nc.Close()
-	kv, err := turnsBucket(ctx, nc)
+	store, err := turnStore(ctx, nc)
 	if err != nil {
 		return err
 	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	rec, _, err := store.Record(ctx, id)
+	if errors.Is(err, durable.ErrNoRecord) {
 		return fmt.Errorf("no turn %s on this bus", id)
 	}
 	if err != nil {
 		return fmt.Errorf("read turn %s: %w", id, err)
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return fmt.Errorf("turn %s: unreadable record: %w", id, err)
 	}
 	if rec.State.Ended() {
 		return fmt.Errorf("turn %s has ended (%s): nothing to resume", id, rec.State)
@@ -144,69 +134,49 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		_ = json.Unmarshal(m.Data, &st)
 		return fmt.Errorf("turn %s is running on node %s (it beats): nothing to resume", id, st.Node)
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	b, err := json.Marshal(rec.Spec)
-	if err != nil {
-		return err
-	}
-	// A new message id: the first publication of the turn is in the duplicate window.
-	msgID := fmt.Sprintf("%s.resume.%d", id, time.Now().UnixNano())
-	if _, err := js.Publish(ctx, bus.IntakeAny(id), b, jetstream.WithMsgID(msgID)); err != nil {
+	if rec, err = store.Requeue(ctx, id); err != nil {
 		return fmt.Errorf("queue turn %s: %w", id, err)
 	}
 	fmt.Fprintf(stderr, "turn %s queued again (it was %s%s at step %d); follow it with toolbus watch\n", id, rec.State, ownerNote(rec.Owner), rec.Step)
 	return nil
 }
 
-func ownerNote(owner string) string {
-	if owner == "" {
-		return ""
-	}
-	return " on node " + owner
-}
+func ownerNote(owner string) string { return durable.OwnerNote(owner) }
 
-// turnRecord reads a turn's record; nil when the bus has none (no turns
-// bucket, or no key: the turn is unknown, or runs outside the intake).
+// turnRecord reads a turn's record; nil when the bus has none (no durable turns, or
+// no record: the turn is unknown, or runs outside the intake).
 func turnRecord(ctx context.Context, nc *nats.Conn, id string) (*bus.TurnRecord, error) {
-	js, err := jetstream.New(nc)
+	store, err := turnStore(ctx, nc)
+	if errors.Is(err, durable.ErrNoTurns) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, bus.BucketTurns)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
+	rec, _, err := store.Record(ctx, id)
+	if errors.Is(err, durable.ErrNoRecord) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read turn %s: %w", id, err)
-	}
-	e, err := kv.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read turn %s: %w", id, err)
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, fmt.Errorf("turn %s: unreadable record: %w", id, err)
+		return nil, err
 	}
 	return &rec, nil
 }
 
-// turnsBucket opens the turns bucket of the bus.
-func turnsBucket(ctx context.Context, nc *nats.Conn) (jetstream.KeyValue, error) {
+// turnStore opens the durable turns of the bus; a bus without any is durable.ErrNoTurns.
+func turnStore(ctx context.Context, nc *nats.Conn) (*durable.Store, error) {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, bus.BucketTurns)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, errors.New("this bus has no durable turns yet (no node that runs turns has started on it)")
+	store, err := durable.Open(ctx, js, durable.Config{})
+	if err != nil {
+		return nil, err
 	}
-	return kv, err
+	if !store.HasTurns() {
+		return nil, durable.ErrNoTurns
+	}
+	return store, nil
 }
 
 func dash(s string) string {

@@ -1,0 +1,245 @@
+package durable
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// ErrTurnExists refuses a turn id that is already queued, running or ended.
+var ErrTurnExists = errors.New("turn id already used")
+
+// ErrNoRecord reports a turn the records bucket does not hold.
+var ErrNoRecord = errors.New("no record of the turn")
+
+// Record reads a turn's record and its revision. A turn without one is ErrNoRecord
+// (and so is any turn on a bus without durable turns).
+func (s *Store) Record(ctx context.Context, id string) (bus.TurnRecord, uint64, error) {
+	kv, err := s.records()
+	if errors.Is(err, ErrNoTurns) {
+		return bus.TurnRecord{}, 0, fmt.Errorf("turn %s: %w", id, ErrNoRecord)
+	}
+	if !bus.ValidID(id) {
+		return bus.TurnRecord{}, 0, fmt.Errorf("turn %q: %w", id, ErrNoRecord)
+	}
+	rec, rev, err := bus.GetRecord[bus.TurnRecord](ctx, kv, id)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return rec, 0, fmt.Errorf("turn %s: %w", id, ErrNoRecord)
+	}
+	if err != nil {
+		return rec, 0, fmt.Errorf("turn %s: %w", id, err)
+	}
+	return rec, rev, nil
+}
+
+// Live reads a turn's record as Record does, with the step of a running turn taken
+// from its last transcript message (the record is written at the claim and the end
+// only: a step costs no write of it).
+func (s *Store) Live(ctx context.Context, id string) (bus.TurnRecord, error) {
+	rec, _, err := s.Record(ctx, id)
+	if err != nil || rec.State != bus.TurnRunning {
+		return rec, err
+	}
+	stream := s.transcripts
+	if stream == nil {
+		if stream, err = s.js.Stream(ctx, bus.StreamTranscripts); err != nil {
+			return rec, nil
+		}
+	}
+	if m, err := stream.GetLastMsgForSubject(ctx, bus.TranscriptSubject(id)); err == nil {
+		if step, err := strconv.Atoi(m.Header.Get(bus.HeaderStep)); err == nil {
+			rec.Step = max(rec.Step, step)
+		}
+	}
+	return rec, nil
+}
+
+// List returns every turn record, newest first.
+func (s *Store) List(ctx context.Context) ([]bus.TurnRecord, error) {
+	kv, err := s.records()
+	if err != nil {
+		return nil, err
+	}
+	keys, err := bus.ListKeys(ctx, kv)
+	if err != nil {
+		return nil, err
+	}
+	recs := make([]bus.TurnRecord, 0, len(keys))
+	for _, k := range keys {
+		r, _, err := bus.GetRecord[bus.TurnRecord](ctx, kv, k)
+		if err != nil {
+			continue // ended and purged meanwhile, or unreadable
+		}
+		recs = append(recs, r)
+	}
+	slices.SortFunc(recs, func(a, b bus.TurnRecord) int { return b.Created.Compare(a.Created) })
+	return recs, nil
+}
+
+// MainTurnSpec reads the spec of a turn that starts others (a background job, or a
+// schedule's turns): it must be a durable main turn, and the turns it starts use its
+// model.
+func (s *Store) MainTurnSpec(ctx context.Context, turn string) (bus.TurnSpec, error) {
+	if turn == "" {
+		return bus.TurnSpec{}, errors.New("this call comes from no turn: only a main turn can start others")
+	}
+	rec, _, err := s.Record(ctx, turn)
+	if errors.Is(err, ErrNoRecord) {
+		return bus.TurnSpec{}, fmt.Errorf("turn %s has no record: only turns queued in the intake (durable turns) can start others", turn)
+	}
+	if err != nil {
+		return bus.TurnSpec{}, err
+	}
+	if rec.Spec.Kind != bus.TurnMain && rec.Spec.Kind != "" {
+		return bus.TurnSpec{}, fmt.Errorf("turn %s is a %s turn: only main turns start others", turn, rec.Spec.Kind)
+	}
+	return rec.Spec, nil
+}
+
+// Submit queues a durable turn: its record is created (which refuses an id already
+// used) and its spec published into the intake, where a node that runs turns takes it
+// (node, when set, names the one that must). The spec must be checked and normalised,
+// with its id set.
+func (s *Store) Submit(ctx context.Context, spec bus.TurnSpec, node string) error {
+	kv, err := s.records()
+	if err != nil {
+		return err
+	}
+	if node != "" && !bus.ValidToken(node) {
+		return fmt.Errorf("invalid node name %q", node)
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return err
+	}
+	if nc := s.js.Conn(); nc != nil {
+		if limit := nc.MaxPayload(); int64(len(b)) > limit {
+			return fmt.Errorf("the turn spec is %d bytes, more than the bus carries in one message (%d, the server's max_payload): "+
+				"shorten the input, instructions or script, or raise max_payload on the servers", len(b), limit)
+		}
+	}
+	now := time.Now()
+	rec, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
+	if err != nil {
+		return err
+	}
+	// A create retried after a lost answer finds its own value (UpdateAt).
+	if _, err := bus.UpdateAt(ctx, kv, spec.ID, rec, 0); err != nil {
+		if !bus.IsConflict(err) {
+			return err
+		}
+		old, _, gerr := s.Record(ctx, spec.ID)
+		if gerr != nil {
+			return fmt.Errorf("%w (its record is unreadable)", ErrTurnExists)
+		}
+		return fmt.Errorf("%w: it is %s%s since %s", ErrTurnExists, old.State, OwnerNote(old.Owner), old.Updated.Format(time.RFC3339))
+	}
+	subject := bus.IntakeAny(spec.ID)
+	if node != "" {
+		subject = bus.IntakeNode(node, spec.ID)
+	}
+	if err := s.publishIntake(ctx, subject, spec.ID, b); err != nil {
+		// Nothing would ever take the turn: remove its record, so the id can be used.
+		if derr := kv.Delete(context.WithoutCancel(ctx), spec.ID); derr != nil {
+			s.log.Warn("remove the record of a turn that could not be queued", "turn", spec.ID, "err", derr)
+		}
+		return fmt.Errorf("intake: %w", err)
+	}
+	return nil
+}
+
+// Requeue publishes the spec of a turn that has not ended into the intake again (its
+// node was lost while no node could take it over). The caller makes sure no node
+// drives it.
+func (s *Store) Requeue(ctx context.Context, id string) (bus.TurnRecord, error) {
+	rec, _, err := s.Record(ctx, id)
+	if err != nil {
+		return rec, err
+	}
+	if rec.State.Ended() {
+		return rec, fmt.Errorf("turn %s has ended (%s): nothing to resume", id, rec.State)
+	}
+	b, err := json.Marshal(rec.Spec)
+	if err != nil {
+		return rec, err
+	}
+	return rec, s.publishIntake(ctx, bus.IntakeAny(id), id, b)
+}
+
+// publishIntake is the one way a turn's spec enters the intake. The message id is the
+// publication's: a retry of it is stored once, and the same turn queued again later
+// (resumed by hand, or an id used again after its record was deleted) is a new message,
+// not a duplicate.
+func (s *Store) publishIntake(ctx context.Context, subject, id string, spec []byte) error {
+	msgID := fmt.Sprintf("%s@%d", id, time.Now().UnixNano())
+	return bus.Retry(ctx, "queue the turn", s.log, func(ctx context.Context) error {
+		_, err := s.js.Publish(ctx, subject, spec, jetstream.WithMsgID(msgID))
+		return err
+	})
+}
+
+// CreateQueued writes the record of a turn that a schedule's firing queues (its spec
+// is already in the intake, as the firing); a record already there is this firing's.
+func (s *Store) CreateQueued(ctx context.Context, spec bus.TurnSpec, now time.Time) error {
+	kv, err := s.records()
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
+	if err != nil {
+		return err
+	}
+	if _, err := bus.UpdateAt(ctx, kv, spec.ID, b, 0); err != nil && !bus.IsConflict(err) {
+		return err
+	}
+	return nil
+}
+
+// EndQueued ends a turn that no node holds (queued, no owner) without running it, as
+// state with reason; the node that later takes its intake message finds it ended. It
+// reports false, with the record as it stands, when a node holds the turn (the caller
+// aborts it instead) or it has ended already.
+func (s *Store) EndQueued(ctx context.Context, id string, state bus.TurnState, reason string) (bus.TurnRecord, bool, error) {
+	kv, err := s.records()
+	if err != nil {
+		return bus.TurnRecord{}, false, err
+	}
+	ended := false
+	rec, _, err := bus.Change(ctx, kv, id, decodeRecord, encodeRecord, func(r *bus.TurnRecord, found bool) error {
+		ended = false
+		if !found {
+			return fmt.Errorf("turn %s: %w", id, ErrNoRecord)
+		}
+		if r.State.Ended() || r.State != bus.TurnQueued || r.Owner != "" {
+			return bus.ErrUnchanged
+		}
+		r.State, r.Error, r.Updated = state, reason, time.Now()
+		ended = true
+		return nil
+	})
+	return rec, ended, err
+}
+
+func decodeRecord(b []byte) (bus.TurnRecord, error) {
+	var r bus.TurnRecord
+	err := json.Unmarshal(b, &r)
+	return r, err
+}
+
+func encodeRecord(r bus.TurnRecord) ([]byte, error) { return json.Marshal(r) }
+
+// OwnerNote is " on node N" for a record's owner, "" for none.
+func OwnerNote(owner string) string {
+	if owner == "" {
+		return ""
+	}
+	return " on node " + owner
+}

@@ -1,0 +1,169 @@
+package durable
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+)
+
+// ErrNoTranscript reports a turn the transcript stream holds nothing of.
+var ErrNoTranscript = errors.New("no transcript of the turn")
+
+// Transcript is a turn's transcript as read back.
+type Transcript struct {
+	// Items in the turn's order, each run of call outputs in the order of its calls.
+	Items []gateway.Item
+	// Last is the stream sequence of the turn's last message (0: none), the expected
+	// last subject sequence of the next append; Pos is its position (Toolbus-Seq).
+	Last uint64
+	Pos  int
+}
+
+// ReadTranscript reads a turn's transcript back, in the turn's order, waiting out a
+// stream that elects a leader (bus.Retry) until ctx ends. A turn with no message is
+// ErrNoTranscript.
+func (s *Store) ReadTranscript(ctx context.Context, turn string) ([]gateway.Item, error) {
+	t, err := s.readTranscript(ctx, turn)
+	if err != nil {
+		return nil, err
+	}
+	if len(t.Items) == 0 && t.Last == 0 {
+		return nil, fmt.Errorf("turn %s: %w in %s", turn, ErrNoTranscript, bus.StreamTranscripts)
+	}
+	return t.Items, nil
+}
+
+// ReadTranscript reads a turn's transcript from js, as [Store.ReadTranscript] does, for
+// a caller with a connection and no store.
+func ReadTranscript(ctx context.Context, js jetstream.JetStream, turn string) ([]gateway.Item, error) {
+	return (&Store{js: js}).ReadTranscript(ctx, turn)
+}
+
+func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, error) {
+	if !bus.ValidToken(turn) {
+		return Transcript{}, fmt.Errorf("read transcript: invalid turn id %q", turn)
+	}
+	var t Transcript
+	err := bus.Retry(ctx, "read transcript "+turn, nil, func(ctx context.Context) error {
+		var err error
+		t, err = s.readOnce(ctx, turn)
+		return err
+	})
+	return t, err
+}
+
+type transcriptPart struct {
+	pos   int
+	items []gateway.Item
+}
+
+func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
+	stream := s.transcripts
+	if stream == nil {
+		st, err := s.js.Stream(ctx, bus.StreamTranscripts)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return Transcript{}, nil
+		}
+		if err != nil {
+			return Transcript{}, err
+		}
+		stream = st
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.TranscriptSubject(turn)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+	})
+	if err != nil {
+		return Transcript{}, err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return Transcript{}, err
+	}
+	var (
+		parts []transcriptPart
+		out   Transcript
+	)
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
+		if err != nil {
+			return Transcript{}, err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			var p transcriptPart
+			if err := json.Unmarshal(m.Data(), &p.items); err != nil {
+				return Transcript{}, fmt.Errorf("message %d: %w", n, err)
+			}
+			// Messages written before positions had none; they keep their stream order.
+			p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
+			parts = append(parts, p)
+			if md, err := m.Metadata(); err == nil {
+				out.Last = max(out.Last, md.Sequence.Stream)
+			}
+		}
+		if err := batch.Error(); err != nil {
+			return Transcript{}, err
+		}
+		if n == 0 {
+			return Transcript{}, fmt.Errorf("fetch: %d messages pending but none delivered", pending)
+		}
+		pending -= uint64(n)
+	}
+	// Every append since the fence expects the subject's last sequence, so positions
+	// rise with the stream order and none repeats. Transcripts of earlier builds could
+	// hold a retried message twice, or after a later one: they are read as they were.
+	slices.SortStableFunc(parts, func(a, b transcriptPart) int { return cmp.Compare(a.pos, b.pos) })
+	for i, p := range parts {
+		if i > 0 && p.pos != 0 && p.pos == parts[i-1].pos {
+			continue
+		}
+		out.Items = append(out.Items, p.items...)
+		out.Pos = max(out.Pos, p.pos)
+	}
+	out.Items = inModelOrder(out.Items)
+	return out, nil
+}
+
+// inModelOrder puts each run of call outputs in the order of their calls (a durable turn
+// stores each output as its call finishes) and keeps one output per call.
+func inModelOrder(items []gateway.Item) []gateway.Item {
+	order := make(map[string]int)
+	seen := make(map[string]bool)
+	out := items[:0]
+	for i := 0; i < len(items); {
+		it := items[i]
+		if it.Kind == gateway.KindFunctionCall {
+			order[it.CallID] = len(order)
+		}
+		if it.Kind != gateway.KindCallOutput {
+			out = append(out, it)
+			i++
+			continue
+		}
+		j := i
+		for j < len(items) && items[j].Kind == gateway.KindCallOutput {
+			j++
+		}
+		run := slices.Clone(items[i:j])
+		slices.SortStableFunc(run, func(a, b gateway.Item) int { return cmp.Compare(order[a.CallID], order[b.CallID]) })
+		for _, o := range run {
+			if !seen[o.CallID] {
+				seen[o.CallID] = true
+				out = append(out, o)
+			}
+		}
+		i = j
+	}
+	return out
+}
