@@ -10,6 +10,16 @@ import (
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
+// Client liveness defaults for Dial. nats.go pings every 2 minutes and gives
+// up after 2 unanswered pings, so a client of a server that stops running
+// (paused, not crashed: its socket stays open) waits minutes before it fails
+// over to another URL of its list. With these it notices within about
+// DialPingInterval*(DialMaxPingsOut+1).
+const (
+	DialPingInterval = 2 * time.Second
+	DialMaxPingsOut  = 2
+)
+
 // Credentials authenticate a client connecting over the network.
 type Credentials struct {
 	User     string
@@ -31,6 +41,8 @@ func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.Timeout(5 * time.Second),
+		nats.PingInterval(DialPingInterval),
+		nats.MaxPingsOutstanding(DialMaxPingsOut),
 	}
 	if dl, ok := ctx.Deadline(); ok {
 		all = append(all, nats.Timeout(time.Until(dl)))

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -29,6 +30,18 @@ import (
 const (
 	DefaultMaxMemory int64 = 256 << 20
 	DefaultMaxStore  int64 = 1 << 30
+)
+
+// Route liveness defaults. nats-server pings a route every 2 minutes (capped at
+// 30s for routes) and closes it after 2 unanswered pings, so a node that is still
+// there for TCP but not running (SIGSTOP, a paused VM, a swap storm) keeps its
+// routes for a minute or more, and with them its interest: the live nodes go on
+// routing to it the direct gets of its stream replicas (every KV Get) and the
+// requests of its queue groups, which wait for their whole timeout. With these,
+// its routes close within about PingInterval*(MaxPingsOut+1).
+const (
+	DefaultRoutePingInterval = time.Second
+	DefaultRouteMaxPingsOut  = 3
 )
 
 // Config configures an embedded server. The zero value is a valid
@@ -103,6 +116,11 @@ type ClusterConfig struct {
 	// loopback address.
 	Username string
 	Password string
+	// PingInterval and MaxPingsOut: a route that leaves MaxPingsOut pings
+	// unanswered is closed (and redialled). Zero means DefaultRoutePingInterval
+	// and DefaultRouteMaxPingsOut; the server caps the interval at 30s.
+	PingInterval time.Duration
+	MaxPingsOut  int
 }
 
 // Errors returned by Start and Connect.
@@ -123,7 +141,20 @@ type Server struct {
 	clientURL string // "" when the caller asked for no listener
 	storeDir  string
 	ownedDir  bool          // storeDir is ours to remove
+	lock      *storeLock    // held from before JetStream starts until Close
 	started   chan struct{} // closed when ns.Start returns
+
+	maxStore, maxMemory int64 // the JetStream limits, for messages
+
+	// The store watch: see Failed. failMu is its own, not mu, because the
+	// server's log calls take it from inside nats-server.
+	failed      chan struct{} // closed by fail
+	stopWatch   chan struct{} // closed by Close
+	watchDone   chan struct{} // closed when watchStore returns
+	closing     atomic.Bool   // set first thing by Close
+	failMu      sync.Mutex
+	failErr     error  // set before failed is closed
+	storeErrLog string // the last server error about the store
 
 	// In-process connections authenticate as an nkey user that exists only
 	// in this process and may not connect over the network.
@@ -151,7 +182,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("configure nats server %q: %w", name, err)
 	}
 
-	s := &Server{name: name, storeDir: cfg.StoreDir, started: make(chan struct{})}
+	s := &Server{
+		name: name, storeDir: cfg.StoreDir, started: make(chan struct{}),
+		maxStore: opts.JetStreamMaxStore, maxMemory: opts.JetStreamMaxMemory,
+		failed: make(chan struct{}), stopWatch: make(chan struct{}), watchDone: make(chan struct{}),
+	}
 	if s.userKey, err = nkeys.CreateUser(); err != nil {
 		return nil, fmt.Errorf("create in-process user key: %w", err)
 	}
@@ -167,8 +202,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		s.ownedDir = true
 	}
 	opts.StoreDir = s.storeDir
+	// Before JetStream starts: a second server on the directory would
+	// restore the streams and write over the first's blocks.
+	if s.lock, err = lockStoreDir(s.storeDir, name); err != nil {
+		s.removeStoreDir()
+		return nil, fmt.Errorf("start nats server %q: %w", name, err)
+	}
 
 	if s.ns, err = server.NewServer(opts); err != nil {
+		s.lock.release()
 		s.removeStoreDir()
 		return nil, fmt.Errorf("create nats server %q: %w", name, err)
 	}
@@ -180,16 +222,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 	}
 	s.log = newServerLogger(logger.With(slog.String("server", name)), minLevel)
-	s.ns.SetLoggerV2(s.log, cfg.Debug, false, false)
+	s.ns.SetLoggerV2(storeWatchLogger{s.log, s}, cfg.Debug, false, false)
 
 	go func() {
 		defer close(s.started)
 		s.ns.Start()
 	}()
 	if err := s.waitReady(ctx); err != nil {
+		close(s.watchDone) // never started
 		s.Close()
 		return nil, fmt.Errorf("start nats server %q: %w", name, err)
 	}
+	go s.watchStore()
 	if clientURLWanted {
 		s.clientURL = s.ns.ClientURL()
 	}
@@ -292,7 +336,14 @@ func clusterOptions(o *server.Options, c *ClusterConfig) error {
 	if c.Username == "" && !isLoopback(host) {
 		return fmt.Errorf("route listener %q is not on loopback: route credentials are required", c.Listen)
 	}
-	o.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.Username, Password: c.Password}
+	o.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.Username, Password: c.Password,
+		PingInterval: c.PingInterval, MaxPingsOut: c.MaxPingsOut}
+	if o.Cluster.PingInterval <= 0 {
+		o.Cluster.PingInterval = DefaultRoutePingInterval
+	}
+	if o.Cluster.MaxPingsOut <= 0 {
+		o.Cluster.MaxPingsOut = DefaultRouteMaxPingsOut
+	}
 	if o.TLSConfig != nil {
 		// As nats-server configures cluster TLS: both ends present and
 		// verify certificates against the CA.
@@ -462,6 +513,7 @@ func (s *Server) NATS() *server.Server { return s.ns }
 // first. Close is idempotent.
 func (s *Server) Close() {
 	s.closeOnce.Do(func() {
+		s.closing.Store(true)
 		s.mu.Lock()
 		s.closed = true
 		conns := s.conns
@@ -470,11 +522,16 @@ func (s *Server) Close() {
 		for _, nc := range conns {
 			nc.Close()
 		}
+		// The watch ends first: a JetStream that stops because the server
+		// does is no failure.
+		close(s.stopWatch)
+		<-s.watchDone
 		// Shut down only after Start has returned, so it cannot start
 		// anything on a server that is going away.
 		<-s.started
 		s.ns.Shutdown()
 		s.ns.WaitForShutdown()
+		s.lock.release()
 		s.removeStoreDir()
 	})
 }
@@ -485,5 +542,145 @@ func (s *Server) removeStoreDir() {
 	}
 	if err := os.RemoveAll(s.storeDir); err != nil && s.log != nil {
 		s.log.Warnf("remove store dir %s: %v", s.storeDir, err)
+	}
+}
+
+// ErrStoreFailed is what [Server.Err] wraps: JetStream on this server can no
+// longer write its store.
+var ErrStoreFailed = errors.New("JetStream stopped writing the store until it restarts")
+
+// storeWatchEvery is how often the store watch polls JetStream; a write
+// error the server logs closes Failed at once, without a poll.
+const storeWatchEvery = time.Second
+
+// Failed is closed when JetStream on this server can no longer write its
+// store, never because of Close; [Server.Err] then says why. The server is
+// left running, for the caller to stop: a node exits non-zero, so that its
+// supervisor restarts it.
+//
+// It happens on a disk error, in practice a full disk (ENOSPC): nats-server
+// v2.15.2 keeps a stream's write error for good (filestore.go setWriteErr,
+// stream.go setWriteErrLocked, "critical write error") and, for a raft or
+// replicated write, disables JetStream (jetstream.go handleOutOfSpace, "will
+// be DISABLED"). Either way it does not recover once space is freed: the
+// stream answers no more publishes (on a single server the publisher is not
+// even answered, and times out) until JetStream restarts. A used up JetStream
+// limit (Config.MaxStore) is different: writes are refused with an answer
+// ([IsStoreFull]) and succeed again once messages are deleted; Failed does
+// not fire.
+//
+// Why exit rather than re-enable in place: server.EnableJetStream can be
+// called again (a config reload does, reload.go restartJetStream), but only
+// after ShutdownJetStream, which drops every stream, consumer and raft group
+// under the clients' feet; the clients of a node (intake consumers, KV
+// watchers, in-process connections) would each have to notice and start
+// over. A restart does that for all of them, and it is what nats-server
+// itself expects after a disk error (ShutdownJetStream: "transient runtime
+// errors that the operator is expected to fix before restarting"). A node
+// restarted while the disk is still full starts, fails its first write and
+// exits again: the supervisor's restart delay paces that.
+func (s *Server) Failed() <-chan struct{} { return s.failed }
+
+// Err is why Failed was closed: an error wrapping [ErrStoreFailed] that
+// names the node; for a full disk, a [*FullStoreError] ([IsStoreFull]
+// reports it) around it. It is nil while Failed is open.
+func (s *Server) Err() error {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.failErr
+}
+
+// fail records the first failure and closes Failed. It may be called from
+// inside the server with its locks held (a log call): it does nothing else.
+func (s *Server) fail(reason string) {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	if s.failErr != nil || s.closing.Load() {
+		return
+	}
+	if strings.Contains(reason, noSpaceLeft) {
+		// Named as a full store first: that is what the operator must fix.
+		s.failErr = &FullStoreError{Node: s.name, MaxStore: s.maxStore, MaxMemory: s.maxMemory, Err: fmt.Errorf("%w: %s", ErrStoreFailed, reason)}
+	} else {
+		s.failErr = fmt.Errorf("node %s: %w: %s", s.name, ErrStoreFailed, reason)
+	}
+	close(s.failed)
+}
+
+// watchStore closes Failed when JetStream stops on its own or a stream
+// holds a write error. The log hook (storeWatchLogger) catches write errors
+// as they happen; the polls catch what a log message of another server
+// version might not say the same way.
+func (s *Server) watchStore() {
+	defer close(s.watchDone)
+	tick := time.NewTicker(storeWatchEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stopWatch:
+			return
+		case <-s.failed:
+			return
+		case <-tick.C:
+		}
+		if !s.ns.JetStreamEnabled() {
+			reason := "JetStream was disabled"
+			if last := s.lastStoreErr(); last != "" {
+				reason += " after: " + last
+			}
+			s.fail(reason)
+			continue
+		}
+		if !s.ns.JetStreamIsClustered() {
+			// On a single server healthz reads each stream's write error;
+			// in a cluster it skips those of R1 streams, and checks much
+			// more (raft currency) than is worth a poll.
+			if reason := healthzWriteError(s.ns.Healthz(&server.HealthzOptions{Details: true})); reason != "" {
+				s.fail(reason)
+			}
+		}
+	}
+}
+
+func healthzWriteError(h *server.HealthStatus) string {
+	if h == nil {
+		return ""
+	}
+	for _, e := range h.Errors {
+		if strings.Contains(e.Error, "write error") {
+			return e.Error
+		}
+	}
+	return ""
+}
+
+// lastStoreErr is the last server error that looked like a store failure.
+func (s *Server) lastStoreErr() string {
+	s.failMu.Lock()
+	defer s.failMu.Unlock()
+	return s.storeErrLog
+}
+
+// storeWatchLogger passes the server's log on and watches its errors for
+// store failures.
+type storeWatchLogger struct {
+	*serverLogger
+	s *Server
+}
+
+func (l storeWatchLogger) Errorf(format string, v ...any) {
+	l.serverLogger.Errorf(format, v...)
+	lower := strings.ToLower(format)
+	critical := strings.Contains(lower, "critical write error")
+	if !critical && !strings.Contains(lower, "will be disabled") && !strings.Contains(lower, "disabling jetstream") {
+		return
+	}
+	msg := fmt.Sprintf(format, v...)
+	l.s.failMu.Lock()
+	l.s.storeErrLog = msg
+	l.s.failMu.Unlock()
+	if critical {
+		// Kept by the store until JetStream restarts (see Failed).
+		l.s.fail(msg)
 	}
 }

@@ -68,6 +68,7 @@ type options struct {
 	routeUser     string
 	routePass     string
 	routePassFile string
+	routePing     time.Duration
 	vouchKeyFile  string
 	vouchKey      []byte
 	categories    string
@@ -146,6 +147,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.clusterName, "cluster-name", "", "embedded server: join this cluster")
 	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
 	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
+	fs.DurationVar(&o.routePing, "route-ping-interval", bus.DefaultRoutePingInterval, fmt.Sprintf("embedded server: how often to ping each route; a route that leaves %d pings unanswered is closed, so a node that stops running (paused, swapped out) stops getting requests within about %d intervals", bus.DefaultRouteMaxPingsOut, bus.DefaultRouteMaxPingsOut+1))
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
 	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
 	secretflag.Refuse(fs, "route-pass", "-route-pass-file FILE or the environment variable TOOLBUS_ROUTE_PASSWORD")
@@ -314,6 +316,10 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 
 	var connect func(name string) (*nats.Conn, error)
 	var interest func(subject string) bool // only an embedded server can tell
+	// An embedded server whose JetStream can no longer write its store (a
+	// full disk) closes storeFailed; nil, for -server, never fires.
+	var storeFailed <-chan struct{}
+	var storeErr func() error
 	where := ""
 	if o.server != "" {
 		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA}
@@ -341,6 +347,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		if o.clusterName != "" {
 			cfg.Cluster = &bus.ClusterConfig{
 				Name: o.clusterName, Listen: o.clusterListen, Username: o.routeUser, Password: o.routePass,
+				PingInterval: o.routePing,
 			}
 			if o.routes != "" {
 				cfg.Cluster.Routes = strings.Split(o.routes, ",")
@@ -355,6 +362,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		defer srv.Close()
 		connect = func(name string) (*nats.Conn, error) { return srv.Connect(name) }
 		interest = srv.Interest
+		storeFailed, storeErr = srv.Failed(), srv.Err
 		where = "embedded server, store " + cfg.StoreDir
 		if u := srv.ClientURL(); u != "" {
 			where += ", listening on " + u
@@ -402,7 +410,17 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	}
 	defer node.Close()
 	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-storeFailed:
+		// nats-server does not recover from a disk error by itself (see
+		// bus.Server.Failed): exit non-zero, so that a supervisor restarts
+		// the node once space is freed, rather than run on with a store
+		// that answers no writes.
+		err := storeErr()
+		log.Error("node stopping: its store can no longer be written; exiting to be restarted", "node", o.name, "err", err)
+		return err
+	}
 	// From here a second signal stops the process at once.
 	stop()
 	log.Info("node stopping: handing running turns back (a second signal stops at once)", "node", o.name)
