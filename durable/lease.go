@@ -121,9 +121,17 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 	}
 	newRev, err := bus.UpdateAt(ctx, kv, spec.ID, b, rev)
 	if err != nil && bus.IsConflict(err) {
-		// A follower's read can lag the write it answers about: look once more.
-		if cur, crev, gerr := s.Record(ctx, spec.ID); gerr == nil && cur.Owner == s.cfg.Node && cur.Epoch == rec.Epoch && cur.Updated.Equal(rec.Updated) {
+		// A follower's read can lag the write it answers about, and the writer that
+		// came first may have ended the turn: look once more.
+		cur, crev, gerr := s.Record(ctx, spec.ID)
+		switch {
+		case gerr != nil:
+		case cur.Owner == s.cfg.Node && cur.Epoch == rec.Epoch && cur.Updated.Equal(rec.Updated):
 			newRev, err = crev, nil
+		case cur.State.Ended():
+			l.Rec, l.rev, l.state = cur, crev, ended
+			l.stopProgress()
+			return l, ErrTurnOver
 		}
 	}
 	switch {

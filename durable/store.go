@@ -164,3 +164,18 @@ func (s *Store) records() (jetstream.KeyValue, error) {
 	}
 	return s.kv, nil
 }
+
+// kvReplicas is how many replicas the turn records have (0 when unknown).
+func (s *Store) kvReplicas(ctx context.Context) int {
+	if s.kv == nil {
+		return 0
+	}
+	st, err := s.kv.Status(ctx)
+	if err != nil {
+		return 0
+	}
+	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
+		return ks.StreamInfo().Config.Replicas
+	}
+	return 0
+}

@@ -1,0 +1,134 @@
+// Package bustest starts real embedded NATS servers with JetStream for tests: one
+// server, or a cluster of several on loopback, each closed when its test ends. It is the
+// one harness of the bus for the packages above it (as net/http/httptest is for HTTP).
+package bustest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Context is a context that ends with the test, or after a minute.
+func Context(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Server starts one embedded server in a directory of the test's, edit changing its
+// config first (nil: none).
+func Server(t testing.TB, edit func(*bus.Config)) *bus.Server {
+	t.Helper()
+	cfg := bus.Config{Name: "n1", StoreDir: t.TempDir(), Logger: quiet()}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := bus.Start(Context(t), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// Conn connects to s in-process, closed when the test ends.
+func Conn(t testing.TB, s *bus.Server, name string) *nats.Conn {
+	t.Helper()
+	nc, err := s.Connect(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream is a JetStream context of a new connection to s.
+func JetStream(t testing.TB, s *bus.Server, name string) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Conn(t, s, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// Cluster starts n servers that route to each other on loopback ports, n1 to nN,
+// concurrently (each waits for a JetStream meta leader, which needs a quorum). A port
+// another process took meanwhile starts the cluster again on others.
+func Cluster(t testing.TB, n int, edit func(*bus.Config)) []*bus.Server {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		nodes, err := tryCluster(t, n, edit)
+		if err == nil {
+			for _, s := range nodes {
+				t.Cleanup(s.Close)
+			}
+			return nodes
+		}
+		for _, s := range nodes {
+			if s != nil {
+				s.Close()
+			}
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+			t.Fatal(err)
+		}
+	}
+}
+
+func tryCluster(t testing.TB, n int, edit func(*bus.Config)) ([]*bus.Server, error) {
+	ctx := Context(t)
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	var routes []string
+	for _, p := range ports {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	nodes := make([]*bus.Server, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			cfg := bus.Config{
+				Name:     fmt.Sprintf("n%d", i+1),
+				StoreDir: t.TempDir(),
+				Logger:   quiet(),
+				Cluster: &bus.ClusterConfig{
+					Name:     "toolbus-test",
+					Listen:   fmt.Sprintf("127.0.0.1:%d", ports[i]),
+					Routes:   routes,
+					Username: "route",
+					Password: "route-secret",
+				},
+			}
+			if edit != nil {
+				edit(&cfg)
+			}
+			nodes[i], errs[i] = bus.Start(ctx, cfg)
+		})
+	}
+	wg.Wait()
+	return nodes, errors.Join(errs...)
+}

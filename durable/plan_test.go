@@ -1,0 +1,101 @@
+package durable
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+)
+
+// TestPlanResume is the table of what a resumed turn does with the calls of its last
+// batch, from the transcript alone.
+func TestPlanResume(t *testing.T) {
+	user := gateway.UserMessage("go")
+	call := func(id, name string) gateway.Item {
+		return gateway.Item{Kind: gateway.KindFunctionCall, CallID: id, Name: name, Arguments: "{}"}
+	}
+	out := func(id string) gateway.Item {
+		return gateway.Item{Kind: gateway.KindCallOutput, CallID: id, Output: nil}
+	}
+	text := func(s string) gateway.Item {
+		return gateway.Item{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: s}
+	}
+	usage := UsageNote(1, bus.Usage{InputTokens: 3})
+	resumed := ResumeNote(bus.Resume{Node: "n2", From: "n1"})
+	// Tools by name: p parallel and destructive, r read-only, s sequential and
+	// destructive, x refused (unknown, or invalid arguments).
+	info := func(_ int, c gateway.Item) CallInfo {
+		switch c.Name {
+		case "r":
+			return CallInfo{ReadOnly: true}
+		case "s":
+			return CallInfo{Sequential: true}
+		case "x":
+			return CallInfo{Refused: true}
+		}
+		return CallInfo{}
+	}
+	cases := []struct {
+		name     string
+		items    []gateway.Item
+		actions  []Action
+		open     bool
+		answered string
+		steps    int
+	}{
+		{name: "fresh turn", items: []gateway.Item{user, resumed}, steps: 0},
+		{name: "answer stored, end not", items: []gateway.Item{user, usage, text("done"), resumed}, answered: "done", steps: 1},
+		{name: "every output recorded", items: []gateway.Item{user, call("a", "p"), call("b", "p"), out("b"), out("a"), resumed},
+			actions: []Action{Recorded, Recorded}, steps: 1},
+		{name: "destructive in flight may have run", items: []gateway.Item{user, call("a", "p"), call("b", "p"), out("a")},
+			actions: []Action{Recorded, Abandon}, open: true, steps: 1},
+		{name: "read-only in flight runs again", items: []gateway.Item{user, call("a", "r"), call("b", "p"), out("b"), resumed},
+			actions: []Action{Run, Recorded}, open: true, steps: 1},
+		{name: "sequential after an open call was held back", items: []gateway.Item{user, call("a", "p"), call("b", "s"), call("c", "p")},
+			actions: []Action{Abandon, Run, Run}, open: true, steps: 1},
+		{name: "open sequential call holds every later one", items: []gateway.Item{user, call("a", "s"), call("b", "p"), call("c", "r")},
+			actions: []Action{Abandon, Run, Run}, open: true, steps: 1},
+		{name: "sequential after recorded calls may have gone out", items: []gateway.Item{user, call("a", "p"), call("b", "s"), out("a")},
+			actions: []Action{Recorded, Abandon}, open: true, steps: 1},
+		{name: "refused call holds nothing back", items: []gateway.Item{user, call("a", "x"), call("b", "s")},
+			actions: []Action{Refused, Abandon}, open: true, steps: 1},
+		{name: "only the last batch counts", items: []gateway.Item{user, usage, call("a", "p"), out("a"), usage, text("now b"), call("b", "p"), resumed, resumed},
+			actions: []Action{Abandon}, open: true, steps: 2},
+		{name: "repair instruction then no answer yet", items: []gateway.Item{user, text("plain"),
+			{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: "call submit_result"}}, steps: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := PlanBatch(c.items, info)
+			if !slices.Equal(p.Actions, c.actions) {
+				t.Errorf("actions %v, want %v", p.Actions, c.actions)
+			}
+			if p.Open != c.open {
+				t.Errorf("open %v, want %v", p.Open, c.open)
+			}
+			if p.Answered != (c.answered != "") || p.Text != c.answered {
+				t.Errorf("answered %v %q, want %q", p.Answered, p.Text, c.answered)
+			}
+			if n := Steps(c.items); n != c.steps {
+				t.Errorf("steps %d, want %d", n, c.steps)
+			}
+			if got := LastCalls(c.items); len(got) != len(c.actions) {
+				t.Errorf("last calls %d, want %d", len(got), len(c.actions))
+			}
+		})
+	}
+}
+
+func TestNotesAreNotes(t *testing.T) {
+	for _, it := range []gateway.Item{ResumeNote(bus.Resume{Node: "n1"}), UsageNote(2, bus.Usage{OutputTokens: 1})} {
+		if !IsNote(it) {
+			t.Errorf("%s is not a note", it.Raw)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(it.Raw, &m); err != nil || m["type"] == nil {
+			t.Errorf("note %s: %v", it.Raw, err)
+		}
+	}
+}
