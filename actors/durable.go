@@ -124,6 +124,26 @@ func (t *turn) fenced(err error) {
 	}
 }
 
+// leaseLost reports, and stops, a durable turn whose node no longer holds it: a node
+// woken after a pause longer than its lease asks its record before it calls the model,
+// settles expired calls or speaks for the turn (durable.Lease.Confirm).
+func (t *turn) leaseLost() bool {
+	d := t.cfg.dur
+	if d == nil || t.finished {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), confirmPatience)
+	defer cancel()
+	if err := d.lease.Confirm(ctx); err != nil {
+		t.fenced(err)
+		return true
+	}
+	return false
+}
+
+// confirmPatience bounds the record read of a turn woken past its lease.
+const confirmPatience = 3 * time.Second
+
 // storeOutputs appends finished calls' outputs to the transcript at once.
 func (t *turn) storeOutputs(pcs ...*pendingCall) {
 	for _, pc := range pcs {

@@ -53,7 +53,7 @@ type heldTurn struct {
 
 // openIntake opens (creating if needed) the durable state of turns.
 func (n *Node) openIntake(ctx context.Context) error {
-	store, err := durable.Open(ctx, n.js, durable.Config{Node: n.cfg.Name, Replicas: n.cfg.Replicas, Create: true, Logger: n.log})
+	store, err := durable.Open(ctx, n.js, durable.Config{Node: n.cfg.Name, Replicas: n.cfg.Replicas, Create: true, Logger: n.log, StoreFull: n.cfg.StoreFull})
 	if err != nil {
 		return err
 	}

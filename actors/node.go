@@ -87,6 +87,9 @@ type NodeConfig struct {
 	// skip the activity events and turn statuses nobody receives: half of a call's
 	// messages when nobody watches. Nil: they publish every one.
 	Interest func(subject string) bool
+	// StoreFull, when set, names a write refused because the store is full, with the
+	// server's limits (bus.Server.StoreFullError, for an embedded server).
+	StoreFull func(error) error
 	// TraceSampled sets the W3C sampled flag on the traceparent of every call the node's
 	// turns make, so a server whose account configures msg_trace {dest, sampling} traces
 	// them. nats-server decodes every header of each such message to look for a trace

@@ -369,7 +369,7 @@ func (t *turn) start(ctx actor.Context) {
 
 // callModel asks the model for the next step without blocking the mailbox.
 func (t *turn) callModel() {
-	if t.aborted || t.finished {
+	if t.aborted || t.finished || t.leaseLost() {
 		return
 	}
 	if t.step >= t.cfg.Spec.Limits.MaxSteps {
@@ -619,6 +619,9 @@ func (t *turn) armExpiry(at time.Time) {
 // woken for the next one.
 func (t *turn) onExpiryDue() {
 	t.expiryAt = time.Time{}
+	if t.leaseLost() {
+		return // woken past the lease: the calls are another node's to settle now
+	}
 	now := time.Now()
 	var due []string
 	var next time.Time
@@ -1051,6 +1054,9 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	subject := bus.TurnStatusSubject(t.cfg.Spec.ID, kind)
 	if t.cfg.interest != nil && !t.cfg.interest(subject) {
 		return // nobody follows this turn
+	}
+	if kind != bus.StatusDone && t.leaseLost() {
+		return // another node speaks for the turn now
 	}
 	b, err := json.Marshal(st)
 	if err == nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,6 +48,8 @@ type Lease struct {
 	Lost string
 
 	stopProgress func()
+	lease        time.Duration
+	beat         atomic.Int64 // when progress was last signalled (UnixNano)
 
 	mu    sync.Mutex
 	rev   uint64 // the record's revision as this node last wrote it
@@ -80,7 +83,8 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{s: s, msg: msg, Spec: spec, stopProgress: keepInProgress(msg, lease)}
+	l := &Lease{s: s, msg: msg, Spec: spec}
+	l.stopProgress = l.keepInProgress(msg, lease)
 	rec, rev, err := s.Record(ctx, spec.ID)
 	switch {
 	case errors.Is(err, ErrNoRecord):
@@ -270,7 +274,7 @@ func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) erro
 		if errors.Is(err, ErrFenced) {
 			l.state = gone
 		}
-		return err
+		return l.s.cfg.StoreFull(err)
 	}
 	l.pos = pos
 	return nil
@@ -367,7 +371,7 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 			l.state = gone
 			return fmt.Errorf("store turn record: %w: %w", ErrFenced, err)
 		}
-		return fmt.Errorf("store turn record: %w", err)
+		return fmt.Errorf("store turn record: %w", l.s.cfg.StoreFull(err))
 	}
 	l.Rec, l.rev, l.state = rec, rev, next
 	return nil
@@ -420,22 +424,66 @@ func (l *Lease) Fenced() bool {
 	return l.state == gone
 }
 
-// keepInProgress tells the intake every third of lease that the message's turn is in
-// hand, until the returned stop is called (once or more).
-func keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
+// keepInProgress tells the intake every third of the lease that the message's turn is
+// in hand, until the returned stop is called (once or more). A tick that comes more than
+// a lease after the one before (the process was paused, or starved) does not signal
+// progress until Confirm has found the turn still this node's: the intake may have given
+// it to another node meanwhile, and a progress signal of the old delivery would extend
+// the new holder's lease.
+func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 	done := make(chan struct{})
 	var once sync.Once
+	l.lease = lease
+	l.beat.Store(time.Now().UnixNano())
 	go func() {
 		t := time.NewTicker(max(lease/3, 10*time.Millisecond))
 		defer t.Stop()
 		for {
 			select {
 			case <-t.C:
+				ctx, cancel := context.WithTimeout(context.Background(), lease)
+				err := l.Confirm(ctx)
+				cancel()
+				if err != nil {
+					return
+				}
 				_ = msg.InProgress()
+				l.beat.Store(time.Now().UnixNano())
 			case <-done:
 				return
 			}
 		}
 	}()
 	return func() { once.Do(func() { close(done) }) }
+}
+
+// Confirm tells whether this node still holds the turn. Within a lease of the last
+// progress signal it does at once; past it (the process was paused or starved for
+// longer than the lease) it reads the record, and a turn claimed by another node since
+// is ErrFenced from then on. A record it cannot read leaves the answer to the fences.
+func (l *Lease) Confirm(ctx context.Context) error {
+	l.mu.Lock()
+	st := l.state
+	epoch := l.Rec.Epoch
+	l.mu.Unlock()
+	if st == gone {
+		return ErrFenced
+	}
+	if l.lease <= 0 || time.Since(time.Unix(0, l.beat.Load())) < l.lease {
+		return nil
+	}
+	cur, _, err := l.s.Record(ctx, l.Spec.ID)
+	if err != nil {
+		return nil
+	}
+	if cur.Owner != l.s.cfg.Node || cur.Epoch != epoch {
+		l.mu.Lock()
+		if l.state == holding {
+			l.state = gone
+		}
+		l.mu.Unlock()
+		return fmt.Errorf("%w (it is epoch %d%s; this node's lease ran out while it was paused or starved)", ErrFenced, cur.Epoch, OwnerNote(cur.Owner))
+	}
+	l.beat.Store(time.Now().UnixNano())
+	return nil
 }

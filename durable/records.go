@@ -134,7 +134,7 @@ func (s *Store) Submit(ctx context.Context, spec bus.TurnSpec, node string) erro
 	// A create retried after a lost answer finds its own value (UpdateAt).
 	if _, err := bus.UpdateAt(ctx, kv, spec.ID, rec, 0); err != nil {
 		if !bus.IsConflict(err) {
-			return err
+			return s.cfg.StoreFull(err)
 		}
 		old, _, gerr := s.Record(ctx, spec.ID)
 		if gerr != nil {
@@ -151,7 +151,7 @@ func (s *Store) Submit(ctx context.Context, spec bus.TurnSpec, node string) erro
 		if derr := kv.Delete(context.WithoutCancel(ctx), spec.ID); derr != nil {
 			s.log.Warn("remove the record of a turn that could not be queued", "turn", spec.ID, "err", derr)
 		}
-		return fmt.Errorf("intake: %w", err)
+		return fmt.Errorf("intake: %w", s.cfg.StoreFull(err))
 	}
 	return nil
 }

@@ -40,6 +40,10 @@ type Config struct {
 	// client opens what is there and reads nothing where nothing is.
 	Create bool
 	Logger *slog.Logger
+	// StoreFull names a write refused because the store is full (for a node on an
+	// embedded server, bus.Server.StoreFullError, which knows the limits); nil:
+	// bus.StoreFullError with Node.
+	StoreFull func(error) error
 }
 
 func (c Config) withDefaults() Config {
@@ -48,6 +52,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.StoreFull == nil {
+		node := c.Node
+		c.StoreFull = func(err error) error { return bus.StoreFullError(node, err) }
 	}
 	return c
 }

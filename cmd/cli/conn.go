@@ -126,6 +126,7 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 		Name:       embeddedNode,
 		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
 		Interest:   srv.Interest,
+		StoreFull:  srv.StoreFullError,
 		Categories: toolsets.Categories(),
 		Turns:      o.turns,
 		Home:       home,

@@ -316,6 +316,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 
 	var connect func(name string) (*nats.Conn, error)
 	var interest func(subject string) bool // only an embedded server can tell
+	var storeFull func(error) error        // nor name its limits
 	// An embedded server whose JetStream can no longer write its store (a
 	// full disk) closes storeFailed; nil, for -server, never fires.
 	var storeFailed <-chan struct{}
@@ -361,7 +362,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		}
 		defer srv.Close()
 		connect = func(name string) (*nats.Conn, error) { return srv.Connect(name) }
-		interest = srv.Interest
+		interest, storeFull = srv.Interest, srv.StoreFullError
 		storeFailed, storeErr = srv.Failed(), srv.Err
 		where = "embedded server, store " + cfg.StoreDir
 		if u := srv.ClientURL(); u != "" {
@@ -402,7 +403,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
 		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
 		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
-		VouchKey: o.vouchKey, Interest: interest, TraceSampled: o.traceSampled,
+		VouchKey: o.vouchKey, Interest: interest, StoreFull: storeFull, TraceSampled: o.traceSampled,
 		Web: web.Config{Keys: o.webKeys},
 	})
 	if err != nil {
