@@ -130,8 +130,8 @@ func (s *Store) objects(ctx context.Context) (jetstream.ObjectStore, error) {
 	return s.obs, err
 }
 
-// maxAttempts bounds the compare-and-set rounds of one write: each round of writers
-// racing on one page lets one through.
+// maxAttempts bounds the rounds of a Delete at the page's revision: each round of
+// writers racing on one page lets one through. (Writes go through [bus.Change].)
 const maxAttempts = 16
 
 // Create stores a new page; an id the agent already uses yields ErrExists.
@@ -193,63 +193,34 @@ func (s *Store) put(ctx context.Context, agent string, p Page, create bool) (Pag
 	return p, nil
 }
 
-// swap writes b under k with a compare-and-set on the key's revision and returns the
-// record it replaced (nil for none). With create, an existing key yields ErrExists.
+// swap writes b under k with a compare-and-set on the key's revision ([bus.Change]) and
+// returns the record it replaced (nil for none). With create, an existing key yields
+// ErrExists.
 func (s *Store) swap(ctx context.Context, kv jetstream.KeyValue, k string, b []byte, create bool) (*Record, error) {
-	var last error
-	for range maxAttempts {
-		var (
-			e   jetstream.KeyValueEntry
-			err error
-		)
-		err = bus.Retry(ctx, "read "+k, s.log, func(ctx context.Context) error {
-			e, err = kv.Get(ctx, k)
-			if errors.Is(err, jetstream.ErrKeyNotFound) {
-				e = nil
-				return nil
+	var old *Record
+	_, _, err := bus.Change(ctx, kv, k, rawBytes, rawBytes, func(doc *[]byte, found bool) error {
+		old = nil
+		if found {
+			if create {
+				return ErrExists
 			}
-			return err
-		})
-		if err != nil {
-			return nil, err
-		}
-		if e == nil {
-			_, err = kv.Create(ctx, k, b)
-			if err == nil {
-				return nil, nil
+			var r Record
+			if err := json.Unmarshal(*doc, &r); err != nil {
+				r = Record{} // a record this build cannot read is replaced all the same
 			}
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				if create {
-					return nil, ErrExists
-				}
-				last = err
-				continue // created meanwhile: replace it
-			}
-			return nil, err
+			old = &r
 		}
-		if create {
-			return nil, ErrExists
-		}
-		var old Record
-		if err := json.Unmarshal(e.Value(), &old); err != nil {
-			old = Record{} // a record this build cannot read is replaced all the same
-		}
-		if _, err = kv.Update(ctx, k, b, e.Revision()); err == nil {
-			return &old, nil
-		}
-		if !isRevisionMismatch(err) {
-			return nil, err
-		}
-		last = err
+		*doc = b
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("%d writers raced on the page; gave up after %d attempts: %w", maxAttempts, maxAttempts, last)
+	return old, nil
 }
 
-// isRevisionMismatch reports the KV's answer to an update or delete whose revision is
-// not the key's last one (the "wrong last sequence" codes of R1 and replicated streams).
-func isRevisionMismatch(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyRevisionMismatch)
-}
+// rawBytes is the decode and encode of a document [bus.Change] hands over as stored.
+func rawBytes(b []byte) ([]byte, error) { return b, nil }
 
 // dropObject deletes the object of a replaced, deleted or never recorded page. A
 // failure leaves an orphan object, which is logged: no record names it.
@@ -411,7 +382,7 @@ func (s *Store) Delete(ctx context.Context, agent, id string) error {
 			return fmt.Errorf("delete page %s of %s: %w", id, agent, err)
 		}
 		err = kv.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
-		if isRevisionMismatch(err) {
+		if bus.IsConflict(err) {
 			continue
 		}
 		if err != nil {

@@ -44,7 +44,8 @@ const startTimeout = 15 * time.Second
 // maxText bounds the final text a job's record keeps.
 const maxText = 64 << 10
 
-// casAttempts bounds a compare-and-set loop; every round lets one writer through.
+// casAttempts bounds the compare-and-set loops that are not [bus.Change]'s (a write with a
+// TTL, the turn record); every round lets one writer through.
 const casAttempts = 32
 
 // Policy is an agent's job policy, from its profile.
@@ -312,11 +313,7 @@ func (s *Store) queue(ctx context.Context, spec bus.TurnSpec) error {
 // one does not hold it for ever. A place taken a moment ago whose record is not written
 // yet stays: that job is starting.
 func (s *Store) reserve(ctx context.Context, agent, id string, p Policy, now time.Time) error {
-	for range casAttempts {
-		l, rev, err := s.ledger(ctx, agent)
-		if err != nil {
-			return err
-		}
+	return s.changeLedger(ctx, agent, func(l *ledger) error {
 		running := l.Running[:0]
 		for _, r := range l.Running {
 			j, _, err := s.Get(ctx, agent, r.ID)
@@ -342,37 +339,36 @@ func (s *Store) reserve(ctx context.Context, agent, id string, p Policy, now tim
 		}
 		l.Running = append(l.Running, held{ID: id, At: now})
 		l.addStart(now)
-		err = s.putLedger(ctx, agent, l, rev)
-		if isConflict(err) {
-			continue
-		}
-		return err
-	}
-	return fmt.Errorf("job ledger of %s: still conflicting with other writers after %d attempts; try again", agent, casAttempts)
+		return nil
+	})
 }
 
 // release removes a job from its agent's running jobs.
 func (s *Store) release(ctx context.Context, agent, id string) error {
-	for range casAttempts {
-		l, rev, err := s.ledger(ctx, agent)
-		if err != nil {
-			return err
-		}
+	return s.changeLedger(ctx, agent, func(l *ledger) error {
 		i := l.holds(id)
 		if i < 0 {
-			return nil
+			return bus.ErrUnchanged
 		}
 		l.Running = slices.Delete(l.Running, i, i+1)
 		l.lastHour(time.Now())
-		err = s.putLedger(ctx, agent, l, rev)
-		if isConflict(err) {
-			continue
-		}
-		return err
-	}
-	return fmt.Errorf("job ledger of %s: still conflicting with other writers after %d attempts", agent, casAttempts)
+		return nil
+	})
 }
 
+// changeLedger changes the agent's ledger as stored ([bus.Change]); a missing ledger is
+// an empty one.
+func (s *Store) changeLedger(ctx context.Context, agent string, change func(l *ledger) error) error {
+	_, _, err := bus.Change(ctx, s.kv, ledgerKey(agent), decodeLedger, encodeLedger, func(l *ledger, _ bool) error {
+		return change(l)
+	})
+	if err != nil && bus.IsConflict(err) {
+		return fmt.Errorf("job ledger of %s: %w; try again", agent, err)
+	}
+	return err
+}
+
+// ledger reads the agent's ledger and its revision (0: none yet).
 func (s *Store) ledger(ctx context.Context, agent string) (ledger, uint64, error) {
 	var e jetstream.KeyValueEntry
 	err := bus.Retry(ctx, "read the job ledger of "+agent, nil, func(ctx context.Context) (err error) {
@@ -385,29 +381,20 @@ func (s *Store) ledger(ctx context.Context, agent string) (ledger, uint64, error
 	if err != nil {
 		return ledger{}, 0, err
 	}
-	var l ledger
-	if err := json.Unmarshal(e.Value(), &l); err != nil {
-		// Unreadable: start a new one rather than refuse every job for ever.
-		return ledger{}, e.Revision(), nil
-	}
+	l, _ := decodeLedger(e.Value())
 	return l, e.Revision(), nil
 }
 
-func (s *Store) putLedger(ctx context.Context, agent string, l ledger, rev uint64) error {
-	b, err := json.Marshal(l)
-	if err != nil {
-		return err
+func decodeLedger(b []byte) (ledger, error) {
+	var l ledger
+	if err := json.Unmarshal(b, &l); err != nil {
+		// Unreadable: start a new one rather than refuse every job for ever.
+		return ledger{}, nil
 	}
-	return bus.Retry(ctx, "store the job ledger of "+agent, nil, func(ctx context.Context) error {
-		var err error
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, ledgerKey(agent), b)
-		} else {
-			_, err = s.kv.Update(ctx, ledgerKey(agent), b, rev)
-		}
-		return err
-	})
+	return l, nil
 }
+
+func encodeLedger(l ledger) ([]byte, error) { return json.Marshal(l) }
 
 // create writes a new job's record; a retried create that finds its own value took
 // effect.
@@ -438,51 +425,47 @@ func get(ctx context.Context, kv jetstream.KeyValue, agent, id string) (Job, uin
 	return j, rev, nil
 }
 
-// put writes a job's record at revision rev; an ended job's record expires keep later.
-func (s *Store) put(ctx context.Context, j Job, rev uint64, keep time.Duration) error {
+// putEnded writes an ended job's record at revision rev, to expire keep later. (A write
+// with a TTL is not a KV update, so it is not [bus.Change]'s; its lost compare-and-set
+// is told by [bus.IsConflict] all the same.)
+func (s *Store) putEnded(ctx context.Context, j Job, rev uint64, keep time.Duration) error {
 	b, err := json.Marshal(j)
 	if err != nil {
 		return err
 	}
-	k := jobKey(j.Agent, j.ID)
 	return bus.Retry(ctx, "store job "+j.ID, nil, func(ctx context.Context) error {
-		if keep > 0 {
-			return bus.UpdateWithTTL(ctx, s.js, s.kv.Bucket(), k, b, rev, keep)
-		}
-		_, err := s.kv.Update(ctx, k, b, rev)
-		return err
+		return bus.UpdateWithTTL(ctx, s.js, s.kv.Bucket(), jobKey(j.Agent, j.ID), b, rev, keep)
 	})
 }
 
-func isConflict(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
+func decodeJob(b []byte) (Job, error) {
+	var j Job
+	err := json.Unmarshal(b, &j)
+	return j, err
 }
+
+func encodeJob(j Job) ([]byte, error) { return json.Marshal(j) }
 
 // Began records that a node took a job's turn: running, on node. A job already further
 // on (a turn resumed by another node) keeps its start.
 func (s *Store) Began(ctx context.Context, spec bus.TurnSpec, node string) error {
-	for range casAttempts {
-		j, rev, err := s.Get(ctx, spec.Agent, spec.ID)
-		if errors.Is(err, ErrNotFound) {
-			return nil // a job turn started by hand, without job_start
-		}
-		if err != nil {
-			return err
-		}
-		if j.State.Ended() {
-			return nil
+	if bus.CheckAgent(spec.Agent) != nil || !bus.ValidID(spec.ID) {
+		return nil // not a job's turn: no record can be its
+	}
+	_, _, err := bus.Change(ctx, s.kv, jobKey(spec.Agent, spec.ID), decodeJob, encodeJob, func(j *Job, found bool) error {
+		if !found || j.State.Ended() {
+			return bus.ErrUnchanged // a job turn started by hand, without job_start; or over
 		}
 		if j.State == bus.TurnQueued {
 			j.Started = time.Now().UTC()
 		}
 		j.State, j.Node = bus.TurnRunning, node
-		err = s.put(ctx, j, rev, 0)
-		if isConflict(err) {
-			continue
-		}
-		return err
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("job %s: %w", spec.ID, err)
 	}
-	return fmt.Errorf("job %s: its record keeps changing", spec.ID)
+	return nil
 }
 
 // Finish records how a job's turn ended, frees its place among the agent's running
@@ -516,11 +499,11 @@ func (s *Store) Finish(ctx context.Context, spec bus.TurnSpec, end End, keep tim
 			j.Text = j.Text[:maxText] + "\n[cut: the job's final text was longer than this record keeps]"
 		}
 		j.Calls = CountCalls(end.Calls)
-		err = s.put(ctx, j, rev, keep)
+		err = s.putEnded(ctx, j, rev, keep)
 		if err == nil {
 			break
 		}
-		if !isConflict(err) || attempt == casAttempts {
+		if !bus.IsConflict(err) || attempt == casAttempts {
 			return Job{}, err
 		}
 	}

@@ -554,7 +554,7 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 			ttl = doneKeep
 		}
 		err = update(ctx, s.js, s.kv, key(spec.Agent, id), sch, rev, ttl)
-		if isWrongRevision(err) {
+		if bus.IsConflict(err) {
 			continue // another node decided meanwhile: decide again on what it wrote
 		}
 		if err != nil {
@@ -612,23 +612,20 @@ func (s *Store) turnState(ctx context.Context, turn string) (bus.TurnState, erro
 	return rec.State, nil
 }
 
-// update writes a record at revision rev; with ttl > 0 the record expires that long after
-// (JetStream's per-message TTL, which a plain key-value update cannot set).
+// update writes a record at revision rev ([bus.UpdateAt]); with ttl > 0 the record
+// expires that long after (JetStream's per-message TTL, which a plain key-value update
+// cannot set: [bus.UpdateWithTTL]). Either way a lost compare-and-set is an error that
+// [bus.IsConflict] reports.
 func update(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue, k string, v any, rev uint64, ttl time.Duration) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	if ttl <= 0 {
+		_, err := bus.UpdateAt(ctx, kv, k, b, rev)
+		return err
+	}
 	return bus.Retry(ctx, "store "+k, nil, func(ctx context.Context) error {
-		if ttl <= 0 {
-			_, err := kv.Update(ctx, k, b, rev)
-			return err
-		}
 		return bus.UpdateWithTTL(ctx, js, kv.Bucket(), k, b, rev, ttl)
 	})
-}
-
-// isWrongRevision reports a compare-and-set that lost.
-func isWrongRevision(err error) bool {
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }

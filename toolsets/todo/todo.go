@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"time"
@@ -30,11 +29,6 @@ const (
 
 // MaxItems is the longest list todo_write accepts.
 const MaxItems = 100
-
-// maxAttempts bounds the compare-and-set loop of a write. Each round of conflicting writers
-// lets at least one of them through, so this many rounds outlast any realistic number of
-// turns of one agent writing at the same moment.
-const maxAttempts = 32
 
 // Item is one entry of a todo list as the model writes it.
 type Item struct {
@@ -308,49 +302,53 @@ func (s store) write(ctx context.Context, call toolbus.Call, a writeArgs) (toolb
 	return toolbus.TextResult(strings.TrimRight(b.String(), "\n")).WithDetails(d), nil
 }
 
-// update applies items on top of the stored list with compare-and-set, retrying on conflict.
+// update applies items on top of the stored list with compare-and-set ([bus.Change]),
+// merging onto what another writer stored when it came first.
 func (s store) update(ctx context.Context, call toolbus.Call, items []Item) (WriteDetails, bool, error) {
-	for attempt := 1; ; attempt++ {
-		prev, rev, err := Load(ctx, s.kv, call.Agent)
-		corrupt := errors.Is(err, errCorrupt)
-		if err != nil && !corrupt {
-			return WriteDetails{}, false, err
-		}
-		if corrupt {
+	var (
+		d        WriteDetails
+		attempts int
+	)
+	stored, _, err := bus.Change(ctx, s.kv, call.Agent, decodeStored, encodeStored, func(doc *storedList, found bool) error {
+		attempts++
+		prev := doc.list
+		if !found || doc.corrupt {
 			prev = List{Agent: call.Agent, Items: []StoredItem{}}
 		}
-		d := merge(prev, items, call, time.Now().UTC())
-		d.Attempts = attempt
-		value, err := json.Marshal(d.List)
-		if err != nil {
-			return WriteDetails{}, false, fmt.Errorf("encode todo list: %w", err)
-		}
-		err = bus.Retry(ctx, "store todo list of "+call.Agent, nil, func(ctx context.Context) error {
-			if rev == 0 {
-				_, err := s.kv.Create(ctx, call.Agent, value)
-				return err
-			}
-			_, err := s.kv.Update(ctx, call.Agent, value, rev)
-			return err
-		})
-		if err == nil {
-			return d, corrupt, nil
-		}
-		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return WriteDetails{}, false, err
-		}
-		if attempt == maxAttempts {
-			return WriteDetails{}, false, fmt.Errorf("store todo list of %s: still conflicting with other writers after %d attempts; try again", call.Agent, attempt)
-		}
-		// Jittered backoff, so that the writers that lost this round do not collide again.
-		wait := time.Duration(1+rand.IntN(5*attempt)) * time.Millisecond
-		select {
-		case <-ctx.Done():
-			return WriteDetails{}, false, ctx.Err()
-		case <-time.After(wait):
-		}
+		d = merge(prev, items, call, time.Now().UTC())
+		d.Attempts = attempts
+		*doc = storedList{list: d.List, corrupt: doc.corrupt}
+		return nil
+	})
+	switch {
+	case err != nil && attempts == 0:
+		// The list could not be read (no stream leader until ctx ended, say).
+		return WriteDetails{}, false, fmt.Errorf("load todo list of %s: %w", call.Agent, err)
+	case err != nil:
+		return WriteDetails{}, false, fmt.Errorf("store todo list of %s: %w", call.Agent, err)
 	}
+	return d, stored.corrupt, nil
 }
+
+// storedList is a todo list as [bus.Change] reads it: a stored value that is not a list
+// is replaced by the write, and corrupt says so.
+type storedList struct {
+	list    List
+	corrupt bool
+}
+
+func decodeStored(b []byte) (storedList, error) {
+	var l List
+	if err := json.Unmarshal(b, &l); err != nil {
+		return storedList{corrupt: true}, nil
+	}
+	if l.Items == nil {
+		l.Items = []StoredItem{}
+	}
+	return storedList{list: l}, nil
+}
+
+func encodeStored(s storedList) ([]byte, error) { return json.Marshal(s.list) }
 
 // merge builds the list that replaces prev with items, carrying each kept item's history.
 func merge(prev List, items []Item, call toolbus.Call, now time.Time) WriteDetails {

@@ -28,6 +28,12 @@ import (
 //     its turn is queued in the intake; queueing it again is harmless (the intake
 //     refuses an id already used), so whoever finds an attempt without its turn queues
 //     it.
+//   - What is queued is decided from the document as stored at the revision just
+//     written (or read), never from a copy made before. That document may be overtaken
+//     while its attempts are queued: another step (the Settle of a turn that ended
+//     meanwhile) may have queued an attempt and seen it end. An attempt the intake
+//     refuses is therefore looked up in the document as stored now; one that has ended
+//     there (or whose workflow has) is not queued, and that is no failure.
 //   - When a task turn ends, the node that ran it calls Settle with the turn's record
 //     before it acknowledges the turn's intake message: Settle records the attempt's
 //     outcome (validating an accepted submission again against the schema persisted
@@ -158,7 +164,9 @@ func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition
 	if err != nil {
 		return nil, fmt.Errorf("start workflow: %w", err)
 	}
-	if _, err := kv.Create(ctx, bus.WorkflowKey(agent, wf.ID), doc); err != nil {
+	// The document as stored at its first revision is wf: its attempts are queued from
+	// it, and an attempt the stored document has ended meanwhile is left (queueLive).
+	if _, err := bus.UpdateAt(ctx, kv, bus.WorkflowKey(agent, wf.ID), doc, 0); err != nil {
 		return nil, fmt.Errorf("start workflow: store it: %w", err)
 	}
 	if err := e.queueLive(ctx, wf); err != nil {
@@ -273,48 +281,49 @@ func (e *Engine) List(ctx context.Context, agent string, state bus.WorkflowState
 	return out, nil
 }
 
-// update reads a workflow, lets change change it, and writes it at the revision read,
-// reading again when another writer came first. change reports whether it changed
-// anything; after the write, after runs with the document as written.
+// update changes a workflow as stored ([bus.Change]): it reads the document, lets
+// change change it, and writes it at the revision read, reading again (and calling
+// change again, on what the other writer stored) when another writer came first. change
+// reports whether it changed anything. update returns the document as stored at the
+// revision it wrote, or read when change changed nothing: what happens next (the turns
+// to queue, to abort) is decided from that, never from a copy made before.
 func (e *Engine) update(ctx context.Context, agent, id string, change func(wf *bus.Workflow) (bool, error)) (*bus.Workflow, error) {
+	if agent == "" {
+		return nil, ErrNoAgent
+	}
+	if !bus.ValidToken(id) {
+		return nil, fmt.Errorf("workflow %q: %w", id, ErrNotFound)
+	}
 	kv, err := e.bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for {
-		wf, rev, err := e.Get(ctx, agent, id)
-		if err != nil {
-			return nil, err
+	wf, _, err := bus.Change(ctx, kv, bus.WorkflowKey(agent, id), decodeWorkflow, func(wf bus.Workflow) ([]byte, error) {
+		return e.encode(&wf)
+	}, func(wf *bus.Workflow, found bool) error {
+		if !found {
+			return fmt.Errorf("workflow %s of agent %s: %w", id, agent, ErrNotFound)
 		}
 		changed, err := change(wf)
-		if err != nil || !changed {
-			return wf, err
+		if err != nil {
+			return err
+		}
+		if !changed {
+			return bus.ErrUnchanged
 		}
 		wf.Updated = time.Now().UTC()
-		doc, err := e.encode(wf)
-		if err != nil {
-			return nil, err
-		}
-		_, err = kv.Update(ctx, bus.WorkflowKey(agent, id), doc, rev)
-		if err == nil {
-			return wf, nil
-		}
-		if !wrongRevision(err) {
-			return nil, fmt.Errorf("write workflow %s: %w", id, err)
-		}
-		// Another node moved the workflow meanwhile: read it again.
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
+	return &wf, nil
 }
 
-// errWrongRevision is JetStream's answer to a write at a stale revision.
-const errWrongRevision jetstream.ErrorCode = 10071
-
-func wrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errWrongRevision
+func decodeWorkflow(b []byte) (bus.Workflow, error) {
+	var wf bus.Workflow
+	err := json.Unmarshal(b, &wf)
+	return wf, err
 }
 
 // Cancel ends a running workflow: its tasks that have not ended are cancelled, and so are
@@ -514,8 +523,11 @@ func advance(wf *bus.Workflow, now time.Time) bool {
 	return true
 }
 
-// queueLive queues the turn of every attempt that runs: attempts just started, and any
-// whose turn a node that died did not queue. A turn queued before is left as it is.
+// queueLive queues the turn of every attempt that runs in wf, the document as stored
+// at the revision the caller wrote or read: attempts just started, and any whose turn
+// a node that died did not queue. A turn queued before is left as it is. The stored
+// document may move on while this queues (see the top of this file): an attempt the
+// intake refuses is left when the document as stored now has ended it.
 func (e *Engine) queueLive(ctx context.Context, wf *bus.Workflow) error {
 	if wf.State.Ended() {
 		return nil
@@ -526,7 +538,17 @@ func (e *Engine) queueLive(ctx context.Context, wf *bus.Workflow) error {
 		if t.State != bus.TaskRunning || a == nil || a.Outcome != "" {
 			continue
 		}
-		if err := e.run.Queue(ctx, taskTurn(wf, t, *a)); err != nil {
+		spec := taskTurn(wf, t, *a)
+		err := e.run.Queue(ctx, spec)
+		if err == nil {
+			continue
+		}
+		switch aerr := e.Admit(ctx, spec); {
+		case errors.Is(aerr, ErrNotLive), errors.Is(aerr, ErrNotFound):
+			// Moved on meanwhile: the attempt (or its workflow) has ended as stored, so
+			// it wants no turn.
+			e.log.Debug("an attempt ended before its turn was queued here", "turn", spec.ID, "why", aerr)
+		default:
 			return fmt.Errorf("queue attempt %d of task %s: %w", a.N, t.ID, err)
 		}
 	}
