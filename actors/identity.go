@@ -15,7 +15,7 @@ import (
 )
 
 // turnAgents tells a host whose call it runs. A durable turn's agent is the one in its
-// stored spec (the TurnRecord in bus.BucketTurns), written by the node that took the
+// stored spec (its durable.Store record), written by the node that took the
 // turn from the intake; a Toolbus-Agent header, which anyone who may send tool requests
 // can set, cannot claim another agent's home or profile for such a turn. A call of a turn
 // with no record (an ephemeral turn of a program, a direct request) goes by its header.

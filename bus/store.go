@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -257,32 +256,4 @@ func UpdateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key stri
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return err
-}
-
-// MainTurnSpec reads, from the turns bucket, the spec of a turn that starts others (a
-// background job, or a schedule's turns): it must be a durable main turn, and the turns
-// it starts use its model.
-func MainTurnSpec(ctx context.Context, turns jetstream.KeyValue, turn string) (TurnSpec, error) {
-	if turn == "" {
-		return TurnSpec{}, errors.New("this call comes from no turn: only a main turn can start others")
-	}
-	var e jetstream.KeyValueEntry
-	err := Retry(ctx, "read turn "+turn, nil, func(ctx context.Context) (err error) {
-		e, err = turns.Get(ctx, turn)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return TurnSpec{}, fmt.Errorf("turn %s has no record: only turns queued in the intake (durable turns) can start others", turn)
-	}
-	if err != nil {
-		return TurnSpec{}, err
-	}
-	var rec TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return TurnSpec{}, fmt.Errorf("turn %s: unreadable record: %w", turn, err)
-	}
-	if rec.Spec.Kind != TurnMain && rec.Spec.Kind != "" {
-		return TurnSpec{}, fmt.Errorf("turn %s is a %s turn: only main turns start others", turn, rec.Spec.Kind)
-	}
-	return rec.Spec, nil
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -134,13 +136,13 @@ func (s *Store) Submit(ctx context.Context, spec bus.TurnSpec, node string) erro
 	// A create retried after a lost answer finds its own value (UpdateAt).
 	if _, err := bus.UpdateAt(ctx, kv, spec.ID, rec, 0); err != nil {
 		if !bus.IsConflict(err) {
-			return s.cfg.StoreFull(err)
+			return fmt.Errorf("create the turn record: %w", s.cfg.StoreFull(err))
 		}
 		old, _, gerr := s.Record(ctx, spec.ID)
 		if gerr != nil {
-			return fmt.Errorf("%w (its record is unreadable)", ErrTurnExists)
+			return fmt.Errorf("create the turn record: %w (its record is unreadable)", ErrTurnExists)
 		}
-		return fmt.Errorf("%w: it is %s%s since %s", ErrTurnExists, old.State, OwnerNote(old.Owner), old.Updated.Format(time.RFC3339))
+		return fmt.Errorf("create the turn record: %w: it is %s%s since %s", ErrTurnExists, old.State, OwnerNote(old.Owner), old.Updated.Format(time.RFC3339))
 	}
 	subject := bus.IntakeAny(spec.ID)
 	if node != "" {
@@ -242,4 +244,27 @@ func OwnerNote(owner string) string {
 		return ""
 	}
 	return " on node " + owner
+}
+
+// PutSchedule stores a schedule's message in the intake (m.Subject must be
+// bus.IntakeSchedule of it): JetStream fires it into the intake as the schedule says.
+func (s *Store) PutSchedule(ctx context.Context, m *nats.Msg) error {
+	if id, ok := strings.CutPrefix(m.Subject, bus.IntakeSchedule("")); !ok || !bus.ValidToken(id) {
+		return fmt.Errorf("put schedule: %q is not a schedule's subject", m.Subject)
+	}
+	return bus.Retry(ctx, "queue schedule", nil, func(ctx context.Context) error {
+		_, err := s.js.PublishMsg(ctx, m)
+		return s.cfg.StoreFull(err)
+	})
+}
+
+// RemoveSchedule removes a schedule's message from the intake: it fires no more.
+func (s *Store) RemoveSchedule(ctx context.Context, id string) error {
+	return bus.Retry(ctx, "remove schedule "+id, nil, func(ctx context.Context) error {
+		stream, err := s.js.Stream(ctx, bus.StreamIntake)
+		if err != nil {
+			return err
+		}
+		return stream.Purge(ctx, jetstream.WithPurgeSubject(bus.IntakeSchedule(id)))
+	})
 }

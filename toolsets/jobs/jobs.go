@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/internal/label"
 )
 
@@ -210,7 +211,7 @@ var ErrLimit = errors.New("job limit reached")
 type Store struct {
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
-	turns jetstream.KeyValue
+	turns *durable.Store
 }
 
 // Open opens (creating if needed) the jobs bucket and the turns bucket, with the given
@@ -221,7 +222,7 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, er
 	if s.kv, err = bus.KeyValueTTL(ctx, js, bus.BucketJobs, replicas); err != nil {
 		return nil, err
 	}
-	if s.turns, err = bus.KeyValue(ctx, js, bus.BucketTurns, replicas); err != nil {
+	if s.turns, err = durable.Open(ctx, js, durable.Config{Replicas: replicas, Create: true}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -252,7 +253,7 @@ func (s *Store) Start(ctx context.Context, agent, parent string, a StartArgs, p 
 	if a.Prompt == "" {
 		return Job{}, errors.New("the prompt is empty: say what the job should do")
 	}
-	ps, err := bus.MainTurnSpec(ctx, s.turns, parent)
+	ps, err := s.turns.MainTurnSpec(ctx, parent)
 	if err != nil {
 		return Job{}, err
 	}
@@ -525,47 +526,20 @@ func (s *Store) Cancel(ctx context.Context, agent, id, reason string, keep time.
 		reason = "cancelled"
 	}
 	spec := bus.TurnSpec{ID: id, Kind: bus.TurnJob, Agent: agent, Parent: j.Parent}
-	for range casAttempts {
-		var e jetstream.KeyValueEntry
-		err := bus.Retry(ctx, "read turn "+id, nil, func(ctx context.Context) (err error) {
-			e, err = s.turns.Get(ctx, id)
-			return err
-		})
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			// Its turn was never queued (or is long gone): nothing runs it.
-			return s.Finish(ctx, spec, End{State: bus.TurnAborted, Error: "job cancelled (" + reason + ") before its turn was queued"}, keep)
-		}
-		if err != nil {
-			return Job{}, err
-		}
-		var rec bus.TurnRecord
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			return Job{}, fmt.Errorf("turn %s: unreadable record: %w", id, err)
-		}
-		switch {
-		case rec.State.Ended():
-			return s.Finish(ctx, spec, End{State: rec.State, Steps: rec.Step, Error: rec.Error}, keep)
-		case rec.State == bus.TurnQueued && rec.Owner == "":
-			// No node holds it: end its record, and the node that takes it from the
-			// intake finds a turn that has ended.
-			rec.State, rec.Error, rec.Updated = bus.TurnAborted, "job cancelled before it started: "+reason, time.Now()
-			b, err := json.Marshal(rec)
-			if err != nil {
-				return Job{}, err
-			}
-			_, err = s.turns.Update(ctx, id, b, e.Revision())
-			if bus.IsConflict(err) {
-				continue // a node took it meanwhile
-			}
-			if err != nil {
-				return Job{}, err
-			}
-			return s.Finish(ctx, spec, End{State: bus.TurnAborted, Steps: rec.Step, Error: rec.Error}, keep)
-		default:
-			return s.abort(ctx, j, reason)
-		}
+	// No node holds a queued turn: end its record, and the node that takes it from the
+	// intake finds a turn that has ended.
+	rec, ended, err := s.turns.EndQueued(ctx, id, bus.TurnAborted, "job cancelled before it started: "+reason)
+	switch {
+	case errors.Is(err, durable.ErrNoRecord):
+		// Its turn was never queued (or is long gone): nothing runs it.
+		return s.Finish(ctx, spec, End{State: bus.TurnAborted, Error: "job cancelled (" + reason + ") before its turn was queued"}, keep)
+	case err != nil:
+		return Job{}, err
+	case ended, rec.State.Ended():
+		return s.Finish(ctx, spec, End{State: rec.State, Steps: rec.Step, Error: rec.Error}, keep)
+	default:
+		return s.abort(ctx, j, reason)
 	}
-	return Job{}, fmt.Errorf("job %s: its turn's record keeps changing", id)
 }
 
 // abortWait bounds how long Cancel waits for a running job's turn to confirm its end.
@@ -616,22 +590,15 @@ func (s *Store) abort(ctx context.Context, j Job, reason string) (Job, error) {
 	}
 }
 
-// Turn reads the record of a job's turn; nil when it has none.
+// Turn reads the record of a job's turn, with a running turn's step; nil when it has
+// none.
 func (s *Store) Turn(ctx context.Context, id string) (*bus.TurnRecord, error) {
-	var e jetstream.KeyValueEntry
-	err := bus.Retry(ctx, "read turn "+id, nil, func(ctx context.Context) (err error) {
-		e, err = s.turns.Get(ctx, id)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	rec, err := s.turns.Live(ctx, id)
+	if errors.Is(err, durable.ErrNoRecord) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, fmt.Errorf("turn %s: unreadable record: %w", id, err)
 	}
 	return &rec, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 // Category is the tool category of the schedule tools.
@@ -276,8 +277,7 @@ func Plan(a CreateArgs, now time.Time, minInterval time.Duration) (Schedule, err
 type Store struct {
 	js     jetstream.JetStream
 	kv     jetstream.KeyValue
-	turns  jetstream.KeyValue
-	intake jetstream.Stream
+	turns  *durable.Store // the turns' records and the intake
 	cfg    Config
 }
 
@@ -293,10 +293,7 @@ func Open(ctx context.Context, js jetstream.JetStream, replicas int, cfg Config)
 	if s.kv, err = bus.KeyValueTTL(ctx, js, bus.BucketSchedules, replicas); err != nil {
 		return nil, err
 	}
-	if s.turns, err = bus.KeyValue(ctx, js, bus.BucketTurns, replicas); err != nil {
-		return nil, err
-	}
-	if s.intake, err = bus.EnsureIntake(ctx, js, replicas); err != nil {
+	if s.turns, err = durable.Open(ctx, js, durable.Config{Replicas: replicas, Create: true}); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -323,7 +320,7 @@ func (s *Store) Create(ctx context.Context, agent, creator string, a CreateArgs)
 	if err != nil {
 		return Schedule{}, err
 	}
-	parent, err := bus.MainTurnSpec(ctx, s.turns, creator)
+	parent, err := s.turns.MainTurnSpec(ctx, creator)
 	if err != nil {
 		return Schedule{}, err
 	}
@@ -355,11 +352,7 @@ func (s *Store) Create(ctx context.Context, agent, creator string, a CreateArgs)
 		m.Header.Set(bus.HeaderScheduleTimeZone, sch.TimeZone)
 	}
 	m.Header.Set(bus.HeaderAgent, agent) // on every firing too, for whoever watches
-	err = bus.Retry(ctx, "queue schedule "+sch.ID, nil, func(ctx context.Context) error {
-		_, err := s.js.PublishMsg(ctx, m)
-		return err
-	})
-	if err != nil {
+	if err := s.turns.PutSchedule(ctx, m); err != nil {
 		if derr := s.kv.Delete(context.WithoutCancel(ctx), key(agent, sch.ID)); derr != nil {
 			err = errors.Join(err, fmt.Errorf("and its record stays: %w", derr))
 		}
@@ -449,10 +442,7 @@ func (s *Store) Cancel(ctx context.Context, agent, id string) (Schedule, error) 
 	if err != nil {
 		return Schedule{}, err
 	}
-	err = bus.Retry(ctx, "remove schedule "+id, nil, func(ctx context.Context) error {
-		return s.intake.Purge(ctx, jetstream.WithPurgeSubject(bus.IntakeSchedule(id)))
-	})
-	if err != nil {
+	if err := s.turns.RemoveSchedule(ctx, id); err != nil {
 		return Schedule{}, err
 	}
 	err = bus.Retry(ctx, "remove schedule record "+id, nil, func(ctx context.Context) error {
@@ -579,35 +569,17 @@ const recordGrace = time.Minute
 // queueTurn creates the record of a firing's turn, queued, so that the overlap check of
 // the next firing sees it from now on; a record already there is this firing's.
 func (s *Store) queueTurn(ctx context.Context, spec bus.TurnSpec, now time.Time) error {
-	b, err := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnQueued, Created: now, Updated: now})
-	if err != nil {
-		return err
-	}
-	return bus.Retry(ctx, "create turn record "+spec.ID, nil, func(ctx context.Context) error {
-		_, err := s.turns.Create(ctx, spec.ID, b)
-		if errors.Is(err, jetstream.ErrKeyExists) {
-			return nil
-		}
-		return err
-	})
+	return s.turns.CreateQueued(ctx, spec, now)
 }
 
 // turnState is the state of a turn's record; "" when it has none (expired or removed).
 func (s *Store) turnState(ctx context.Context, turn string) (bus.TurnState, error) {
-	var e jetstream.KeyValueEntry
-	err := bus.Retry(ctx, "read turn "+turn, nil, func(ctx context.Context) (err error) {
-		e, err = s.turns.Get(ctx, turn)
-		return err
-	})
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	rec, _, err := s.turns.Record(ctx, turn)
+	if errors.Is(err, durable.ErrNoRecord) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return "", nil
 	}
 	return rec.State, nil
 }

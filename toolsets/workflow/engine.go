@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 // How the workflow moves on, once, whichever node does it:
@@ -186,22 +187,15 @@ func (e *Engine) callerTurn(ctx context.Context, turn string) (*bus.TurnRecord, 
 	if turn == "" {
 		return nil, nil
 	}
-	kv, err := e.js.KeyValue(ctx, bus.BucketTurns)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
+	turns, err := durable.Open(ctx, e.js, durable.Config{})
 	if err != nil {
 		return nil, fmt.Errorf("read the calling turn %s: %w", turn, err)
 	}
-	entry, err := kv.Get(ctx, turn)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
+	rec, _, err := turns.Record(ctx, turn)
+	if errors.Is(err, durable.ErrNoRecord) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read the calling turn %s: %w", turn, err)
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(entry.Value(), &rec); err != nil {
 		return nil, fmt.Errorf("read the calling turn %s: %w", turn, err)
 	}
 	return &rec, nil
