@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus"
@@ -134,11 +135,30 @@ func (t *turn) leaseLost() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), confirmPatience)
 	defer cancel()
-	if err := d.lease.Confirm(ctx); err != nil {
+	switch err := d.lease.Confirm(ctx); {
+	case errors.Is(err, durable.ErrFenced):
 		t.fenced(err)
 		return true
+	case err != nil:
+		t.log.Warn("could not confirm the turn is still this node's; going on (its writes are fenced)", "err", err)
 	}
 	return false
+}
+
+// leaseUnsure reports a durable turn that should not speak for its turn now: lost, or
+// woken past its lease without its record confirming it yet.
+func (t *turn) leaseUnsure() bool {
+	d := t.cfg.dur
+	if d == nil || t.finished {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), confirmPatience)
+	defer cancel()
+	err := d.lease.Confirm(ctx)
+	if errors.Is(err, durable.ErrFenced) {
+		t.fenced(err)
+	}
+	return err != nil
 }
 
 // confirmPatience bounds the record read of a turn woken past its lease.
@@ -281,6 +301,14 @@ func (t *turn) resume() {
 		t.callModel()
 		return
 	}
+	var said []string
+	for i, pc := range t.batch {
+		said = append(said, pc.item.CallID+":"+plan.Actions[i].String())
+		if plan.Actions[i] == durable.Refused {
+			said[len(said)-1] += " (" + pc.record.Error + ")"
+		}
+	}
+	t.log.Info("resuming the turn's batch", "step", t.step, "from", d.lease.Lost, "calls", strings.Join(said, ", "))
 	for i, pc := range t.batch {
 		switch plan.Actions[i] {
 		case durable.Recorded:

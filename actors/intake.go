@@ -285,7 +285,12 @@ func (n *Node) take(msg jetstream.Msg) {
 			}
 			return
 		case <-beat.C:
-			if !lease.Fenced() {
+			// Woken past the lease (paused, starved), a node beats only for a turn its
+			// record still gives it.
+			bctx, bcancel := context.WithTimeout(context.Background(), confirmPatience)
+			err := lease.Confirm(bctx)
+			bcancel()
+			if err == nil {
 				n.beat(spec)
 			}
 		}

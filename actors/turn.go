@@ -1055,8 +1055,8 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	if t.cfg.interest != nil && !t.cfg.interest(subject) {
 		return // nobody follows this turn
 	}
-	if kind != bus.StatusDone && t.leaseLost() {
-		return // another node speaks for the turn now
+	if kind != bus.StatusDone && t.leaseUnsure() {
+		return // another node may speak for the turn now
 	}
 	b, err := json.Marshal(st)
 	if err == nil {

@@ -26,6 +26,9 @@ var (
 	// claimed it (this node's lease ran out while it was paused, slow or cut off). The
 	// server refused the write; the node must write nothing more for the turn.
 	ErrFenced = errors.New("another node holds the turn now")
+	// ErrUnconfirmed reports a lease Confirm could not check (the record could not be
+	// read): it is asked again next time.
+	ErrUnconfirmed = errors.New("could not confirm that this node still holds the turn")
 	// ErrClaimLost reports a claim that another writer of the record beat.
 	ErrClaimLost = errors.New("another node claimed the turn first")
 )
@@ -444,8 +447,11 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 				ctx, cancel := context.WithTimeout(context.Background(), lease)
 				err := l.Confirm(ctx)
 				cancel()
-				if err != nil {
+				if errors.Is(err, ErrFenced) {
 					return
+				}
+				if err != nil {
+					continue // no progress signal for a delivery that may be another's
 				}
 				_ = msg.InProgress()
 				l.beat.Store(time.Now().UnixNano())
@@ -460,7 +466,8 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 // Confirm tells whether this node still holds the turn. Within a lease of the last
 // progress signal it does at once; past it (the process was paused or starved for
 // longer than the lease) it reads the record, and a turn claimed by another node since
-// is ErrFenced from then on. A record it cannot read leaves the answer to the fences.
+// is ErrFenced from then on. A record it cannot read within ctx is ErrUnconfirmed: the
+// node should not speak for the turn yet, and its writes are fenced all the same.
 func (l *Lease) Confirm(ctx context.Context) error {
 	l.mu.Lock()
 	st := l.state
@@ -474,7 +481,8 @@ func (l *Lease) Confirm(ctx context.Context) error {
 	}
 	cur, _, err := l.s.Record(ctx, l.Spec.ID)
 	if err != nil {
-		return nil
+		// Not known either way: asked again next time (the fences still hold).
+		return fmt.Errorf("%w: %w", ErrUnconfirmed, err)
 	}
 	if cur.Owner != l.s.cfg.Node || cur.Epoch != epoch {
 		l.mu.Lock()

@@ -140,6 +140,10 @@ func TestStaleLeaseIsFenced(t *testing.T) {
 	if fmt.Sprint(got) != "[turn 0 a1 b2]" || tr.Pos != 4 {
 		t.Fatalf("transcript %v (pos %d), want [turn 0 a1 b2] and the resume note, 4 messages", got, tr.Pos)
 	}
+	audit, err := AuditTranscript(ctx, b.js, spec.ID)
+	if err != nil || audit.Messages != 4 || audit.RepeatedPos != 0 || audit.StaleAfterFence != 0 || fmt.Sprint(audit.Epochs) != "[1 1 2 2]" {
+		t.Fatalf("audit %+v %v", audit, err)
+	}
 	rec, _, err := b.Record(ctx, spec.ID)
 	if err != nil || rec.State != bus.TurnCompleted || rec.Owner != "n2" {
 		t.Fatalf("record %+v %v", rec, err)

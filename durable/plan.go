@@ -51,7 +51,8 @@ type Plan struct {
 	Calls   []gateway.Item
 	Actions []Action
 	Outputs map[string]gateway.Item
-	// Open reports a batch with a call that has no output yet: the turn finishes it.
+	// Open reports a batch with a call that has no output yet (refused ones included):
+	// the turn finishes it.
 	// Otherwise the turn asks the model for its next step, unless Answered.
 	Open bool
 	// Answered reports a transcript that ends with the model's answer (a response
@@ -106,10 +107,13 @@ func PlanBatch(items []gateway.Item, info func(i int, call gateway.Item) CallInf
 			a = Abandon
 		}
 		p.Actions = append(p.Actions, a)
-		if a == Recorded || a == Refused {
+		if a == Recorded {
 			continue
 		}
-		p.Open = true
+		p.Open = true // a refused call still needs its output
+		if a == Refused {
+			continue
+		}
 		anyOpen = true
 		if in.Sequential {
 			blocked = true

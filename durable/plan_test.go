@@ -61,6 +61,8 @@ func TestPlanResume(t *testing.T) {
 			actions: []Action{Recorded, Abandon}, open: true, steps: 1},
 		{name: "refused call holds nothing back", items: []gateway.Item{user, call("a", "x"), call("b", "s")},
 			actions: []Action{Refused, Abandon}, open: true, steps: 1},
+		{name: "a refused call alone still needs its output", items: []gateway.Item{user, call("a", "x"), call("b", "p"), out("b")},
+			actions: []Action{Refused, Recorded}, open: true, steps: 1},
 		{name: "only the last batch counts", items: []gateway.Item{user, usage, call("a", "p"), out("a"), usage, text("now b"), call("b", "p"), resumed, resumed},
 			actions: []Action{Abandon}, open: true, steps: 2},
 		{name: "repair instruction then no answer yet", items: []gateway.Item{user, text("plain"),

@@ -107,6 +107,9 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		if s.kv, err = bus.KeyValue(ctx, js, bus.BucketTurns, cfg.Replicas); err != nil {
 			return err
 		}
+		if s.kv, err = leaderReads(ctx, js, s.kv); err != nil {
+			return err
+		}
 		if _, err = bus.EnsureIntake(ctx, js, cfg.Replicas); err != nil {
 			return err
 		}
@@ -186,4 +189,27 @@ func (s *Store) kvReplicas(ctx context.Context) int {
 		return ks.StreamInfo().Config.Replicas
 	}
 	return 0
+}
+
+// leaderReads turns direct gets off for the turn records, so that every read is the
+// stream leader's. With direct gets any replica answers a read, and a replica that was
+// paused answers from before its pause: measured on a 3-node cluster, a node woken from
+// SIGSTOP read its own stale replica, found itself still the owner of turns that other
+// nodes had resumed, and went on beating for them; the live owners, reading the same
+// stale replica, took themselves for fenced. A lease holder must never act on a stale
+// copy of its record.
+func leaderReads(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
+	stream, err := js.Stream(ctx, "KV_"+bus.BucketTurns)
+	if err != nil {
+		return nil, err
+	}
+	cfg := stream.CachedInfo().Config
+	if !cfg.AllowDirect && !cfg.MirrorDirect {
+		return kv, nil
+	}
+	cfg.AllowDirect, cfg.MirrorDirect = false, false
+	if _, err := js.UpdateStream(ctx, cfg); err != nil {
+		return nil, fmt.Errorf("turn records: read from the leader only: %w", err)
+	}
+	return js.KeyValue(ctx, bus.BucketTurns) // bound again: nats.go reads the setting when it binds
 }

@@ -167,3 +167,89 @@ func inModelOrder(items []gateway.Item) []gateway.Item {
 	}
 	return out
 }
+
+// Audit is what a turn's transcript messages, as stored, say of how they were written:
+// the fences make RepeatedPos and StaleAfterFence 0, and every call has one output.
+type Audit struct {
+	Messages int
+	// Epochs is the claim (Toolbus-Epoch) of each message, in stream order; 0 for a
+	// message without one (an earlier build's).
+	Epochs []int
+	// RepeatedPos counts messages whose position (Toolbus-Seq) an earlier one had.
+	RepeatedPos int
+	// StaleAfterFence counts messages of a claim older than one stored before them:
+	// writes of a node that had lost the turn.
+	StaleAfterFence int
+	// Calls counts the function calls; Outputs the outputs of each call id.
+	Calls   int
+	Outputs map[string]int
+}
+
+// AuditTranscript reads a turn's transcript messages as stored, without ordering or
+// deduplicating anything, and says what they hold ([Audit]).
+func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (Audit, error) {
+	a := Audit{Outputs: make(map[string]int)}
+	if !bus.ValidToken(turn) {
+		return a, fmt.Errorf("audit transcript: invalid turn id %q", turn)
+	}
+	err := bus.Retry(ctx, "audit transcript "+turn, nil, func(ctx context.Context) error {
+		a = Audit{Outputs: make(map[string]int)}
+		stream, err := js.Stream(ctx, bus.StreamTranscripts)
+		if err != nil {
+			return err
+		}
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TranscriptSubject(turn)}})
+		if err != nil {
+			return err
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return err
+		}
+		seen := make(map[int]bool)
+		top := 0
+		for pending := info.NumPending; pending > 0; {
+			batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
+			if err != nil {
+				return err
+			}
+			n := 0
+			for m := range batch.Messages() {
+				n++
+				a.Messages++
+				pos, _ := strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
+				epoch, _ := strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
+				a.Epochs = append(a.Epochs, epoch)
+				if pos != 0 && seen[pos] {
+					a.RepeatedPos++
+				}
+				seen[pos] = true
+				if epoch < top {
+					a.StaleAfterFence++
+				}
+				top = max(top, epoch)
+				var items []gateway.Item
+				if err := json.Unmarshal(m.Data(), &items); err != nil {
+					return fmt.Errorf("message %d: %w", a.Messages, err)
+				}
+				for _, it := range items {
+					switch it.Kind {
+					case gateway.KindFunctionCall:
+						a.Calls++
+					case gateway.KindCallOutput:
+						a.Outputs[it.CallID]++
+					}
+				}
+			}
+			if err := batch.Error(); err != nil {
+				return err
+			}
+			if n == 0 {
+				return fmt.Errorf("fetch: %d messages pending but none delivered", pending)
+			}
+			pending -= uint64(n)
+		}
+		return nil
+	})
+	return a, err
+}

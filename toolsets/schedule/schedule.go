@@ -275,10 +275,10 @@ func Plan(a CreateArgs, now time.Time, minInterval time.Duration) (Schedule, err
 
 // Store keeps the schedules of a bus: their records, and their messages in the intake.
 type Store struct {
-	js     jetstream.JetStream
-	kv     jetstream.KeyValue
-	turns  *durable.Store // the turns' records and the intake
-	cfg    Config
+	js    jetstream.JetStream
+	kv    jetstream.KeyValue
+	turns *durable.Store // the turns' records and the intake
+	cfg   Config
 }
 
 // Open opens (creating if needed) the schedule bucket, the turns bucket and the intake

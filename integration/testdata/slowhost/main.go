@@ -28,7 +28,9 @@ func main() {
 	servers := flag.String("server", "", "comma-separated NATS URLs")
 	logPath := flag.String("log", "", "file to log executions to")
 	flag.Parse()
-	nc, err := nats.Connect(*servers, nats.Name("slowhost"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	nc, err := nats.Connect(*servers, nats.Name("slowhost"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
+		// As bus.Dial: a server that stops running (paused) is left within seconds.
+		nats.PingInterval(2*time.Second), nats.MaxPingsOutstanding(2))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "slowhost:", err)
 		os.Exit(1)

@@ -1,0 +1,205 @@
+//go:build linux
+
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/durable"
+)
+
+// statusLog records every turn status with when it came, from a watcher on live nodes.
+type statusLog struct {
+	mu   sync.Mutex
+	msgs []statusSeen
+}
+
+type statusSeen struct {
+	at   time.Time
+	kind string
+	st   turnStarted
+}
+
+func watchStatuses(t testing.TB, nc *nats.Conn) *statusLog {
+	t.Helper()
+	l := &statusLog{}
+	sub, err := nc.Subscribe("toolbus.turn.*.status.*", func(m *nats.Msg) {
+		var st turnStarted
+		if json.Unmarshal(m.Data, &st) != nil {
+			return
+		}
+		kind := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		l.mu.Lock()
+		l.msgs = append(l.msgs, statusSeen{at: time.Now(), kind: kind, st: st})
+		l.mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (l *statusLog) each(f func(statusSeen)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, s := range l.msgs {
+		f(s)
+	}
+}
+
+// TestPausedNodeIsFenced pauses (SIGSTOP) the node that owns turns for longer than the
+// lease, with a read-only and a destructive call of each turn in flight: its turns are
+// resumed on the live nodes while it is paused; continued (SIGCONT), it writes nothing
+// more to them; every turn completes with one output per call, no destructive call ran
+// twice, and every client exits 0, those connected through the paused server too.
+func TestPausedNodeIsFenced(t *testing.T) {
+	const lease = 3 * time.Second
+	nodes := threeNodes(t, "-categories=", "-turn-lease", lease.String())
+	urls := urlsOf(nodes)
+	watch := connect(t, strings.Join(urls, ","))
+	host := startSlowhost(t, watch, urls...)
+	if out, errOut, err := runCLI(t, "agent", "set", "-server", strings.Join(urls, ","), "-upfront", "slow", "dur"); err != nil {
+		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
+	}
+	started := startedTurns(t, watch)
+
+	// Six turns, each client connected first to a node of its own (the others are its
+	// fallbacks); any node may take each turn.
+	const turns = 6
+	type client struct {
+		proc *process
+		via  string
+	}
+	var clients []client
+	owners := map[string]string{}
+	for i := range turns {
+		via := nodes[i%3]
+		list := append([]string{via.url}, otherURLs(nodes, via))
+		script := slowScript(t, []scriptCall{
+			slowCall(fmt.Sprintf("q%d", i), "wait", 0),
+			slowCall(fmt.Sprintf("r%d", i), "wait", 8),
+			slowCall(fmt.Sprintf("d%d", i), "mark", 8),
+		})
+		run := startProcess(t, fmt.Sprintf("toolbus run %d", i), cliBin(t), "run", "-server", strings.Join(list, ","),
+			"-agent", "dur", "-model", "script:"+script, "-json", "work slowly")
+		clients = append(clients, client{proc: run, via: via.name})
+		st := nextStarted(t, started)
+		owners[st.Turn] = st.Node
+	}
+	for i := range turns {
+		host.waitStarted(t, fmt.Sprintf("r%d", i), fmt.Sprintf("d%d", i))
+	}
+	// The node that owns the most turns is paused.
+	count := map[string]int{}
+	for _, owner := range owners {
+		count[owner]++
+	}
+	victim := nodes[0]
+	for _, n := range nodes {
+		if count[n.name] > count[victim.name] {
+			victim = n
+		}
+	}
+	var victimTurns []string
+	for turn, owner := range owners {
+		if owner == victim.name {
+			victimTurns = append(victimTurns, turn)
+		}
+	}
+	if len(victimTurns) == 0 {
+		t.Fatalf("no turn runs on %s: %v", victim.name, owners)
+	}
+	live := connect(t, otherURLs(nodes, victim))
+	statuses := watchStatuses(t, live)
+
+	paused := time.Now()
+	if err := syscall.Kill(-victim.proc.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	continued := false
+	resume := func() {
+		if !continued {
+			continued = true
+			_ = syscall.Kill(-victim.proc.cmd.Process.Pid, syscall.SIGCONT)
+		}
+	}
+	t.Cleanup(resume)
+	// While it is paused its turns start again elsewhere.
+	resumedAt := map[string]time.Duration{}
+	checkFor(t, "the paused node's turns resumed on live nodes", func() error {
+		statuses.each(func(s statusSeen) {
+			if s.kind == "started" && s.st.Resumed != nil && s.st.Node != victim.name {
+				if _, ok := resumedAt[s.st.Turn]; !ok {
+					resumedAt[s.st.Turn] = s.at.Sub(paused)
+				}
+			}
+		})
+		for _, id := range victimTurns {
+			if _, ok := resumedAt[id]; !ok {
+				return fmt.Errorf("turn %s not resumed yet (%d of %d)", id, len(resumedAt), len(victimTurns))
+			}
+		}
+		return nil
+	})
+	pausedFor := time.Since(paused)
+	t.Logf("paused %s's %d turns resumed after %v; continued after %s (lease %s)", victim.name, len(victimTurns), resumedAt, pausedFor.Round(time.Millisecond), lease)
+	if pausedFor < lease {
+		t.Fatalf("the turns moved after %s, within the lease (%s)", pausedFor, lease)
+	}
+	// Continued while the new owners run the turns' calls again: whatever it still had
+	// in hand must be refused.
+	woke := time.Now()
+	resume()
+
+	for i, c := range clients {
+		if code := c.proc.wait(t); code != 0 {
+			t.Errorf("client %d (connected through %s) exited %d\nstdout:\n%s\nstderr:\n%s", i, c.via, code, tail(c.proc.stdout.String()), tail(c.proc.stderr.String()))
+		}
+	}
+	// After SIGCONT the woken node spoke for none of the turns it had lost.
+	statuses.each(func(s statusSeen) {
+		if s.at.After(woke) && s.st.Node == victim.name && owners[s.st.Turn] == victim.name {
+			t.Errorf("after it woke, %s published a %s status of turn %s, which another node had resumed", victim.name, s.kind, s.st.Turn)
+		}
+	})
+	js, err := jetstream.New(live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
+	defer cancel()
+	for turn, owner := range owners {
+		a, err := durable.AuditTranscript(ctx, js, turn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.RepeatedPos != 0 || a.StaleAfterFence != 0 || a.Calls != 3 || len(a.Outputs) != 3 {
+			t.Errorf("turn %s (on %s): %d messages, epochs %v, %d with a repeated position, %d stale after the fence, %d calls, outputs %v",
+				turn, owner, a.Messages, a.Epochs, a.RepeatedPos, a.StaleAfterFence, a.Calls, a.Outputs)
+		}
+		for call, n := range a.Outputs {
+			if n != 1 {
+				t.Errorf("turn %s: call %s has %d outputs", turn, call, n)
+			}
+		}
+	}
+	for i := range turns {
+		if n := host.count(fmt.Sprintf("start d%d", i)); n != 1 {
+			t.Errorf("destructive call d%d ran %d times", i, n)
+		}
+	}
+}
