@@ -197,6 +197,9 @@ func (n *Node) take(msg jetstream.Msg) {
 		return
 	}
 	log := n.log.With("turn", spec.ID)
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		log.Info("intake: taking a turn delivered again", "deliveries", md.NumDelivered)
+	}
 	spec.Normalize()
 	input := []gateway.Item{gateway.UserMessage(spec.Input)}
 	first := func(rec bus.TurnRecord, resumed bool) []gateway.Item {

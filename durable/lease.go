@@ -465,33 +465,30 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 
 // Confirm tells whether this node still holds the turn. Within a lease of the last
 // progress signal it does at once; past it (the process was paused or starved for
-// longer than the lease) it reads the record, and a turn claimed by another node since
-// is ErrFenced from then on. A record it cannot read within ctx is ErrUnconfirmed: the
-// node should not speak for the turn yet, and its writes are fenced all the same.
+// longer than the lease) it writes the record at the revision it holds, and a turn
+// claimed by another node since is ErrFenced from then on. A read would not do: a
+// server woken from a pause may still take itself for the stream's leader and answer
+// from before the pause, while a write needs the quorum. A write that neither lands nor
+// is refused within ctx is ErrUnconfirmed: the node should not speak for the turn yet,
+// and its other writes are fenced all the same.
 func (l *Lease) Confirm(ctx context.Context) error {
 	l.mu.Lock()
 	st := l.state
-	epoch := l.Rec.Epoch
 	l.mu.Unlock()
 	if st == gone {
 		return ErrFenced
 	}
-	if l.lease <= 0 || time.Since(time.Unix(0, l.beat.Load())) < l.lease {
+	if st != holding || l.lease <= 0 || time.Since(time.Unix(0, l.beat.Load())) < l.lease {
 		return nil
 	}
-	cur, _, err := l.s.Record(ctx, l.Spec.ID)
-	if err != nil {
-		// Not known either way: asked again next time (the fences still hold).
+	err := l.write(ctx, holding, func(*bus.TurnRecord) {})
+	switch {
+	case err == nil:
+		l.beat.Store(time.Now().UnixNano())
+		return nil
+	case errors.Is(err, ErrFenced):
+		return fmt.Errorf("%w (this node's lease ran out while it was paused or starved)", err)
+	default:
 		return fmt.Errorf("%w: %w", ErrUnconfirmed, err)
 	}
-	if cur.Owner != l.s.cfg.Node || cur.Epoch != epoch {
-		l.mu.Lock()
-		if l.state == holding {
-			l.state = gone
-		}
-		l.mu.Unlock()
-		return fmt.Errorf("%w (it is epoch %d%s; this node's lease ran out while it was paused or starved)", ErrFenced, cur.Epoch, OwnerNote(cur.Owner))
-	}
-	l.beat.Store(time.Now().UnixNano())
-	return nil
 }

@@ -81,6 +81,11 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.TranscriptSubject(turn)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// nats.go recreates a stalled ordered consumer for ever by default, blind to
+		// the fetch's context: a claim read a transcript for over a minute while a
+		// paused server held the stream's old leader. One reset, then bus.Retry's
+		// bounded attempts.
+		MaxResetAttempts: 1,
 	})
 	if err != nil {
 		return Transcript{}, err
@@ -198,7 +203,7 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 		if err != nil {
 			return err
 		}
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TranscriptSubject(turn)}})
+		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TranscriptSubject(turn)}, MaxResetAttempts: 1})
 		if err != nil {
 			return err
 		}

@@ -300,7 +300,7 @@ func startProcess(t testing.TB, name, bin string, args ...string) *process {
 
 // tail keeps the end of a long log.
 func tail(s string) string {
-	const keep = 16 << 10
+	const keep = 64 << 10
 	if len(s) <= keep {
 		return s
 	}
