@@ -55,13 +55,18 @@ type Lease struct {
 	beat         atomic.Int64 // when progress was last signalled (UnixNano)
 
 	mu    sync.Mutex
-	rev   uint64 // the record's revision as this node last wrote it
-	last  uint64 // the stream sequence of the turn's last transcript message
-	pos   int    // its position (Toolbus-Seq)
-	state leaseState
+	rev   uint64      // the record's revision as this node last wrote it
+	last  uint64      // the stream sequence of the turn's last transcript message
+	pos   int         // its position (Toolbus-Seq)
+	state atomicState // read without mu: progress goes on while an append or a write is under way
 }
 
-type leaseState uint8
+type leaseState uint32
+
+type atomicState struct{ v atomic.Uint32 }
+
+func (a *atomicState) get() leaseState  { return leaseState(a.v.Load()) }
+func (a *atomicState) set(s leaseState) { a.v.Store(uint32(s)) }
 
 const (
 	holding leaseState = iota
@@ -100,7 +105,8 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 		return nil, err
 	}
 	if rec.State.Ended() {
-		l.Rec, l.rev, l.state = rec, rev, ended
+		l.Rec, l.rev = rec, rev
+		l.state.set(ended)
 		l.stopProgress()
 		return l, ErrTurnOver
 	}
@@ -136,7 +142,8 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 		case cur.Owner == s.cfg.Node && cur.Epoch == rec.Epoch && cur.Updated.Equal(rec.Updated):
 			newRev, err = crev, nil
 		case cur.State.Ended():
-			l.Rec, l.rev, l.state = cur, crev, ended
+			l.Rec, l.rev = cur, crev
+			l.state.set(ended)
 			l.stopProgress()
 			return l, ErrTurnOver
 		}
@@ -197,12 +204,12 @@ func (l *Lease) fence(ctx context.Context, first func(rec bus.TurnRecord, resume
 		}
 		if cur.Owner != l.s.cfg.Node || cur.Epoch != l.Rec.Epoch {
 			l.mu.Lock()
-			l.state = gone
+			l.state.set(gone)
 			l.mu.Unlock()
 			return err
 		}
 		l.mu.Lock()
-		l.state = holding
+		l.state.set(holding)
 		l.mu.Unlock()
 	}
 }
@@ -232,7 +239,7 @@ func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) erro
 	b = redact.Secrets(b)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != holding {
+	if l.state.get() != holding {
 		return fmt.Errorf("store transcript: %w", ErrFenced)
 	}
 	pos := l.pos + 1
@@ -275,7 +282,7 @@ func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) erro
 	})
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
-			l.state = gone
+			l.state.set(gone)
 		}
 		return l.s.cfg.StoreFull(err)
 	}
@@ -345,7 +352,8 @@ func (l *Lease) giveBack() {
 		return // the claim did not land, or another node has the turn since
 	}
 	l.mu.Lock()
-	l.Rec, l.rev, l.state = cur, rev, holding
+	l.Rec, l.rev = cur, rev
+	l.state.set(holding)
 	l.mu.Unlock()
 	l.release(ctx)
 }
@@ -358,7 +366,7 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != holding {
+	if l.state.get() != holding {
 		return fmt.Errorf("store turn record: %w", ErrFenced)
 	}
 	rec := l.Rec
@@ -371,12 +379,13 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 	rev, err := bus.UpdateAt(ctx, kv, l.Spec.ID, b, l.rev)
 	if err != nil {
 		if bus.IsConflict(err) {
-			l.state = gone
+			l.state.set(gone)
 			return fmt.Errorf("store turn record: %w: %w", ErrFenced, err)
 		}
 		return fmt.Errorf("store turn record: %w", l.s.cfg.StoreFull(err))
 	}
-	l.Rec, l.rev, l.state = rec, rev, next
+	l.Rec, l.rev = rec, rev
+	l.state.set(next)
 	return nil
 }
 
@@ -384,9 +393,7 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 // A lease without a stored end is refused: the message stays for the node that holds
 // the turn.
 func (l *Lease) Ack() error {
-	l.mu.Lock()
-	st := l.state
-	l.mu.Unlock()
+	st := l.state.get()
 	if st != ended {
 		return fmt.Errorf("ack turn %s: its end is not stored by this node", l.Spec.ID)
 	}
@@ -421,11 +428,7 @@ func (l *Lease) stop() {
 func (l *Lease) nakLater() { _ = l.msg.NakWithDelay(time.Second) }
 
 // Fenced reports a lease that lost its turn to another node.
-func (l *Lease) Fenced() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.state == gone
-}
+func (l *Lease) Fenced() bool { return l.state.get() == gone }
 
 // keepInProgress tells the intake every third of the lease that the message's turn is
 // in hand, until the returned stop is called (once or more). A tick that comes more than
@@ -472,9 +475,7 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 // is refused within ctx is ErrUnconfirmed: the node should not speak for the turn yet,
 // and its other writes are fenced all the same.
 func (l *Lease) Confirm(ctx context.Context) error {
-	l.mu.Lock()
-	st := l.state
-	l.mu.Unlock()
+	st := l.state.get()
 	if st == gone {
 		return ErrFenced
 	}

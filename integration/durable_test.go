@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 // The durable-turn tests use a tool host of their own, slowhost (testdata/slowhost): tools
@@ -575,7 +577,7 @@ func TestSoakDurableTurns(t *testing.T) {
 	var chaos sync.WaitGroup
 	// A kill at a time, and a pause after each restart for the cluster to settle: a
 	// three-node cluster keeps its quorum through one node lost, not through constant churn.
-	kills, maxKills := 0, max(2, n/10)
+	kills, pauses, maxKills := 0, 0, max(2, n/10)
 	var chaosErr error
 	chaos.Go(func() {
 		for i := 0; ; i++ {
@@ -584,10 +586,28 @@ func TestSoakDurableTurns(t *testing.T) {
 				return
 			case <-time.After(time.Second):
 			}
-			if kills >= maxKills {
+			if kills+pauses >= maxKills {
 				return
 			}
 			victim := nodes[i%2]
+			if i%2 == 1 {
+				// A pause longer than the lease and a takeover, then on: a paused node
+				// is a lost node, and woken it writes nothing for the turns it lost.
+				pid := victim.proc.cmd.Process.Pid
+				_ = syscall.Kill(-pid, syscall.SIGSTOP)
+				pauses++
+				select {
+				case <-stop:
+				case <-time.After(8 * time.Second):
+				}
+				_ = syscall.Kill(-pid, syscall.SIGCONT)
+				select {
+				case <-stop:
+					return
+				case <-time.After(3 * time.Second):
+				}
+				continue
+			}
 			victim.proc.kill()
 			kills++
 			victim.restart(t)
@@ -662,6 +682,25 @@ func TestSoakDurableTurns(t *testing.T) {
 	if twice > 0 {
 		t.Errorf("%d destructive calls ran more than once", twice)
 	}
+	// Every transcript as stored: one output per call, no position twice, nothing of
+	// a node that had lost the turn after the new owner's first message.
+	doubleOutputs, repeated, stale := 0, 0, 0
+	for _, id := range ids {
+		a, err := durable.AuditTranscript(ctx, js, id)
+		if err != nil {
+			t.Fatalf("audit %s: %v", id, err)
+		}
+		repeated += a.RepeatedPos
+		stale += a.StaleAfterFence
+		for _, k := range a.Outputs {
+			if k > 1 {
+				doubleOutputs++
+			}
+		}
+	}
+	if doubleOutputs+repeated+stale > 0 {
+		t.Errorf("transcripts: %d calls with two outputs, %d messages with a repeated position, %d written after the fence", doubleOutputs, repeated, stale)
+	}
 	resumes := 0
 	if kv, err := js.KeyValue(ctx, bus.BucketTurns); err == nil {
 		for _, id := range ids {
@@ -672,11 +711,11 @@ func TestSoakDurableTurns(t *testing.T) {
 			}
 		}
 	}
-	if kills == 0 || resumes == 0 {
-		t.Errorf("%d kills, %d resumes: the soak did not exercise a lost node", kills, resumes)
+	if kills == 0 || pauses == 0 || resumes == 0 {
+		t.Errorf("%d kills, %d pauses, %d resumes: the soak did not exercise a lost and a paused node", kills, pauses, resumes)
 	}
-	t.Logf("%d turns of 3 calls, %d node kills and restarts, %d resumes: all completed in %s; no destructive call ran twice (%d never ran: abandoned in flight or before)",
-		n, kills, resumes, time.Since(began).Round(100*time.Millisecond), abandoned)
+	t.Logf("%d turns of 3 calls, %d node kills and restarts, %d pauses, %d resumes: all completed in %s (0 lost); no destructive call ran twice (%d never ran: abandoned in flight or before); %d transcripts with two outputs for a call or two messages with one position",
+		n, kills, pauses, resumes, time.Since(began).Round(100*time.Millisecond), abandoned, doubleOutputs+repeated)
 	// Once idle, the node that ran through it all is back to where it started: its
 	// goroutines within a small margin (connections to restarted nodes come and go).
 	var endG int
