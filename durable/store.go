@@ -199,9 +199,23 @@ func (s *Store) kvReplicas(ctx context.Context) int {
 // stale replica, took themselves for fenced. A lease holder must never act on a stale
 // copy of its record.
 func leaderReads(ctx context.Context, js jetstream.JetStream, kv jetstream.KeyValue) (jetstream.KeyValue, error) {
-	stream, err := js.Stream(ctx, "KV_"+bus.BucketTurns)
-	if err != nil {
-		return nil, err
+	var stream jetstream.Stream
+	for {
+		// A bucket just created in a forming cluster can be "not found" for a moment
+		// (measured: a node started beside two others failed so); ctx bounds the wait.
+		var err error
+		stream, err = js.Stream(ctx, "KV_"+bus.BucketTurns)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 	cfg := stream.CachedInfo().Config
 	if !cfg.AllowDirect && !cfg.MirrorDirect {

@@ -601,13 +601,13 @@ func TestSoakDurableTurns(t *testing.T) {
 				pauses++
 				select {
 				case <-stop:
-				case <-time.After(8 * time.Second):
+				case <-time.After(6 * time.Second):
 				}
 				_ = syscall.Kill(-pid, syscall.SIGCONT)
 				select {
 				case <-stop:
 					return
-				case <-time.After(3 * time.Second):
+				case <-time.After(time.Second):
 				}
 				continue
 			}
