@@ -154,7 +154,7 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 		return nil, fmt.Errorf("claim: %w: %w", ErrClaimLost, err)
 	case err != nil:
 		// The write may have landed with its answer lost: give the turn back.
-		l.rec(rec)
+		l.Rec = rec // what the claim may have written, for giveBack
 		l.giveBack()
 		l.stop()
 		l.nakLater()
@@ -171,9 +171,6 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 	}
 	return l, nil
 }
-
-// rec sets the record a failed claim may have written, for giveBack.
-func (l *Lease) rec(r bus.TurnRecord) { l.Rec = r }
 
 // fence reads the transcript and appends the claim's first message at its last
 // sequence, reading again when a writer that held the turn before appended meanwhile.

@@ -176,21 +176,6 @@ func (s *Store) records() (jetstream.KeyValue, error) {
 	return s.kv, nil
 }
 
-// kvReplicas is how many replicas the turn records have (0 when unknown).
-func (s *Store) kvReplicas(ctx context.Context) int {
-	if s.kv == nil {
-		return 0
-	}
-	st, err := s.kv.Status(ctx)
-	if err != nil {
-		return 0
-	}
-	if ks, ok := st.(*jetstream.KeyValueBucketStatus); ok {
-		return ks.StreamInfo().Config.Replicas
-	}
-	return 0
-}
-
 // leaderReads turns direct gets off for the turn records, so that every read is the
 // stream leader's. With direct gets any replica answers a read, and a replica that was
 // paused answers from before its pause: measured on a 3-node cluster, a node woken from

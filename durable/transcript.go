@@ -67,63 +67,21 @@ type transcriptPart struct {
 }
 
 func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
-	stream := s.transcripts
-	if stream == nil {
-		st, err := s.js.Stream(ctx, bus.StreamTranscripts)
-		if errors.Is(err, jetstream.ErrStreamNotFound) {
-			return Transcript{}, nil
-		}
-		if err != nil {
-			return Transcript{}, err
-		}
-		stream = st
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.TranscriptSubject(turn)},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		// nats.go recreates a stalled ordered consumer for ever by default, blind to
-		// the fetch's context: a claim read a transcript for over a minute while a
-		// paused server held the stream's old leader. One reset, then bus.Retry's
-		// bounded attempts.
-		MaxResetAttempts: 1,
-	})
-	if err != nil {
-		return Transcript{}, err
-	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return Transcript{}, err
-	}
 	var (
 		parts []transcriptPart
 		out   Transcript
 	)
-	for pending := info.NumPending; pending > 0; {
-		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
-		if err != nil {
-			return Transcript{}, err
+	err := eachMessage(ctx, s.js, s.transcripts, turn, func(m jetstream.Msg, items []gateway.Item) {
+		p := transcriptPart{items: items}
+		// Messages written before positions had none; they keep their stream order.
+		p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
+		parts = append(parts, p)
+		if md, err := m.Metadata(); err == nil {
+			out.Last = max(out.Last, md.Sequence.Stream)
 		}
-		n := 0
-		for m := range batch.Messages() {
-			n++
-			var p transcriptPart
-			if err := json.Unmarshal(m.Data(), &p.items); err != nil {
-				return Transcript{}, fmt.Errorf("message %d: %w", n, err)
-			}
-			// Messages written before positions had none; they keep their stream order.
-			p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
-			parts = append(parts, p)
-			if md, err := m.Metadata(); err == nil {
-				out.Last = max(out.Last, md.Sequence.Stream)
-			}
-		}
-		if err := batch.Error(); err != nil {
-			return Transcript{}, err
-		}
-		if n == 0 {
-			return Transcript{}, fmt.Errorf("fetch: %d messages pending but none delivered", pending)
-		}
-		pending -= uint64(n)
+	})
+	if err != nil {
+		return Transcript{}, err
 	}
 	// Every append since the fence expects the subject's last sequence, so positions
 	// rise with the stream order and none repeats. Transcripts of earlier builds could
@@ -138,6 +96,62 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 	}
 	out.Items = inModelOrder(out.Items)
 	return out, nil
+}
+
+// eachMessage calls f with every message of a turn's transcript, as stored, in stream
+// order, each body decoded; a missing stream is an empty transcript. stream may be nil.
+func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, turn string, f func(jetstream.Msg, []gateway.Item)) error {
+	if stream == nil {
+		st, err := js.Stream(ctx, bus.StreamTranscripts)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		stream = st
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{bus.TranscriptSubject(turn)},
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		// nats.go recreates a stalled ordered consumer for ever by default, blind to
+		// the fetch's context: a claim read a transcript for over a minute while a
+		// paused server held the stream's old leader. One reset, then bus.Retry's
+		// bounded attempts.
+		MaxResetAttempts: 1,
+	})
+	if err != nil {
+		return err
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return err
+	}
+	seen := 0
+	for pending := info.NumPending; pending > 0; {
+		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
+		if err != nil {
+			return err
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			seen++
+			var items []gateway.Item
+			if err := json.Unmarshal(m.Data(), &items); err != nil {
+				return fmt.Errorf("message %d: %w", seen, err)
+			}
+			f(m, items)
+		}
+		if err := batch.Error(); err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("fetch: %d messages pending but none delivered", pending)
+		}
+		pending -= uint64(n)
+	}
+	return nil
 }
 
 // inModelOrder puts each run of call outputs in the order of their calls (a durable turn
@@ -199,62 +213,30 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 	}
 	err := bus.Retry(ctx, "audit transcript "+turn, nil, func(ctx context.Context) error {
 		a = Audit{Outputs: make(map[string]int)}
-		stream, err := js.Stream(ctx, bus.StreamTranscripts)
-		if err != nil {
-			return err
-		}
-		cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TranscriptSubject(turn)}, MaxResetAttempts: 1})
-		if err != nil {
-			return err
-		}
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return err
-		}
 		seen := make(map[int]bool)
 		top := 0
-		for pending := info.NumPending; pending > 0; {
-			batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
-			if err != nil {
-				return err
+		return eachMessage(ctx, js, nil, turn, func(m jetstream.Msg, items []gateway.Item) {
+			a.Messages++
+			pos, _ := strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
+			epoch, _ := strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
+			a.Epochs = append(a.Epochs, epoch)
+			if pos != 0 && seen[pos] {
+				a.RepeatedPos++
 			}
-			n := 0
-			for m := range batch.Messages() {
-				n++
-				a.Messages++
-				pos, _ := strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
-				epoch, _ := strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
-				a.Epochs = append(a.Epochs, epoch)
-				if pos != 0 && seen[pos] {
-					a.RepeatedPos++
-				}
-				seen[pos] = true
-				if epoch < top {
-					a.StaleAfterFence++
-				}
-				top = max(top, epoch)
-				var items []gateway.Item
-				if err := json.Unmarshal(m.Data(), &items); err != nil {
-					return fmt.Errorf("message %d: %w", a.Messages, err)
-				}
-				for _, it := range items {
-					switch it.Kind {
-					case gateway.KindFunctionCall:
-						a.Calls++
-					case gateway.KindCallOutput:
-						a.Outputs[it.CallID]++
-					}
+			seen[pos] = true
+			if epoch < top {
+				a.StaleAfterFence++
+			}
+			top = max(top, epoch)
+			for _, it := range items {
+				switch it.Kind {
+				case gateway.KindFunctionCall:
+					a.Calls++
+				case gateway.KindCallOutput:
+					a.Outputs[it.CallID]++
 				}
 			}
-			if err := batch.Error(); err != nil {
-				return err
-			}
-			if n == 0 {
-				return fmt.Errorf("fetch: %d messages pending but none delivered", pending)
-			}
-			pending -= uint64(n)
-		}
-		return nil
+		})
 	})
 	return a, err
 }
