@@ -89,7 +89,7 @@ func (t *turn) onApprove(wireID string, m *nats.Msg) {
 		_ = m.Respond(b)
 	}
 	pc := t.byWire[wireID]
-	if pc == nil || !pc.held || pc.state != callRunning || t.aborted {
+	if pc == nil || !pc.held || pc.state != callRunning || t.phase == phaseAborting {
 		reply(bus.ApprovalReply{Error: fmt.Sprintf("turn %s holds no call %s for approval", t.cfg.Spec.ID, wireID)})
 		return
 	}

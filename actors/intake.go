@@ -260,8 +260,8 @@ func (n *Node) take(msg jetstream.Msg) {
 		in.mu.Unlock()
 	}()
 
-	d := &durableTurn{lease: lease, leaseTime: n.cfg.TurnLease}
-	cfg := TurnConfig{Spec: spec, Input: input, Model: model, Kit: kit, dur: d, Done: func(r TurnResult) { h.done <- r },
+	j := newDurableJournal(lease, n.cfg.TurnLease)
+	cfg := TurnConfig{Spec: spec, Input: input, Model: model, Kit: kit, journal: j, Done: func(r TurnResult) { h.done <- r },
 		Unavailable: func(string) { n.catalog.Kick() }}
 	if _, err := n.Spawn(ctx, cfg); err != nil {
 		log.Warn("intake: could not start the turn; another node will", "err", err)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -67,8 +65,9 @@ type TurnConfig struct {
 	// catalog can refresh.
 	Unavailable func(category string)
 
-	// dur links a durable turn to its lease; set by the node's intake.
-	dur *durableTurn
+	// journal keeps the turn's history; nil: a streamJournal. The node's intake sets a
+	// durableJournal.
+	journal journal
 	// workers run the turn's mailbox and model calls; set by the node.
 	workers *workers
 	// voucher vouches for the arguments the turn validated, so the node's hosts need
@@ -194,13 +193,28 @@ type (
 	callExpired    struct{ wireID string }
 	expiryDue      struct{}
 	abortGraceOver struct{}
-	checkpointed   struct{}
 	handBack       struct{}
-	localDone      struct {
+	// onActor runs f on the actor (a journal's write that finished off the mailbox).
+	onActor   struct{ f func() }
+	localDone struct {
 		wireID string
 		res    toolbus.Result
 		err    error
 	}
+)
+
+// phase is where a turn stands. One phase at a time, so that every message the turn
+// receives is read against it.
+type phase uint8
+
+const (
+	phaseStarting    phase = iota // subscribing; reading back the history it resumes
+	phaseModel                    // a model call is out
+	phaseCalls                    // acting on a response: storing it, running its calls
+	phaseAborting                 // aborted: the model call or the calls in flight are stopping
+	phaseHandingBack              // its node wants it back: it stops at its next checkpoint
+	phaseDone                     // ended, handed back or taken over: it does nothing more
+	phaseStopped                  // done, and the actor was asked to stop
 )
 
 // turn is the actor that runs one agent turn: model step, calls, results,
@@ -216,20 +230,18 @@ type turn struct {
 	self *actor.PID
 	subs []*nats.Subscription
 
+	j     journal
+	phase phase
+
 	transcript []gateway.Item
 	step       int
 	text       string
 	usage      bus.Usage  // the model's tokens in the turn
 	stepUsage  *bus.Usage // the last response's, until a step status carries them
 	records    []bus.CallRecord
-	unsaved    []gateway.Item // transcript items not yet appended to the stream
-	flushed    time.Time      // when unsaved items last went to the stream
-	appends    []*transcriptAppend
-	seq        int // the last transcript message's position (HeaderSeq)
 
 	modelCtx    context.Context
 	modelCancel context.CancelFunc
-	waiting     bool // a model call is out
 
 	batch      []*pendingCall
 	byWire     map[string]*pendingCall
@@ -237,16 +249,13 @@ type turn struct {
 	running    int  // calls in flight
 	seqRunning bool // the call in flight is sequential
 
-	aborted    bool
 	abortErr   error // why the turn was aborted
 	abortTimer *time.Timer
 	// expiry wakes the turn when the first call in flight expires (expiryAt): one timer
 	// for the turn, reset only for an earlier expiry, instead of one per call.
-	expiry        *time.Timer
-	expiryAt      time.Time
-	finished      bool
-	stopRequested bool
-	repaired      bool // the policy's repair instruction was sent
+	expiry   *time.Timer
+	expiryAt time.Time
+	repaired bool // the policy's repair instruction was sent
 	// submitted is the arguments of the accepted final local call (a task's result).
 	submitted json.RawMessage
 }
@@ -290,28 +299,33 @@ func (t *turn) Receive(ctx actor.Context) {
 		if pc := t.byWire[m.wireID]; pc != nil {
 			pc.label = m.label
 		}
-	case *checkpointed:
-		t.onCheckpointed()
+	case *onActor:
+		m.f()
 	case *handBack:
 		t.onHandBack()
 	case *actor.Stopping:
-		if !t.finished && t.cfg.dur != nil {
-			// A durable turn stopped from outside is not ended: its record and
-			// transcript stay as they are, and the intake gives it to another
-			// node, which resumes it.
-			t.finished = true
-		} else if !t.finished && t.self != nil {
-			// Stopped from outside (the node is closing): the turn still
-			// ends with an account of every call.
+		switch {
+		case t.over() || t.self == nil:
+		case t.j.kept():
+			// A turn whose history is kept, stopped from outside, is not ended: its
+			// record and transcript stay as they are, and the intake gives it to
+			// another node, which resumes it.
+			t.phase = phaseDone
+		default:
+			// Stopped from outside (the node is closing): the turn still ends with an
+			// account of every call.
 			t.fail(ErrNodeStopped)
 		}
 		t.cleanup()
 	}
-	if t.finished && !t.stopRequested {
-		t.stopRequested = true
+	if t.phase == phaseDone {
+		t.phase = phaseStopped
 		ctx.Stop(ctx.Self())
 	}
 }
+
+// over reports a turn that does nothing more.
+func (t *turn) over() bool { return t.phase >= phaseDone }
 
 func (t *turn) start(ctx actor.Context) {
 	t.sys, t.self = ctx.ActorSystem(), ctx.Self()
@@ -325,7 +339,11 @@ func (t *turn) start(ctx actor.Context) {
 	}
 	t.modelCtx, t.modelCancel = context.WithCancel(context.Background())
 	t.byWire = make(map[string]*pendingCall)
-	if d := t.cfg.dur; d == nil || !d.lease.Resumed {
+	if t.j = t.cfg.journal; t.j == nil {
+		t.j = &streamJournal{}
+	}
+	from := t.j.begin(t)
+	if from.resume == nil {
 		t.transcript = append(t.transcript, t.cfg.Input...)
 	}
 
@@ -352,24 +370,17 @@ func (t *turn) start(ctx actor.Context) {
 		t.fail(fmt.Errorf("%w: flush subscriptions: %w", ErrRuntime, err))
 		return
 	}
-	var lease time.Duration
-	if d := t.cfg.dur; d != nil {
-		if d.lease.Resumed {
-			t.resume()
-			return
-		}
-		// The claim stored the input: it fenced the turn's transcript.
-		lease = d.leaseTime
-	} else {
-		t.appendTranscript(t.cfg.Input)
+	if from.resume != nil {
+		t.resume(from.resume, from.lease)
+		return
 	}
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Lease: lease})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Lease: from.lease})
 	t.sys.Root.Send(t.self, &turnStep{})
 }
 
 // callModel asks the model for the next step without blocking the mailbox.
 func (t *turn) callModel() {
-	if t.aborted || t.finished || t.leaseLost() {
+	if t.phase == phaseAborting || t.over() || t.leaseLost() {
 		return
 	}
 	if t.step >= t.cfg.Spec.Limits.MaxSteps {
@@ -386,7 +397,7 @@ func (t *turn) callModel() {
 	}
 	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
 	sys, self := t.sys, t.self
-	t.waiting = true
+	t.phase = phaseModel
 	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
 		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
@@ -394,15 +405,18 @@ func (t *turn) callModel() {
 }
 
 func (t *turn) onModelReply(m *modelReply) {
-	t.waiting = false
-	if t.handingBack() {
+	switch t.phase {
+	case phaseHandingBack:
 		// Whatever the model said is dropped: the node that resumes asks again.
 		t.handOver()
 		return
-	}
-	if t.aborted {
+	case phaseAborting:
 		t.finish(bus.TurnAborted, t.abortErr)
 		return
+	case phaseModel:
+		t.phase = phaseCalls
+	default:
+		return // over: taken over while the model was asked
 	}
 	t.step++
 	if m.err != nil {
@@ -414,16 +428,14 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}
+	items := resp.Items
 	if t.stepUsage != nil {
 		// The step's tokens, for whoever reads the transcript, just before the response
 		// they paid for (so a turn's transcript still ends with its answer); gateways
 		// skip the item.
-		note := durable.UsageNote(t.step, *t.stepUsage)
-		t.transcript = append(t.transcript, note)
-		t.appendTranscript([]gateway.Item{note})
+		items = append([]gateway.Item{durable.UsageNote(t.step, *t.stepUsage)}, items...)
 	}
-	t.transcript = append(t.transcript, resp.Items...)
-	t.appendTranscript(resp.Items)
+	t.transcript = append(t.transcript, items...)
 	t.text = resp.Text()
 	calls := resp.Calls()
 	if t.text != "" && len(calls) > 0 {
@@ -431,17 +443,11 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
 	}
 	if len(calls) == 0 {
-		t.answeredWithText()
+		t.j.afterResponse(items, t.answeredWithText)
 		return
 	}
 	t.prepare(calls, resp.Truncated)
-	if t.cfg.dur != nil {
-		// The response and the batch are stored before any call goes out, so a
-		// node that resumes the turn knows every call the model made.
-		t.checkpoint(t.schedule)
-		return
-	}
-	t.schedule()
+	t.j.afterResponse(items, t.schedule)
 }
 
 // prepare resolves each call's tool and arguments, in the model's order.
@@ -538,7 +544,7 @@ func (pc *pendingCall) resolve(o bus.Outcome, msg string) {
 // calls goes out together; a sequential call waits until nothing is in
 // flight and holds every call after it.
 func (t *turn) schedule() {
-	for !t.aborted && t.next < len(t.batch) && !t.seqRunning {
+	for t.phase != phaseAborting && t.next < len(t.batch) && !t.seqRunning {
 		pc := t.batch[t.next]
 		if pc.state == callDone {
 			t.next++
@@ -550,7 +556,7 @@ func (t *turn) schedule() {
 		t.dispatch(pc)
 		t.next++
 	}
-	if t.running == 0 && (t.next == len(t.batch) || t.aborted) {
+	if t.running == 0 && (t.next == len(t.batch) || t.phase == phaseAborting) {
 		t.completeBatch()
 	}
 }
@@ -638,7 +644,7 @@ func (t *turn) onExpiryDue() {
 	for _, id := range due {
 		t.onExpired(id)
 	}
-	if !next.IsZero() && !t.finished {
+	if !next.IsZero() && !t.over() {
 		t.armExpiry(next)
 	}
 }
@@ -690,7 +696,7 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
 		return
 	}
-	if r.Abort != nil && r.Abort.Turn == t.cfg.Spec.ID && !t.aborted {
+	if r.Abort != nil && r.Abort.Turn == t.cfg.Spec.ID && t.phase != phaseAborting {
 		// The host stopped the call for this turn's abort, which the reply overtook:
 		// the turn is aborted from here, as if the abort had come first.
 		if b, err := json.Marshal(r.Abort); err == nil {
@@ -729,16 +735,14 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 		res.IsError = true
 	}
 	pc.output = res
-	if t.cfg.dur != nil {
-		// A durable turn records each finished call at once: a node that resumes
-		// the turn runs no call again whose result was recorded.
-		t.storeOutputs(pc)
+	if !pc.stored {
+		pc.stored = t.j.afterCall(pc.outputItem())
 	}
 	t.running--
 	if t.seqRunning && pc.tool.Mode == toolbus.Sequential {
 		t.seqRunning = false
 	}
-	if t.aborted {
+	if t.phase == phaseAborting {
 		if t.running == 0 {
 			t.completeBatch()
 		}
@@ -805,14 +809,7 @@ func (t *turn) answeredWithText() {
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text, Notes: []string{repairNote}})
 	msg := []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: p.RepairInstruction}}
 	t.transcript = append(t.transcript, msg...)
-	t.appendTranscript(msg)
-	if t.cfg.dur != nil {
-		// Stored before the model is asked again, so a turn resumed elsewhere knows
-		// it was told once already.
-		t.checkpoint(t.callModel)
-		return
-	}
-	t.callModel()
+	t.j.afterResponse(msg, t.callModel)
 }
 
 // repairNote is the note of the step status of a response that got the repair
@@ -828,7 +825,7 @@ func (t *turn) onExpired(wireID string) {
 		t.settle(pc, bus.OutcomeTimeout, fmt.Sprintf("tool %s waited for an approval that did not come before its deadline; it did not run", pc.tool.QualifiedName()), toolbus.Result{})
 		return
 	}
-	if t.aborted {
+	if t.phase == phaseAborting {
 		t.settle(pc, bus.OutcomeAbandoned, abandonedMsg(t.cfg.AbortGrace), toolbus.Result{})
 		return
 	}
@@ -843,10 +840,11 @@ func abandonedMsg(grace time.Duration) string {
 // were cancelled by their hosts, which listen on the same subject, and get
 // the grace period to say so.
 func (t *turn) abort(data []byte) {
-	if t.aborted || t.finished {
+	if t.phase == phaseAborting || t.over() {
 		return
 	}
-	t.aborted = true
+	modelOut := t.phase == phaseModel
+	t.phase = phaseAborting
 	t.modelCancel()
 	reason := "aborted"
 	t.abortErr = ErrAborted
@@ -870,14 +868,14 @@ func (t *turn) abort(data []byte) {
 			t.settle(pc, bus.OutcomeNotStarted, "call not started (it waited for approval): the turn was "+reason, toolbus.Result{})
 		}
 	}
-	if t.finished {
+	if t.over() {
 		return
 	}
 	switch {
 	case t.running > 0:
 		sys, self := t.sys, t.self
 		t.abortTimer = time.AfterFunc(t.cfg.AbortGrace, func() { sys.Root.Send(self, &abortGraceOver{}) })
-	case t.waiting:
+	case modelOut:
 		// The model call returns with ctx's error; onModelReply finishes.
 	default:
 		t.completeBatch()
@@ -897,23 +895,20 @@ func (t *turn) abandonRunning() {
 // the turn on.
 func (t *turn) completeBatch() {
 	if len(t.batch) == 0 {
-		if t.aborted {
+		if t.phase == phaseAborting {
 			t.finish(bus.TurnAborted, t.abortErr)
 		}
 		return
 	}
 	terminate := t.closeBatch()
 	switch {
-	case t.aborted:
+	case t.phase == phaseAborting:
 		t.finish(bus.TurnAborted, t.abortErr)
 	case terminate:
 		t.finish(bus.TurnTerminated, nil)
-	case t.handingBack():
+	case t.phase == phaseHandingBack:
 		t.handOver()
 	default:
-		if t.cfg.dur != nil {
-			t.checkpoint(nil)
-		}
 		t.callModel()
 	}
 }
@@ -922,13 +917,14 @@ func (t *turn) completeBatch() {
 // the model's order. It reports whether a result asked to end the turn.
 func (t *turn) closeBatch() (terminate bool) {
 	first := len(t.records)
+	var outputs []gateway.Item
 	for _, pc := range t.batch {
 		out := pc.outputItem()
 		if !pc.resumed {
 			t.transcript = append(t.transcript, out)
 		}
 		if !pc.stored {
-			t.appendTranscript([]gateway.Item{out})
+			outputs = append(outputs, out)
 			pc.stored = true
 		}
 		terminate = terminate || pc.output.Terminate
@@ -936,12 +932,7 @@ func (t *turn) closeBatch() (terminate bool) {
 	}
 	t.batch = t.batch[:0]
 	records := t.records[first:len(t.records):len(t.records)]
-	if t.cfg.dur != nil || time.Since(t.flushed) >= transcriptBatch {
-		// A durable turn's steps reach the stream before its checkpoint; a turn that
-		// cannot be resumed sends its steps together, at most transcriptBatch apart and
-		// all of them when it ends.
-		t.flushTranscript()
-	}
+	t.j.afterBatch(outputs)
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	return terminate
 }
@@ -985,33 +976,31 @@ func (t *turn) fail(err error) {
 }
 
 func (t *turn) finish(state bus.TurnState, err error) {
-	if t.finished {
+	if t.over() {
 		return
 	}
-	t.finished = true
+	t.phase = phaseDone
 	t.modelCancel()
 	res := TurnResult{
 		Turn: t.cfg.Spec.ID, State: state, Text: t.text, Err: err, Steps: t.step,
 		Calls: t.records, Transcript: t.transcript, Usage: t.usage, Submitted: t.submitted,
 	}
-	t.flushTranscript()
-	if werr := t.waitTranscript(); werr != nil && res.Err == nil {
-		res.Err = fmt.Errorf("%w: %w", ErrRuntime, werr)
-	}
 	if res.Err != nil {
 		res.Error = res.Err.Error()
 	}
-	if t.cfg.dur != nil {
-		if err := t.saveEnd(state, res.Error); err != nil {
-			if errors.Is(err, durable.ErrFenced) {
-				res.Fenced = true
-				t.log.Warn("turn taken over by another node; stopping without ending it", "err", err)
-				if t.cfg.Done != nil {
-					t.cfg.Done(res)
-				}
-				return
-			}
-			t.log.Warn("store the turn's end", "err", err)
+	switch werr := t.j.atEnd(state, res.Error, t.submitted); {
+	case errors.Is(werr, durable.ErrFenced):
+		res.Fenced = true
+		t.log.Warn("turn taken over by another node; stopping without ending it", "err", werr)
+		if t.cfg.Done != nil {
+			t.cfg.Done(res)
+		}
+		return
+	case werr != nil:
+		t.log.Warn("store the turn's end", "err", werr)
+		if res.Err == nil {
+			res.Err = fmt.Errorf("%w: %w", ErrRuntime, werr)
+			res.Error = res.Err.Error()
 		}
 	}
 	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.Error})
@@ -1067,111 +1056,80 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	}
 }
 
-// appendTranscript queues items for the transcript stream. A step's items
-// (the model's response and the calls' outputs) are stored as one message.
-func (t *turn) appendTranscript(items []gateway.Item) {
-	if t.cfg.JS != nil {
-		t.unsaved = append(t.unsaved, items...)
+// leaseLost reports, and stops, a turn whose node no longer holds it: a node woken after
+// a pause longer than its lease asks before it calls the model, settles expired calls or
+// speaks for the turn (journal.confirm).
+func (t *turn) leaseLost() bool {
+	if t.over() {
+		return false
+	}
+	switch err := t.j.confirm(); {
+	case errors.Is(err, durable.ErrFenced):
+		t.fenced(err)
+		return true
+	case err != nil:
+		t.log.Warn("could not confirm the turn is still this node's; going on (its writes are fenced)", "err", err)
+	}
+	return false
+}
+
+// leaseUnsure reports a turn that should not speak for itself now: lost, or woken past
+// its lease without confirming it yet.
+func (t *turn) leaseUnsure() bool {
+	if t.over() {
+		return false
+	}
+	err := t.j.confirm()
+	if errors.Is(err, durable.ErrFenced) {
+		t.fenced(err)
+	}
+	return err != nil
+}
+
+// fenced stops a turn another node took over: it writes nothing more.
+func (t *turn) fenced(err error) {
+	t.log.Warn("turn taken over by another node; stopping without ending it", "err", err)
+	t.phase = phaseDone
+	t.modelCancel()
+	if t.cfg.Done != nil {
+		t.cfg.Done(TurnResult{Turn: t.cfg.Spec.ID, State: bus.TurnRunning, Fenced: true, Steps: t.step})
 	}
 }
 
-// flushTranscript appends the queued items to the stream without waiting.
-// Each message carries its position in the turn (HeaderSeq), so a message
-// retried after a failure is read back in order, and once, even if both
-// attempts were stored. (The reader deduplicates; a Nats-Msg-Id would make
-// the stream do it on every append, retried or not.)
-func (t *turn) flushTranscript() {
-	if len(t.unsaved) == 0 {
+// onHandBack asks a turn whose history is kept to stop at its next checkpoint and go
+// back to the intake: at once while it waits for the model (the next node asks again),
+// after the batch while calls run. An aborted turn ends as it is.
+func (t *turn) onHandBack() {
+	if t.over() || t.phase == phaseAborting || t.phase == phaseHandingBack || !t.j.kept() {
 		return
 	}
-	if t.cfg.dur != nil {
-		t.checkpoint(nil) // fenced, one append at a time
+	modelOut := t.phase == phaseModel
+	t.phase = phaseHandingBack
+	switch {
+	case modelOut:
+		t.modelCancel() // onModelReply hands over
+	case t.running == 0 && t.next >= len(t.batch):
+		t.handOver()
+	}
+}
+
+// handOver gives the turn back for the next node and ends this node's part.
+func (t *turn) handOver() {
+	if t.over() {
 		return
 	}
-	t.flushed = time.Now()
-	b, err := json.Marshal(t.unsaved)
-	t.unsaved = reuse(t.unsaved)
+	err := t.j.handBack()
+	t.phase = phaseDone
+	t.modelCancel()
 	if err != nil {
-		t.log.Warn("encode transcript", "err", err)
-		return
+		t.log.Warn("hand the turn back", "err", err)
+	} else {
+		t.log.Info("turn handed back to the intake", "step", t.step)
 	}
-	m := t.transcriptMsg(b)
-	a := &transcriptAppend{msg: m}
-	a.ack, a.err = t.cfg.JS.PublishMsgAsync(m)
-	t.appends = append(t.appends, a)
-}
-
-// reuse empties a slice of items that was encoded, keeping its array for the next
-// ones: a turn's queue would otherwise grow again from nothing after every append.
-func reuse(items []gateway.Item) []gateway.Item {
-	clear(items)
-	return items[:0]
-}
-
-// transcriptBatch is how long the steps of a turn that cannot be resumed may wait to be
-// appended to its transcript together: one message and one acknowledgement per batch
-// instead of per step (two of a step's seven messages).
-const transcriptBatch = 100 * time.Millisecond
-
-// transcriptMsg is the next message of the turn's transcript, every secret
-// the process knows redacted (redact.AddSecrets): a tool's output or the
-// model's text may quote a key, and the stream keeps it for anyone who may
-// read transcripts.
-func (t *turn) transcriptMsg(data []byte) *nats.Msg {
-	t.seq++
-	m := nats.NewMsg(bus.TranscriptSubject(t.cfg.Spec.ID))
-	m.Data = redact.Secrets(data)
-	m.Header.Set(bus.HeaderSeq, strconv.Itoa(t.seq))
-	return m
-}
-
-// transcriptAppend is one message of the transcript on its way to the stream.
-type transcriptAppend struct {
-	msg *nats.Msg
-	ack jetstream.PubAckFuture
-	err error // publishing failed before any acknowledgement was awaited
-}
-
-// transcriptPatience bounds how long a finishing turn keeps trying to store
-// its transcript: long enough for a stream to elect a new leader after it
-// lost one (seconds), short enough not to hold a node's shutdown.
-const transcriptPatience = 30 * time.Second
-
-// waitTranscript waits until every message of the transcript is stored,
-// publishing again those that failed (a stream without a leader answers
-// "no response from stream" until it elects one).
-func (t *turn) waitTranscript() error {
-	ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
-	defer cancel()
-	if t.cfg.dur != nil {
-		return t.drain(ctx)
+	if t.cfg.Done != nil {
+		t.cfg.Done(TurnResult{Turn: t.cfg.Spec.ID, State: bus.TurnQueued, HandedBack: err == nil, Fenced: errors.Is(err, durable.ErrFenced),
+			Steps: t.step, Transcript: t.transcript})
 	}
-	for _, a := range t.appends {
-		if a.ack == nil && a.err == nil {
-			continue // stored synchronously by a checkpoint
-		}
-		err := a.err
-		if err == nil {
-			select {
-			case <-a.ack.Ok():
-				continue
-			case err = <-a.ack.Err():
-			case <-ctx.Done():
-				err = ctx.Err()
-			}
-		}
-		if err == nil {
-			continue
-		}
-		t.log.Info("transcript append failed; retrying", "err", err)
-		if err := bus.Retry(ctx, "store transcript", t.log, func(ctx context.Context) error {
-			_, err := t.cfg.JS.PublishMsg(ctx, a.msg)
-			return err
-		}); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func randomHex(n int) string {
