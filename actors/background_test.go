@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets/jobs"
@@ -267,18 +268,19 @@ func (h *bgHarness) waitJob(id string, state bus.TurnState) jobs.Job {
 	return j
 }
 
+// turns opens the durable state of turns as a client does.
+func (h *bgHarness) turns() (*durable.Store, error) {
+	return durable.Open(h.ctx(), h.js, durable.Config{})
+}
+
 // turn reads a turn's record.
 func (h *bgHarness) turn(id string) (bus.TurnRecord, error) {
-	kv, err := h.js.KeyValue(h.ctx(), bus.BucketTurns)
+	store, err := h.turns()
 	if err != nil {
 		return bus.TurnRecord{}, err
 	}
-	e, err := kv.Get(h.ctx(), id)
-	if err != nil {
-		return bus.TurnRecord{}, fmt.Errorf("turn %s: %w", id, err)
-	}
-	var rec bus.TurnRecord
-	return rec, json.Unmarshal(e.Value(), &rec)
+	rec, _, err := store.Record(h.ctx(), id)
+	return rec, err
 }
 
 // schedule reads an agent's schedule.
@@ -476,11 +478,15 @@ func TestJobLifecycle(t *testing.T) {
 	}
 	// The cancelled queued job's turn was taken from the intake by now, and found ended.
 	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		info, err := h.js.Stream(h.ctx(), bus.StreamIntake)
+		store, err := h.turns()
 		if err != nil {
 			return err
 		}
-		if n := info.CachedInfo().State.Msgs; n != 0 {
+		n, err := store.IntakeMessages(h.ctx())
+		if err != nil {
+			return err
+		}
+		if n != 0 {
 			return fmt.Errorf("the intake holds %d messages", n)
 		}
 		return nil

@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 // TestHostReadsRequestHeaders sends direct requests with hand-made headers:
@@ -154,12 +155,13 @@ func TestHostTakesAgentFromStoredTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := bus.KeyValue(ctx, js, bus.BucketTurns, 1)
+	// The record of a turn that runs, as its node wrote it (this node runs no turns: the
+	// state is made here).
+	turns, err := durable.Open(ctx, js, durable.Config{Replicas: 1, Create: true, Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(bus.TurnRecord{Spec: bus.TurnSpec{ID: "t-ann", Agent: "ann"}, State: bus.TurnRunning})
-	if _, err := kv.Put(ctx, "t-ann", rec); err != nil {
+	if _, err := turns.RestoreRecord(ctx, bus.TurnRecord{Spec: bus.TurnSpec{ID: "t-ann", Agent: "ann"}, State: bus.TurnRunning}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/wait"
@@ -68,15 +66,15 @@ func (h *bgHarness) waitTurn(id string) bus.TurnRecord {
 // the intake.
 func (h *bgHarness) scheduleMessages(id string) (schedules, firings uint64) {
 	h.t.Helper()
-	st, err := h.js.Stream(h.ctx(), bus.StreamIntake)
+	store, err := h.turns()
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	info, err := st.Info(h.ctx(), jetstream.WithSubjectFilter(bus.AllIntake))
+	schedules, firings, err = store.ScheduleMessages(h.ctx(), id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	return info.State.Subjects[bus.IntakeSchedule(id)], info.State.Subjects[bus.IntakeFired(id)]
+	return schedules, firings
 }
 
 func TestScheduleOnceFires(t *testing.T) {
@@ -128,17 +126,17 @@ func TestScheduleEveryFires(t *testing.T) {
 	// a generous bound.
 	sch = h.waitFired(sch.ID, 3, 60*time.Second)
 	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		kv := mustKV(t, h.js, bus.BucketTurns)
-		lister, err := kv.ListKeys(h.ctx())
+		store, err := h.turns()
+		if err != nil {
+			return err
+		}
+		recs, err := store.List(h.ctx())
 		if err != nil {
 			return err
 		}
 		completed := 0
-		for k := range lister.Keys() {
-			if !strings.HasPrefix(k, sch.ID+"-") {
-				continue
-			}
-			if rec, err := h.turn(k); err == nil && rec.State == bus.TurnCompleted && rec.Spec.Input == "Check the queue." {
+		for _, rec := range recs {
+			if strings.HasPrefix(rec.Spec.ID, sch.ID+"-") && rec.State == bus.TurnCompleted && rec.Spec.Input == "Check the queue." {
 				completed++
 			}
 		}

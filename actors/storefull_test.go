@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 )
 
@@ -60,11 +60,11 @@ func TestStoreFullIsReported(t *testing.T) {
 	t.Logf("refused in %s: %v", took.Round(time.Millisecond), err)
 
 	// Space returns: the same node runs a turn to its end.
-	stream, err := js.Stream(ctx, bus.StreamTranscripts)
+	turns, err := durable.Open(ctx, js, durable.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(bus.TranscriptSubject("filler"))); err != nil {
+	if err := turns.DeleteTranscript(ctx, "filler"); err != nil {
 		t.Fatal(err)
 	}
 	nc := bustest.Conn(t, srv, "watch")

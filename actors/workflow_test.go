@@ -188,18 +188,22 @@ func (h *wfHarness) waitEnded(id string) *bus.Workflow {
 	return wf
 }
 
-// turnRecord reads a turn's record.
+// turns opens the durable state of turns as a client does.
+func (h *wfHarness) turns(ctx context.Context) *durable.Store {
+	h.t.Helper()
+	store, err := durable.Open(ctx, h.js, durable.Config{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return store
+}
+
+// turnRecord reads a turn's record (durable.ErrNoRecord: none).
 func (h *wfHarness) turnRecord(id string) (bus.TurnRecord, error) {
-	kv, err := h.js.KeyValue(context.Background(), bus.BucketTurns)
-	if err != nil {
-		return bus.TurnRecord{}, err
-	}
-	e, err := kv.Get(context.Background(), id)
-	if err != nil {
-		return bus.TurnRecord{}, err
-	}
-	var rec bus.TurnRecord
-	return rec, json.Unmarshal(e.Value(), &rec)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rec, _, err := h.turns(ctx).Record(ctx, id)
+	return rec, err
 }
 
 // transcript reads a turn's transcript.
@@ -570,7 +574,7 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := h.turnRecord(bus.AttemptTurn(wf.ID, "c", 1)); !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if _, err := h.turnRecord(bus.AttemptTurn(wf.ID, "c", 1)); !errors.Is(err, durable.ErrNoRecord) {
 		t.Errorf("task c's turn has a record: %v", err)
 	}
 	if again := h.workflow(wf.ID); again.Task("a").Attempts[0].Outcome != bus.AttemptCancelled || again.State != bus.WorkflowCancelled {
@@ -788,17 +792,13 @@ func TestResumedTaskEndsWithItsAcceptedSubmission(t *testing.T) {
 	}
 	spec := bus.TurnSpec{ID: turn, Kind: bus.TurnTask, Agent: wfAgent, Workflow: id, Task: "count", Input: "Count.",
 		ResultSchema: json.RawMessage(countSchema), Script: never}
-	turns, err := h.js.KeyValue(ctx, bus.BucketTurns)
-	if err != nil {
+	turns := h.turns(ctx)
+	if _, err := turns.RestoreRecord(ctx, bus.TurnRecord{Spec: spec, State: bus.TurnRunning, Owner: "ghost", Epoch: 1, Step: 1, Stored: 2,
+		Batch: []bus.CallState{{Call: "c1", Tool: "submit_result", State: bus.CallPending}}, Created: now, Updated: now}); err != nil {
 		t.Fatal(err)
 	}
-	rec, _ := json.Marshal(bus.TurnRecord{Spec: spec, State: bus.TurnRunning, Owner: "ghost", Epoch: 1, Step: 1, Stored: 2,
-		Batch: []bus.CallState{{Call: "c1", Tool: "submit_result", State: bus.CallPending}}, Created: now, Updated: now})
-	if _, err := turns.Create(ctx, turn, rec); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := json.Marshal(spec)
-	if _, err := h.js.Publish(ctx, bus.IntakeAny(turn), b); err != nil {
+	// Its spec in the intake again, as an operator resumes a turn whose node was lost.
+	if _, err := turns.Requeue(ctx, turn); err != nil {
 		t.Fatal(err)
 	}
 	got := h.waitEnded(id)

@@ -10,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// JetStream buckets and streams of toolbus.
+// JetStream buckets and streams of toolbus. The durable state of turns (BucketTurns,
+// StreamIntake, StreamTranscripts) is named here, where the permissions grant it, and
+// configured and opened only by package durable.
 const (
 	BucketTodos  = "toolbus_todos"
 	BucketAgents = "toolbus_agents" // agent profiles, one JSON document per agent
@@ -110,88 +112,6 @@ func Stream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamCon
 		return nil, fmt.Errorf("create or update stream %q: %w", cfg.Name, err)
 	}
 	return stream, nil
-}
-
-// TranscriptStreamConfig is the configuration of [StreamTranscripts]: every
-// turn appends to [TranscriptSubject], and the messages are kept under the
-// stream's limits (none set here; add MaxAge or MaxBytes as the deployment
-// needs).
-func TranscriptStreamConfig(replicas int) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        StreamTranscripts,
-		Description: "toolbus turn transcripts, one subject per turn",
-		Subjects:    []string{AllTranscripts},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-		AllowDirect: true,
-	}
-}
-
-// IntakeStreamConfig is the configuration of the turn intake: a work queue, so a spec
-// is held by one node at a time and removed when its turn ends. It also holds the
-// schedules (IntakeSchedule), which JetStream fires into it (IntakeFired): a schedule's
-// target must be a subject of its own stream. Message schedules need roll-ups, which a
-// schedule message uses to replace the one before it on its subject.
-func IntakeStreamConfig(replicas int) jetstream.StreamConfig {
-	return jetstream.StreamConfig{
-		Name:        StreamIntake,
-		Description: "toolbus turn intake: one turn spec per turn until the turn ends, and the schedules that queue turns",
-		Subjects:    []string{AllIntake},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    replicas,
-		// A turn id is published once; a client's retry is stored once.
-		Duplicates:        10 * time.Minute,
-		AllowMsgSchedules: true,
-		AllowRollup:       true,
-	}
-}
-
-// EnsureIntake opens the intake stream, creating it if it does not exist, and turns
-// message schedules on in one made by an earlier build (JetStream allows turning them
-// on in place, never off). Its other settings stay as an operator left them.
-func EnsureIntake(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
-	stream, err := js.Stream(ctx, StreamIntake)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return Stream(ctx, js, IntakeStreamConfig(replicas))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("open stream %q: %w", StreamIntake, err)
-	}
-	cfg := stream.CachedInfo().Config
-	if cfg.AllowMsgSchedules {
-		return stream, nil
-	}
-	cfg.AllowMsgSchedules, cfg.AllowRollup, cfg.DenyPurge = true, true, false
-	if stream, err = js.UpdateStream(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("turn on message schedules in stream %q: %w", StreamIntake, err)
-	}
-	return stream, nil
-}
-
-// RunnerConsumerConfig is the durable consumer of the intake for turns any node may
-// run (name ConsumerRunners), or, with node set, for the turns asked of that node.
-// A node holds a spec while its turn runs and signals progress well within lease; a
-// spec whose node stops signalling is redelivered to another node after lease.
-func RunnerConsumerConfig(node string, lease time.Duration) jetstream.ConsumerConfig {
-	c := jetstream.ConsumerConfig{
-		Durable:     ConsumerRunners,
-		Description: "turn-running nodes",
-		// Turns any node may run, and the firings of schedules.
-		FilterSubjects: []string{IntakeAny(">"), IntakeFired(">")},
-		AckPolicy:      jetstream.AckExplicitPolicy,
-		AckWait:        lease,
-		MaxDeliver:     -1,
-		MaxAckPending:  100_000,
-	}
-	if node != "" {
-		c.Durable = ConsumerRunners + "-" + node
-		c.Description = "turns asked of node " + node
-		c.FilterSubjects = nil
-		c.FilterSubject = IntakeNode(node, ">")
-	}
-	return c
 }
 
 // JetStream API error codes and the placement error that capReplicas reads

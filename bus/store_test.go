@@ -8,9 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -133,33 +131,37 @@ func TestObjectStore(t *testing.T) {
 	}
 }
 
-func TestTranscriptStream(t *testing.T) {
+// TestStream: Stream caps the replicas on a single server, and updates an existing
+// stream to a new configuration, keeping its messages. (Package durable tests the
+// configurations of its own streams.)
+func TestStream(t *testing.T) {
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "transcripts")
+	js := testJetStream(t, s, "streams")
 
-	st, err := Stream(ctx, js, TranscriptStreamConfig(3))
+	cfg := jetstream.StreamConfig{Name: "TEST_STREAM", Subjects: []string{"test.>"}, Storage: jetstream.FileStorage, Replicas: 3}
+	st, err := Stream(ctx, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info := st.CachedInfo(); info.Config.Replicas != 1 || info.Config.Subjects[0] != AllTranscripts {
+	if info := st.CachedInfo(); info.Config.Replicas != 1 || info.Config.Subjects[0] != "test.>" {
 		t.Errorf("stream config: replicas %d, subjects %v", info.Config.Replicas, info.Config.Subjects)
 	}
 	for _, entry := range []string{"model: hi", "call: read", "result: ok"} {
-		if _, err := js.Publish(ctx, TranscriptSubject("t1"), []byte(entry)); err != nil {
+		if _, err := js.Publish(ctx, "test.t1", []byte(entry)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := js.Publish(ctx, TranscriptSubject("t2"), []byte("other turn")); err != nil {
+	if _, err := js.Publish(ctx, "test.t2", []byte("other turn")); err != nil {
 		t.Fatal(err)
 	}
-	last, err := st.GetLastMsgForSubject(ctx, TranscriptSubject("t1"))
+	last, err := st.GetLastMsgForSubject(ctx, "test.t1")
 	if err != nil || string(last.Data) != "result: ok" {
 		t.Fatalf("last entry of t1: %v, %v", last, err)
 	}
 
 	// Stream updates an existing stream to the new configuration.
-	cfg := TranscriptStreamConfig(1)
+	cfg.Replicas = 1
 	cfg.MaxMsgsPerSubject = 100
 	st, err = Stream(ctx, js, cfg)
 	if err != nil {
@@ -211,93 +213,5 @@ func TestCapReplicas(t *testing.T) {
 				t.Errorf("tried %v, want %v", tries, tt.tries)
 			}
 		})
-	}
-}
-
-// TestIntakeHoldsSchedules checks what the schedules are built on, against the real
-// server: an intake made by an earlier build (without message schedules) gets them
-// turned on in place; a schedule message fires into IntakeFired, where the runners'
-// consumer takes each firing with the server's headers and ours, and never the schedule
-// message itself; purging the schedule's subject stops it.
-func TestIntakeHoldsSchedules(t *testing.T) {
-	s, _ := startServer(t, Config{})
-	ctx := testContext(t)
-	js := testJetStream(t, s, "intake")
-
-	old := IntakeStreamConfig(1)
-	old.AllowMsgSchedules, old.AllowRollup = false, false
-	if _, err := Stream(ctx, js, old); err != nil {
-		t.Fatal(err)
-	}
-	st, err := EnsureIntake(ctx, js, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg := st.CachedInfo().Config; !cfg.AllowMsgSchedules || !cfg.AllowRollup || cfg.Retention != jetstream.WorkQueuePolicy {
-		t.Fatalf("intake after EnsureIntake: schedules %v, rollup %v, retention %v", cfg.AllowMsgSchedules, cfg.AllowRollup, cfg.Retention)
-	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, RunnerConsumerConfig("", time.Minute))
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	m := nats.NewMsg(IntakeSchedule("s1"))
-	m.Data = []byte(`{"input":"hi"}`)
-	m.Header.Set(HeaderSchedule, "@every 1s")
-	m.Header.Set(HeaderScheduleTarget, IntakeFired("s1"))
-	m.Header.Set(HeaderAgent, "ann")
-	if _, err := js.PublishMsg(ctx, m); err != nil {
-		t.Fatal(err)
-	}
-	var fired []jetstream.Msg
-	deadline := time.Now().Add(20 * time.Second)
-	for len(fired) < 2 && time.Now().Before(deadline) {
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for msg := range batch.Messages() {
-			fired = append(fired, msg)
-			_ = msg.Ack()
-		}
-	}
-	if len(fired) < 2 {
-		t.Fatalf("%d firings within 20 s of an @every 1s schedule", len(fired))
-	}
-	for _, f := range fired {
-		id, ok := ParseIntakeFired(f.Subject())
-		h := f.Headers()
-		if !ok || id != "s1" || h.Get(HeaderScheduler) != IntakeSchedule("s1") || h.Get(HeaderAgent) != "ann" || string(f.Data()) != `{"input":"hi"}` {
-			t.Errorf("firing %s: headers %v, body %s", f.Subject(), h, f.Data())
-		}
-		if _, err := time.Parse(time.RFC3339, h.Get(HeaderScheduleNext)); err != nil {
-			t.Errorf("firing's %s: %v", HeaderScheduleNext, err)
-		}
-	}
-
-	if err := st.Purge(ctx, jetstream.WithPurgeSubject(IntakeSchedule("s1"))); err != nil {
-		t.Fatal(err)
-	}
-	// Settle what fired before the purge, then nothing more comes.
-	for {
-		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(1500*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for msg := range batch.Messages() {
-			n++
-			_ = msg.Ack()
-		}
-		if n == 0 {
-			break
-		}
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(AllIntake))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(info.State.Subjects) != 0 {
-		t.Errorf("intake after the purge holds %v", info.State.Subjects)
 	}
 }

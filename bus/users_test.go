@@ -78,7 +78,13 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 			t.Fatal(err)
 		}
 	}
-	for _, c := range []jetstream.StreamConfig{TranscriptStreamConfig(1), IntakeStreamConfig(1)} {
+	// The transcripts and the intake as far as permissions go: their names and
+	// subjects (package durable owns their configuration, and cannot be imported here).
+	for _, c := range []jetstream.StreamConfig{
+		{Name: StreamTranscripts, Subjects: []string{AllTranscripts}, Storage: jetstream.FileStorage, AllowDirect: true},
+		{Name: StreamIntake, Subjects: []string{AllIntake}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
+			AllowMsgSchedules: true, AllowRollup: true},
+	} {
 		if _, err := Stream(ctx, js, c); err != nil {
 			t.Fatal(err)
 		}

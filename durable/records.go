@@ -176,6 +176,35 @@ func (s *Store) Requeue(ctx context.Context, id string) (bus.TurnRecord, error) 
 	return rec, s.publishIntake(ctx, bus.IntakeAny(id), id, b)
 }
 
+// RestoreRecord writes a turn's record as given, under rec.Spec.ID, where the bucket
+// holds none (an id with another record is ErrTurnExists; the same record again, as a
+// retry writes it, is no error), and returns its revision: for an operator restoring
+// records from a backup or moving a turn from another bus, and for tests that stage what
+// a lost node left behind. It queues nothing (Requeue does), and, creating only, it
+// never overwrites a record that a node may hold.
+func (s *Store) RestoreRecord(ctx context.Context, rec bus.TurnRecord) (uint64, error) {
+	kv, err := s.records()
+	if err != nil {
+		return 0, err
+	}
+	id := rec.Spec.ID
+	if !bus.ValidID(id) {
+		return 0, fmt.Errorf("restore record: invalid turn id %q", id)
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
+	rev, err := bus.UpdateAt(ctx, kv, id, b, 0)
+	switch {
+	case bus.IsConflict(err):
+		return 0, fmt.Errorf("restore the record of turn %s: %w", id, ErrTurnExists)
+	case err != nil:
+		return 0, fmt.Errorf("restore the record of turn %s: %w", id, s.cfg.StoreFull(err))
+	}
+	return rev, nil
+}
+
 // publishIntake is the one way a turn's spec enters the intake. The message id is the
 // publication's: a retry of it is stored once, and the same turn queued again later
 // (resumed by hand, or an id used again after its record was deleted) is a new message,

@@ -110,7 +110,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 		if s.kv, err = leaderReads(ctx, js, s.kv); err != nil {
 			return err
 		}
-		if _, err = bus.EnsureIntake(ctx, js, cfg.Replicas); err != nil {
+		if _, err = ensureIntake(ctx, js, cfg.Replicas); err != nil {
 			return err
 		}
 		s.transcripts, err = ensureTranscripts(ctx, js, cfg.Replicas)
@@ -127,7 +127,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 func ensureTranscripts(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.Stream, error) {
 	st, err := js.Stream(ctx, bus.StreamTranscripts)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return bus.Stream(ctx, js, bus.TranscriptStreamConfig(replicas))
+		return bus.Stream(ctx, js, transcriptStreamConfig(replicas))
 	}
 	return st, err
 }
@@ -158,7 +158,7 @@ func (s *Store) RunnerConsumers(ctx context.Context, lease time.Duration) ([]jet
 			if err != nil {
 				return err
 			}
-			cons, err = stream.CreateOrUpdateConsumer(ctx, bus.RunnerConsumerConfig(node, lease))
+			cons, err = stream.CreateOrUpdateConsumer(ctx, runnerConsumerConfig(node, lease))
 			return err
 		})
 		if err != nil {

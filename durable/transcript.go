@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -101,6 +102,22 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 // eachMessage calls f with every message of a turn's transcript, as stored, in stream
 // order, each body decoded; a missing stream is an empty transcript. stream may be nil.
 func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, turn string, f func(jetstream.Msg, []gateway.Item)) error {
+	seen := 0
+	return eachStored(ctx, js, stream, turn, func(m jetstream.Msg) error {
+		seen++
+		var items []gateway.Item
+		if err := json.Unmarshal(m.Data(), &items); err != nil {
+			return fmt.Errorf("message %d: %w", seen, err)
+		}
+		f(m, items)
+		return nil
+	})
+}
+
+// eachStored calls f with every message of a turn's transcript, as stored, in stream
+// order, undecoded; an error of f ends the reading with it. A missing stream is an empty
+// transcript. stream may be nil.
+func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, turn string, f func(jetstream.Msg) error) error {
 	if stream == nil {
 		st, err := js.Stream(ctx, bus.StreamTranscripts)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -127,7 +144,6 @@ func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 	if err != nil {
 		return err
 	}
-	seen := 0
 	for pending := info.NumPending; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
@@ -136,12 +152,9 @@ func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 		n := 0
 		for m := range batch.Messages() {
 			n++
-			seen++
-			var items []gateway.Item
-			if err := json.Unmarshal(m.Data(), &items); err != nil {
-				return fmt.Errorf("message %d: %w", seen, err)
+			if err := f(m); err != nil {
+				return err
 			}
-			f(m, items)
 		}
 		if err := batch.Error(); err != nil {
 			return err
@@ -239,4 +252,74 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 		})
 	})
 	return a, err
+}
+
+// StoredMessage is one message of a turn's transcript exactly as the stream holds it.
+type StoredMessage struct {
+	Seq    uint64 // its stream sequence
+	Header nats.Header
+	Data   []byte // its body, undecoded
+}
+
+// StoredTranscript returns the messages of a turn's transcript as stored, in stream
+// order, neither decoded nor ordered nor deduplicated: what reached the disk, for an
+// operator's dump of a turn and for checks of what a turn wrote (a test checks that no
+// secret a tool printed was stored in any form). A turn with no message is
+// ErrNoTranscript.
+func (s *Store) StoredTranscript(ctx context.Context, turn string) ([]StoredMessage, error) {
+	if !bus.ValidToken(turn) {
+		return nil, fmt.Errorf("read stored transcript: invalid turn id %q", turn)
+	}
+	var out []StoredMessage
+	err := bus.Retry(ctx, "read stored transcript "+turn, nil, func(ctx context.Context) error {
+		out = nil
+		return eachStored(ctx, s.js, s.transcripts, turn, func(m jetstream.Msg) error {
+			sm := StoredMessage{Header: m.Headers(), Data: m.Data()}
+			if md, err := m.Metadata(); err == nil {
+				sm.Seq = md.Sequence.Stream
+			}
+			out = append(out, sm)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("turn %s: %w in %s", turn, ErrNoTranscript, bus.StreamTranscripts)
+	}
+	return out, nil
+}
+
+// DeleteTranscript removes every message of a turn's transcript: for an operator
+// freeing space on a full store or erasing what a turn stored (a test frees the space it
+// filled so). It refuses a turn whose record says it has not ended: its node appends to
+// the transcript, each append expecting the last message it wrote. A turn without a
+// record (run outside the intake, or its record deleted) has its transcript deleted; a
+// transcript already gone is no error.
+func (s *Store) DeleteTranscript(ctx context.Context, turn string) error {
+	if !bus.ValidToken(turn) {
+		return fmt.Errorf("delete transcript: invalid turn id %q", turn)
+	}
+	rec, _, err := s.Record(ctx, turn)
+	switch {
+	case err == nil && !rec.State.Ended():
+		return fmt.Errorf("delete transcript: turn %s is %s%s: only an ended turn's transcript can be deleted", turn, rec.State, OwnerNote(rec.Owner))
+	case err != nil && !errors.Is(err, ErrNoRecord):
+		return fmt.Errorf("delete transcript: %w", err)
+	}
+	return bus.Retry(ctx, "delete transcript "+turn, s.log, func(ctx context.Context) error {
+		stream := s.transcripts
+		if stream == nil {
+			st, err := s.js.Stream(ctx, bus.StreamTranscripts)
+			if errors.Is(err, jetstream.ErrStreamNotFound) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			stream = st
+		}
+		return stream.Purge(ctx, jetstream.WithPurgeSubject(bus.TranscriptSubject(turn)))
+	})
 }

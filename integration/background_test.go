@@ -4,7 +4,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
@@ -140,16 +140,12 @@ func TestJobsAndSchedulesSurviveNodeLoss(t *testing.T) {
 
 // turnRecordOf reads a turn's record; nil when it cannot.
 func turnRecordOf(ctx context.Context, js jetstream.JetStream, id string) *bus.TurnRecord {
-	kv, err := js.KeyValue(ctx, bus.BucketTurns)
+	store, err := durable.Open(ctx, js, durable.Config{})
 	if err != nil {
 		return nil
 	}
-	e, err := kv.Get(ctx, id)
+	rec, _, err := store.Record(ctx, id)
 	if err != nil {
-		return nil
-	}
-	var rec bus.TurnRecord
-	if json.Unmarshal(e.Value(), &rec) != nil {
 		return nil
 	}
 	return &rec

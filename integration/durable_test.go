@@ -394,7 +394,7 @@ func otherURLs(nodes []*node, but *node) string {
 	return strings.Join(urls, ",")
 }
 
-// turnRecord reads a turn's record from the turns bucket.
+// turnRecord reads a turn's record, through the durable state as a client opens it.
 func turnRecord(t testing.TB, nc *nats.Conn, id string) bus.TurnRecord {
 	t.Helper()
 	js, err := jetstream.New(nc)
@@ -403,16 +403,12 @@ func turnRecord(t testing.TB, nc *nats.Conn, id string) bus.TurnRecord {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), waitLimit)
 	defer cancel()
-	kv, err := js.KeyValue(ctx, bus.BucketTurns)
+	store, err := durable.Open(ctx, js, durable.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := kv.Get(ctx, id)
+	rec, _, err := store.Record(ctx, id)
 	if err != nil {
-		t.Fatal(err)
-	}
-	var rec bus.TurnRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
 		t.Fatal(err)
 	}
 	return rec
@@ -645,16 +641,14 @@ func TestSoakDurableTurns(t *testing.T) {
 	for {
 		states = map[string]int{}
 		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
-		kv, err := js.KeyValue(rctx, bus.BucketTurns)
-		if err == nil {
+		store, err := durable.Open(rctx, js, durable.Config{})
+		if err == nil && store.HasTurns() {
 			for _, id := range ids {
-				e, err := kv.Get(rctx, id)
+				rec, _, err := store.Record(rctx, id)
 				if err != nil {
 					states["unread"]++
 					continue
 				}
-				var rec bus.TurnRecord
-				_ = json.Unmarshal(e.Value(), &rec)
 				states[string(rec.State)]++
 			}
 		}
@@ -705,11 +699,9 @@ func TestSoakDurableTurns(t *testing.T) {
 		t.Errorf("transcripts: %d calls with two outputs, %d messages with a repeated position, %d written after the fence", doubleOutputs, repeated, stale)
 	}
 	resumes := 0
-	if kv, err := js.KeyValue(ctx, bus.BucketTurns); err == nil {
+	if store, err := durable.Open(ctx, js, durable.Config{}); err == nil {
 		for _, id := range ids {
-			if e, err := kv.Get(ctx, id); err == nil {
-				var rec bus.TurnRecord
-				_ = json.Unmarshal(e.Value(), &rec)
+			if rec, _, err := store.Record(ctx, id); err == nil {
 				resumes += len(rec.Resumes)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/durable"
 )
 
 // runOutput is what `toolbus run -json` prints: the final turn status and
@@ -243,7 +245,7 @@ func TestClusterCrossNode(t *testing.T) {
 
 	// The transcript stream's leader goes to n2, so that losing n2 also
 	// makes JetStream elect a new one: turns must live through that too.
-	moveStreamLeader(t, n1.url, "TOOLBUS_TRANSCRIPTS", "n2")
+	moveStreamLeader(t, n1.url, durable.TranscriptStream, "n2")
 
 	// n2 dies as a crash would; n1 and n3 keep the quorum.
 	n2.proc.kill()
