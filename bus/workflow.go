@@ -42,8 +42,10 @@ func WorkflowKey(agent, workflow string) string { return agent + "." + workflow 
 func AgentWorkflows(agent string) string { return agent + ".>" }
 
 // WorkflowUpdates is the subject on which every write of one agent's workflow documents
-// passes (JetStream KV's "$KV.<bucket>.<key>"): a follower subscribes to it to see a
-// workflow move on, with the body the document as written.
+// passes (JetStream KV's "$KV.<bucket>.<key>"), with the body the document as written.
+// It carries the writes the stream refused too (a compare-and-set write that lost): a
+// follower watches the bucket (jetstream.KeyValue.Watch), which delivers stored
+// revisions only, rather than subscribe to it.
 func WorkflowUpdates(agent string) string {
 	return "$KV." + BucketWorkflows + "." + AgentWorkflows(agent)
 }

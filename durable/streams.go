@@ -145,3 +145,29 @@ func (s *Store) ScheduleMessages(ctx context.Context, id string) (schedule, firi
 	}
 	return info.State.Subjects[bus.IntakeSchedule(id)], info.State.Subjects[bus.IntakeFired(id)], nil
 }
+
+// FiringHeld reports whether the intake still holds the firing of schedule id stored at
+// seq: no node has acknowledged it (it is waiting, or held by a node). A schedule reads
+// it before it ends a firing's turn that stayed queued with no node holding it: with its
+// firing gone, no node could ever take that turn.
+func (s *Store) FiringHeld(ctx context.Context, id string, seq uint64) (bool, error) {
+	if !bus.ValidToken(id) {
+		return false, fmt.Errorf("firing held: invalid schedule id %q", id)
+	}
+	var m *jetstream.RawStreamMsg
+	err := bus.Retry(ctx, "read firing "+id, nil, func(ctx context.Context) error {
+		st, err := s.intake(ctx)
+		if err != nil {
+			return err
+		}
+		m, err = st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			m, err = nil, nil
+		}
+		return err
+	})
+	if err != nil {
+		return false, err
+	}
+	return m != nil && m.Subject == bus.IntakeFired(id), nil
+}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -149,7 +150,7 @@ func followToEnd(ctx context.Context, bc *busConn, tool, agent string, args []by
 		r = &renderer{w: io.Discard, now: time.Now}
 	}
 	// Watch the task turns before any can start.
-	watch, err := watchWorkflows(bc.nc, agent)
+	watch, err := watchWorkflows(bc.nc)
 	if err != nil {
 		return err
 	}
@@ -364,26 +365,30 @@ func workflowSpec(name string) *toolbus.Spec {
 	panic("no workflow tool " + name)
 }
 
-// workflowWatch receives, in the order the bus delivers them, the statuses of every turn
-// (a task turn's id is "<workflow>-<task>-<attempt>") and every write of an agent's
-// workflow documents (the KV bucket's subject): the node that ends a task turn publishes
-// its last status before it writes the workflow, on one connection, so the two arrive
-// in that order on one subscription channel.
+// workflowWatch receives the statuses of every turn (a task turn's id is
+// "<workflow>-<task>-<attempt>"), from before the workflow tool is called so that no task
+// turn starts unseen, and, once the workflow is known, every revision of its document the
+// bucket stored, from a KV watcher (watchDocument).
+//
+// A watcher, not a subscription to the bucket's subject "$KV.<bucket>.<key>": that
+// subject carries every write published, the ones the stream refused too (a
+// compare-and-set write that lost the race, errors 10071 and 10164), and such a write
+// would show a task ending twice. A watcher delivers only stored revisions, each once,
+// in order.
 type workflowWatch struct {
-	subs []*nats.Subscription
-	msgs chan *nats.Msg
+	sub        *nats.Subscription // the statuses
+	msgs       chan *nats.Msg
+	docs       jetstream.KeyWatcher // the document's revisions; nil until watchDocument
+	cancelDocs context.CancelFunc
 }
 
-func watchWorkflows(nc *nats.Conn, agent string) (*workflowWatch, error) {
+func watchWorkflows(nc *nats.Conn) (*workflowWatch, error) {
 	w := &workflowWatch{msgs: make(chan *nats.Msg, 1024)}
-	for _, subj := range []string{bus.AllStatuses, bus.WorkflowUpdates(agent)} {
-		sub, err := nc.ChanSubscribe(subj, w.msgs)
-		if err != nil {
-			w.stop()
-			return nil, fmt.Errorf("watch workflows: %w", err)
-		}
-		w.subs = append(w.subs, sub)
+	sub, err := nc.ChanSubscribe(bus.AllStatuses, w.msgs)
+	if err != nil {
+		return nil, fmt.Errorf("watch workflows: %w", err)
 	}
+	w.sub = sub
 	if err := nc.Flush(); err != nil {
 		w.stop()
 		return nil, fmt.Errorf("watch workflows: %w", err)
@@ -391,9 +396,42 @@ func watchWorkflows(nc *nats.Conn, agent string) (*workflowWatch, error) {
 	return w, nil
 }
 
+// watchDocument starts watching one workflow's document: its latest stored revision
+// first, then each one stored after it. The watch lasts until stop or until ctx ends;
+// creating it must succeed within dialTimeout.
+func (w *workflowWatch) watchDocument(ctx context.Context, nc *nats.Conn, agent, id string) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	// The watcher's subscription ends with its context, so its creation is bounded by a
+	// timer rather than by a deadline.
+	late := time.AfterFunc(dialTimeout, cancel)
+	kv, err := js.KeyValue(wctx, bus.BucketWorkflows)
+	var dw jetstream.KeyWatcher
+	if err == nil {
+		dw, err = kv.Watch(wctx, bus.WorkflowKey(agent, id), jetstream.IgnoreDeletes())
+	}
+	if !late.Stop() && err == nil {
+		_ = dw.Stop()
+		err = fmt.Errorf("not created within %s", dialTimeout)
+	}
+	if err != nil {
+		cancel()
+		return err
+	}
+	w.docs, w.cancelDocs = dw, cancel
+	return nil
+}
+
 func (w *workflowWatch) stop() {
-	for _, s := range w.subs {
-		_ = s.Unsubscribe()
+	if w.docs != nil {
+		_ = w.docs.Stop()
+		w.cancelDocs()
+	}
+	if w.sub != nil {
+		_ = w.sub.Unsubscribe()
 	}
 }
 
@@ -401,8 +439,22 @@ func (w *workflowWatch) stop() {
 // passed while its connection was down.
 const followPoll = 2 * time.Second
 
+// taskStatus is one status of a task turn, as followWorkflow shows it.
+type taskStatus struct {
+	turn, kind string
+	st         bus.TurnStatus
+}
+
 // followWorkflow shows a workflow live until it ends: its task turns' statuses and each
 // change of its document. An interrupt cancels the workflow, which then ends.
+//
+// The order of what it shows is the order of events: the node that ends a task turn
+// publishes the turn's last status before it writes the workflow, on one connection,
+// so when a revision comes from the watcher the statuses published before it are
+// already in watch.msgs (a channel subscription's messages are delivered as the
+// connection reads them, the watcher's through a goroutine of its own), and are shown
+// first. A turn is queued only after the revision that records its attempt is stored,
+// so a status of a turn that no revision shown yet records waits for that revision.
 func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *workflowWatch, r *renderer) (*bus.Workflow, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
@@ -412,8 +464,16 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 	for i, t := range wf.Tasks {
 		prev.Tasks[i] = bus.Task{ID: t.ID, State: bus.TaskPending}
 	}
-	// show prints what a newer revision of the document changed; it returns the
-	// document once the workflow has ended.
+	prefix := wf.ID + "-"
+	// held are the statuses of task turns whose attempt no revision shown yet records.
+	var held []taskStatus
+	printStatus := func(s taskStatus) {
+		if line := taskTurnLine(r, strings.TrimPrefix(s.turn, prefix), s.kind, s.st); line != "" {
+			r.println(line)
+		}
+	}
+	// show prints what a newer revision of the document changed, then the statuses held
+	// for the attempts it records; it returns the document once the workflow has ended.
 	show := func(cur *bus.Workflow) *bus.Workflow {
 		if cur.ID != wf.ID || (!prev.Updated.IsZero() && !cur.Updated.After(prev.Updated)) {
 			return nil
@@ -423,6 +483,15 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 		}
 		prev = cur
 		if !cur.State.Ended() {
+			kept := held[:0]
+			for _, s := range held {
+				if hasAttempt(cur, s.turn) {
+					printStatus(s)
+				} else {
+					kept = append(kept, s)
+				}
+			}
+			held = kept
 			return nil
 		}
 		r.println("")
@@ -432,11 +501,32 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 			formatElapsed(time.Since(began)))))
 		return cur
 	}
+	// status shows a status of one of the workflow's task turns, or holds it.
+	status := func(m *nats.Msg) {
+		ts, ok := bus.ParseTurnSubject(m.Subject)
+		if !ok || !strings.HasPrefix(ts.Turn, prefix) {
+			return
+		}
+		var st bus.TurnStatus
+		if json.Unmarshal(m.Data, &st) != nil {
+			return
+		}
+		s := taskStatus{turn: ts.Turn, kind: ts.Status, st: st}
+		if !hasAttempt(prev, s.turn) {
+			held = append(held, s)
+			return
+		}
+		printStatus(s)
+	}
 	if ended := show(wf); ended != nil {
 		return ended, nil
 	}
-	prefix := wf.ID + "-"
-	key := bus.WorkflowKey(wf.Agent, wf.ID)
+	var docs <-chan jetstream.KeyValueEntry
+	if err := watch.watchDocument(wctx, bc.nc, wf.Agent, wf.ID); err != nil {
+		r.println(r.style(ansiDim, fmt.Sprintf("not watching the workflow's document (%v): reading it every %s", err, followPoll)))
+	} else {
+		docs = watch.docs.Updates()
+	}
 	poll := time.NewTicker(followPoll)
 	defer poll.Stop()
 	interrupt := ctx.Done()
@@ -460,28 +550,41 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 					return ended, nil
 				}
 			}
+		case e, ok := <-docs:
+			if !ok {
+				docs = nil // the watcher ended; the polls go on
+				continue
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue // the end of the initial values, or not a document
+			}
+			// The statuses published before this revision was written are in watch.msgs
+			// by now: show them first.
+			for n := len(watch.msgs); n > 0; n-- {
+				status(<-watch.msgs)
+			}
+			var cur bus.Workflow
+			if json.Unmarshal(e.Value(), &cur) == nil {
+				if ended := show(&cur); ended != nil {
+					return ended, nil
+				}
+			}
 		case m := <-watch.msgs:
-			if strings.HasSuffix(m.Subject, "."+key) && strings.HasPrefix(m.Subject, "$KV.") {
-				var cur bus.Workflow
-				if json.Unmarshal(m.Data, &cur) == nil {
-					if ended := show(&cur); ended != nil {
-						return ended, nil
-					}
-				}
-				continue
-			}
-			ts, ok := bus.ParseTurnSubject(m.Subject)
-			if !ok || !strings.HasPrefix(ts.Turn, prefix) {
-				continue
-			}
-			var st bus.TurnStatus
-			if json.Unmarshal(m.Data, &st) == nil {
-				if line := taskTurnLine(r, strings.TrimPrefix(ts.Turn, prefix), ts.Status, st); line != "" {
-					r.println(line)
-				}
+			status(m)
+		}
+	}
+}
+
+// hasAttempt reports whether turn is the turn of one of wf's attempts.
+func hasAttempt(wf *bus.Workflow, turn string) bool {
+	for _, t := range wf.Tasks {
+		for _, a := range t.Attempts {
+			if a.Turn == turn {
+				return true
 			}
 		}
 	}
+	return false
 }
 
 func doneTasks(wf *bus.Workflow) int {

@@ -110,6 +110,11 @@ type Schedule struct {
 	// did not.
 	Skipped  int    `json:"skipped"`
 	LastSkip string `json:"last_skip,omitempty"`
+	// SkipSeq is the intake sequence of the latest firing skipped. A firing at or before
+	// it that did not start LastTurn starts nothing: it was skipped already (a delivery
+	// of it decided so, whose acknowledgement takes the firing out of the intake), or it
+	// is older than one that was.
+	SkipSeq uint64 `json:"skip_seq,omitempty"`
 	// Done marks a one-shot schedule that has fired; its record expires a day later.
 	Done bool `json:"done,omitempty"`
 }
@@ -480,9 +485,12 @@ type Firing struct {
 // queued, with an id of the firing's own) unless the schedule is gone, schedules are
 // disabled in the profile, or the schedule's last turn still runs (skip, or wait under
 // the queue policy). A firing that was already decided to run (redelivered after its
-// node was lost) runs again: it resumes that turn. Decisions are compare-and-set on the
-// schedule's record, written before the turn's own record, so two nodes never start two
-// turns for one firing, and a firing that loses that race leaves no record behind.
+// node was lost) runs again: it resumes that turn; one that was decided to skip (or is
+// older than a skipped one) skips again, without a word. Decisions are compare-and-set
+// on the schedule's record, written before the turn's own record, so two nodes never
+// start two turns for one firing, a firing that loses that race leaves no record
+// behind, and a firing is decided once: to run or to skip, whichever delivery of it
+// decides first, however many nodes it is delivered to meanwhile (see decided).
 func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, policy func(agent string) (Policy, error)) (Firing, error) {
 	var spec bus.TurnSpec
 	if err := json.Unmarshal(body, &spec); err != nil || bus.CheckAgent(spec.Agent) != nil {
@@ -504,24 +512,24 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 		if err != nil {
 			return Firing{}, err
 		}
-		if sch.LastTurn == spec.ID {
+		switch v, why := decided(&sch, spec.ID, seq); v {
+		case Run:
 			// Decided before (its node was lost, or the record write below failed).
 			if err := s.queueTurn(ctx, spec, time.Now().UTC()); err != nil {
 				return Firing{}, err
 			}
 			return Firing{Verdict: Run, Spec: spec}, nil
+		case Skip:
+			return Firing{Verdict: Skip, Why: why}, nil
 		}
 		why := ""
 		switch {
 		case !p.Enabled:
 			why = "schedules are not enabled in the agent's profile"
 		case sch.LastTurn != "":
-			state, err := s.turnState(ctx, sch.LastTurn)
+			state, err := s.lastTurnState(ctx, &sch)
 			if err != nil {
 				return Firing{}, err
-			}
-			if state == "" && time.Since(sch.LastFired) < recordGrace {
-				state = bus.TurnQueued // decided a moment ago; its record comes next
 			}
 			if state != "" && !state.Ended() {
 				if p.Overlap == OverlapQueue {
@@ -534,6 +542,7 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 		if why != "" {
 			sch.Skipped++
 			sch.LastSkip = now.Format(time.RFC3339) + ": " + why
+			sch.SkipSeq = max(sch.SkipSeq, seq)
 		} else {
 			sch.Fired++
 			sch.LastTurn, sch.LastFired = spec.ID, now
@@ -562,8 +571,35 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 	return Firing{}, fmt.Errorf("schedule %s: its record keeps changing under this firing", id)
 }
 
+// decided says what an earlier delivery of the firing at intake sequence seq, whose turn
+// is turn, decided, as the schedule's record stored it: Run (the firing started
+// LastTurn), Skip with why (it was skipped, or is older than a firing that was), or 0
+// for a firing to decide now.
+//
+// The intake redelivers a firing whose node has not settled it within the lease, and the
+// node deciding it sends no progress, so two nodes may decide one firing at once. Were a
+// second delivery to decide afresh, the first could skip it and the second run it: the
+// first's acknowledgement (JetStream takes an acknowledgement of any delivery of a
+// message) takes the firing out of the intake, and the second's turn, its record
+// queued, is left with no message; should its node fail to claim it (killed, or its
+// claim failed), no node ever would, and every later firing of the schedule would be
+// skipped behind a turn that stays queued.
+func decided(sch *Schedule, turn string, seq uint64) (Verdict, string) {
+	switch {
+	case sch.LastTurn == turn:
+		return Run, ""
+	case seq == sch.SkipSeq:
+		return Skip, "the firing was skipped already, on an earlier delivery of it"
+	case seq < sch.SkipSeq:
+		return Skip, fmt.Sprintf("a later firing of the schedule (intake sequence %d) was decided already", sch.SkipSeq)
+	}
+	return 0, ""
+}
+
 // recordGrace is how long a firing's turn may have no record after the schedule's record
-// named it: the turn's record is written right after.
+// named it: the turn's record is written right after. It is also how long a firing's
+// turn may stay queued, no node holding it, with its firing gone from the intake, before
+// the next firing ends it (lastTurnState).
 const recordGrace = time.Minute
 
 // queueTurn creates the record of a firing's turn, queued, so that the overlap check of
@@ -572,16 +608,53 @@ func (s *Store) queueTurn(ctx context.Context, spec bus.TurnSpec, now time.Time)
 	return s.turns.CreateQueued(ctx, spec, now)
 }
 
-// turnState is the state of a turn's record; "" when it has none (expired or removed).
-func (s *Store) turnState(ctx context.Context, turn string) (bus.TurnState, error) {
-	rec, _, err := s.turns.Record(ctx, turn)
-	if errors.Is(err, durable.ErrNoRecord) {
+// lastTurnState is the state of the schedule's last turn, as the overlap check sees it: a
+// turn without a record is queued within recordGrace of its firing (its record comes
+// next) and gone after it. A turn queued with no node holding it, for longer than
+// recordGrace, whose firing is no longer in the intake, would never run: no node can
+// take it, and every firing after it would be skipped behind it. It is ended here
+// (failed, with the reason), and then does not hold the schedule back.
+func (s *Store) lastTurnState(ctx context.Context, sch *Schedule) (bus.TurnState, error) {
+	rec, _, err := s.turns.Record(ctx, sch.LastTurn)
+	switch {
+	case errors.Is(err, durable.ErrNoRecord):
+		if time.Since(sch.LastFired) < recordGrace {
+			return bus.TurnQueued, nil // decided a moment ago; its record comes next
+		}
 		return "", nil
+	case err != nil:
+		return "", err
 	}
+	if rec.State != bus.TurnQueued || rec.Owner != "" || time.Since(rec.Updated) < recordGrace {
+		return rec.State, nil
+	}
+	gone, err := s.firingGone(ctx, sch.ID, sch.LastTurn)
+	if err != nil || !gone {
+		return rec.State, err
+	}
+	// A node that takes the turn meanwhile keeps it (EndQueued leaves a held turn).
+	rec, _, err = s.turns.EndQueued(ctx, sch.LastTurn, bus.TurnFailed,
+		"its schedule's firing left the intake before a node took the turn; no node could run it")
 	if err != nil {
 		return "", err
 	}
 	return rec.State, nil
+}
+
+// firingGone reports whether the intake no longer holds the firing of schedule id whose
+// turn is turn (TurnID): it was acknowledged, or removed. A turn id that is not a
+// firing's is never gone.
+func (s *Store) firingGone(ctx context.Context, id, turn string) (bool, error) {
+	n, ok := strings.CutPrefix(turn, id+"-")
+	if !ok {
+		return false, nil
+	}
+	seq, err := strconv.ParseUint(n, 10, 64)
+	if err != nil || seq == 0 {
+		return false, nil
+	}
+	held, err := s.turns.FiringHeld(ctx, id, seq)
+	return !held && err == nil, err
 }
 
 // update writes a record at revision rev ([bus.UpdateAt]); with ttl > 0 the record

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 )
 
 func TestMain(m *testing.M) {
@@ -109,14 +110,16 @@ func TestScheduleCronTimeZone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := bus.EnsureIntake(ctx, js, 1)
+	// The intake and the consumer of turns any node runs, which takes the firings.
+	turns, err := durable.Open(ctx, js, durable.Config{Node: "cron", Replicas: 1, Create: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := st.CreateOrUpdateConsumer(ctx, bus.RunnerConsumerConfig("", time.Minute))
+	consumers, err := turns.RunnerConsumers(ctx, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cons := consumers[0]
 	kathmandu := mustZone(t, "Asia/Kathmandu")
 	due := time.Now().Add(3 * time.Second).In(kathmandu).Truncate(time.Second)
 	expr := fmt.Sprintf("%d %d %d * * *", due.Second(), due.Minute(), due.Hour())
