@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -109,6 +110,63 @@ func TestAssembleSkills(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(home, skills.McporterConfig))
 	if err != nil || !strings.Contains(string(b), `"mcp-server-everything"`) {
 		t.Errorf("mcporter config: %s %v", b, err)
+	}
+}
+
+// A SKILL.md whose front matter nests deep, as an agent can write into its own enabled
+// skill, is a note of the turn: before the bound, goccy/go-yaml took memory with the
+// square of the depth, and 63 000 unclosed '[' (a 63 KB file) ran the node out of memory,
+// again on each restart as it resumed the turn. The skill beside it still loads.
+func TestDeepFrontMatterIsANote(t *testing.T) {
+	root := t.TempDir()
+	home := filepath.Join(root, "ann")
+	writeHomeFile(t, home, "skills/deep/SKILL.md", "---\nname: deep\ndescription: d\nmetadata: "+strings.Repeat("[", 63000)+"\n---\nbody\n")
+	var blocks strings.Builder // mappings nested by indentation alone
+	blocks.WriteString("---\nname: blocks\ndescription: d\nmetadata:\n")
+	for i := 1; i <= 200; i++ {
+		blocks.WriteString(strings.Repeat(" ", i) + "a:\n")
+	}
+	blocks.WriteString("---\nbody\n")
+	writeHomeFile(t, home, "skills/blocks/SKILL.md", blocks.String())
+	// Sequences nested on one line, two bytes a level.
+	writeHomeFile(t, home, "skills/dashes/SKILL.md", "---\nname: dashes\ndescription: d\nmetadata:\n  "+strings.Repeat("- ", 30000)+"x\n---\nbody\n")
+	writeHomeFile(t, home, "skills/plain/SKILL.md", "---\nname: plain\ndescription: Does things plainly.\n---\nPlainly.\n")
+	profile := &Profile{Version: 3, Agent: "ann", Skills: []string{"deep", "blocks", "dashes", "plain"}}
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	kit, err := Assemble(bus.TurnSpec{Kind: bus.TurnMain, Agent: "ann"}, profile, nil, Options{HomeRoot: root})
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const limit = 100 << 20
+	grew := after.TotalAlloc - before.TotalAlloc
+	t.Logf("assembly allocated %.1f MB", float64(grew)/(1<<20))
+	if grew > limit {
+		t.Errorf("assembly allocated %d MB, more than %d MB", grew>>20, limit>>20)
+	}
+	want := []string{
+		"skill left out: skills/deep/SKILL.md:4: front matter nested deeper than 32 levels",
+		"skill left out: skills/blocks/SKILL.md:36: front matter nested deeper than 32 levels",
+		"skill left out: skills/dashes/SKILL.md:5: front matter nested deeper than 32 levels",
+	}
+	if len(kit.Notes) != len(want) {
+		t.Fatalf("notes %q, want %q", kit.Notes, want)
+	}
+	for i := range want {
+		if !strings.HasPrefix(kit.Notes[i], want[i]) {
+			t.Errorf("note %d: %q, want it to start %q", i, kit.Notes[i], want[i])
+		}
+	}
+	if !strings.Contains(kit.Instructions, "- plain: Does things plainly.") || strings.Contains(kit.Instructions, "deep") {
+		t.Errorf("instructions:\n%s", kit.Instructions)
+	}
+	// load_skill, which reads the skill afresh, answers the same.
+	res, err := kit.Local[skills.ToolName].Answer(t.Context(), json.RawMessage(`{"name": "deep"}`))
+	if err != nil || !res.IsError || !strings.Contains(res.Text(), "skills/deep/SKILL.md:4: front matter nested deeper than 32 levels") {
+		t.Errorf("load_skill deep: %v %q", err, res.Text())
 	}
 }
 

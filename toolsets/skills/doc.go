@@ -25,5 +25,8 @@
 // Every read goes through an [os.Root] on the home (and, for a skill's files, on the
 // skill's folder), so neither a path from the model nor a symbolic link reaches outside
 // it. Sizes are bounded: a SKILL.md, a file load_skill returns, the files a skill lists.
+// A SKILL.md's front matter is bounded in size and nesting depth before the YAML parser
+// reads it ([MaxFrontMatterSize], [MaxFrontMatterDepth]): past them the skill is left out
+// with a problem, as it is when an MCP server's cwd leaves the skill's folder.
 // The package knows nothing of NATS or actors.
 package skills

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"sync"
 )
 
@@ -46,15 +45,21 @@ var writeMu sync.Mutex
 // skill already uses is not written, and a note says so. Nothing is written when nothing
 // changes, nor when no skill declares a server and toolbus never wrote one.
 //
-// A stdio server starts in its skill's folder, or in its cwd (relative to that folder):
-// mcporter itself would start it in the folder of the configuration, so the command is
-// wrapped in `env -C DIR`.
+// A stdio server starts in its skill's folder, or in its cwd (relative to that folder, or
+// absolute, but inside it): mcporter itself would start it in the folder of the
+// configuration, so the command is wrapped in `env -C DIR`. A server whose cwd leaves
+// the skill's folder is not written, and a note says so.
 func WriteMcporterConfig(home string, skills []*Skill) (notes []string, err error) {
 	want := map[string]json.RawMessage{}
 	wantBy := map[string]string{} // server → skill
 	for _, s := range skills {
 		for _, srv := range s.Servers {
-			e, err := json.Marshal(entry(s, srv))
+			m, err := entry(s, srv)
+			if err != nil {
+				notes = append(notes, fmt.Sprintf("MCP server %s of skill %s is not configured: %v", srv.Name, s.Name, err))
+				continue
+			}
+			e, err := json.Marshal(m)
 			if err != nil {
 				return nil, fmt.Errorf("MCP server %s of skill %s: %w", srv.Name, s.Name, err)
 			}
@@ -187,29 +192,27 @@ func replace(root *os.Root, name string, old, data []byte) error {
 	return nil
 }
 
-// entry is a server's mcporter entry.
-func entry(s *Skill, srv Server) map[string]any {
+// entry is a server's mcporter entry; a stdio server's cwd must stay in the skill's
+// folder.
+func entry(s *Skill, srv Server) (map[string]any, error) {
 	e := map[string]any{"description": "for skill " + s.Name + " (written by toolbus)"}
 	if srv.URL != "" {
 		e["url"] = srv.URL
 		if len(srv.Headers) > 0 {
 			e["headers"] = srv.Headers
 		}
-		return e
+		return e, nil
 	}
-	dir := s.Dir
-	if srv.Cwd != "" {
-		dir = srv.Cwd
-		if !filepath.IsAbs(dir) {
-			dir = filepath.Join(s.Dir, dir)
-		}
+	dir, err := serverDir(s.Dir, srv.Cwd)
+	if err != nil {
+		return nil, err
 	}
 	e["command"] = "env"
 	e["args"] = append([]string{"-C", dir, srv.Command}, srv.Args...)
 	if len(srv.Env) > 0 {
 		e["env"] = srv.Env
 	}
-	return e
+	return e, nil
 }
 
 // sameJSON reports whether two JSON documents hold the same value.

@@ -195,3 +195,101 @@ func TestWriteMcporterConfigRefuses(t *testing.T) {
 		t.Errorf("written outside the home: %v", entries)
 	}
 }
+
+// A stdio server's cwd stays in its skill's folder: "../../../../etc" once became
+// `env -C /etc`. What leaves the folder, by "..", as an absolute path or through a
+// symbolic link, leaves the skill out with a note that names its line.
+func TestMCPCwdConfined(t *testing.T) {
+	home := t.TempDir()
+	outside := t.TempDir()
+	writeFile(t, home, "skills/notes/bin/server.sh", "#!/bin/sh\n")
+	dir := filepath.Join(home, "skills", "notes")
+	for link, to := range map[string]string{
+		"out":          outside,
+		"in":           "bin",
+		"gone-out":     filepath.Join(outside, "later"),
+		"gone-in":      "build",
+		"chain":        "gone-out",
+		"bin/up":       "../..",
+		"bin/sideways": "../../other",
+	} {
+		if err := os.Symlink(to, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		cwd  string
+		want string // the -C folder; "" when refused
+		err  string
+	}{
+		{"", real, ""},
+		{".", real, ""},
+		{"bin", filepath.Join(real, "bin"), ""},
+		{"./bin/../bin/", filepath.Join(real, "bin"), ""},
+		{"build/out", filepath.Join(real, "build", "out"), ""}, // made later
+		{"in", filepath.Join(real, "bin"), ""},
+		{"gone-in/x", filepath.Join(real, "build", "x"), ""},
+		{filepath.Join(dir, "bin"), filepath.Join(real, "bin"), ""},
+		{"../../../../etc", "", "cwd ../../../../etc leaves the skill's folder (..)"},
+		{"..", "", "cwd .. leaves the skill's folder (..)"},
+		{"bin/../../other", "", "cwd bin/../../other leaves the skill's folder (..)"},
+		{"/etc", "", "cwd /etc is not inside the skill's folder"},
+		{filepath.Join(dir, "..", "other"), "", "is not inside the skill's folder"},
+		{filepath.Join(dir, "out"), "", "is not inside the skill's folder"},
+		{"out", "", "cwd out goes through a symbolic link that leaves the skill's folder"},
+		{"out/sub/deeper", "", "cwd out/sub/deeper goes through a symbolic link that leaves the skill's folder"},
+		{"gone-out", "", "cwd gone-out goes through a symbolic link that leaves the skill's folder"},
+		{"chain/x", "", "cwd chain/x goes through a symbolic link that leaves the skill's folder"},
+		{"bin/up", "", "cwd bin/up goes through a symbolic link that leaves the skill's folder"},
+		{"bin/sideways", "", "cwd bin/sideways goes through a symbolic link that leaves the skill's folder"},
+		{"bin/server.sh", "", "cwd bin/server.sh is a file, not a folder"},
+	} {
+		t.Run(tc.cwd, func(t *testing.T) {
+			writeFile(t, home, "skills/notes/SKILL.md", "---\nname: notes\ndescription: d\nmcp:\n  local:\n    command: ./server.sh\n    cwd: '"+tc.cwd+"'\n---\n")
+			got, errs := Load(home, []string{"notes"})
+			if tc.want == "" {
+				if len(got) != 0 || len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), "skills/notes/SKILL.md:5: MCP server local: cwd ") ||
+					!strings.Contains(errs[0].Error(), tc.err) {
+					t.Fatalf("loaded %v, problems %v; want %q", got, errs, tc.err)
+				}
+				return
+			}
+			if len(errs) != 0 {
+				t.Fatal(errs)
+			}
+			if _, err := WriteMcporterConfig(home, got); err != nil {
+				t.Fatal(err)
+			}
+			args := readConfig(t, home)["mcpServers"].(map[string]any)["local"].(map[string]any)["args"]
+			if !reflect.DeepEqual(args, []any{"-C", tc.want, "./server.sh"}) {
+				t.Errorf("args %v, want -C %s", args, tc.want)
+			}
+		})
+	}
+
+	// A skill not read by Load (or whose folder changed since) is checked again when the
+	// configuration is written: its server is left out, with a note.
+	s := &Skill{Name: "notes", Dir: real, Servers: []Server{{Name: "local", Command: "x", Cwd: "../../../../etc"}, {Name: "fine", Command: "y", Cwd: "bin"}}}
+	notes, err := WriteMcporterConfig(home, []*Skill{s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(notes) != 1 || !strings.HasPrefix(notes[0], "MCP server local of skill notes is not configured: cwd ../../../../etc leaves the skill's folder (..)") {
+		t.Errorf("notes %q", notes)
+	}
+	if names := serverNames(readConfig(t, home)); !slices.Equal(names, []string{"fine"}) {
+		t.Errorf("servers %q", names)
+	}
+
+	// A home given relative to the working folder gives absolute folders all the same.
+	writeFile(t, home, "skills/notes/SKILL.md", "---\nname: notes\ndescription: d\nmcp:\n  local:\n    command: x\n    cwd: bin\n---\n")
+	t.Chdir(filepath.Dir(home))
+	got, errs := Load(filepath.Base(home), []string{"notes"})
+	if len(errs) != 0 || got[0].Dir != real {
+		t.Fatalf("relative home: %v %v", got, errs)
+	}
+}

@@ -18,7 +18,9 @@ import (
 
 	"github.com/goccy/go-yaml"
 	"github.com/goccy/go-yaml/ast"
+	"github.com/goccy/go-yaml/lexer"
 	"github.com/goccy/go-yaml/parser"
+	"github.com/goccy/go-yaml/token"
 )
 
 // Where skills live in an agent home, and the bounds of what is read.
@@ -38,6 +40,19 @@ const (
 	MaxFileSize = 256 << 10
 	// MaxEnabled is the most skills a turn loads.
 	MaxEnabled = 100
+)
+
+// Bounds of a SKILL.md's front matter, checked before the YAML parser reads it: a skill's
+// folder is the agent's to write, and goccy/go-yaml's memory grows with the square of the
+// nesting depth (30 000 levels took 1.46 GB; 63 000 unclosed '[' ran the node out of
+// memory), its time with the square of a mapping's keys past a few thousand.
+const (
+	// MaxFrontMatterDepth is the deepest the front matter may nest: blocks and flow
+	// collections ([...], {...}) together. A skill needs four (mcp, a server, its env, a
+	// variable).
+	MaxFrontMatterDepth = 32
+	// MaxFrontMatterSize is the largest front matter, between the two "---" lines.
+	MaxFrontMatterSize = 16 << 10
 )
 
 // Skill is one skill, read from its folder.
@@ -69,11 +84,12 @@ type FileInfo struct {
 // client starts (stdio) or the URL of a running server (HTTP).
 type Server struct {
 	Name    string            `yaml:"-" json:"-"`
+	line    int               // of its name in SKILL.md, for problems
 	Command string            `yaml:"command" json:"command,omitempty"`
 	Args    []string          `yaml:"args" json:"args,omitempty"`
 	Env     map[string]string `yaml:"env" json:"env,omitempty"`
 	// Cwd is the folder the command starts in, relative to the skill's folder (the
-	// default) or absolute.
+	// default) or absolute; either way inside the skill's folder.
 	Cwd     string            `yaml:"cwd" json:"cwd,omitempty"`
 	URL     string            `yaml:"url" json:"url,omitempty"`
 	Headers map[string]string `yaml:"headers" json:"headers,omitempty"`
@@ -250,7 +266,103 @@ func load(root *os.Root, name string) (*Skill, error) {
 	if len(s.Files) > MaxFiles {
 		s.Files, s.FilesCut = s.Files[:MaxFiles], true
 	}
+	for _, srv := range s.Servers {
+		if srv.Command == "" {
+			continue
+		}
+		if _, err := serverDir(s.Dir, srv.Cwd); err != nil {
+			return nil, &Problem{Skill: name, File: file, Line: srv.line, Message: fmt.Sprintf("MCP server %s: %v", srv.Name, err)}
+		}
+	}
 	return s, nil
+}
+
+// serverDir is the folder a stdio server of the skill whose folder is dir starts in: dir
+// itself, or cwd relative to it or absolute, with symbolic links resolved as far as the
+// folder exists. A cwd that leaves dir, by "..", as an absolute path elsewhere or
+// through a symbolic link, is refused.
+func serverDir(dir, cwd string) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", errors.New("the skill's folder is not known")
+	}
+	if cwd == "" {
+		return dir, nil
+	}
+	if strings.IndexByte(cwd, 0) >= 0 {
+		return "", fmt.Errorf("cwd %q holds a NUL byte", cwd)
+	}
+	const inside = "a server starts in the skill's folder or a folder inside it"
+	p, abs := filepath.Clean(cwd), filepath.IsAbs(cwd)
+	if !abs {
+		if p == ".." || strings.HasPrefix(p, ".."+string(filepath.Separator)) {
+			return "", fmt.Errorf("cwd %s leaves the skill's folder (..): %s", cwd, inside)
+		}
+		p = filepath.Join(dir, p)
+	}
+	// An absolute cwd is checked once resolved: the home may be reached through a link.
+	real, err := resolveExisting(p)
+	if err != nil {
+		return "", fmt.Errorf("cwd %s: %s", cwd, readError(err))
+	}
+	switch {
+	case !within(dir, real) && abs:
+		return "", fmt.Errorf("cwd %s is not inside the skill's folder: %s", cwd, inside)
+	case !within(dir, real):
+		return "", fmt.Errorf("cwd %s goes through a symbolic link that leaves the skill's folder: %s", cwd, inside)
+	}
+	if fi, err := os.Stat(real); err == nil && !fi.IsDir() {
+		return "", fmt.Errorf("cwd %s is a file, not a folder", cwd)
+	}
+	return real, nil
+}
+
+// within reports whether the clean absolute path p is dir or inside it.
+func within(dir, p string) bool {
+	rel, err := filepath.Rel(dir, p)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator))
+}
+
+// resolveExisting resolves the symbolic links of the clean absolute path p as far as it
+// exists; what does not exist yet is joined to that as it is. A symbolic link that leads
+// nowhere is followed as far as it goes, so that its target is checked.
+func resolveExisting(p string) (string, error) {
+	var missing []string
+	for hops := 0; ; {
+		real, err := filepath.EvalSymlinks(p)
+		if err == nil {
+			return filepath.Join(append([]string{real}, missing...)...), nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return "", err
+		}
+		if fi, lerr := os.Lstat(p); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			// A link to what does not exist yet: check where it leads, where a folder
+			// may be made later. A relative target is relative to the link's folder,
+			// resolved.
+			target, err := os.Readlink(p)
+			if err != nil {
+				return "", err
+			}
+			if !filepath.IsAbs(target) {
+				parent, err := filepath.EvalSymlinks(filepath.Dir(p))
+				if err != nil {
+					return "", err
+				}
+				target = filepath.Join(parent, target)
+			}
+			if hops++; hops > 40 {
+				return "", errors.New("too many levels of symbolic links")
+			}
+			p = filepath.Clean(target)
+			continue
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return "", err
+		}
+		missing = append([]string{filepath.Base(p)}, missing...)
+		p = parent
+	}
 }
 
 // Why openRegular refuses a file.
@@ -297,10 +409,13 @@ func readRegular(root *os.Root, name string, max int64) ([]byte, error) {
 	return b, err
 }
 
-// realDir is the skill's folder with symbolic links resolved; os.Root has checked that
-// it stays inside the home.
+// realDir is the skill's folder, absolute, with symbolic links resolved; os.Root has
+// checked that it stays inside the home.
 func realDir(home, name string) string {
 	dir := filepath.Join(home, Dir, name)
+	if abs, err := filepath.Abs(dir); err == nil {
+		dir = abs
+	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		return real
 	}
@@ -356,6 +471,9 @@ func Parse(name string, data []byte) (*Skill, error) {
 	problem := func(line int, format string, args ...any) error {
 		return &Problem{Skill: name, File: fileOf(name), Line: line, Message: fmt.Sprintf(format, args...)}
 	}
+	if len(data) > MaxSkillSize {
+		return nil, problem(0, "%s is %s, more than the %s a SKILL.md may hold: move the details into other files of the folder, which load_skill reads on request", File, FormatSize(int64(len(data))), FormatSize(MaxSkillSize))
+	}
 	if !utf8.Valid(data) || bytes.IndexByte(data, 0) >= 0 {
 		return nil, problem(0, "not a UTF-8 text file")
 	}
@@ -385,8 +503,24 @@ func Parse(name string, data []byte) (*Skill, error) {
 	// The YAML starts on the file's second line.
 	const offset = 1
 
-	var fm frontMatter
-	file, err := parser.ParseBytes([]byte(yml), 0)
+	// Bounded before the parser reads it; the lexer's work grows only with the size,
+	// which MaxSkillSize bounds, and its tokens are what the parser nests.
+	tokens := lexer.Tokenize(yml)
+	if tk := tooDeep(tokens, MaxFrontMatterDepth); tk != nil {
+		return nil, problem(offset+tk.Position.Line, "front matter nested deeper than %d levels (name, description and mcp need four at most)", MaxFrontMatterDepth)
+	}
+	if len(yml) > MaxFrontMatterSize {
+		return nil, problem(1, "the front matter is %s, more than the %s it may hold: put the instructions after the closing \"---\" line, and the details in other files of the folder", FormatSize(int64(len(yml))), FormatSize(MaxFrontMatterSize))
+	}
+
+	var (
+		fm   frontMatter
+		file *ast.File
+	)
+	err := guarded(func() (err error) {
+		file, err = parser.Parse(tokens, 0)
+		return err
+	})
 	if err == nil && len(file.Docs) > 1 {
 		return nil, problem(2, "the front matter holds more than one YAML document")
 	}
@@ -396,7 +530,7 @@ func Parse(name string, data []byte) (*Skill, error) {
 				return nil, problem(offset+file.Docs[0].Body.GetToken().Position.Line, "the front matter is not a mapping of keys (name, description, mcp) to values")
 			}
 		}
-		err = yaml.NodeToValue(file.Docs[0].Body, &fm, yaml.DisallowUnknownField())
+		err = guarded(func() error { return yaml.NodeToValue(file.Docs[0].Body, &fm, yaml.DisallowUnknownField()) })
 	}
 	if err != nil {
 		line, msg := 0, err.Error()
@@ -432,6 +566,7 @@ func Parse(name string, data []byte) (*Skill, error) {
 		srv := fm.MCP[n]
 		srv.Name = n
 		at := lineOf("mcp", n)
+		srv.line = at
 		if !serverName.MatchString(n) {
 			return nil, problem(at, "MCP server name %q: want up to 64 letters, digits, '_' or '-' (mcporter calls its tools as SERVER.TOOL)", n)
 		}
@@ -453,6 +588,66 @@ func Parse(name string, data []byte) (*Skill, error) {
 		s.Servers = append(s.Servers, srv)
 	}
 	return s, nil
+}
+
+// guarded calls into the YAML library, whose panics on malformed text become errors: a
+// SKILL.md the agent can write must not bring the node down, nor again each time the
+// node comes back up and resumes the turn.
+func guarded(call func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("the YAML parser failed on it (%v)", r)
+		}
+	}()
+	return call()
+}
+
+// tooDeep is the first of tokens at which they nest deeper than limit, or nil. Its count is
+// the block collections open, each at a column greater than the one it is in (every line's
+// first token, every "-" and "?", and the key of every ":" opens one, or continues the
+// one open at its column), plus the flow collections open. It is at least half the depth
+// the parser reaches, whose memory grows with the square of it; comments and the
+// contents of quoted and block scalars are single tokens and do not count.
+func tooDeep(tokens token.Tokens, limit int) *token.Token {
+	var (
+		cols []int // columns of the open block collections, increasing
+		flow int
+		line = -1
+		prev *token.Token
+	)
+	for _, tk := range tokens {
+		if tk.Type == token.CommentType || tk.Position == nil {
+			continue
+		}
+		first := tk.Position.Line != line
+		line = tk.Position.Line
+		if flow == 0 {
+			col := -1
+			switch {
+			case tk.Type == token.MappingValueType && prev != nil && prev.Position.Line == tk.Position.Line:
+				col = prev.Position.Column
+			case first, tk.Type == token.SequenceEntryType, tk.Type == token.MappingKeyType:
+				col = tk.Position.Column
+			}
+			if col >= 0 {
+				for len(cols) > 0 && cols[len(cols)-1] >= col {
+					cols = cols[:len(cols)-1]
+				}
+				cols = append(cols, col)
+			}
+		}
+		switch tk.Type {
+		case token.SequenceStartType, token.MappingStartType:
+			flow++
+		case token.SequenceEndType, token.MappingEndType:
+			flow = max(flow-1, 0)
+		}
+		if len(cols)+flow > limit {
+			return tk
+		}
+		prev = tk
+	}
+	return nil
 }
 
 // keyLine is the line of the key at the end of a path of mapping keys in file's first

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -311,5 +312,102 @@ func TestNamedPipesDoNotBlock(t *testing.T) {
 	}
 	if _, err := WriteMcporterConfig(home, got); err == nil || !strings.Contains(err.Error(), "not a regular file") {
 		t.Errorf("WriteMcporterConfig: %v", err)
+	}
+}
+
+// The front matter is bounded before the YAML parser reads it, whose memory grows with
+// the square of the depth: depth counts blocks and flow collections alike; what is
+// quoted, in a block scalar or in a comment does not nest.
+func TestFrontMatterBounds(t *testing.T) {
+	fm := func(yml string) string { return "---\nname: notes\ndescription: d\n" + yml + "---\nbody\n" }
+	var indented strings.Builder
+	indented.WriteString("metadata:\n")
+	for i := 1; i <= MaxFrontMatterDepth; i++ {
+		indented.WriteString(strings.Repeat("  ", i) + "a:\n")
+	}
+	const deeper = "front matter nested deeper than 32 levels"
+	for _, tc := range []struct {
+		name string
+		text string
+		want string // the error; "" for none
+	}{
+		{"a skill", notesSkill, ""},
+		// The root mapping is one level, and each list one more.
+		{"flow at the bound", fm("metadata: " + strings.Repeat("[", MaxFrontMatterDepth-1) + strings.Repeat("]", MaxFrontMatterDepth-1) + "\n"), ""},
+		{"flow past it", fm("metadata: " + strings.Repeat("[", MaxFrontMatterDepth) + strings.Repeat("]", MaxFrontMatterDepth) + "\n"), "skills/notes/SKILL.md:4: " + deeper},
+		{"unclosed flow", fm("metadata: " + strings.Repeat("[", 63000) + "\n"), "skills/notes/SKILL.md:4: " + deeper},
+		{"flow mappings", fm("metadata: " + strings.Repeat("{a: ", 40) + "b" + strings.Repeat("}", 40) + "\n"), "skills/notes/SKILL.md:4: " + deeper},
+		{"flow over lines", fm("metadata:\n" + strings.Repeat("  [\n", 40)), "skills/notes/SKILL.md:"},
+		{"indentation", fm(indented.String()), "skills/notes/SKILL.md:36: " + deeper},
+		{"indentation at the bound", fm(strings.Join(strings.Split(indented.String(), "\n")[:MaxFrontMatterDepth], "\n") + "\n"), ""},
+		{"sequences on a line", fm("metadata:\n  " + strings.Repeat("- ", 40) + "x\n"), "skills/notes/SKILL.md:5: " + deeper},
+		// Each line goes on in the innermost sequence of the line before.
+		{"sequences over lines", fm("metadata:\n  " + strings.Repeat("- ", 10) + "x\n" + strings.Repeat(" ", 20) + strings.Repeat("- ", 10) + "y\n" +
+			strings.Repeat(" ", 38) + strings.Repeat("- ", 10) + "z\n" + strings.Repeat(" ", 56) + strings.Repeat("- ", 10) + "w\n"), "skills/notes/SKILL.md:8: " + deeper},
+		{"complex keys", fm("metadata:\n  " + strings.Repeat("? ", 40) + "x\n"), deeper},
+		{"blocks then flow", fm("metadata:\n  - a:\n      - " + strings.Repeat("[{b: ", 15) + "c" + strings.Repeat("}]", 15) + "\n"), "skills/notes/SKILL.md:6: " + deeper},
+		// Brackets that are text do not nest.
+		{"quoted", fm("metadata:\n  a: \"" + strings.Repeat("[", 100) + "\"\n  b: '" + strings.Repeat("{", 100) + "'\n"), ""},
+		{"block scalar", fm("metadata: |\n" + strings.Repeat("  [[[[ - - - - ? ? ? : {{{{\n", 20)), ""},
+		{"comment", fm("# " + strings.Repeat("[", 100) + "\nmetadata: x # " + strings.Repeat("- ", 100) + "\n"), ""},
+		{"plain scalar", fm("metadata: a" + strings.Repeat("[", 100) + "\n"), ""},
+		{"size", fm("metadata: \"" + strings.Repeat("x", MaxFrontMatterSize) + "\"\n"), "skills/notes/SKILL.md:1: the front matter is 16.0 KiB, more than the 16.0 KiB it may hold"},
+		{"file size", fm("") + strings.Repeat("x", MaxSkillSize), "skills/notes/SKILL.md: SKILL.md is 64.0 KiB, more than the 64.0 KiB a SKILL.md may hold"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("notes", []byte(tc.text))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				return
+			}
+			var p *Problem
+			if !errors.As(err, &p) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// FuzzParse checks that no SKILL.md brings the parser down: a panic, or memory beyond the
+// bounds, on text the agent can write would take the node with it.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{
+		notesSkill,
+		"---\nname: notes\ndescription: d\n---\n",
+		"---\nname: notes\ndescription: d\nmetadata: " + strings.Repeat("[", 5000) + "\n---\n",
+		"---\nname: notes\ndescription: d\nmetadata:\n  " + strings.Repeat("- ", 5000) + "x\n---\n",
+		"---\nname: notes\ndescription: d\nmetadata: {" + strings.Repeat("a: b, ", 100) + "}\n---\n",
+		"---\nname: notes\ndescription: d\nmcp:\n  e:\n    command: x\n    cwd: ../../../../etc\n---\n",
+		"---\na: &a [*a]\n---\n",
+		"---\n? [a, {b: c}]\n: d\n---\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s, err := Parse("notes", data)
+		runtime.ReadMemStats(&after)
+		var p *Problem
+		switch {
+		case err != nil && !errors.As(err, &p):
+			t.Fatalf("error %T %v is not a Problem", err, err)
+		case err == nil && s.Name != "notes":
+			t.Fatalf("skill %+v", s)
+		}
+		if grew := after.TotalAlloc - before.TotalAlloc; grew > 256<<20 {
+			t.Fatalf("Parse allocated %d MB", grew>>20)
+		}
+	})
+}
+
+// goccy/go-yaml has panicked on malformed text before (its issues 274, 439, 479); a panic
+// is a problem of the skill, not the node's end.
+func TestGuardedRecovers(t *testing.T) {
+	err := guarded(func() error { panic("index out of range [1] with length 1") })
+	if err == nil || err.Error() != "the YAML parser failed on it (index out of range [1] with length 1)" {
+		t.Errorf("guarded: %v", err)
 	}
 }
