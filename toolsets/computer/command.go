@@ -50,6 +50,9 @@ type CommandDetails struct {
 	Sandbox SandboxMode `json:"sandbox"`
 	// Network says whether the command could reach the network.
 	Network bool `json:"network,omitempty"`
+	// Limits are the limits the command ran within, how each was enforced and which it
+	// reached.
+	Limits *AppliedLimits `json:"limits,omitempty"`
 }
 
 // Duration is how long the command ran.
@@ -106,9 +109,14 @@ func (c Config) runCommand(ctx context.Context, sb *sandbox, call toolbus.Call, 
 	}
 	d.TimeoutMS = timeout.Milliseconds()
 
-	out := newCapture(c.MaxOutput)
-	run, err := c.start(ctx, sb, a.Command, dir, h.dir, opt, timeout, out)
+	lim, err := c.prepareLimits(call.ID, opt, sb)
 	if err != nil {
+		return toolbus.Result{}, err
+	}
+	out := newCapture(c.MaxOutput)
+	run, err := c.start(ctx, sb, a.Command, dir, h.dir, opt, lim, timeout, out)
+	if err != nil {
+		lim.abandon()
 		if ctx.Err() != nil {
 			// Cancelled (an abort) before the shell was started.
 			d.Cancelled = true
@@ -144,6 +152,8 @@ func (c Config) runCommand(ctx context.Context, sb *sandbox, call toolbus.Call, 
 	default:
 		return toolbus.Result{}, fmt.Errorf("run command: %w", waitErr)
 	}
+	lim.signalled(&d)
+	d.Limits = lim.details()
 
 	var b strings.Builder
 	took := formatDuration(d.Duration())
@@ -160,6 +170,9 @@ func (c Config) runCommand(ctx context.Context, sb *sandbox, call toolbus.Call, 
 	if d.TimeoutCapped {
 		fmt.Fprintf(&b, " The timeout was capped at %s, the host's maximum.", formatDuration(timeout))
 	}
+	for _, note := range limitNotes(d.Limits, output) {
+		b.WriteString(" " + note)
+	}
 	if output == "" {
 		b.WriteString("\n(no output)")
 	} else {
@@ -167,7 +180,9 @@ func (c Config) runCommand(ctx context.Context, sb *sandbox, call toolbus.Call, 
 		b.WriteString(strings.TrimSuffix(output, "\n"))
 	}
 	res := toolbus.TextResult(b.String())
-	res.IsError = d.ExitCode != 0 || d.TimedOut || d.Cancelled
+	// A process the memory limit killed, or a fork refused, leaves the command's work
+	// undone whatever its status.
+	res.IsError = d.ExitCode != 0 || d.TimedOut || d.Cancelled || len(d.Limits.Reached) > 0
 	return res.WithDetails(d), nil
 }
 
@@ -190,7 +205,13 @@ type process struct {
 	// before ready is closed.
 	box   *box
 	ready chan struct{}
+	// limits are the command's limits; its cgroup goes when the command has ended.
+	limits *commandLimits
 }
+
+// bareWrapper runs a bare command once the node has put the shell in the command's cgroup
+// and set its rlimits: it waits for a line on fd 3, then becomes the command's shell.
+const bareWrapper = `IFS= read -r _ <&3 || exit 125; exec 3<&-; exec /bin/sh -c "$1"`
 
 // start runs command under /bin/sh, in sb or, when sb is nil, bare in its own process
 // group. Output goes through a pipe the caller owns rather than one exec.Cmd owns, so
@@ -200,20 +221,35 @@ type process struct {
 // The context's end sends SIGTERM to every process of the command (bare: its process
 // group; sandboxed: every process in the sandbox, however it detached); KillGrace later,
 // exec kills the shell or bubblewrap, and wait kills whatever is left.
-func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home string, opt CallSandbox, timeout time.Duration, out io.Writer) (*process, error) {
+//
+// The command's limits apply before it runs: the process started (bubblewrap's sandbox
+// child, or the bare wrapper shell) waits on a pipe, bubblewrap with --block-fd, until
+// the node has moved it into the command's cgroup and set its rlimits; whatever it starts
+// from then on inherits both. (Adding a process to a cgroup v1 after it started would
+// race with its first forks; clone3 into a cgroup exists for v2 only.)
+func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home string, opt CallSandbox, lim *commandLimits, timeout time.Duration, out io.Writer) (*process, error) {
 	runCtx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("run command: output pipe: %w", err)
 	}
-	p := &process{out: pr, copied: make(chan struct{}), grace: c.KillGrace, cancel: cancel, sandboxed: sb != nil, ready: make(chan struct{})}
+	// The started process waits on blockR until the node writes a line to blockW.
+	blockR, blockW, err := os.Pipe()
+	if err != nil {
+		pr.Close()
+		pw.Close()
+		cancel()
+		return nil, fmt.Errorf("run command: start pipe: %w", err)
+	}
+	p := &process{out: pr, copied: make(chan struct{}), grace: c.KillGrace, cancel: cancel, sandboxed: sb != nil, ready: make(chan struct{}), limits: lim}
 	var (
 		cmd          *exec.Cmd
 		infoR, infoW *os.File // bubblewrap's report of the sandbox it made
 	)
 	if sb == nil {
-		cmd = exec.CommandContext(runCtx, "/bin/sh", "-c", command)
+		cmd = exec.CommandContext(runCtx, "/bin/sh", "-c", bareWrapper, "sh", command)
+		cmd.ExtraFiles = []*os.File{blockR} // fd 3
 		cmd.Dir = dir
 		cmd.Env = bareEnv(home, opt.Env)
 		cmd.Cancel = func() error {
@@ -224,6 +260,8 @@ func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home strin
 		if infoR, infoW, err = os.Pipe(); err != nil {
 			pr.Close()
 			pw.Close()
+			blockR.Close()
+			blockW.Close()
 			cancel()
 			return nil, fmt.Errorf("run command: sandbox info pipe: %w", err)
 		}
@@ -232,10 +270,10 @@ func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home strin
 		// The node starts bubblewrap itself, with an empty environment (its init's
 		// /proc/1/environ is the sandbox's to read): bwrap --die-with-parent then dies
 		// with the node, and the sandbox with bwrap.
-		args := append(sb.options(home, dir, opt.Network, env), "--info-fd", "3", "--", "/bin/sh", "-c", command)
+		args := append(sb.options(home, dir, opt.Network, env, lim.lim.TmpSize), "--info-fd", "3", "--block-fd", "4", "--", "/bin/sh", "-c", command)
 		cmd = exec.CommandContext(runCtx, sb.bwrap, args...)
 		cmd.Env = []string{}
-		cmd.ExtraFiles = []*os.File{infoW} // fd 3
+		cmd.ExtraFiles = []*os.File{infoW, blockR} // fd 3, fd 4
 		cmd.Cancel = func() error {
 			p.stopping()
 			<-p.ready
@@ -253,11 +291,13 @@ func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home strin
 	p.started = time.Now()
 	err = cmd.Start()
 	pw.Close()
+	blockR.Close()
 	if infoW != nil {
 		infoW.Close()
 	}
 	if err != nil {
 		pr.Close()
+		blockW.Close()
 		if infoR != nil {
 			infoR.Close()
 		}
@@ -272,6 +312,21 @@ func (c Config) start(ctx context.Context, sb *sandbox, command, dir, home strin
 		p.box = readBox(infoR)
 		infoR.Close()
 	}
+	// The process that runs the command, still waiting: bubblewrap's sandbox child (the
+	// sandbox's pid 1, which forks the shell) or the bare wrapper shell.
+	switch {
+	case sb == nil:
+		lim.enter(cmd.Process.Pid)
+	case p.box != nil:
+		lim.enter(p.box.init)
+	default:
+		// Bubblewrap made no sandbox: it failed, and says why on the output; or it said
+		// nothing in time, and its child must not run the command outside its limits
+		// (it reads the end of the pipe as a go): kill it, and the child dies with it.
+		_ = cmd.Process.Kill()
+	}
+	_, _ = blockW.Write([]byte("\n"))
+	blockW.Close()
 	close(p.ready)
 	go func() {
 		defer close(p.copied)
@@ -300,6 +355,9 @@ func (p *process) wait() error {
 	case !p.sandboxed:
 		p.stopGroup()
 	}
+	// What is left in the command's cgroup (bare: processes that left the group) dies
+	// with it.
+	p.limits.finish(p.grace)
 	// A process that left the group (setsid) may still hold the pipe: stop reading after
 	// the grace period rather than wait for it.
 	_ = p.out.SetReadDeadline(time.Now().Add(p.grace))
@@ -394,6 +452,10 @@ func signalName(s syscall.Signal) string {
 		return "SIGPIPE"
 	case syscall.SIGBUS:
 		return "SIGBUS"
+	case syscall.SIGXCPU:
+		return "SIGXCPU"
+	case syscall.SIGXFSZ:
+		return "SIGXFSZ"
 	}
 	return fmt.Sprintf("%d (%s)", int(s), s)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus"
@@ -72,8 +73,14 @@ func Tools(cfg Config) []*toolbus.Tool {
 	c := cfg.withDefaults()
 	specs := specs(c)
 	// The sandbox is checked once, when the host builds its tools; if it cannot run,
-	// run_command refuses every call with the reason and the fix.
+	// run_command refuses every call with the reason and the fix. So is what the host's
+	// cgroups allow (logged once when commands cannot get all their limits).
 	sb, sbErr := c.sandbox()
+	if err := c.validate(); err != nil {
+		sbErr = err
+	} else if sbErr == nil {
+		hostCgroups(c.log())
+	}
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[listArgs]{
 			Spec: specs[0],
@@ -145,6 +152,10 @@ func Tools(cfg Config) []*toolbus.Tool {
 					return fmt.Sprintf("Timed out running `%s` after %s", cmd, formatDuration(d.Duration()))
 				case d.Cancelled:
 					return fmt.Sprintf("Stopped `%s` after %s", cmd, formatDuration(d.Duration()))
+				case d.Limits.reached(limitMemory):
+					return fmt.Sprintf("Ran `%s` (out of memory)", cmd)
+				case d.Limits.reached(limitPids):
+					return fmt.Sprintf("Ran `%s` (too many processes)", cmd)
 				case d.Signal != "":
 					return fmt.Sprintf("Ran `%s` (killed by %s)", cmd, d.Signal)
 				}
@@ -168,12 +179,37 @@ func cleanArg(p string) string {
 	return path.Clean(p)
 }
 
-// sandboxNote tells the model what the sandbox allows.
+// sandboxNote tells the model what the sandbox allows, and the command limits.
 func sandboxNote(c Config) string {
+	note := limitsNote(c.Limits.effective(), c.Sandbox.Mode != SandboxOff)
 	if c.Sandbox.Mode == SandboxOff {
-		return ""
+		return note
 	}
 	return " The command runs in a sandbox: the agent home is the only lasting place it can write to " +
 		"(/tmp is private to the command and emptied when it ends), the rest of the system is read-only, " +
-		"and the network is off unless the agent is allowed it."
+		"and the network is off unless the agent is allowed it." + note
+}
+
+// limitsNote tells the model the host's command limits (an agent may have others).
+func limitsNote(l Limits, tmp bool) string {
+	var parts []string
+	if l.Pids > 0 {
+		parts = append(parts, fmt.Sprintf("%d processes and threads at once", l.Pids))
+	}
+	if l.Memory > 0 {
+		parts = append(parts, formatSize(l.Memory)+" of memory")
+	}
+	if l.CPUSeconds > 0 {
+		parts = append(parts, cpuTime(l.CPUSeconds)+" of CPU time per process")
+	}
+	if l.FileSize > 0 {
+		parts = append(parts, formatSize(l.FileSize)+" per file")
+	}
+	if tmp && l.TmpSize > 0 {
+		parts = append(parts, formatSize(l.TmpSize)+" in /tmp (which counts as memory)")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " Each command is limited to " + strings.Join(parts, ", ") + "; the result says which limit a command reached."
 }

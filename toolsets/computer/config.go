@@ -1,6 +1,9 @@
 package computer
 
-import "time"
+import (
+	"log/slog"
+	"time"
+)
 
 // Category is the tool category the computer tools belong to.
 const Category = "computer"
@@ -38,8 +41,29 @@ type Config struct {
 	Sandbox SandboxConfig
 	// CallOptions, when set, gives each run_command call its sandbox options from the
 	// calling agent's id; nil gives every call the defaults (no network, no variables of
-	// its own).
+	// its own, the node's Limits).
 	CallOptions func(agent string) CallSandbox
+	// Limits bound each command: its processes, memory, CPU time, file size and /tmp. A
+	// zero field takes its default (DefaultPids, DefaultMemory, DefaultCPUSeconds,
+	// DefaultFileSize, DefaultTmpSize); a negative one turns that limit off. A call's
+	// options (CallSandbox.Limits) override them field by field.
+	Limits Limits
+	// Log is where the tools log what the model does not see, such as limits the host
+	// cannot enforce; nil is slog.Default().
+	Log *slog.Logger
+}
+
+// log is the tools' logger.
+func (c Config) log() *slog.Logger {
+	if c.Log != nil {
+		return c.Log
+	}
+	return slog.Default()
+}
+
+// validate refuses a configuration run_command cannot run commands with.
+func (c Config) validate() error {
+	return c.Limits.Validate()
 }
 
 func (c Config) withDefaults() Config {
@@ -67,5 +91,6 @@ func (c Config) withDefaults() Config {
 	if c.Sandbox.Bwrap == "" {
 		c.Sandbox.Bwrap = "bwrap"
 	}
+	c.Limits = c.Limits.withDefaults()
 	return c
 }

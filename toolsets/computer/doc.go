@@ -19,8 +19,19 @@
 // node. The host checks once that bubblewrap works; if it does not, run_command refuses
 // every call with the reason and the fix ([ErrSandboxUnavailable]).
 //
+// Each command runs within limits ([Limits], [Config.Limits], per agent
+// [CallSandbox.Limits]): processes and threads and memory for the command as a whole, in a
+// control group of its own nested in the node's (cgroup v1 or v2, with
+// github.com/containerd/cgroups), CPU time and file size per process (rlimits), and the
+// size of its /tmp. The process that will run the command waits until the node has moved
+// it into its cgroup and set its rlimits, so that even its first forks count; when the
+// command ends, whatever is left in its cgroup is killed and the group deleted. Where no
+// cgroup can be created, memory falls back to RLIMIT_DATA and processes to RLIMIT_NPROC,
+// which does not bind root; the host logs that once, and each result's details
+// ([AppliedLimits]) say which limits applied, how, and which the command reached.
+//
 // With the sandbox off ([SandboxOff]) the command runs bare, in its own process group, with
-// the same environment allowlist; its group is stopped the same way, but a process that
-// leaves the group (setsid) escapes, and the command can reach whatever the node's user
-// can.
+// the same environment allowlist and limits (but the host's /tmp); its group is stopped the
+// same way, and what left the group (setsid) dies with the command's cgroup, where it has
+// one; the command can reach whatever the node's user can.
 package computer

@@ -51,7 +51,8 @@ func (m *SandboxMode) Set(s string) error {
 //     directories /usr, /bin, /sbin and /lib* read-only, and of /etc only the files a shell
 //     and common tools need (sandboxEtc); nothing else of the host: no other home, none of
 //     the node's files;
-//   - a private /tmp (a tmpfs gone when the command ends), a minimal /dev, a read-only root;
+//   - a private /tmp (a tmpfs gone when the command ends, of Limits.TmpSize bytes at
+//     most), a minimal /dev, a read-only root;
 //   - its own user, PID, IPC, UTS and cgroup namespaces, every capability dropped, no new
 //     user namespaces inside, a new session (no terminal of the node's to write to);
 //   - a fresh /proc that shows the sandbox's processes only;
@@ -80,6 +81,9 @@ type CallSandbox struct {
 	Network bool
 	// Env are variables added to the command's environment; they win over the defaults.
 	Env map[string]string
+	// Limits are the agent's command limits: a zero field takes the node's
+	// (Config.Limits), a negative one turns that limit off.
+	Limits Limits
 }
 
 // ErrSandboxUnavailable is the error of every run_command call when the sandbox cannot
@@ -128,6 +132,10 @@ type sandbox struct {
 	system []string // bwrap arguments that show the system read-only
 	extra  []string // and SandboxConfig.ReadOnly, after /tmp (which could cover them)
 	path   []string // the bin folders of SandboxConfig.ReadOnly, for PATH
+	// tmpSize says bubblewrap can size the tmpfs of /tmp (--size, bubblewrap 0.8); when it
+	// cannot, tmpSizeWhy is its message.
+	tmpSize    bool
+	tmpSizeWhy string
 }
 
 // checked are the results of sandbox checks, by configuration: a host checks once.
@@ -143,11 +151,16 @@ type checkResult struct {
 
 // CheckSandbox says whether run_command can run commands as cfg asks: nil when the
 // sandbox is off or works, an error wrapping ErrSandboxUnavailable that says what is wrong
-// and how to fix it otherwise. The check runs bubblewrap once (/bin/true in a sandbox),
+// and how to fix it otherwise, or the error of limits too small to run a command within
+// (Limits.Validate). The check runs bubblewrap once (/bin/true in a sandbox),
 // the first time a configuration is checked; its result holds for the life of the
 // process.
 func CheckSandbox(cfg Config) error {
-	_, err := cfg.withDefaults().sandbox()
+	c := cfg.withDefaults()
+	if err := c.validate(); err != nil {
+		return err
+	}
+	_, err := c.sandbox()
 	return err
 }
 
@@ -219,9 +232,29 @@ func checkBwrap(s SandboxConfig) (*sandbox, error) {
 		}
 	}
 
+	sb.tmpSize = true
+	why, err := sb.try(path, 1<<20)
+	if err != nil {
+		// An older bubblewrap cannot size /tmp: the sandbox works, without that limit.
+		if _, plainErr := sb.try(path, 0); plainErr == nil {
+			sb.tmpSize, sb.tmpSizeWhy, err = false, ": "+why, nil
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s cannot create a sandbox on this host: %s; "+
+			"it needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; "+
+			"inside a container, one that allows them), or start the node with -sandbox=off to run commands without a sandbox",
+			ErrSandboxUnavailable, path, why)
+	}
+	return sb, nil
+}
+
+// try runs /bin/true in the sandbox every command gets, with a /tmp of tmp bytes (0: not
+// sized); on failure, why is bubblewrap's message.
+func (sb *sandbox) try(bwrap string, tmp int64) (why string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, path, append(sb.options("", "/", false, nil), "--", "/bin/true")...)
+	cmd := exec.CommandContext(ctx, bwrap, append(sb.options("", "/", false, nil, tmp), "--", "/bin/true")...)
 	cmd.Env = []string{}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -233,18 +266,15 @@ func checkBwrap(s SandboxConfig) (*sandbox, error) {
 		if why == "" {
 			why = err.Error()
 		}
-		return nil, fmt.Errorf("%w: %s cannot create a sandbox on this host: %s; "+
-			"it needs unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1 and user.max_user_namespaces > 0; "+
-			"inside a container, one that allows them), or start the node with -sandbox=off to run commands without a sandbox",
-			ErrSandboxUnavailable, path, why)
+		return why, err
 	}
-	return sb, nil
+	return "", nil
 }
 
 // options are bubblewrap's options (the arguments before "--") for a command run in home
-// (absolute, links resolved; "" for none) with the working directory cwd and the
-// environment env.
-func (sb *sandbox) options(home, cwd string, network bool, env map[string]string) []string {
+// (absolute, links resolved; "" for none) with the working directory cwd, the environment
+// env and a /tmp of tmp bytes (0: the tmpfs default, half the host's memory).
+func (sb *sandbox) options(home, cwd string, network bool, env map[string]string, tmp int64) []string {
 	a := []string{
 		"--unshare-user", "--disable-userns", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--hostname", "sandbox", "--cap-drop", "ALL", "--new-session",
@@ -257,7 +287,11 @@ func (sb *sandbox) options(home, cwd string, network bool, env map[string]string
 		a = append(a, "--unshare-net")
 	}
 	a = append(a, sb.system...)
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp")
+	a = append(a, "--proc", "/proc", "--dev", "/dev")
+	if tmp > 0 && sb.tmpSize {
+		a = append(a, "--size", strconv.FormatInt(tmp, 10))
+	}
+	a = append(a, "--tmpfs", "/tmp")
 	a = append(a, sb.extra...)
 	if home != "" {
 		a = append(a, "--bind", home, home)
