@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,6 +31,15 @@ const (
 	// ServerMinInterval is the shortest @every JetStream accepts, and so the floor of
 	// the minimum interval.
 	ServerMinInterval = time.Second
+	// MaxAhead is how far ahead a schedule may reach: the longest every, and the
+	// furthest from now an at, or a cron's first firing, may be. JetStream keeps a
+	// schedule's next firing in nanoseconds since 1970, an int64 that ends at
+	// ServerEnd: a firing beyond it wraps into the past, so an @at fires at once and
+	// an @every over and over, four times a second. Ten years (of 365 days) keeps every
+	// firing far inside that range, and is further ahead than anyone plans a turn.
+	MaxAhead = 10 * 365 * 24 * time.Hour
+	// maxAheadText is MaxAhead for people and models.
+	maxAheadText = "87600h (10 years)"
 	// QueueRetry is how long a firing held back by the queue policy waits in the
 	// intake before it looks again whether the turn before it has ended.
 	QueueRetry = 2 * time.Second
@@ -74,8 +85,83 @@ func (c Config) withDefaults() Config {
 }
 
 func (c Config) validate() error {
-	if c.MinInterval < ServerMinInterval {
+	switch {
+	case c.MinInterval < ServerMinInterval:
 		return fmt.Errorf("schedules: minimum interval %s is below JetStream's own minimum of %s", c.MinInterval, ServerMinInterval)
+	case c.MinInterval > MaxAhead:
+		return fmt.Errorf("schedules: minimum interval %s is above the longest interval a schedule may have, %s", c.MinInterval, maxAheadText)
+	}
+	return nil
+}
+
+// ServerEnd is the last instant JetStream can time a firing at: it keeps a schedule's
+// next firing in nanoseconds since 1970, an int64 (2262-04-11T23:47:16.854775807Z).
+var ServerEnd = time.Unix(0, math.MaxInt64).UTC()
+
+// durationSyntax is what time.ParseDuration reads, whatever the size: a duration it
+// refuses that matches is too long (or too negative) for it, not misspelt.
+var durationSyntax = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
+
+// planEvery reads an every as given and checks it against the bounds: a whole number
+// of seconds (the server fires at whole seconds, and would fire an interval with a
+// fraction every rounded interval instead), at least minInterval and at most MaxAhead.
+// The interval returned round-trips through its String, which the server parses.
+func planEvery(given string, minInterval time.Duration) (time.Duration, error) {
+	given = strings.TrimSpace(given)
+	d, err := time.ParseDuration(given)
+	switch {
+	case err != nil && durationSyntax.MatchString(given) && !strings.HasPrefix(given, "-"):
+		return 0, fmt.Errorf("every %s is longer than the longest interval, %s: give at most 87600h", given, maxAheadText)
+	case err != nil && durationSyntax.MatchString(given):
+		return 0, fmt.Errorf("every %s is not a positive interval: give one of at least %s, the minimum interval between firings", given, minInterval)
+	case err != nil:
+		return 0, fmt.Errorf("every %q is not a duration: write it like 30m, 2h or 24h (units h, m and s; a day is 24h)", given)
+	case d <= 0:
+		return 0, fmt.Errorf("every %s is not a positive interval: give one of at least %s, the minimum interval between firings", given, minInterval)
+	case d < minInterval:
+		return 0, fmt.Errorf("every %s is shorter than the minimum interval between firings, %s", given, minInterval)
+	case d > MaxAhead:
+		return 0, fmt.Errorf("every %s is longer than the longest interval, %s: give at most 87600h", given, maxAheadText)
+	case d%time.Second != 0:
+		var near []string
+		for _, n := range []time.Duration{d.Truncate(time.Second), d.Truncate(time.Second) + time.Second} {
+			if n >= minInterval && n <= MaxAhead {
+				near = append(near, n.String())
+			}
+		}
+		return 0, fmt.Errorf("every %s is not a whole number of seconds, and the server fires schedules at whole seconds: give %s", given, strings.Join(near, " or "))
+	}
+	return d, nil
+}
+
+// planAt reads an at as given (RFC 3339 with an offset; a lowercase t or z as well)
+// and checks it against the bounds: after now, and at most MaxAhead after it. It is
+// truncated to the second: the server fires at whole seconds.
+func planAt(given string, now time.Time) (time.Time, error) {
+	at, err := time.Parse(time.RFC3339, strings.ToUpper(strings.TrimSpace(given)))
+	if err != nil {
+		return time.Time{}, fmt.Errorf("at %q is not an RFC 3339 time with an offset, such as 2026-12-01T09:00:00+01:00 or 2026-12-01T08:00:00Z", given)
+	}
+	if _, off := at.Zone(); off <= -24*60*60 || off >= 24*60*60 {
+		return time.Time{}, fmt.Errorf("at %q has an offset of 24 hours or more: give the offset of the zone meant, between -12:00 and +14:00, or the time in UTC (Z)", given)
+	}
+	// The server fires at whole seconds; a time within the second now is past by the
+	// time it is stored.
+	at = at.Truncate(time.Second)
+	if !at.After(now) {
+		return time.Time{}, fmt.Errorf("at %s is in the past (it is now %s): give a time to come", at.Format(time.RFC3339), now.In(at.Location()).Format(time.RFC3339))
+	}
+	if err := checkAhead(at, now); err != nil {
+		return time.Time{}, fmt.Errorf("at %s %w", at.Format(time.RFC3339), err)
+	}
+	return at, nil
+}
+
+// checkAhead checks that t, a schedule's first firing, is at most MaxAhead after now.
+func checkAhead(t, now time.Time) error {
+	if t.Sub(now) > MaxAhead { // Sub saturates: a time past any duration is too
+		return fmt.Errorf("is more than 10 years from now: a schedule reaches %s ahead at most, so give a time no later than %s",
+			maxAheadText, now.Add(MaxAhead).In(t.Location()).Truncate(time.Second).Format(time.RFC3339))
 	}
 	return nil
 }
@@ -115,7 +201,8 @@ type Schedule struct {
 	// of it decided so, whose acknowledgement takes the firing out of the intake), or it
 	// is older than one that was.
 	SkipSeq uint64 `json:"skip_seq,omitempty"`
-	// Done marks a one-shot schedule that has fired; its record expires a day later.
+	// Done marks a schedule that fires no more: a one-shot that has fired, or one the
+	// server cannot time (untimeable); its record expires a day later.
 	Done bool `json:"done,omitempty"`
 }
 
@@ -135,13 +222,13 @@ func (s *Schedule) When() string {
 }
 
 // Next is the schedule's next firing after t, as the server computes it; false when it
-// fires no more (a one-shot schedule that fired).
+// fires no more (a one-shot schedule that fired, or one the server cannot time).
 func (s *Schedule) Next(t time.Time) (time.Time, bool) {
+	if s.Done {
+		return time.Time{}, false
+	}
 	switch s.Kind {
 	case KindAt:
-		if s.Done {
-			return time.Time{}, false
-		}
 		return s.At, true
 	case KindEvery:
 		d, err := time.ParseDuration(s.Every)
@@ -164,6 +251,18 @@ func (s *Schedule) Next(t time.Time) (time.Time, bool) {
 	return next, err == nil
 }
 
+// untimeable says why the server cannot time the schedule's firings, or "" when it can:
+// its first firing is after ServerEnd, so the server's next firing wrapped into the
+// past, and it fires at once (an @every over and over, four times a second). Plan
+// refuses such a schedule; an earlier build stored some.
+func (s *Schedule) untimeable() string {
+	if !s.First.After(ServerEnd) {
+		return ""
+	}
+	return fmt.Sprintf("%s reaches past %s, the last time the server can fire at, so it fired early; it was taken out of the intake and fires no more: create it again within %s",
+		s.When(), ServerEnd.Truncate(time.Second).Format(time.RFC3339), maxAheadText)
+}
+
 // key is a schedule's key in the bucket.
 func key(agent, id string) string { return agent + "." + id }
 
@@ -179,8 +278,8 @@ func TurnID(schedule string, seq uint64) string {
 type CreateArgs struct {
 	Prompt       string `json:"prompt" jsonschema:"minLength=1,maxLength=8000" jsonschema_description:"What each turn the schedule starts is asked, as the user would ask you."`
 	Instructions string `json:"instructions,omitempty" jsonschema:"maxLength=8000" jsonschema_description:"Extra instructions for those turns (optional)."`
-	At           string `json:"at,omitempty" jsonschema:"maxLength=64" jsonschema_description:"Fire once, at this time: RFC 3339 with its offset, e.g. 2026-12-01T09:00:00+01:00."`
-	Every        string `json:"every,omitempty" jsonschema:"maxLength=32" jsonschema_description:"Fire repeatedly at this interval: a duration such as 30m, 2h or 24h."`
+	At           string `json:"at,omitempty" jsonschema:"maxLength=64" jsonschema_description:"Fire once, at this time: RFC 3339 with its offset, e.g. 2026-12-01T09:00:00+01:00; at most 10 years from now."`
+	Every        string `json:"every,omitempty" jsonschema:"maxLength=32" jsonschema_description:"Fire repeatedly at this interval: a duration in whole seconds such as 30m, 2h or 24h, at most 87600h (10 years)."`
 	Cron         string `json:"cron,omitempty" jsonschema:"maxLength=128" jsonschema_description:"Fire on a cron schedule: six fields, seconds first (second minute hour day-of-month month day-of-week), e.g. \"0 30 9 * * mon-fri\"; five fields are read with second 0; or @hourly, @daily, @weekly, @monthly, @yearly."`
 	TimeZone     string `json:"time_zone,omitempty" jsonschema:"maxLength=64" jsonschema_description:"The IANA time zone the cron fields are read in, e.g. Europe/Amsterdam (default UTC). Cron only."`
 }
@@ -228,27 +327,20 @@ func Plan(a CreateArgs, now time.Time, minInterval time.Duration) (Schedule, err
 			KindEvery: "an interval does not depend on a zone",
 		}[given[0]])
 	}
+	// Every time is bounded here, before anything is stored (planAt, planEvery,
+	// checkAhead): the server times a firing in int64 nanoseconds (ServerEnd).
 	switch given[0] {
 	case KindAt:
-		at, err := time.Parse(time.RFC3339, strings.TrimSpace(a.At))
+		at, err := planAt(a.At, now)
 		if err != nil {
-			return Schedule{}, fmt.Errorf("at %q is not an RFC 3339 time with an offset, such as 2026-12-01T09:00:00+01:00 or 2026-12-01T08:00:00Z", a.At)
-		}
-		// The server fires at whole seconds; a time within the second now is past
-		// by the time it is stored.
-		at = at.Truncate(time.Second)
-		if !at.After(now) {
-			return Schedule{}, fmt.Errorf("at %s is in the past (it is now %s): give a time to come", at.Format(time.RFC3339), now.In(at.Location()).Format(time.RFC3339))
+			return Schedule{}, err
 		}
 		s.Kind, s.At, s.First = KindAt, at, at
 		s.Pattern = "@at " + at.UTC().Format(time.RFC3339)
 	case KindEvery:
-		d, err := time.ParseDuration(strings.TrimSpace(a.Every))
+		d, err := planEvery(a.Every, minInterval)
 		if err != nil {
-			return Schedule{}, fmt.Errorf("every %q is not a duration: write it like 30m, 2h or 24h", a.Every)
-		}
-		if d < minInterval {
-			return Schedule{}, fmt.Errorf("every %s is shorter than the minimum interval between firings, %s", d, minInterval)
+			return Schedule{}, err
 		}
 		s.Kind, s.Every = KindEvery, d.String()
 		s.Pattern = "@every " + s.Every
@@ -269,6 +361,11 @@ func Plan(a CreateArgs, now time.Time, minInterval time.Duration) (Schedule, err
 		first, err := spec.next(now, loc)
 		if err != nil {
 			return Schedule{}, fmt.Errorf("cron %q: %w", a.Cron, err)
+		}
+		// The server looks five years ahead at most (errNeverFires), so this holds;
+		// checked all the same, as every kind is.
+		if err := checkAhead(first, now); err != nil {
+			return Schedule{}, fmt.Errorf("cron %q first fires at %s, which %w", a.Cron, first.Format(time.RFC3339), err)
 		}
 		if gap, at, ok := spec.shortestGap(now, loc, maxGapChecks); ok && gap < minInterval {
 			return Schedule{}, fmt.Errorf("cron %q fires %s apart (at %s); the minimum interval between firings is %s", a.Cron, gap, at.Format(time.RFC3339), minInterval)
@@ -524,6 +621,13 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 		}
 		why := ""
 		switch {
+		case sch.untimeable() != "":
+			// Every firing of it is a wrong one: stop them, and start no turn.
+			why = sch.untimeable()
+			if err := s.turns.RemoveSchedule(ctx, id); err != nil {
+				return Firing{}, err
+			}
+			sch.Done = true
 		case !p.Enabled:
 			why = "schedules are not enabled in the agent's profile"
 		case sch.LastTurn != "":
