@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/web"
@@ -24,7 +25,7 @@ import (
 // ProfileVersion is the newest profile document version this build reads and writes.
 // Each version keeps its own schema below, so stored documents of an older version stay
 // readable when a newer one adds fields.
-const ProfileVersion = 3
+const ProfileVersion = 4
 
 // Profile is an agent's profile: one JSON document per agent in the KV bucket
 // bus.BucketAgents, under the agent's id. No profile means built-in tools only.
@@ -56,6 +57,15 @@ type Profile struct {
 	// Schedules says whether the agent's main turns may create schedules, and what a
 	// firing does while the turn it started last still runs.
 	Schedules *SchedulesPolicy `json:"schedules,omitempty"`
+	// Computer sets the agent's command limits, field by field over the node's.
+	Computer *ComputerPolicy `json:"computer,omitempty"`
+}
+
+// ComputerPolicy is how an agent's commands run: their limits (processes, memory, CPU
+// time, file size, /tmp), each a zero for the node's own (run_command reads them at each
+// call), a negative value to turn that limit off.
+type ComputerPolicy struct {
+	Limits computer.Limits `json:"limits"`
 }
 
 // JobsPolicy is whether and how much an agent's main turns may start background jobs.
@@ -132,7 +142,8 @@ const (
 func (r NamespaceRef) Deferred() bool { return r.Load != LoadUpfront }
 
 // profileSchema is the document schema of a version: the fields of every version up to it
-// (version 2 added approvals), and nothing else.
+// (version 2 added approvals, version 3 web, skills, brain, jobs and schedules, version
+// 4 computer), and nothing else.
 func profileSchema(version int) *schema.Schema {
 	approvals := ""
 	if version >= 2 {
@@ -186,6 +197,26 @@ func profileSchema(version int) *schema.Schema {
       "additionalProperties": false
     },`
 	}
+	if version >= 4 {
+		approvals += `
+    "computer": {
+      "type": "object",
+      "properties": {
+        "limits": {
+          "type": "object",
+          "properties": {
+            "pids": {"type": "integer"},
+            "memory_bytes": {"type": "integer"},
+            "cpu_seconds": {"type": "integer"},
+            "file_size_bytes": {"type": "integer"},
+            "tmp_bytes": {"type": "integer"}
+          },
+          "additionalProperties": false
+        }
+      },
+      "additionalProperties": false
+    },`
+	}
 	return schema.MustFromJSON([]byte(fmt.Sprintf(`{
   "type": "object",
   "properties": {
@@ -211,7 +242,7 @@ func profileSchema(version int) *schema.Schema {
 }
 
 // profileSchemas are the document schemas, by version.
-var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2), 3: profileSchema(3)}
+var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2), 3: profileSchema(3), 4: profileSchema(4)}
 
 // ProfileError refuses a profile document, naming each problem by its JSON pointer.
 type ProfileError struct {
@@ -308,6 +339,11 @@ func (p *Profile) check() error {
 	if p.Jobs != nil && p.Jobs.Keep != "" {
 		if d, err := time.ParseDuration(p.Jobs.Keep); err != nil || d < time.Minute {
 			pe.Problems = append(pe.Problems, Problem{"/jobs/keep", fmt.Sprintf("%q is not a duration of a minute or more (write it as Go does: 90m, 24h)", p.Jobs.Keep)})
+		}
+	}
+	if p.Computer != nil {
+		if err := p.Computer.Limits.Validate(); err != nil {
+			pe.Problems = append(pe.Problems, Problem{"/computer/limits", err.Error()})
 		}
 	}
 	if len(pe.Problems) > 0 {

@@ -1,6 +1,7 @@
 package toolsets
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -92,7 +93,13 @@ func builtinCategories() []category {
 		{
 			name:  computer.Category,
 			specs: func(h Handles, _ *Profile) []*toolbus.Spec { return computer.Specs(h.Computer) },
-			tools: func(h Handles) ([]*toolbus.Tool, error) { return computer.Tools(h.Computer), nil },
+			tools: func(h Handles) ([]*toolbus.Tool, error) {
+				cfg := h.Computer
+				if h.Profiles != nil && cfg.CallOptions == nil {
+					cfg.CallOptions = agentLimits(h.Profiles, h.Logger)
+				}
+				return computer.Tools(cfg), nil
+			},
 			in:    notInTasks,
 		},
 		{
@@ -202,4 +209,30 @@ func ForCategory(name string, h Handles) ([]*toolbus.Tool, error) {
 		}
 	}
 	return nil, fmt.Errorf("unknown tool category %q (this build hosts %s)", name, strings.Join(Categories(), ", "))
+}
+
+// profileReadPatience bounds a run_command call's read of its agent's profile.
+const profileReadPatience = 5 * time.Second
+
+// agentLimits gives each run_command call its agent's command limits (Profile.Computer).
+// A profile that cannot be read leaves the node's limits in force, and says so.
+func agentLimits(profiles *Profiles, log *slog.Logger) func(agent string) computer.CallSandbox {
+	limits := agentPart(profiles, func(p *Profile) computer.Limits {
+		if p == nil || p.Computer == nil {
+			return computer.Limits{}
+		}
+		return p.Computer.Limits
+	})
+	return func(agent string) computer.CallSandbox {
+		if agent == "" {
+			return computer.CallSandbox{}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), profileReadPatience)
+		defer cancel()
+		l, err := limits(ctx, agent)
+		if err != nil && log != nil {
+			log.Warn("run_command: could not read the agent's command limits; the node's apply", "agent", agent, "err", err)
+		}
+		return computer.CallSandbox{Limits: l}
+	}
 }

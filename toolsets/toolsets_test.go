@@ -281,3 +281,44 @@ func newStore(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 	h := newHandles(t)
 	return h.JS, h.Todos
 }
+
+// TestComputerHostReadsProfileLimits: run_command applies the calling agent's command
+// limits from its profile (Profile.Computer), over the node's, at each call.
+func TestComputerHostReadsProfileLimits(t *testing.T) {
+	profiles := newHandles(t).Profiles
+	cfg := computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}
+	tools, err := ForCategory(computer.Category, Handles{Profiles: profiles, Computer: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run *toolbus.Tool
+	for _, tl := range tools {
+		if tl.Spec.Name == "run_command" {
+			run = tl
+		}
+	}
+	if run == nil {
+		t.Fatal("no run_command")
+	}
+	limits := func(agent string) computer.Limits {
+		t.Helper()
+		res, err := run.Execute(t.Context(), toolbus.Call{Agent: agent, Home: t.TempDir(), Args: json.RawMessage(`{"command":"true"}`), Progress: func(string) {}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d computer.CommandDetails
+		if err := json.Unmarshal(res.Details, &d); err != nil || d.Limits == nil {
+			t.Fatalf("details %s: %v", res.Details, err)
+		}
+		return d.Limits.Limits
+	}
+	if got := limits("bob"); got.Pids != computer.DefaultPids {
+		t.Errorf("no profile: pids %d, want the node's %d", got.Pids, computer.DefaultPids)
+	}
+	if _, err := profiles.Put(t.Context(), []byte(`{"version":4,"agent":"ann","computer":{"limits":{"pids":64}}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if got := limits("ann"); got.Pids != 64 || got.Memory != computer.DefaultMemory {
+		t.Errorf("ann's profile: %+v, want pids 64 and the node's memory", got)
+	}
+}
