@@ -1047,7 +1047,7 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	if kind != bus.StatusDone && t.leaseUnsure() {
 		return // another node may speak for the turn now
 	}
-	b, err := json.Marshal(st)
+	b, err := bus.EncodeStatus(st, int(t.cfg.Conn.MaxPayload()))
 	if err == nil {
 		err = t.cfg.Conn.Publish(subject, b)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Turn-level envelopes: starting a turn on a node, and the status a turn
@@ -233,7 +234,10 @@ type TurnStatus struct {
 	// Text is the model's text of the latest response (the answer, at the end).
 	Text  string       `json:"text,omitempty"`
 	Calls []CallRecord `json:"calls,omitempty"`
-	Error string       `json:"error,omitempty"`
+	// CallsOmitted counts the calls left out of Calls (the earliest) so that the status
+	// fits in one message (EncodeStatus); the turn's transcript has every one.
+	CallsOmitted int    `json:"calls_omitted,omitempty"`
+	Error        string `json:"error,omitempty"`
 	// Notes say what the turn's assembly left out (a namespace no host serves); sent
 	// with StatusStarted.
 	Notes []string `json:"notes,omitempty"`
@@ -260,4 +264,47 @@ type Usage struct {
 func (c *Usage) Add(u Usage) {
 	c.InputTokens += u.InputTokens
 	c.OutputTokens += u.OutputTokens
+}
+
+// NumCalls is how many calls the status accounts for: those it carries and those it left
+// out to fit.
+func (st *TurnStatus) NumCalls() int { return len(st.Calls) + st.CallsOmitted }
+
+// EncodeStatus encodes a status in at most limit bytes (the connection's MaxPayload): a
+// turn of many calls, or calls with large details, would otherwise make a status the
+// server refuses (a done status of 2 000 calls was 1.3 MB), and its watchers would wait
+// for an end they are never told. Over the limit, the calls lose their details first, then the
+// earliest calls go (CallsOmitted), then the text is cut; the state, step and error stay.
+func EncodeStatus(st TurnStatus, limit int) ([]byte, error) {
+	b, err := json.Marshal(st)
+	if err != nil || limit <= 0 || len(b) <= limit {
+		return b, err
+	}
+	calls := make([]CallRecord, len(st.Calls))
+	for i, c := range st.Calls {
+		c.Details = nil
+		calls[i] = c
+	}
+	st.Calls = calls
+	for {
+		if b, err = json.Marshal(st); err != nil || len(b) <= limit {
+			return b, err
+		}
+		switch n := len(st.Calls); {
+		case n > 0:
+			drop := max(n/2, 1)
+			st.Calls, st.CallsOmitted = st.Calls[drop:], st.CallsOmitted+drop
+		case len(st.Text) > 0:
+			cut := max(len(st.Text)-(len(b)-limit)-64, 0)
+			for cut > 0 && !utf8.RuneStart(st.Text[cut]) {
+				cut--
+			}
+			st.Text = st.Text[:cut] + " [cut: the whole text is in the transcript]"
+			if cut == 0 {
+				st.Text = ""
+			}
+		default:
+			return b, nil // as small as it gets; the server says why if it refuses
+		}
+	}
 }

@@ -391,7 +391,7 @@ func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
 		r.println("", st.Text)
 		r.printed = st.Text
 	}
-	summary := fmt.Sprintf("%s · %s · %s · %s", st.State, label.Plural(st.Step, "step"), label.Plural(len(st.Calls), "call"), formatElapsed(took))
+	summary := fmt.Sprintf("%s · %s · %s · %s", st.State, label.Plural(st.Step, "step"), label.Plural(st.NumCalls(), "call"), formatElapsed(took))
 	if st.Usage != nil {
 		summary += " · " + tokens(*st.Usage)
 	}
