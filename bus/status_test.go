@@ -18,12 +18,12 @@ func TestEncodeStatusFits(t *testing.T) {
 		return cs
 	}
 	for _, tc := range []struct {
-		name         string
-		st           TurnStatus
-		limit        int
-		wantCalls    int  // calls kept; -1: any, as long as some were omitted
-		wantDetails  bool // details kept
-		wantTextCut  bool
+		name          string
+		st            TurnStatus
+		limit         int
+		wantCalls     int  // calls kept; -1: any, as long as some were omitted
+		wantDetails   bool // details kept
+		wantTextCut   bool
 		wantUnchanged bool
 	}{
 		{"small", TurnStatus{State: TurnCompleted, Calls: calls(3, 10)}, 1 << 20, 3, true, false, true},
