@@ -77,6 +77,10 @@
 // model re-issues it; a non-destructive one runs, with Args.Truncated set.
 //
 // Whatever Parse returns validates against the schema, and is re-encoded
-// from the decoded value, never passed through from the model. When rung 5
-// refuses, ArgumentError.Value holds the value it refused.
+// from the decoded value, never passed through from the model. Where the
+// schema certainly says integer, an integer the model wrote with a fraction
+// or an exponent (2.0, 1e2; JSON Schema counts both as integers) is
+// re-encoded as the plain integer (2, 100), so that a tool decoding it into
+// an int does not fail; this is a normalization of valid text, not a rung.
+// When rung 5 refuses, ArgumentError.Value holds the value it refused.
 package schema

@@ -57,7 +57,7 @@ func (t typeSet) allows(u typeSet) bool { return t == fAny || t&u != 0 }
 
 // fastBound is a minimum or maximum. Bounds and values of at most maxExactDigits
 // characters compare exactly as float64: distinct decimals that short stay distinct
-// and in order.
+// and in order, as long as they are in float64's normal range (fastFloat).
 type fastBound struct {
 	v         float64
 	exclusive bool
@@ -226,11 +226,44 @@ func fastBoundOf(val any, exclusive bool) (*fastBound, bool) {
 	if !ok || len(num) > maxExactDigits {
 		return nil, false
 	}
-	f, err := strconv.ParseFloat(string(num), 64)
-	if err != nil || math.IsInf(f, 0) {
+	f, ok := fastFloat(string(num))
+	if !ok {
 		return nil, false
 	}
 	return &fastBound{v: f, exclusive: exclusive}, true
+}
+
+// minNormal is the smallest positive normal float64. Below it float64 keeps fewer
+// than 15 digits, and below half the smallest subnormal a nonzero number reads as 0.
+const minNormal = 0x1p-1022
+
+// fastFloat reads a JSON number as float64, reporting false for one outside float64's
+// normal range: one that overflows to ±Inf, a nonzero one that is subnormal or
+// underflows to 0 (1e-400 reads as 0, and would pass "maximum": 0), and a zero with an
+// exponent too long for kaptinlin's reading. Such numbers are left to kaptinlin, which
+// reads every number exactly and calls one with an exponent past a million no number
+// at all. A zero is only ever 0 (or -0, equal to it).
+func fastFloat(s string) (float64, bool) {
+	f, err := strconv.ParseFloat(s, 64)
+	switch {
+	case err != nil:
+		return 0, false // out of range (±Inf), or not a number
+	case f == 0:
+		return 0, isZeroLiteral(s)
+	case math.Abs(f) < minNormal:
+		return 0, false
+	}
+	return f, true
+}
+
+// isZeroLiteral reports whether the JSON number s is a zero (0, -0.0, 0e5) with an
+// exponent of at most four digits.
+func isZeroLiteral(s string) bool {
+	mant, exp, _ := strings.Cut(strings.ToLower(s), "e")
+	if len(strings.TrimLeft(exp, "+-")) > 4 {
+		return false
+	}
+	return strings.Trim(mant, "-0.") == ""
 }
 
 func fastCount(val any, dst *int) bool {
@@ -327,14 +360,17 @@ func (n *fastNode) valid(v any) bool {
 		default:
 			return false
 		}
+		// Every number, bounded or not, must be in float64's normal range: outside
+		// it, float64 no longer orders numbers as kaptinlin's exact reading does,
+		// and far outside it kaptinlin reads no number at all.
+		f, ok := fastFloat(string(x))
+		if !ok {
+			return false
+		}
 		if n.min == nil && n.max == nil {
 			return true
 		}
 		if len(x) > maxExactDigits {
-			return false
-		}
-		f, err := strconv.ParseFloat(string(x), 64)
-		if err != nil {
 			return false
 		}
 		if b := n.min; b != nil && (f < b.v || (b.exclusive && f == b.v)) {

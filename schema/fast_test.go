@@ -84,7 +84,7 @@ func TestFastAgrees(t *testing.T) {
 		{noArgsSchema, `{"verbose":"yes"}`, false},
 		{numberSchema, `{"n":-1.5e300}`, true},
 		{numberSchema, `{"n":"1"}`, false},
-		{numberSchema, `{"n":1e400}`, true},
+		{numberSchema, `{"n":1e400}`, false},                                                     // past float64's range: kaptinlin reads it (TestFastRangeHandsOver)
 		{fileSchema, `{"path":"a","mode":"read","limit":123456789012345678901234567890}`, false}, // too long to compare with its minimum
 		{fileSchema, `{"path":"a","mode":"read","options":{"depth":123456789012345678901234567890}}`, true},
 		{fileSchema, `{"path":"a","mode":"read","options":{"depth":-0}}`, true},
@@ -129,6 +129,13 @@ func FuzzFastAgrees(f *testing.F) {
 			f.Add(string(raw), args)
 		}
 	}
+	// Numbers float64 rounds: TestFastRangeHandsOver.
+	for _, bound := range []string{`"maximum":0`, `"minimum":0`, `"exclusiveMinimum":0`, `"maximum":1e-400`, `"minimum":-4e-320`} {
+		raw := `{"type":"object","properties":{"n":{"type":"number",` + bound + `}}}`
+		for _, n := range []string{`1e-400`, `-1e-400`, `4e-320`, `-4e-320`, `1e400`, `1e-1000001`, `0e100000`, `-0.0`} {
+			f.Add(raw, `{"n":`+n+`}`)
+		}
+	}
 	f.Fuzz(func(t *testing.T, raw, args string) {
 		fast := compileFast([]byte(raw))
 		if fast == nil {
@@ -146,4 +153,71 @@ func FuzzFastAgrees(f *testing.F) {
 			t.Fatalf("the fastNode accepts %s, which kaptinlin refuses against %s", args, raw)
 		}
 	})
+}
+
+// TestFastRangeHandsOver: a number outside float64's normal range, which float64
+// would round (1e-400 to 0, 1e400 to +Inf, 4e-320 to a subnormal with fewer digits),
+// is left to kaptinlin's exact reading, so the two never disagree; and so is a bound
+// written that way.
+func TestFastRangeHandsOver(t *testing.T) {
+	const (
+		max0   = `{"type":"object","properties":{"n":{"type":"number","maximum":0}}}`
+		min0   = `{"type":"object","properties":{"n":{"type":"number","minimum":0}}}`
+		exMin0 = `{"type":"object","properties":{"n":{"type":"number","exclusiveMinimum":0}}}`
+		plain  = `{"type":"object","properties":{"n":{"type":"number"}}}`
+		intMax = `{"type":"object","properties":{"n":{"type":"integer","maximum":900719925474099}}}`
+	)
+	tests := []struct {
+		schema, args string
+		fast, valid  bool // the fastNode accepts it; kaptinlin does
+	}{
+		{max0, `{"n":1e-400}`, false, false}, // the issue's case: it read as 0
+		{min0, `{"n":-1e-400}`, false, false},
+		{exMin0, `{"n":1e-400}`, false, true},
+		{max0, `{"n":4e-320}`, false, false}, // subnormal
+		{max0, `{"n":-4e-320}`, false, true},
+		{min0, `{"n":2.2250738585072014e-308}`, false, true}, // the smallest normal, but too long to compare exactly
+		{min0, `{"n":3e-308}`, true, true},                   // normal
+		{max0, `{"n":-1e-1000001}`, false, false},            // no number to kaptinlin, so not "number"
+		{min0, `{"n":1e-1000001}`, false, false},
+		{plain, `{"n":1e1000001}`, false, false}, // unbounded, and still not "number" to kaptinlin
+		{plain, `{"n":1e400}`, false, true},
+		{plain, `{"n":1e-400}`, false, true},
+		{plain, `{"n":1e308}`, true, true},
+		{max0, `{"n":0e5}`, true, true}, // zero, however written
+		{max0, `{"n":-0.0}`, true, true},
+		{max0, `{"n":0e100000}`, false, true}, // zero, but an exponent past four digits
+		{intMax, `{"n":900719925474099}`, true, true},
+		{intMax, `{"n":9007199254740993}`, false, false}, // beyond 2^53: too long to compare
+	}
+	for _, tc := range tests {
+		s := MustFromJSON([]byte(tc.schema))
+		v, err := decodeArgs([]byte(tc.args))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := s.fast()
+		if f == nil {
+			t.Fatalf("%s did not compile", tc.schema)
+		}
+		if got := f.valid(v); got != tc.fast {
+			t.Errorf("%s against %s: fastNode valid = %v, want %v", tc.args, tc.schema, got, tc.fast)
+		}
+		if got := s.validator.Validate(v).IsValid(); got != tc.valid {
+			t.Errorf("%s against %s: kaptinlin valid = %v, want %v", tc.args, tc.schema, got, tc.valid)
+		}
+		if err := s.Validate([]byte(tc.args)); (err == nil) != tc.valid {
+			t.Errorf("%s against %s: Validate = %v, want valid %v", tc.args, tc.schema, err, tc.valid)
+		}
+		if _, err := s.Parse(tc.args, ParseOptions{}); (err == nil) != tc.valid {
+			t.Errorf("%s against %s: Parse = %v, want valid %v", tc.args, tc.schema, err, tc.valid)
+		}
+	}
+	// A bound that float64 cannot hold exactly leaves the schema to kaptinlin.
+	for _, bound := range []string{`1e-400`, `-4e-320`, `1e400`, `0e100000`} {
+		raw := `{"type":"object","properties":{"n":{"type":"number","minimum":` + bound + `}}}`
+		if compileFast([]byte(raw)) != nil {
+			t.Errorf("compiled, want the full validator: %s", raw)
+		}
+	}
 }

@@ -3,6 +3,7 @@ package schema
 import (
 	"encoding/json"
 	"errors"
+	"math/big"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,10 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(tc.in, which, flags)
 	}
+	// Integers written as floats (TestIntegralFloatArguments).
+	f.Add(`{"path":"a","mode":"read","limit":2.0,"options":{"depth":1e1}}`, uint8(0), uint8(0))
+	f.Add(`{"path":"a","mode":"read","limit":1e400}`, uint8(0), uint8(1))
+	f.Add(`{"mode":"fast","target":3.0,"items":[{"id":1.0E2}]}`, uint8(2), uint8(1))
 	schemas := []*Schema{MustFromJSON(fileSchema), MustFromJSON(noArgsSchema), MustFromJSON(richSchema)}
 	f.Fuzz(func(t *testing.T, in string, which, flags uint8) {
 		s := schemas[int(which)%len(schemas)]
@@ -119,4 +124,45 @@ func underEscape(lit string) string {
 		}
 	}
 	return b.String()
+}
+
+// FuzzPlainInteger: plainInteger writes a number as a plain integer only when
+// it is that integer exactly, and does so for every integer of at most
+// maxPlainDigits digits written with a fraction or an exponent of at most
+// four digits.
+func FuzzPlainInteger(f *testing.F) {
+	for _, s := range []string{"2.0", "2e0", "1.0E2", "-3.000", "250e-1", "-0.0", "0e99999", "2.5", "1e-400", "1e400",
+		"1e19", "1e20", "123.4500e2", "9.9999999999999999999e19", "7", "-1E+0005"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := decodeArgs([]byte(s))
+		if err != nil {
+			return
+		}
+		num, ok := v.(json.Number)
+		if !ok || string(num) != s {
+			return
+		}
+		got, ok := plainInteger(s)
+		_, exp, _ := strings.Cut(strings.ToLower(s), "e")
+		if len(strings.TrimLeft(exp, "+-")) > 4 {
+			return // not read by big.Rat in reasonable time; plainInteger only says 0 or no
+		}
+		want, _ := new(big.Rat).SetString(s)
+		if ok {
+			if digits := strings.TrimPrefix(got, "-"); !isIntegerLiteral(got) || (len(digits) > 1 && digits[0] == '0') || got == "-0" {
+				t.Fatalf("plainInteger(%s) = %s, not a plain integer", s, got)
+			}
+			r, _ := new(big.Rat).SetString(got)
+			if r.Cmp(want) != 0 {
+				t.Fatalf("plainInteger(%s) = %s, another number", s, got)
+			}
+			return
+		}
+		loose := strings.ContainsAny(s, ".eE")
+		if loose && want.IsInt() && len(strings.TrimPrefix(want.Num().String(), "-")) <= maxPlainDigits {
+			t.Fatalf("plainInteger(%s) left %s as written", s, want.Num())
+		}
+	})
 }

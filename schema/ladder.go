@@ -56,6 +56,9 @@ type Args struct {
 	// JSON is the validated object, compact, keys sorted, re-encoded from
 	// the decoded value: never the model's own text, so every reader of it
 	// sees the same value (no duplicate keys, no comments, no tricks).
+	// Where the schema says integer, an integer written with a fraction or
+	// an exponent (2.0, 1e2) is written plainly (2, 100), so that a tool
+	// with an int field can decode it.
 	JSON json.RawMessage
 	// Rungs are the rungs used, in ladder order; [as_is] for clean input.
 	Rungs []Rung
@@ -160,6 +163,9 @@ func (p *parse) run(raw string) (Args, error) {
 	if verr != nil {
 		return Args{}, p.schemaError(verr.(*ValidationError), v)
 	}
+	// An integer written 2.0 is valid, but would break a tool decoding it
+	// into an int: it goes out as 2 (integral.go).
+	p.s.plan().shape.integralize(v)
 	out, err := canonical(v)
 	if err != nil {
 		return Args{}, fmt.Errorf("encode arguments: %w", err)

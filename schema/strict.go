@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -19,8 +20,9 @@ type Projection struct {
 	// of an array ("/files/*/mode"). Parse with ParseOptions.Strict removes
 	// a null it finds at one of these keys, since there null means "absent".
 	Nullable []string
-	// Err says why the schema cannot be made strict; the caller then sends
-	// the original schema with strict off.
+	// Err says why the schema cannot be made strict, or that it is too
+	// complex to (ErrStrictTooComplex); the caller then sends the original
+	// schema with strict off.
 	Err error
 
 	nulls *nullTree
@@ -28,6 +30,34 @@ type Projection struct {
 
 // ErrNotStrictable is matched (errors.Is) by every Projection.Err.
 var ErrNotStrictable = errors.New("schema cannot be made strict")
+
+// ErrStrictTooComplex is matched (errors.Is), with ErrNotStrictable, by a
+// Projection.Err that reports a schema over the projection's work limits:
+// one whose $ref graph expands to more places than a strict projection may
+// list (see the limits below). Callers treat it like any other Err: the
+// schema goes out non-strict, or is refused where strict is required.
+var ErrStrictTooComplex = errors.New("too complex for strict mode")
+
+// Limits on the walk that lists Projection.Nullable. Through $ref a schema of
+// a few kilobytes can stand for exponentially many places (definitions whose
+// two properties each refer to the next: 2^n paths for n definitions), and
+// listing them took minutes, or did not end. The walk (paths) skips what it
+// would list again and what lists nothing, so it is linear in what it lists
+// for a schema without recursion, and stops at the first limit it passes,
+// so Strict answers in milliseconds whatever the schema.
+const (
+	// maxStrictNullable bounds len(Projection.Nullable). OpenAI's strict
+	// mode allows 5000 object properties in a schema, so a projection with
+	// more optional places than that is not one a provider takes anyway.
+	maxStrictNullable = 5000
+	// maxStrictVisits bounds the (subschema, place) pairs the walk visits,
+	// as openai-agents bounds its strict conversion to 100,000 nodes.
+	maxStrictVisits = 100_000
+	// maxStrictPointerBytes bounds the total length of the JSON pointers
+	// the walk builds, which long property names nested deep would
+	// otherwise make quadratic in the schema's size.
+	maxStrictPointerBytes = 1 << 20
+)
 
 // strictUnsupported are keywords strict mode has no equivalent for. Dropping
 // them would let the model send what the original schema refuses, so a schema
@@ -72,9 +102,17 @@ var refAnnotations = map[string]bool{"$ref": true, "description": true, "title":
 // non-false additionalProperties, a nested object with no properties (strict
 // mode would only allow {}), an array without a single items schema, a
 // subschema without a type (nor anyOf, $ref, enum or const to infer it from),
-// or a type union other than [T, "null"]. Provider size limits (number of
-// properties, nesting depth, enum sizes) are not checked here.
+// or a type union other than [T, "null"]. It cannot either, with Err
+// matching ErrStrictTooComplex, when listing Nullable passes one of the
+// limits above. Provider size limits (number of properties, nesting depth,
+// enum sizes) are not otherwise checked here.
 func project(doc *object) Projection {
+	return projectWith(doc, nil)
+}
+
+// projectWith is project, adding the work of the Nullable walk to st when
+// st is not nil.
+func projectWith(doc *object, st *walkStats) Projection {
 	p := &projector{refs: map[string]*nullTree{}}
 	out := clone(doc).(*object)
 	root := &nullTree{}
@@ -91,9 +129,13 @@ func project(doc *object) Projection {
 	if err := p.schema(out, "", root, true); err != nil {
 		return Projection{Err: fmt.Errorf("%w: %w", ErrNotStrictable, err)}
 	}
+	nullablePaths, err := root.paths(st)
+	if err != nil {
+		return Projection{Err: fmt.Errorf("%w: %w", ErrNotStrictable, err)}
+	}
 	return Projection{
 		JSON:     encodeOrdered(out),
-		Nullable: root.paths(),
+		Nullable: nullablePaths,
 		nulls:    root,
 	}
 }
@@ -470,74 +512,256 @@ func (t *nullTree) child(name string, c *nullTree) {
 	t.props[name] = c
 }
 
+// walkStats counts the work of the walks over a nullTree, for tests.
+type walkStats struct {
+	visits int // (subschema, place) pairs visited by paths; (subschema, value) pairs by strip
+}
+
+func (st *walkStats) visit() {
+	if st != nil {
+		st.visits++
+	}
+}
+
 // strip deletes null values at keys made nullable and reports whether it
-// removed any. seen guards against alternative cycles at one value.
-func (t *nullTree) strip(v any, seen map[*nullTree]bool) bool {
-	if seen[t] {
-		return false
+// removed any.
+func (t *nullTree) strip(v any, st *walkStats) bool {
+	return stripAt(v, []*nullTree{t}, st)
+}
+
+// stripAt strips v, which the trees in ts (and their alternatives) all
+// describe. Each tree is looked at once per value however many alternatives
+// lead to it, so the work is the size of v times the size of the schema: an
+// anyOf of two definitions that both recur would otherwise double it at
+// every level of v.
+func stripAt(v any, ts []*nullTree, st *walkStats) bool {
+	switch v.(type) {
+	case map[string]any, []any:
+	default:
+		return false // nothing below a scalar
+	}
+	var all []*nullTree
+	var seen map[*nullTree]bool // past a few trees; before, all is searched
+	for stack := slices.Clone(ts); len(stack) > 0; {
+		t := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		switch {
+		case seen != nil:
+			if seen[t] {
+				continue
+			}
+			seen[t] = true
+		case slices.Contains(all, t):
+			continue
+		case len(all) == 8:
+			seen = map[*nullTree]bool{t: true}
+			for _, a := range all {
+				seen[a] = true
+			}
+		}
+		st.visit()
+		all = append(all, t)
+		for i := len(t.alts) - 1; i >= 0; i-- {
+			stack = append(stack, t.alts[i])
+		}
 	}
 	removed := false
 	switch v := v.(type) {
 	case map[string]any:
-		for _, k := range t.keys {
-			if x, ok := v[k]; ok && x == nil {
-				delete(v, k)
-				removed = true
+		for _, t := range all {
+			for _, k := range t.keys {
+				if x, ok := v[k]; ok && x == nil {
+					delete(v, k)
+					removed = true
+				}
 			}
 		}
-		for name, c := range t.props {
-			if x, ok := v[name]; ok && x != nil {
-				removed = c.strip(x, nil) || removed
+		var children map[string][]*nullTree
+		for _, t := range all {
+			for _, name := range t.names {
+				if x, ok := v[name]; ok && x != nil {
+					if children == nil {
+						children = map[string][]*nullTree{}
+					}
+					children[name] = append(children[name], t.props[name])
+				}
 			}
+		}
+		for name, cs := range children {
+			removed = stripAt(v[name], cs, st) || removed
 		}
 	case []any:
-		if t.items != nil {
-			for _, x := range v {
-				removed = t.items.strip(x, nil) || removed
+		var items []*nullTree
+		for _, t := range all {
+			if t.items != nil {
+				items = append(items, t.items)
 			}
 		}
-	}
-	if len(t.alts) > 0 {
-		if seen == nil {
-			seen = map[*nullTree]bool{}
-		}
-		seen[t] = true
-		for _, a := range t.alts {
-			removed = a.strip(v, seen) || removed
+		if len(items) > 0 {
+			for _, x := range v {
+				removed = stripAt(x, items, st) || removed
+			}
 		}
 	}
 	return removed
 }
 
-// paths lists the keys made nullable as JSON pointers, in schema order.
-func (t *nullTree) paths() []string {
-	var out []string
-	seen := map[string]bool{}
-	var walk func(t *nullTree, at string, stack []*nullTree)
-	walk = func(t *nullTree, at string, stack []*nullTree) {
-		for _, s := range stack {
-			if s == t {
-				return
+// paths lists the keys made nullable as JSON pointers, in schema order, or
+// says which limit listing them passed. The list is that of every route from
+// the root that does not enter a subschema already on it (so recursion is
+// listed once around), but the walk does not take every route: a subschema
+// below which no key was made nullable is not entered, and one already
+// walked at the same place is not walked again unless a subschema that cut
+// that walk short (being on its route) is off the route now. Without cycles
+// nothing is ever cut, so each (subschema, place) is walked once, and the
+// work is linear in what is listed; the limits bound the rest.
+func (t *nullTree) paths(st *walkStats) ([]string, error) {
+	w := &pathWalk{
+		live:    t.live(),
+		emitted: map[string]bool{},
+		done:    map[walkKey][]*nullTree{},
+		onRoute: map[*nullTree]bool{},
+		st:      st,
+	}
+	if _, err := w.walk(t, ""); err != nil {
+		return nil, err
+	}
+	return w.out, nil
+}
+
+type walkKey struct {
+	t  *nullTree
+	at string
+}
+
+type pathWalk struct {
+	live    map[*nullTree]bool // trees from which some key made nullable is reachable
+	emitted map[string]bool
+	// done holds the (tree, place) pairs walked, each with the trees that
+	// cut its walk short: on its route, so not entered again. While all of
+	// them are on the route, walking it again lists nothing new.
+	done    map[walkKey][]*nullTree
+	onRoute map[*nullTree]bool
+	out     []string
+	visits  int
+	bytes   int
+	st      *walkStats
+}
+
+// walk lists what is below t at place at, and returns the trees above t on
+// the route that cut it short.
+func (w *pathWalk) walk(t *nullTree, at string) ([]*nullTree, error) {
+	if !w.live[t] {
+		return nil, nil
+	}
+	if w.onRoute[t] {
+		return []*nullTree{t}, nil
+	}
+	key := walkKey{t, at}
+	if cuts, ok := w.done[key]; ok && w.allOnRoute(cuts) {
+		return cuts, nil
+	}
+	w.st.visit()
+	if w.visits++; w.visits > maxStrictVisits {
+		return nil, fmt.Errorf("%w: following $ref, listing its nullable keys visits more than %d subschemas (the limit)",
+			ErrStrictTooComplex, maxStrictVisits)
+	}
+	if w.bytes += len(at); w.bytes > maxStrictPointerBytes {
+		return nil, fmt.Errorf("%w: following $ref, listing its nullable keys builds more than %d bytes of JSON pointers (the limit)",
+			ErrStrictTooComplex, maxStrictPointerBytes)
+	}
+	for _, k := range t.keys {
+		p := at + "/" + escapePointer(k)
+		if w.emitted[p] {
+			continue
+		}
+		if len(w.out) == maxStrictNullable {
+			return nil, fmt.Errorf("%w: following $ref, more than %d keys would be made nullable (the limit)",
+				ErrStrictTooComplex, maxStrictNullable)
+		}
+		w.emitted[p] = true
+		w.out = append(w.out, p)
+	}
+	w.onRoute[t] = true
+	var cuts []*nullTree
+	next := func(c *nullTree, at string) error {
+		more, err := w.walk(c, at)
+		for _, m := range more {
+			if m != t && !slices.Contains(cuts, m) {
+				cuts = append(cuts, m)
 			}
 		}
-		stack = append(stack, t)
-		for _, k := range t.keys {
-			p := at + "/" + escapePointer(k)
-			if !seen[p] {
-				seen[p] = true
-				out = append(out, p)
-			}
-		}
+		return err
+	}
+	err := func() error {
 		for _, name := range t.names {
-			walk(t.props[name], at+"/"+escapePointer(name), stack)
+			if err := next(t.props[name], at+"/"+escapePointer(name)); err != nil {
+				return err
+			}
 		}
 		if t.items != nil {
-			walk(t.items, at+"/*", stack)
+			if err := next(t.items, at+"/*"); err != nil {
+				return err
+			}
 		}
 		for _, a := range t.alts {
-			walk(a, at, stack)
+			if err := next(a, at); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	delete(w.onRoute, t)
+	w.done[key] = cuts
+	return cuts, err
+}
+
+func (w *pathWalk) allOnRoute(ts []*nullTree) bool {
+	for _, t := range ts {
+		if !w.onRoute[t] {
+			return false
 		}
 	}
-	walk(t, "", nil)
-	return out
+	return true
+}
+
+// live returns the trees reachable from t from which a tree with keys can
+// be reached, in time linear in the graph (cycles included).
+func (t *nullTree) live() map[*nullTree]bool {
+	parents := map[*nullTree][]*nullTree{t: nil}
+	var keyed []*nullTree
+	stack := []*nullTree{t}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if len(n.keys) > 0 {
+			keyed = append(keyed, n)
+		}
+		edge := func(c *nullTree) {
+			if _, ok := parents[c]; !ok {
+				stack = append(stack, c)
+			}
+			parents[c] = append(parents[c], n)
+		}
+		for _, name := range n.names {
+			edge(n.props[name])
+		}
+		if n.items != nil {
+			edge(n.items)
+		}
+		for _, a := range n.alts {
+			edge(a)
+		}
+	}
+	live := map[*nullTree]bool{}
+	for len(keyed) > 0 {
+		n := keyed[len(keyed)-1]
+		keyed = keyed[:len(keyed)-1]
+		if live[n] {
+			continue
+		}
+		live[n] = true
+		keyed = append(keyed, parents[n]...)
+	}
+	return live
 }

@@ -6,7 +6,8 @@ import (
 
 // argPlan is what the ladder needs to know about a schema beyond its
 // validator: where it wants objects or arrays, so that a field holding
-// stringified JSON there can be decoded.
+// stringified JSON there can be decoded, and where it wants integers, so
+// that an integer written 2.0 reaches the tool as 2.
 type argPlan struct {
 	shape *shapeNode
 }
@@ -16,8 +17,9 @@ const (
 	tObject = 1 << iota
 	tArray
 	tString
-	tOther
-	tAll = tObject | tArray | tString | tOther
+	tNumber // "number" or "integer"
+	tOther  // "boolean" or "null"
+	tAll    = tObject | tArray | tString | tNumber | tOther
 )
 
 // shapeNode mirrors one subschema. alts are schemas that apply to the same
@@ -29,6 +31,17 @@ type shapeNode struct {
 	props   map[string]*shapeNode
 	items   *shapeNode
 	alts    []*shapeNode
+
+	// For integral numbers (integral.go). alts split into the schemas that
+	// all apply (refs: $ref, allOf) and the lists of which one or more do
+	// (groups: each anyOf, each oneOf).
+	intOnly    bool       // "type" admits numbers as integers only
+	additional *shapeNode // a schema-valued additionalProperties, unless patternProperties is there too
+	prefix     int        // items applies from this index on (the length of prefixItems)
+	refs       []*shapeNode
+	groups     [][]*shapeNode
+	acc        uint8 // accepts(), computed once for the whole plan
+	mustInt    bool  // a number valid here is an integer, by some intOnly that certainly applies
 }
 
 func newArgPlan(doc *object) *argPlan {
@@ -54,11 +67,21 @@ func newArgPlan(doc *object) *argPlan {
 	for i, m := range defs {
 		b.fill(nodes[i], m.value)
 	}
+	b.all = append(b.all, root)
+	b.all = append(b.all, nodes...)
+	b.solve()
 	return &argPlan{shape: root}
 }
 
 type shapeBuilder struct {
 	refs map[string]*shapeNode
+	all  []*shapeNode // every node filled
+}
+
+func (b *shapeBuilder) node() *shapeNode {
+	n := &shapeNode{}
+	b.all = append(b.all, n)
+	return n
 }
 
 func (b *shapeBuilder) fill(n *shapeNode, node any) {
@@ -77,6 +100,7 @@ func (b *shapeBuilder) fill(n *shapeNode, node any) {
 		case []any:
 			names = t
 		}
+		integer, number := false, false
 		for _, name := range names {
 			switch name {
 			case "object":
@@ -85,39 +109,64 @@ func (b *shapeBuilder) fill(n *shapeNode, node any) {
 				n.types |= tArray
 			case "string":
 				n.types |= tString
+			case "integer":
+				n.types |= tNumber
+				integer = true
+			case "number":
+				n.types |= tNumber
+				number = true
 			default:
 				n.types |= tOther
 			}
 		}
+		n.intOnly = integer && !number
 	}
 	if props, ok := o.get("properties"); ok {
 		if po, ok := props.(*object); ok {
 			n.props = make(map[string]*shapeNode, len(po.members))
 			for _, m := range po.members {
-				c := &shapeNode{}
+				c := b.node()
 				b.fill(c, m.value)
 				n.props[m.key] = c
 			}
 		}
 	}
+	if ap, ok := o.get("additionalProperties"); ok && !o.has("patternProperties") {
+		if _, ok := ap.(*object); ok {
+			n.additional = b.node()
+			b.fill(n.additional, ap)
+		}
+	}
 	if items, ok := o.get("items"); ok {
 		if _, ok := items.(*object); ok {
-			n.items = &shapeNode{}
+			n.items = b.node()
 			b.fill(n.items, items)
 		}
+	}
+	if prefix, ok := o.get("prefixItems"); ok {
+		list, _ := prefix.([]any)
+		n.prefix = len(list)
 	}
 	if ref, ok := o.get("$ref"); ok {
 		if s, _ := ref.(string); b.refs[s] != nil {
 			n.alts = append(n.alts, b.refs[s])
+			n.refs = append(n.refs, b.refs[s])
 		}
 	}
 	for _, k := range []string{"anyOf", "oneOf", "allOf"} {
 		if list, ok := o.get(k); ok {
 			branches, _ := list.([]any)
+			var group []*shapeNode
 			for _, br := range branches {
-				c := &shapeNode{}
+				c := b.node()
 				b.fill(c, br)
 				n.alts = append(n.alts, c)
+				group = append(group, c)
+			}
+			if k == "allOf" {
+				n.refs = append(n.refs, group...)
+			} else if len(group) > 0 {
+				n.groups = append(n.groups, group)
 			}
 		}
 	}
