@@ -19,6 +19,23 @@ import (
 // ErrTurnExists refuses a turn id that is already queued, running or ended.
 var ErrTurnExists = errors.New("turn id already used")
 
+// ErrSpecTooLarge refuses a turn spec larger than the bus carries in one message: it
+// cannot be queued, now or later.
+var ErrSpecTooLarge = errors.New("turn spec too large for the bus")
+
+// specTooLarge is ErrSpecTooLarge with the sizes and what to do.
+type specTooLarge struct {
+	size  int
+	limit int64
+}
+
+func (e specTooLarge) Error() string {
+	return fmt.Sprintf("the turn spec is %d bytes, more than the bus carries in one message (%d, the server's max_payload): "+
+		"shorten the input, instructions or script, or raise max_payload on the servers", e.size, e.limit)
+}
+
+func (e specTooLarge) Is(target error) bool { return target == ErrSpecTooLarge }
+
 // ErrNoRecord reports a turn the records bucket does not hold.
 var ErrNoRecord = errors.New("no record of the turn")
 
@@ -124,8 +141,7 @@ func (s *Store) Submit(ctx context.Context, spec bus.TurnSpec, node string) erro
 	}
 	if nc := s.js.Conn(); nc != nil {
 		if limit := nc.MaxPayload(); int64(len(b)) > limit {
-			return fmt.Errorf("the turn spec is %d bytes, more than the bus carries in one message (%d, the server's max_payload): "+
-				"shorten the input, instructions or script, or raise max_payload on the servers", len(b), limit)
+			return specTooLarge{size: len(b), limit: limit}
 		}
 	}
 	now := time.Now()
@@ -297,3 +313,8 @@ func (s *Store) RemoveSchedule(ctx context.Context, id string) error {
 		return stream.Purge(ctx, jetstream.WithPurgeSubject(bus.IntakeSchedule(id)))
 	})
 }
+
+// SpecTooLarge is the error Submit returns for a spec of size bytes on a bus that
+// carries limit (errors.Is ErrSpecTooLarge), for callers that check a spec's size
+// themselves and for their tests.
+func SpecTooLarge(size int, limit int64) error { return specTooLarge{size: size, limit: limit} }

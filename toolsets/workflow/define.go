@@ -100,6 +100,8 @@ func (d *Definition) Check() error {
 		name := "task " + t.ID
 		if strings.TrimSpace(t.Instructions) == "" {
 			add("%s: instructions are empty", name)
+		} else if n := len(t.Instructions); n > MaxInstructionsBytes {
+			add("%s: instructions are %s (%d bytes), over the %s a task's instructions may hold", name, sizeOf(n), n, sizeOf(MaxInstructionsBytes))
 		}
 		seen := make(map[string]bool, len(t.DependsOn))
 		for _, dep := range t.DependsOn {
@@ -193,36 +195,72 @@ func findCycle(tasks []TaskDef, ids map[string]int) string {
 // Render is a task's instructions with each reference replaced by a dependency's
 // result: {{tasks.<id>.result}} by the whole result as compact JSON;
 // {{tasks.<id>.result.<field>…}} by the value at that path, a string as its text and
-// anything else as JSON (null when the path leads nowhere).
+// anything else as JSON (null when the path leads nowhere). A reference to a result
+// not in results stays as it is.
 func Render(instructions string, results map[string]json.RawMessage) string {
+	values := substitutions(instructions, results)
 	return refPattern.ReplaceAllStringFunc(instructions, func(m string) string {
-		sub := refPattern.FindStringSubmatch(m)
+		if v, ok := values[m]; ok {
+			return v
+		}
+		return m
+	})
+}
+
+// renderedSize is the length Render would give, found without building it: a reference
+// repeated many times costs its value's length each time, but is looked up once.
+func renderedSize(instructions string, results map[string]json.RawMessage) int {
+	values := substitutions(instructions, results)
+	n := len(instructions)
+	for _, loc := range refPattern.FindAllStringIndex(instructions, -1) {
+		if v, ok := values[instructions[loc[0]:loc[1]]]; ok {
+			n += len(v) - (loc[1] - loc[0])
+		}
+	}
+	return n
+}
+
+// substitutions maps each distinct reference of instructions whose task is in results
+// to its value.
+func substitutions(instructions string, results map[string]json.RawMessage) map[string]string {
+	values := map[string]string{}
+	for _, sub := range refPattern.FindAllStringSubmatch(instructions, -1) {
+		if _, done := values[sub[0]]; done {
+			continue
+		}
 		raw, ok := results[sub[1]]
 		if !ok {
-			return m
+			continue
 		}
-		if sub[2] == "" {
-			return compactJSON(raw)
-		}
-		var v any
-		if json.Unmarshal(raw, &v) != nil {
+		values[sub[0]] = refValue(raw, sub[2])
+	}
+	return values
+}
+
+// refValue is the value of one reference into a result: path is "" (the whole result)
+// or ".<field>.<field>…".
+func refValue(raw json.RawMessage, path string) string {
+	if path == "" {
+		return compactJSON(raw)
+	}
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return "null"
+	}
+	for _, field := range strings.Split(strings.TrimPrefix(path, "."), ".") {
+		obj, ok := v.(map[string]any)
+		if !ok {
 			return "null"
 		}
-		for _, field := range strings.Split(strings.TrimPrefix(sub[2], "."), ".") {
-			obj, ok := v.(map[string]any)
-			if !ok {
-				return "null"
-			}
-			if v, ok = obj[field]; !ok {
-				return "null"
-			}
+		if v, ok = obj[field]; !ok {
+			return "null"
 		}
-		if s, ok := v.(string); ok {
-			return s
-		}
-		b, _ := json.Marshal(v)
-		return string(b)
-	})
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
 }
 
 func compactJSON(raw json.RawMessage) string {

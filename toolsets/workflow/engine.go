@@ -44,6 +44,13 @@ import (
 //     message to another node, which finds the turn ended and calls Settle again: an
 //     attempt that has its outcome already is not recorded twice, and its dependents'
 //     turns are queued again, harmlessly.
+//   - Nothing is retried that cannot succeed (limits.go): a task whose instructions
+//     expand past MaxInstructionsBytes, or whose turn is more than the bus carries, fails
+//     in the write that would have started it, with the sizes, and no turn is queued; a
+//     turn the intake refuses for its size fails its attempt and task in a write of its
+//     own. Either way the workflow moves on as after any task failure, and Settle
+//     succeeds: a Settle that failed every time would leave its turn's intake message to
+//     be settled again, and fail again, for ever.
 
 // Runner is what the engine needs from the node it runs on.
 type Runner interface {
@@ -145,18 +152,27 @@ func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition
 			State: bus.TaskPending,
 		})
 	}
-	// Every task's turn must be one a node can run: its model or its script.
+	// Every task's turn must be one a node can run (its model or its script) and the
+	// bus can carry (before its instructions are expanded: advance checks them again).
+	lim := e.limits()
 	var problems []string
 	for i := range wf.Tasks {
 		spec := taskTurn(wf, &wf.Tasks[i], bus.Attempt{N: 1, Turn: bus.AttemptTurn(wf.ID, wf.Tasks[i].ID, 1)})
 		if err := e.run.Check(spec); err != nil {
 			problems = append(problems, fmt.Sprintf("task %s: %v", wf.Tasks[i].ID, err))
 		}
+		if n := specSize(spec); lim.spec > 0 && n > lim.spec {
+			problems = append(problems, fmt.Sprintf("task %s: %s", wf.Tasks[i].ID, lim.specTooLarge(wf.Tasks[i].ID, n)))
+		}
 	}
 	if len(problems) > 0 {
 		return nil, &DefinitionError{Problems: problems}
 	}
-	advance(wf, now)
+	if b, err := json.Marshal(wf); err == nil && len(b) > lim.doc {
+		return nil, &DefinitionError{Problems: []string{fmt.Sprintf("the workflow's document would be %s (%d bytes) before any result, "+
+			"over the %s a workflow's document may hold: shorten the instructions, result schemas or scripts", sizeOf(len(b)), len(b), sizeOf(lim.doc))}}
+	}
+	advance(wf, now, lim)
 	kv, err := e.bucket(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("start workflow: %w", err)
@@ -241,38 +257,159 @@ func (e *Engine) Get(ctx context.Context, agent, id string) (*bus.Workflow, uint
 	return &wf, entry.Revision(), nil
 }
 
-// List returns agent's workflows, newest first; state, when set, keeps those in it.
-func (e *Engine) List(ctx context.Context, agent string, state bus.WorkflowState) ([]*bus.Workflow, error) {
+// ListQuery selects one page of an agent's workflows.
+type ListQuery struct {
+	// State, when set, keeps the workflows in it.
+	State bus.WorkflowState
+	// Limit is the most workflows on the page: 1 to MaxListLimit; 0 means
+	// DefaultListLimit.
+	Limit int
+	// After is the workflow_id of the last workflow of the page before; the page holds
+	// the workflows that come after it, newest first. Empty: the first page.
+	After string
+}
+
+// ListPage is one page of a listing: Summary entries, newest first (the latest created
+// first; of two created at once, the lesser id first).
+type ListPage struct {
+	Workflows []Summary
+	// More is how many workflows (in the state asked for) come after this page, and
+	// Next the After that lists them: the id of the page's last workflow.
+	More int
+	Next string
+}
+
+// Summary is a workflow in a listing: its fields of the same names in bus.Workflow,
+// each task's id and state only (no instructions, schemas, scripts, results or attempts),
+// and the count of its tasks in each state, so that a page stays small however large a
+// workflow's document is. Its error is clipped to a few hundred bytes.
+type Summary struct {
+	ID      string            `json:"workflow_id"`
+	Agent   string            `json:"agent"`
+	Title   string            `json:"title"`
+	State   bus.WorkflowState `json:"state"`
+	Parent  string            `json:"parent_turn_id,omitempty"`
+	Model   string            `json:"model,omitempty"`
+	Tasks   []TaskSummary     `json:"tasks"`
+	Counts  TaskCounts        `json:"task_counts"`
+	Error   string            `json:"error,omitempty"`
+	Created time.Time         `json:"created"`
+	Updated time.Time         `json:"updated"`
+}
+
+// TaskSummary is a task in a listing.
+type TaskSummary struct {
+	ID    string        `json:"task_id"`
+	State bus.TaskState `json:"state"`
+}
+
+// TaskCounts counts a workflow's tasks by state.
+type TaskCounts struct {
+	Pending   int `json:"pending"`
+	Running   int `json:"running"`
+	Done      int `json:"done"`
+	Failed    int `json:"failed"`
+	Cancelled int `json:"cancelled"`
+}
+
+// Summarize is wf's Summary.
+func Summarize(wf *bus.Workflow) Summary {
+	s := Summary{ID: wf.ID, Agent: wf.Agent, Title: wf.Title, State: wf.State, Parent: wf.Parent, Model: wf.Model,
+		Tasks: make([]TaskSummary, 0, len(wf.Tasks)), Error: clip(wf.Error, maxSummaryError), Created: wf.Created, Updated: wf.Updated}
+	for _, t := range wf.Tasks {
+		s.Tasks = append(s.Tasks, TaskSummary{ID: t.ID, State: t.State})
+		switch t.State {
+		case bus.TaskPending:
+			s.Counts.Pending++
+		case bus.TaskRunning:
+			s.Counts.Running++
+		case bus.TaskDone:
+			s.Counts.Done++
+		case bus.TaskFailed:
+			s.Counts.Failed++
+		case bus.TaskCancelled:
+			s.Counts.Cancelled++
+		}
+	}
+	return s
+}
+
+// List returns one page of agent's workflows (see ListQuery), newest first. A page
+// holds q.Limit workflows at most, and fewer when their summaries would pass a few
+// hundred KiB (one at least): a page fits in a bus message with room to spare.
+func (e *Engine) List(ctx context.Context, agent string, q ListQuery) (ListPage, error) {
 	if agent == "" {
-		return nil, ErrNoAgent
+		return ListPage{}, ErrNoAgent
+	}
+	switch {
+	case q.Limit == 0:
+		q.Limit = DefaultListLimit
+	case q.Limit < 0 || q.Limit > MaxListLimit:
+		return ListPage{}, fmt.Errorf("limit %d is out of range: 1 to %d (left out, %d)", q.Limit, MaxListLimit, DefaultListLimit)
+	}
+	if q.State != "" && !q.State.Valid() {
+		return ListPage{}, fmt.Errorf("state %q: want running, completed, failed or cancelled", q.State)
 	}
 	kv, err := e.bucket(ctx)
 	if err != nil {
-		return nil, err
+		return ListPage{}, err
 	}
 	lister, err := kv.ListKeysFiltered(ctx, bus.AgentWorkflows(agent))
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
+		lister = nil
+	} else if err != nil {
+		return ListPage{}, fmt.Errorf("list workflows: %w", err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("list workflows: %w", err)
-	}
-	var out []*bus.Workflow
-	for key := range lister.Keys() {
-		_, id, _ := strings.Cut(key, ".")
-		wf, _, err := e.Get(ctx, agent, id)
-		if errors.Is(err, ErrNotFound) {
-			continue // removed meanwhile
-		}
-		if err != nil {
-			return nil, err
-		}
-		if state == "" || wf.State == state {
-			out = append(out, wf)
+	var all []Summary
+	if lister != nil {
+		for key := range lister.Keys() {
+			_, id, _ := strings.Cut(key, ".")
+			wf, _, err := e.Get(ctx, agent, id)
+			if errors.Is(err, ErrNotFound) {
+				continue // removed meanwhile
+			}
+			if err != nil {
+				return ListPage{}, err
+			}
+			all = append(all, Summarize(wf))
 		}
 	}
-	slices.SortFunc(out, func(a, b *bus.Workflow) int { return b.Created.Compare(a.Created) })
-	return out, nil
+	newestFirst := func(a, b Summary) int {
+		return cmp.Or(b.Created.Compare(a.Created), strings.Compare(a.ID, b.ID))
+	}
+	slices.SortFunc(all, newestFirst)
+	start := 0
+	if q.After != "" {
+		i := slices.IndexFunc(all, func(s Summary) bool { return s.ID == q.After })
+		if i < 0 {
+			return ListPage{}, fmt.Errorf("after %q: %w: give the workflow_id of the last workflow of the page before", q.After, ErrNotFound)
+		}
+		start = i + 1
+	}
+	var page ListPage
+	budget := maxListBytes
+	for _, s := range all[start:] {
+		if q.State != "" && s.State != q.State {
+			continue
+		}
+		if len(page.Workflows) < q.Limit {
+			cost := 2 * len(summaryLine(s))
+			if b, err := json.Marshal(s); err == nil {
+				cost += len(b)
+			}
+			if len(page.Workflows) == 0 || cost <= budget {
+				budget -= cost
+				page.Workflows = append(page.Workflows, s)
+				continue
+			}
+			q.Limit = len(page.Workflows) // full: the rest are counted
+		}
+		page.More++
+	}
+	if page.More > 0 {
+		page.Next = page.Workflows[len(page.Workflows)-1].ID
+	}
+	return page, nil
 }
 
 // update changes a workflow as stored ([bus.Change]): it reads the document, lets
@@ -323,7 +460,7 @@ func decodeWorkflow(b []byte) (bus.Workflow, error) {
 // Cancel ends a running workflow: its tasks that have not ended are cancelled, and so are
 // their attempts, whose turns are then aborted.
 func (e *Engine) Cancel(ctx context.Context, agent, id, reason string) (*bus.Workflow, error) {
-	reason = cmp.Or(reason, "no reason given")
+	reason = clip(cmp.Or(reason, "no reason given"), MaxReasonBytes)
 	var abort []string
 	wf, err := e.update(ctx, agent, id, func(wf *bus.Workflow) (bool, error) {
 		abort = abort[:0]
@@ -384,15 +521,16 @@ func (e *Engine) Admit(ctx context.Context, spec bus.TurnSpec) error {
 // turn, from any node: what is recorded already is not recorded again.
 func (e *Engine) Settle(ctx context.Context, rec bus.TurnRecord) error {
 	spec := rec.Spec
+	lim := e.limits()
 	wf, err := e.update(ctx, spec.Agent, spec.Workflow, func(wf *bus.Workflow) (bool, error) {
 		changed := false
 		if t := wf.Task(spec.Task); t != nil {
 			if a := t.Attempt(spec.ID); a != nil && a.Outcome == "" {
-				recordAttempt(wf, t, a, rec)
+				recordAttempt(wf, t, a, rec, lim)
 				changed = true
 			}
 		}
-		return advance(wf, time.Now().UTC()) || changed, nil
+		return advance(wf, time.Now().UTC(), lim) || changed, nil
 	})
 	if errors.Is(err, ErrNotFound) {
 		e.log.Warn("a task turn ended whose workflow is gone", "turn", spec.ID, "workflow", spec.Workflow)
@@ -404,9 +542,11 @@ func (e *Engine) Settle(ctx context.Context, rec bus.TurnRecord) error {
 	return e.queueLive(ctx, wf)
 }
 
-// recordAttempt writes an ended turn's outcome into its attempt and its task.
-func recordAttempt(wf *bus.Workflow, t *bus.Task, a *bus.Attempt, rec bus.TurnRecord) {
+// recordAttempt writes an ended turn's outcome into its attempt and its task. A result is
+// written only while the document stays within lim.doc with it.
+func recordAttempt(wf *bus.Workflow, t *bus.Task, a *bus.Attempt, rec bus.TurnRecord, lim limits) {
 	a.TurnState, a.Ended = rec.State, time.Now().UTC()
+	defer func() { a.Reason = clip(a.Reason, MaxReasonBytes) }()
 	switch {
 	case wf.State.Ended() || t.State.Ended():
 		a.Outcome, a.Reason = bus.AttemptCancelled, fmt.Sprintf("the workflow had ended (%s) when the turn ended", wf.State)
@@ -423,8 +563,15 @@ func recordAttempt(wf *bus.Workflow, t *bus.Task, a *bus.Attempt, rec bus.TurnRe
 		case len(value) > MaxResultBytes:
 			a.Outcome, a.Reason = bus.AttemptFailed, fmt.Sprintf("the result is %d bytes, more than a task's result may hold (%d)", len(value), MaxResultBytes)
 		default:
+			result := []byte(compactJSON(value))
+			if doc := documentWith(wf, len(result)); doc > lim.doc {
+				a.Outcome, a.Reason = bus.AttemptFailed, fmt.Sprintf("the result is %s; with it the workflow's document would be %s, "+
+					"over the %s a workflow's document may hold, so it was not written: submit a shorter result "+
+					"(the results of the other tasks take room too)", sizeOf(len(result)), sizeOf(doc), sizeOf(lim.doc))
+				break
+			}
 			a.Outcome = bus.AttemptAccepted
-			t.State, t.Result, t.Error = bus.TaskDone, []byte(compactJSON(value)), ""
+			t.State, t.Result, t.Error = bus.TaskDone, result, ""
 			return
 		}
 	default:
@@ -437,8 +584,27 @@ func recordAttempt(wf *bus.Workflow, t *bus.Task, a *bus.Attempt, rec bus.TurnRe
 		return
 	}
 	t.State = bus.TaskFailed
-	t.Error = fmt.Sprintf("attempt %d of %d failed: %s", a.N, t.MaxAttempts, a.Reason)
+	t.Error = fmt.Sprintf("attempt %d of %d failed: %s", a.N, t.MaxAttempts, clip(a.Reason, MaxReasonBytes))
 }
+
+// documentWith is the size wf's document would have with a result of n more bytes, and
+// room for the first attempts of every task still waiting (which the result may start).
+func documentWith(wf *bus.Workflow, n int) int {
+	b, err := json.Marshal(wf)
+	if err != nil {
+		return 0
+	}
+	waiting := 0
+	for _, t := range wf.Tasks {
+		if t.State == bus.TaskPending {
+			waiting++
+		}
+	}
+	return len(b) + n + len(`,"result":`) + waiting*attemptRoom
+}
+
+// attemptRoom is more than one attempt, started, takes in a document.
+const attemptRoom = 256
 
 // turnEnding says why a task turn ended without a result.
 func turnEnding(rec bus.TurnRecord) string {
@@ -452,9 +618,10 @@ func turnEnding(rec bus.TurnRecord) string {
 }
 
 // advance starts the pending tasks whose dependencies are done (attempt 1 each), fails
-// those a failed or cancelled dependency can never let start, and ends the workflow once
-// every task has ended. It reports whether it changed anything.
-func advance(wf *bus.Workflow, now time.Time) bool {
+// those a failed or cancelled dependency can never let start and those lim says cannot
+// start (limits.unstartable), and ends the workflow once every task has ended. It reports
+// whether it changed anything.
+func advance(wf *bus.Workflow, now time.Time, lim limits) bool {
 	if wf.State.Ended() {
 		return false
 	}
@@ -487,6 +654,11 @@ func advance(wf *bus.Workflow, now time.Time) bool {
 				continue
 			}
 			if ready {
+				if why := lim.unstartable(wf, t); why != "" {
+					t.State, t.Error = bus.TaskFailed, why
+					changed, again = true, true
+					continue
+				}
 				t.State = bus.TaskRunning
 				t.Attempts = append(t.Attempts, bus.Attempt{N: 1, Turn: bus.AttemptTurn(wf.ID, t.ID, 1), Started: now})
 				changed = true
@@ -522,10 +694,53 @@ func advance(wf *bus.Workflow, now time.Time) bool {
 // a node that died did not queue. A turn queued before is left as it is. The stored
 // document may move on while this queues (see the top of this file): an attempt the
 // intake refuses is left when the document as stored now has ended it.
+//
+// A turn the bus cannot carry (checked here, or refused so by the intake) is refused the
+// same every time: its attempt fails, and its task with it, in a write of its own; then
+// the turns of what that write started (or nothing, when it ended the workflow) are
+// queued from the document it stored.
 func (e *Engine) queueLive(ctx context.Context, wf *bus.Workflow) error {
-	if wf.State.Ended() {
-		return nil
+	// Each round fails one task or more for good, so there are at most as many rounds
+	// as tasks.
+	for round := 0; !wf.State.Ended() && round <= len(wf.Tasks); round++ {
+		unqueueable, err := e.queueAttempts(ctx, wf)
+		if err != nil || len(unqueueable) == 0 {
+			return err
+		}
+		for turn, why := range unqueueable {
+			e.log.Warn("a task turn cannot be queued; its task fails", "turn", turn, "why", why)
+		}
+		wf, err = e.update(ctx, wf.Agent, wf.ID, func(wf *bus.Workflow) (bool, error) {
+			changed := false
+			for i := range wf.Tasks {
+				t := &wf.Tasks[i]
+				a := t.Current()
+				if a == nil || a.Outcome != "" || t.State != bus.TaskRunning || wf.State.Ended() {
+					continue
+				}
+				why, ok := unqueueable[a.Turn]
+				if !ok {
+					continue
+				}
+				a.Outcome, a.Reason, a.Ended = bus.AttemptFailed, clip("its turn could not be queued: "+why, MaxReasonBytes), time.Now().UTC()
+				t.State = bus.TaskFailed
+				t.Error = fmt.Sprintf("attempt %d of %d failed: %s", a.N, t.MaxAttempts, a.Reason)
+				changed = true
+			}
+			return advance(wf, time.Now().UTC(), e.limits()) || changed, nil
+		})
+		if err != nil {
+			return fmt.Errorf("fail the tasks whose turns cannot be queued: %w", err)
+		}
 	}
+	return nil
+}
+
+// queueAttempts queues the turn of every attempt that runs in wf (see queueLive). It
+// returns the turns that can never be queued, each with the reason, and queues the rest.
+func (e *Engine) queueAttempts(ctx context.Context, wf *bus.Workflow) (map[string]string, error) {
+	lim := e.limits()
+	var unqueueable map[string]string
 	for i := range wf.Tasks {
 		t := &wf.Tasks[i]
 		a := t.Current()
@@ -533,7 +748,12 @@ func (e *Engine) queueLive(ctx context.Context, wf *bus.Workflow) error {
 			continue
 		}
 		spec := taskTurn(wf, t, *a)
-		err := e.run.Queue(ctx, spec)
+		var err error
+		if n := specSize(spec); lim.spec > 0 && n > lim.spec {
+			err = errors.New(lim.specTooLarge(t.ID, n))
+		} else {
+			err = e.run.Queue(ctx, spec)
+		}
 		if err == nil {
 			continue
 		}
@@ -542,27 +762,26 @@ func (e *Engine) queueLive(ctx context.Context, wf *bus.Workflow) error {
 			// Moved on meanwhile: the attempt (or its workflow) has ended as stored, so
 			// it wants no turn.
 			e.log.Debug("an attempt ended before its turn was queued here", "turn", spec.ID, "why", aerr)
+		case tooLarge(err):
+			if unqueueable == nil {
+				unqueueable = map[string]string{}
+			}
+			unqueueable[spec.ID] = err.Error()
 		default:
-			return fmt.Errorf("queue attempt %d of task %s: %w", a.N, t.ID, err)
+			return nil, fmt.Errorf("queue attempt %d of task %s: %w", a.N, t.ID, err)
 		}
 	}
-	return nil
+	return unqueueable, nil
 }
 
 // taskTurn is the turn spec of one attempt of a task: its own fixed catalog (the kind
 // task), its instructions with the results of its dependencies filled in, and its copy
 // of the result schema.
 func taskTurn(wf *bus.Workflow, t *bus.Task, a bus.Attempt) bus.TurnSpec {
-	results := make(map[string]json.RawMessage, len(t.DependsOn))
-	for _, dep := range t.DependsOn {
-		if d := wf.Task(dep); d != nil && d.Result != nil {
-			results[dep] = d.Result
-		}
-	}
 	spec := bus.TurnSpec{
 		ID: a.Turn, Kind: bus.TurnTask, Parent: wf.Parent, Agent: wf.Agent, Workflow: wf.ID, Task: t.ID,
 		Instructions: fmt.Sprintf("You work on task %q of the workflow %q (attempt %d of %d).", t.ID, wf.Title, a.N, t.MaxAttempts),
-		Input:        Render(t.Instructions, results),
+		Input:        renderInput(wf, t),
 		ResultSchema: t.ResultSchema,
 	}
 	if len(t.Script) > 0 {
@@ -571,4 +790,20 @@ func taskTurn(wf *bus.Workflow, t *bus.Task, a bus.Attempt) bus.TurnSpec {
 		spec.Model = wf.Model
 	}
 	return spec
+}
+
+// renderInput is a task's instructions with the results of its dependencies filled in.
+func renderInput(wf *bus.Workflow, t *bus.Task) string {
+	return Render(t.Instructions, dependencyResults(wf, t))
+}
+
+// dependencyResults are the results of the tasks t depends on that have one.
+func dependencyResults(wf *bus.Workflow, t *bus.Task) map[string]json.RawMessage {
+	results := make(map[string]json.RawMessage, len(t.DependsOn))
+	for _, dep := range t.DependsOn {
+		if d := wf.Task(dep); d != nil && d.Result != nil {
+			results[dep] = d.Result
+		}
+	}
+	return results
 }

@@ -17,12 +17,15 @@ const Category = "workflow"
 
 type startArgs = Definition
 
-type idArgs struct {
-	ID string `json:"workflow_id" jsonschema_description:"the workflow's id, as workflow_start or workflow_list gave it"`
+type viewArgs struct {
+	ID   string `json:"workflow_id" jsonschema_description:"the workflow's id, as workflow_start or workflow_list gave it"`
+	Task string `json:"task_id,omitempty" jsonschema_description:"only this task, with its whole result (a view of the whole workflow leaves out results past its size)"`
 }
 
 type listArgs struct {
 	State string `json:"state,omitempty" jsonschema:"enum=running,enum=completed,enum=failed,enum=cancelled" jsonschema_description:"only the workflows in this state (default: all)"`
+	Limit int    `json:"limit,omitempty" jsonschema:"minimum=1,maximum=100" jsonschema_description:"the most workflows to list (default 20)"`
+	After string `json:"after,omitempty" jsonschema_description:"the workflow_id of the last workflow of the page before, as the listing names it: lists the ones after it"`
 }
 
 type cancelArgs struct {
@@ -45,7 +48,7 @@ const startSchema = `{
         "type": "object",
         "properties": {
           "id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,32}$", "description": "a short id, unique in the workflow"},
-          "instructions": {"type": "string", "description": "what the task must do and return. {{tasks.<id>.result}} is replaced by the result of a task it depends on (as JSON), {{tasks.<id>.result.<field>}} by one field of it"},
+          "instructions": {"type": "string", "description": "what the task must do and return, at most 256 KiB. {{tasks.<id>.result}} is replaced by the result of a task it depends on (as JSON), {{tasks.<id>.result.<field>}} by one field of it; a task whose instructions expand past 256 KiB fails without running, so refer to a large result once, or to the field it needs"},
           "result_schema": {"type": "object", "description": "the JSON Schema of the task's result: an object schema that can be made strict (every property typed; objects closed)"},
           "depends_on": {"type": "array", "items": {"type": "string"}, "description": "ids of the tasks whose results this one needs; it starts when they are done"},
           "max_attempts": {"type": "integer", "minimum": 1, "maximum": 5, "description": "how many turns the task may take to produce an accepted result (default 1)"},
@@ -83,21 +86,28 @@ func Tools(e *Engine) []*toolbus.Tool {
 				return toolbus.TextResult(startedText(wf)).WithDetails(wf), nil
 			},
 		}),
-		toolbus.MustDefine(toolbus.Def[idArgs]{
+		toolbus.MustDefine(toolbus.Def[viewArgs]{
 			Spec:             specView,
-			DescribeActivity: func(a idArgs) string { return "Viewing workflow " + a.ID },
-			DescribeCompletedActivity: func(a idArgs, res toolbus.Result) string {
+			DescribeActivity: func(a viewArgs) string { return "Viewing workflow " + a.ID },
+			DescribeCompletedActivity: func(a viewArgs, res toolbus.Result) string {
 				if res.IsError {
 					return "Could not view workflow " + a.ID
 				}
 				return "Viewed workflow " + a.ID
 			},
-			Execute: func(ctx context.Context, call toolbus.Call, a idArgs) (toolbus.Result, error) {
+			Execute: func(ctx context.Context, call toolbus.Call, a viewArgs) (toolbus.Result, error) {
 				wf, _, err := e.Get(ctx, call.Agent, a.ID)
 				if err != nil {
 					return toolbus.Result{}, err
 				}
-				return toolbus.TextResult(View(wf)).WithDetails(wf), nil
+				if a.Task != "" && wf.Task(a.Task) == nil {
+					ids := make([]string, len(wf.Tasks))
+					for i, t := range wf.Tasks {
+						ids[i] = t.ID
+					}
+					return toolbus.Result{}, fmt.Errorf("workflow %s has no task %q; its tasks: %s", wf.ID, a.Task, strings.Join(ids, ", "))
+				}
+				return toolbus.TextResult(view(wf, a.Task, maxViewBytes)).WithDetails(wf), nil
 			},
 		}),
 		toolbus.MustDefine(toolbus.Def[listArgs]{
@@ -105,14 +115,14 @@ func Tools(e *Engine) []*toolbus.Tool {
 			DescribeActivity:          func(listArgs) string { return "Listing workflows" },
 			DescribeCompletedActivity: func(listArgs, toolbus.Result) string { return "Listed workflows" },
 			Execute: func(ctx context.Context, call toolbus.Call, a listArgs) (toolbus.Result, error) {
-				wfs, err := e.List(ctx, call.Agent, bus.WorkflowState(a.State))
+				page, err := e.List(ctx, call.Agent, ListQuery{State: bus.WorkflowState(a.State), Limit: a.Limit, After: a.After})
 				if err != nil {
 					return toolbus.Result{}, err
 				}
-				if wfs == nil {
-					wfs = []*bus.Workflow{}
+				if page.Workflows == nil {
+					page.Workflows = []Summary{}
 				}
-				return toolbus.TextResult(listText(wfs, a.State)).WithDetails(wfs), nil
+				return toolbus.TextResult(listText(page, a)).WithDetails(page.Workflows), nil
 			},
 		}),
 		toolbus.MustDefine(toolbus.Def[cancelArgs]{
@@ -129,7 +139,7 @@ func Tools(e *Engine) []*toolbus.Tool {
 				if err != nil {
 					return toolbus.Result{}, err
 				}
-				return toolbus.TextResult("Cancelled.\n" + View(wf)).WithDetails(wf), nil
+				return toolbus.TextResult("Cancelled.\n" + view(wf, "", maxViewBytes)).WithDetails(wf), nil
 			},
 		}),
 	}
@@ -141,9 +151,11 @@ var (
 			"depend on each other, each ending with a result that matches its JSON Schema. Returns at once with the " +
 			"workflow's id; follow it with workflow_view."}
 	specView = toolbus.Spec{Name: "workflow_view", Category: Category, ReadOnly: true,
-		Description: "Show one workflow: its state, each task's state, attempts (turn, outcome, reason), result and error."}
+		Description: "Show one workflow: its state, each task's state, attempts (turn, outcome, reason), result and error. " +
+			"Results that do not fit are left out with a note; with task_id, one task and its whole result."}
 	specList = toolbus.Spec{Name: "workflow_list", Category: Category, ReadOnly: true,
-		Description: "List your workflows, newest first, with their state and progress."}
+		Description: "List your workflows, newest first, with their state and progress (no results: workflow_view shows them), " +
+			"20 at a time unless limit says otherwise; after continues from the last one listed."}
 	specCancel = toolbus.Spec{Name: "workflow_cancel", Category: Category, Mode: toolbus.Sequential,
 		Description: "Cancel a running workflow: its running task turns are aborted and its unfinished tasks recorded as cancelled."}
 )
@@ -172,8 +184,14 @@ func startedText(wf *bus.Workflow) string {
 }
 
 // View describes a workflow for the model and for people: its state, then each task with
-// its attempts, result and error.
-func View(wf *bus.Workflow) string {
+// its attempts, result and error, all of it.
+func View(wf *bus.Workflow) string { return view(wf, "", 0) }
+
+// view is View of only one task when only is set, within budget bytes when budget > 0:
+// a result that would take the text past it is left out with a note that says how to
+// see it (a task's view shows its whole result: at most MaxResultBytes), and what is
+// still over it (reasons stored before they were bounded) is clipped.
+func view(wf *bus.Workflow, only string, budget int) string {
 	var b strings.Builder
 	done := 0
 	for _, t := range wf.Tasks {
@@ -186,7 +204,11 @@ func View(wf *bus.Workflow) string {
 		fmt.Fprintf(&b, " — %s", wf.Error)
 	}
 	b.WriteByte('\n')
+	left := 0
 	for _, t := range wf.Tasks {
+		if only != "" && t.ID != only {
+			continue
+		}
 		fmt.Fprintf(&b, "- %s: %s", t.ID, t.State)
 		if t.State == bus.TaskPending && len(t.DependsOn) > 0 {
 			fmt.Fprintf(&b, " (after %s)", strings.Join(t.DependsOn, ", "))
@@ -204,32 +226,52 @@ func View(wf *bus.Workflow) string {
 			b.WriteByte('\n')
 		}
 		if t.Result != nil {
-			fmt.Fprintf(&b, "  result: %s\n", t.Result)
+			// Room is kept for the lines of the tasks after this one.
+			if budget > 0 && only == "" && b.Len()+len(t.Result) > budget-4<<10 {
+				fmt.Fprintf(&b, "  result: %s, left out here; workflow_view with \"task_id\": %q shows it\n", sizeOf(len(t.Result)), t.ID)
+				left++
+			} else {
+				fmt.Fprintf(&b, "  result: %s\n", t.Result)
+			}
 		}
 		if t.Error != "" && t.State != bus.TaskCancelled {
 			fmt.Fprintf(&b, "  error: %s\n", t.Error)
 		}
 	}
-	return strings.TrimRight(b.String(), "\n")
+	if left > 0 {
+		fmt.Fprintf(&b, "(%s left out: the view holds %s at most.)\n", label.Plural(left, "result"), sizeOf(budget))
+	}
+	out := strings.TrimRight(b.String(), "\n")
+	if budget > 0 {
+		out = clip(out, budget)
+	}
+	return out
 }
 
-func listText(wfs []*bus.Workflow, state string) string {
-	if len(wfs) == 0 {
-		if state != "" {
-			return "No " + state + " workflows."
+// summaryLine is a workflow's line in workflow_list's text.
+func summaryLine(s Summary) string {
+	return fmt.Sprintf("%s %q: %s, %d of %d tasks done, started %s", s.ID, s.Title, s.State, s.Counts.Done, len(s.Tasks),
+		s.Created.Format(time.RFC3339))
+}
+
+func listText(page ListPage, a listArgs) string {
+	if len(page.Workflows) == 0 {
+		what := "workflows"
+		if a.State != "" {
+			what = a.State + " workflows"
 		}
-		return "No workflows."
+		if a.After != "" {
+			return fmt.Sprintf("No more %s after %s.", what, a.After)
+		}
+		return "No " + what + "."
 	}
 	var b strings.Builder
-	for _, wf := range wfs {
-		done := 0
-		for _, t := range wf.Tasks {
-			if t.State == bus.TaskDone {
-				done++
-			}
-		}
-		fmt.Fprintf(&b, "%s %q: %s, %d of %d tasks done, started %s\n", wf.ID, wf.Title, wf.State, done, len(wf.Tasks),
-			wf.Created.Format(time.RFC3339))
+	for _, s := range page.Workflows {
+		b.WriteString(summaryLine(s))
+		b.WriteByte('\n')
+	}
+	if page.More > 0 {
+		fmt.Fprintf(&b, "%s: workflow_list with \"after\": %q lists the next.\n", label.Plural(page.More, "more workflow"), page.Next)
 	}
 	return strings.TrimRight(b.String(), "\n")
 }
