@@ -238,17 +238,31 @@ func workflowList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer bc.Close()
-	req := []byte(`{}`)
-	if *state != "" {
-		req, _ = json.Marshal(map[string]string{"state": *state})
-	}
-	reply, err := workflowCall(ctx, bc, "workflow_list", *agent, req)
-	if err != nil {
-		return err
-	}
+	// workflow_list answers a page at a time; the command lists them all.
+	const pageSize = 100
 	var wfs []*bus.Workflow
-	if err := json.Unmarshal(reply.Details, &wfs); err != nil {
-		return fmt.Errorf("workflow_list: malformed details: %w", err)
+	for after := ""; ; {
+		q := map[string]any{"limit": pageSize}
+		if *state != "" {
+			q["state"] = *state
+		}
+		if after != "" {
+			q["after"] = after
+		}
+		req, _ := json.Marshal(q)
+		reply, err := workflowCall(ctx, bc, "workflow_list", *agent, req)
+		if err != nil {
+			return err
+		}
+		var page []*bus.Workflow
+		if err := json.Unmarshal(reply.Details, &page); err != nil {
+			return fmt.Errorf("workflow_list: malformed details: %w", err)
+		}
+		wfs = append(wfs, page...)
+		if len(page) < pageSize {
+			break
+		}
+		after = page[len(page)-1].ID
 	}
 	if *asJSON {
 		return printJSON(stdout, wfs)
