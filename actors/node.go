@@ -259,14 +259,6 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 	if slices.Contains(cfg.Categories, computer.Category) {
 		logSandbox(n.log, cfg.Computer)
 	}
-	if slices.Contains(cfg.Categories, computer.Category) && h.Profiles == nil {
-		// run_command reads each caller's command limits from its profile; without the
-		// store the node's own limits hold for every agent.
-		if h.Profiles, err = n.profileStore(ctx); err != nil {
-			n.log.Warn("agent profiles unavailable: the node's command limits apply to every agent", "err", err)
-			h.Profiles = nil
-		}
-	}
 	if slices.Contains(cfg.Categories, web.Category) && h.Profiles == nil {
 		// The web host reads each caller's providers from its profile.
 		if h.Profiles, err = n.profileStore(ctx); err != nil {

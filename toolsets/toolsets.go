@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -95,12 +96,12 @@ func builtinCategories() []category {
 			specs: func(h Handles, _ *Profile) []*toolbus.Spec { return computer.Specs(h.Computer) },
 			tools: func(h Handles) ([]*toolbus.Tool, error) {
 				cfg := h.Computer
-				if h.Profiles != nil && cfg.CallOptions == nil {
-					cfg.CallOptions = agentLimits(h.Profiles, h.Logger)
+				if cfg.CallOptions == nil && (h.Profiles != nil || h.JS != nil) {
+					cfg.CallOptions = agentLimits(&lazyProfiles{profiles: h.Profiles, js: h.JS, replicas: h.Replicas, log: h.Logger})
 				}
 				return computer.Tools(cfg), nil
 			},
-			in:    notInTasks,
+			in: notInTasks,
 		},
 		{
 			// web_search and web_fetch, each where the profile binds it, in turns of every
@@ -211,27 +212,64 @@ func ForCategory(name string, h Handles) ([]*toolbus.Tool, error) {
 	return nil, fmt.Errorf("unknown tool category %q (this build hosts %s)", name, strings.Join(Categories(), ", "))
 }
 
-// profileReadPatience bounds a run_command call's read of its agent's profile.
-const profileReadPatience = 5 * time.Second
+// profileReadPatience bounds a run_command call's read of its agent's profile, and
+// opening the profile store.
+const profileReadPatience = 3 * time.Second
+
+// lazyProfiles is the profile store of a host that reads its callers' profiles, opened
+// at the first call that needs it: a host whose user may not read profiles (the tool
+// role) starts as fast as before, and after a failed open tries again a minute later,
+// not at every call.
+type lazyProfiles struct {
+	js       jetstream.JetStream
+	replicas int
+	log      *slog.Logger
+
+	mu       sync.Mutex
+	profiles *Profiles
+	failed   time.Time
+}
+
+func (l *lazyProfiles) get(ctx context.Context) *Profiles {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.profiles != nil || l.js == nil || time.Since(l.failed) < time.Minute {
+		return l.profiles
+	}
+	p, err := OpenProfiles(ctx, l.js, l.replicas)
+	if err != nil {
+		if l.failed.IsZero() && l.log != nil {
+			l.log.Warn("run_command: cannot open the agent profiles; the node's command limits apply to every agent", "err", err)
+		}
+		l.failed = time.Now()
+		return nil
+	}
+	l.profiles = p
+	return p
+}
 
 // agentLimits gives each run_command call its agent's command limits (Profile.Computer).
 // A profile that cannot be read leaves the node's limits in force, and says so.
-func agentLimits(profiles *Profiles, log *slog.Logger) func(agent string) computer.CallSandbox {
-	limits := agentPart(profiles, func(p *Profile) computer.Limits {
+func agentLimits(profiles *lazyProfiles) func(agent string) computer.CallSandbox {
+	part := func(p *Profile) computer.Limits {
 		if p == nil || p.Computer == nil {
 			return computer.Limits{}
 		}
 		return p.Computer.Limits
-	})
+	}
 	return func(agent string) computer.CallSandbox {
 		if agent == "" {
 			return computer.CallSandbox{}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), profileReadPatience)
 		defer cancel()
-		l, err := limits(ctx, agent)
-		if err != nil && log != nil {
-			log.Warn("run_command: could not read the agent's command limits; the node's apply", "agent", agent, "err", err)
+		store := profiles.get(ctx)
+		if store == nil {
+			return computer.CallSandbox{}
+		}
+		l, err := agentPart(store, part)(ctx, agent)
+		if err != nil && profiles.log != nil {
+			profiles.log.Warn("run_command: could not read the agent's command limits; the node's apply", "agent", agent, "err", err)
 		}
 		return computer.CallSandbox{Limits: l}
 	}
