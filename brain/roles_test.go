@@ -30,7 +30,7 @@ func TestRolesUseTheStore(t *testing.T) {
 		{"watch", bus.RoleWatcher, nil},
 		{"fs", bus.RoleTool, []string{"fs"}},
 	} {
-		p, err := bus.RolePermissions(u.role, u.categories)
+		p, err := bus.RolePermissions(u.role, u.name, u.categories)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -45,7 +45,7 @@ func TestRolesUseTheStore(t *testing.T) {
 	t.Cleanup(srv.Close)
 	storeAs := func(user string) *Store {
 		t.Helper()
-		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw-"+user), nats.Name(user),
+		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw-"+user), nats.Name(user), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
 			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusals below are expected
 		if err != nil {
 			t.Fatal(err)

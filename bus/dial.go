@@ -3,6 +3,8 @@ package bus
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,12 +31,40 @@ type Credentials struct {
 	// CAFile, a PEM file, verifies the server's TLS certificate (for a
 	// server whose certificate the system does not trust).
 	CAFile string
+	// InboxPrefix is where the client's replies come (nats.CustomInboxPrefix).
+	// Empty means [InboxPrefix] of the user, the one inbox a user of a toolbus
+	// users file may subscribe to: User, or else the user of the first URL
+	// ("nats://user:pass@host"), when it is one subject token; otherwise (a
+	// credentials file, no user) nats.go's "_INBOX".
+	InboxPrefix string
+}
+
+// inboxPrefix is the inbox prefix Dial connects to urls with, "" for nats.go's default.
+func (c Credentials) inboxPrefix(urls string) string {
+	if c.InboxPrefix != "" {
+		return c.InboxPrefix
+	}
+	if c.CredsFile != "" {
+		return ""
+	}
+	user := c.User
+	if user == "" {
+		first, _, _ := strings.Cut(urls, ",")
+		if u, err := url.Parse(strings.TrimSpace(first)); err == nil && u.User != nil {
+			user = u.User.Username()
+		}
+	}
+	if !ValidToken(user) {
+		return ""
+	}
+	return InboxPrefix(user)
 }
 
 // Dial connects to a NATS server or cluster at url (comma-separated URLs for
 // a cluster), named name, and keeps reconnecting for as long as the process
 // runs. It fails fast, with the server's own words, when the first connection
-// is refused. The error shows url with its credentials masked.
+// is refused. Its replies come to cred's inbox prefix ([Credentials.InboxPrefix]).
+// The error shows url with its credentials masked.
 func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.Option) (*nats.Conn, error) {
 	all := []nats.Option{
 		nats.Name(name),
@@ -55,6 +85,9 @@ func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.
 	}
 	if cred.CAFile != "" {
 		all = append(all, nats.RootCAs(cred.CAFile))
+	}
+	if p := cred.inboxPrefix(url); p != "" {
+		all = append(all, nats.CustomInboxPrefix(p))
 	}
 	nc, err := nats.Connect(url, append(all, opts...)...)
 	if err != nil {

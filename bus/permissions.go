@@ -2,6 +2,7 @@ package bus
 
 import (
 	"slices"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -11,41 +12,84 @@ import (
 // connection open and is reported through the client's nats.ErrorHandler as
 // nats.ErrPermissionViolation (a request to a denied subject just times out).
 
-// inboxes is where nats.go receives replies to its requests.
-const inboxes = "_INBOX.>"
+// Replies. A listener user receives the replies to its requests on an inbox
+// prefix of its own, [InboxPrefix], and may subscribe to no other inbox: no
+// watcher or tool host reads another client's replies, nor those of a node's own
+// (in-process) connections, whose inboxes keep nats.go's "_INBOX." prefix. Its
+// clients connect with nats.CustomInboxPrefix(InboxPrefix(user)), as [Dial] does.
+// The role builders below leave the inbox out; [RolePermissions] adds the
+// user's, and [WithInbox] adds one to a hand-made role.
+
+// inboxPrefix starts every user's inbox prefix. Its first token is never
+// nats.go's default "_INBOX", so no user's inbox overlaps the node's own.
+const inboxPrefix = "_INBOX_"
+
+// InboxPrefix is the prefix of the replies to user, its login name or, for an
+// nkey user, its public key: "_INBOX_<user>" (for nats.CustomInboxPrefix; the
+// subjects are "_INBOX_<user>.<nuid>..."). user must satisfy [ValidToken], or
+// the prefix would overlap another user's or not be a subject.
+func InboxPrefix(user string) string { return inboxPrefix + user }
+
+// UserInbox matches every reply subject of user: "_INBOX_<user>.>".
+func UserInbox(user string) string { return InboxPrefix(user) + ".>" }
+
+// WithInbox returns a copy of p that may also receive the replies to the
+// requests of user (see [InboxPrefix]).
+func WithInbox(p *server.Permissions, user string) *server.Permissions {
+	c := clonePermissions(p)
+	if c.Subscribe == nil {
+		c.Subscribe = &server.SubjectPermission{}
+	}
+	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, UserInbox(user))
+	return c
+}
 
 // Micro control subjects (ADR-32): $SRV.<verb>, $SRV.<verb>.<name>, $SRV.<verb>.<name>.<id>.
 const allServices = "$SRV.>"
 
-// replyOnce lets a subscriber answer each request it received once, whatever
-// the reply subject (e.g. a requester's inbox), within the server's default
-// two minutes.
-func replyOnce() *server.ResponsePermission {
-	return &server.ResponsePermission{MaxMsgs: 1}
+// ReplyWindow is how long a subscriber may answer a request it received: the
+// server grants one reply to the request's reply subject, whatever it is,
+// until the reply is sent or this long has passed. It bounds the longest tool
+// call a host on a listener may answer (a run_command of the computer
+// category runs 10 minutes at most by default); a reply later than this is
+// refused as a permissions violation.
+const ReplyWindow = 24 * time.Hour
+
+// answerRequests lets a subscriber answer each request it received once,
+// whatever the reply subject (a turn's result subject, a requester's inbox),
+// within ReplyWindow: nats-server's allow_responses. It is how a tool host
+// answers a call: it may not publish on result subjects otherwise, so it
+// answers only the calls delivered to it, never another category's.
+func answerRequests() *server.ResponsePermission {
+	return &server.ResponsePermission{MaxMsgs: 1, Expires: ReplyWindow}
 }
 
 // TurnPermissions is the role of a node that runs turns: it calls tools,
 // discovers categories through micro, publishes turn status and aborts,
 // queues turns in the intake, receives everything turn-scoped and
 // start-turn requests, and uses JetStream for the intake, transcripts and
-// checkpoints. It is the only role that may publish a turn's status.
+// checkpoints. It is the only role that may publish a turn's status. It answers
+// the requests it receives (start-turn requests, approvals) and, like a tool
+// host, publishes no tool result but as the answer to a call it received.
 func TurnPermissions() *server.Permissions {
 	return WithJetStream(&server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
 			AllTools, AllDescribes, AllAborts, AllStatuses, AllApprovals, AllTranscripts, AllIntake, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
-			inboxes, AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
+			AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
 		}},
-		Response: replyOnce(),
+		Response: answerRequests(),
 	})
 }
 
 // ToolPermissions is the role of a node that hosts the given tool
 // categories: it receives their requests, aborts and its own micro control
-// requests, and publishes results and activity events. It cannot call
-// tools, nor serve or impersonate other categories. Compose with
-// [WithJetStream] for categories that keep state in JetStream.
+// requests, answers each request it received once ([ReplyWindow]), and
+// publishes activity events. It cannot call tools, nor serve other
+// categories, nor answer their calls: it may not publish on result subjects
+// (toolbus.turn.*.res.>) but as the answer to a request delivered to it.
+// Compose with [WithJetStream] for categories that keep state in JetStream.
 func ToolPermissions(categories ...string) *server.Permissions {
 	sub := []string{AllAborts, "$SRV.PING", "$SRV.INFO", "$SRV.STATS"}
 	for _, c := range categories {
@@ -54,12 +98,13 @@ func ToolPermissions(categories ...string) *server.Permissions {
 	}
 	// A host reads turn records, and nothing else of them, to take a call's agent from
 	// its turn's stored spec rather than from a header.
-	sub = append(sub, inboxes)
-	pub := append([]string{AllResults, AllEvents, CatalogChanged}, jsGet(kvStream(BucketTurns))...)
+	pub := append([]string{AllEvents, CatalogChanged}, jsGet(kvStream(BucketTurns))...)
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},
-		Response:  replyOnce(), // micro PING/INFO/STATS replies go to the requester's inbox
+		// Results go to the call's reply subject, micro PING/INFO/STATS replies
+		// to the requester's inbox: answers, and nothing else.
+		Response: answerRequests(),
 	}
 }
 
@@ -84,18 +129,17 @@ func withTodoStore(p *server.Permissions) *server.Permissions {
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketTodos))...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(BucketTodos)...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(BucketTodos)+".>")
-	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
 	return c
 }
 
 // withProfileReader returns a copy of p that may read the agent profiles: what a host of
-// the web category needs, to find each caller's providers. It may create the bucket
+// the web category needs, to find each caller's providers, and one of the computer
+// category, each caller's command limits. It may create the bucket
 // (empty) when no turn node has yet, never write a profile.
 func withProfileReader(p *server.Permissions) *server.Permissions {
 	c := clonePermissions(p)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketAgents))...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.API.STREAM.CREATE."+kvStream(BucketAgents))
-	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
 	return c
 }
 
@@ -107,7 +151,6 @@ func withWorkflowStore(p *server.Permissions) *server.Permissions {
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketWorkflows), kvStream(BucketTurns))...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(BucketWorkflows)...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(BucketWorkflows)+".>", AnyNodeStartTurn, AllAborts)
-	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
 	return c
 }
 
@@ -120,7 +163,13 @@ func withBrainStore(p *server.Permissions) *server.Permissions {
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(brainStreams...)...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow,
 		"$JS.API.STREAM.CREATE."+kvStream(BucketBrain), "$JS.API.STREAM.CREATE."+objStream(ObjectBrain))
-	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
+	// The host's watches and object reads get their messages with $JS.ACK reply
+	// subjects it never answers (ordered consumers do not ack). Unless it may
+	// publish there, the server keeps a reply permission for each of them
+	// (answerRequests) for a whole ReplyWindow.
+	for _, s := range brainStreams {
+		c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+s+".>")
+	}
 	return c
 }
 
@@ -174,14 +223,14 @@ func merge(a, b *server.Permissions) *server.Permissions {
 // ControlPermissions is the role of an operator's client such as the
 // command line: it starts turns on any node, calls tools, aborts turns,
 // lists services and watches every turn. Compose with [WithJetStream] to
-// read transcripts and state.
+// read transcripts and state, and with [WithInbox] to get replies.
 func ControlPermissions() *server.Permissions {
 	return &server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
 			AllTools, AllAborts, AllApproves, AllNodeStarts, AnyNodeStartTurn, allServices,
 		}},
 		// The writes of workflow documents, for `toolbus workflow` to follow them.
-		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns, "$KV." + BucketWorkflows + ".>"}},
+		Subscribe: &server.SubjectPermission{Allow: []string{AllTurns, "$KV." + BucketWorkflows + ".>"}},
 	}
 }
 
@@ -211,7 +260,7 @@ func WatcherPermissions() *server.Permissions {
 		Publish: &server.SubjectPermission{Allow: append([]string{
 			"$SRV.PING", "$SRV.PING.>", "$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>",
 		}, jsRead(readableStreams...)...)},
-		Subscribe: &server.SubjectPermission{Allow: []string{inboxes, AllTurns, CatalogChanged}},
+		Subscribe: &server.SubjectPermission{Allow: []string{AllTurns, CatalogChanged}},
 	}
 }
 
@@ -266,9 +315,11 @@ func AdminPermissions() *server.Permissions {
 }
 
 // WithJetStream returns a copy of p that may also use JetStream: its API,
-// key-value and object stores, acks and flow control, with replies in
-// _INBOX. The access is account-wide (any stream or bucket); per-bucket
-// rules would have to list every API subject of every operation.
+// key-value and object stores, acks and flow control; its replies come to the
+// user's inbox ([WithInbox]). The access is account-wide (any stream or
+// bucket); per-bucket rules would have to list every API subject of every
+// operation. Whoever has it can also create a stream that captures any
+// subject, another user's inbox included: it is trusted as much as the admin.
 func WithJetStream(p *server.Permissions) *server.Permissions {
 	c := clonePermissions(p)
 	if c.Publish == nil {
@@ -278,7 +329,6 @@ func WithJetStream(p *server.Permissions) *server.Permissions {
 		c.Subscribe = &server.SubjectPermission{}
 	}
 	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.API.>", "$KV.>", "$O.>", "$JS.ACK.>", "$JS.FC.>")
-	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, inboxes)
 	return c
 }
 

@@ -228,10 +228,10 @@ func TestListenerAuthentication(t *testing.T) {
 func roleServer(t *testing.T) (*Server, *nats.Conn) {
 	t.Helper()
 	s, _ := startServer(t, Config{Listen: "127.0.0.1:-1", Users: []User{
-		{Name: "turn", Password: "pw", Permissions: TurnPermissions()},
-		{Name: "fs", Password: "pw", Permissions: ToolPermissions("fs")},
-		{Name: "todo", Password: "pw", Permissions: WithJetStream(ToolPermissions("todo"))},
-		{Name: "control", Password: "pw", Permissions: ControlPermissions()},
+		{Name: "turn", Password: "pw", Permissions: WithInbox(TurnPermissions(), "turn")},
+		{Name: "fs", Password: "pw", Permissions: WithInbox(ToolPermissions("fs"), "fs")},
+		{Name: "todo", Password: "pw", Permissions: WithInbox(WithJetStream(ToolPermissions("todo")), "todo")},
+		{Name: "control", Password: "pw", Permissions: WithInbox(ControlPermissions(), "control")},
 		{Name: "admin", Password: "pw", Permissions: AdminPermissions()},
 	}})
 	observer, err := s.Connect("observer")
@@ -246,7 +246,7 @@ func roleServer(t *testing.T) (*Server, *nats.Conn) {
 func roleConn(t *testing.T, s *Server, user string) (*nats.Conn, <-chan error) {
 	t.Helper()
 	errs := make(chan error, 16)
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, "pw"), nats.Name(user),
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, "pw"), nats.Name(user), nats.CustomInboxPrefix(InboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errs <- err:
@@ -286,7 +286,9 @@ func TestRolePermissions(t *testing.T) {
 	}{
 		{"fs", true, ToolSubject("web", "search"), "", false},
 		{"fs", true, ToolSubject("fs", "read"), "", false},
-		{"fs", true, ResultSubject(turn, call), "", true},
+		{"fs", true, ResultSubject(turn, call), "", false}, // only as the answer to a call it received
+		{"fs", false, "_INBOX.>", "_INBOX.x", false},
+		{"fs", false, UserInbox("fs"), InboxPrefix("fs") + ".x", true},
 		{"fs", true, EventSubject(turn, call, EventStarted), "", true},
 		{"fs", true, AbortSubject(turn), "", false},
 		{"fs", true, "$JS.API.INFO", "", false},

@@ -22,7 +22,8 @@ const (
 	RoleTurn Role = "turn"
 	// RoleTool is a host of the given categories and nothing else
 	// (ToolPermissions, the todo bucket for the todo category, reading the agent
-	// profiles for the web category, the knowledge pages for the brain category).
+	// profiles for the web and computer categories, the knowledge pages for the brain
+	// category).
 	RoleTool Role = "tool"
 	// RoleOperator is a person's command line (OperatorPermissions).
 	RoleOperator Role = "operator"
@@ -35,10 +36,24 @@ const (
 // Roles lists every role.
 var Roles = []Role{RoleTurn, RoleTool, RoleOperator, RoleWatcher, RoleAdmin}
 
-// RolePermissions are the permissions of role; categories are those a tool
-// host (or a turn node that also hosts tools) serves, and only those roles
-// take them.
-func RolePermissions(role Role, categories []string) (*server.Permissions, error) {
+// RolePermissions are the permissions of role for user, its login name or, for
+// an nkey user, its public key; categories are those a tool host (or a turn node
+// that also hosts tools) serves, and only those roles take them. But for the
+// admin, user must be one subject token ([ValidToken]): its replies come to
+// [InboxPrefix](user), the one inbox it may subscribe to.
+func RolePermissions(role Role, user string, categories []string) (*server.Permissions, error) {
+	if role != RoleAdmin && !ValidToken(user) {
+		return nil, fmt.Errorf("user name %q is not one subject token (no '.', '*', '>' or spaces): it names the user's inbox, %s.>", user, InboxPrefix("<user>"))
+	}
+	p, err := rolePermissions(role, categories)
+	if err != nil || role == RoleAdmin {
+		return p, err
+	}
+	return WithInbox(p, user), nil
+}
+
+// rolePermissions are the permissions of role without an inbox.
+func rolePermissions(role Role, categories []string) (*server.Permissions, error) {
 	for _, c := range categories {
 		if !ValidToken(c) {
 			return nil, fmt.Errorf("category %q is not a valid token", c)
@@ -65,7 +80,9 @@ func RolePermissions(role Role, categories []string) (*server.Permissions, error
 		if slices.Contains(categories, "todo") {
 			p = withTodoStore(p)
 		}
-		if slices.Contains(categories, "web") {
+		// The web host reads each caller's providers, the computer host its command
+		// limits, from the caller's profile.
+		if slices.Contains(categories, "web") || slices.Contains(categories, "computer") {
 			p = withProfileReader(p)
 		}
 		if startsTurns(categories) {
@@ -179,7 +196,7 @@ func (e UserEntry) user() (User, error) {
 	if e.Nkey != "" && !nkeys.IsValidPublicUserKey(e.Nkey) {
 		return User{}, fmt.Errorf("nkey is not a user's public key (U…)")
 	}
-	perms, err := RolePermissions(e.Role, e.Categories)
+	perms, err := RolePermissions(e.Role, cmp.Or(e.User, e.Nkey), e.Categories)
 	if err != nil {
 		return User{}, err
 	}

@@ -46,6 +46,8 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	  {"user": "web", "password": "pw", "role": "tool", "categories": ["web"]},
 	  {"user": "bg", "password": "pw", "role": "tool", "categories": ["jobs", "schedule"]},
 	  {"user": "wf", "password": "pw", "role": "tool", "categories": ["workflow"]},
+	  {"user": "computer", "password": "pw", "role": "tool", "categories": ["computer"]},
+	  {"user": "crm", "password": "pw", "role": "tool", "categories": ["crm"]},
 	  {"user": "ops", "password_hash": %q, "role": "operator"},
 	  {"user": "watch", "password": "pw", "role": "watcher"},
 	  {"nkey": %q, "role": "watcher"},
@@ -95,6 +97,27 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	return s, observer, kp
 }
 
+// login is how a user of the users file connects: its password, and its own
+// inbox prefix, the one it may read (bus.Dial sets it from the user).
+func login(user, pass string) nats.Option {
+	return func(o *nats.Options) error {
+		o.User, o.Password, o.InboxPrefix = user, pass, InboxPrefix(user)
+		return nil
+	}
+}
+
+// nkeyLogin is login for an nkey user: its inbox prefix is its public key's.
+func nkeyLogin(kp nkeys.KeyPair) nats.Option {
+	pub := must(kp.PublicKey())
+	return func(o *nats.Options) error {
+		if err := nats.Nkey(pub, kp.Sign)(o); err != nil {
+			return err
+		}
+		o.InboxPrefix = InboxPrefix(pub)
+		return nil
+	}
+}
+
 // userConn connects to url with opts; asynchronous errors arrive on the
 // returned channel.
 func userConn(t *testing.T, url, name string, opts ...nats.Option) (*nats.Conn, <-chan error) {
@@ -136,7 +159,7 @@ func TestOnlyTurnRolePublishesStatus(t *testing.T) {
 	} {
 		t.Run(tc.user, func(t *testing.T) {
 			ctx := testContext(t)
-			nc, errs := userConn(t, s.ClientURL(), tc.user, nats.UserInfo(tc.user, tc.pass))
+			nc, errs := userConn(t, s.ClientURL(), tc.user, login(tc.user, tc.pass))
 			if err := nc.Publish(subject, []byte(`{"state":"completed"}`)); err != nil {
 				t.Fatal(err)
 			}
@@ -169,15 +192,16 @@ func TestRolesFromUsersFile(t *testing.T) {
 	s, observer, kp := usersServer(t)
 	url := s.ClientURL()
 	creds := map[string]nats.Option{
-		"turn":  nats.UserInfo("turn", "pw"),
-		"fs":    nats.UserInfo("fs", "pw"),
-		"todo":  nats.UserInfo("todo", "pw"),
-		"web":   nats.UserInfo("web", "pw"),
-		"bg":    nats.UserInfo("bg", "pw"),
-		"wf":    nats.UserInfo("wf", "pw"),
-		"ops":   nats.UserInfo("ops", "ops-pw"),
-		"watch": nats.UserInfo("watch", "pw"),
-		"nkey":  nats.Nkey(must(kp.PublicKey()), kp.Sign),
+		"turn":     login("turn", "pw"),
+		"fs":       login("fs", "pw"),
+		"todo":     login("todo", "pw"),
+		"web":      login("web", "pw"),
+		"bg":       login("bg", "pw"),
+		"wf":       login("wf", "pw"),
+		"ops":      login("ops", "ops-pw"),
+		"watch":    login("watch", "pw"),
+		"computer": login("computer", "pw"),
+		"nkey":     nkeyLogin(kp),
 	}
 
 	subjects := []struct {
@@ -187,8 +211,25 @@ func TestRolesFromUsersFile(t *testing.T) {
 		sample  string
 		allowed bool
 	}{
-		{"fs", true, ResultSubject("t1", "c1"), "", true},
+		// A host answers the calls it received (TestHostAnswersOnlyItsCalls), and
+		// publishes on no result subject otherwise.
+		{"fs", true, ResultSubject("t1", "c1"), "", false},
+		{"turn", true, ResultSubject("t1", "c1"), "", false},
+		{"fs", true, EventSubject("t1", "c1", EventStarted), "", true},
 		{"fs", true, AbortSubject("t1"), "", false},
+		// Each user reads its own inbox and no other (TestInboxIsPrivate).
+		{"fs", false, UserInbox("fs"), InboxPrefix("fs") + ".x", true},
+		{"fs", false, "_INBOX.>", "_INBOX.x", false},
+		{"fs", false, UserInbox("ops"), InboxPrefix("ops") + ".x", false},
+		{"turn", false, UserInbox("turn"), InboxPrefix("turn") + ".x", true},
+		{"turn", false, "_INBOX.>", "_INBOX.x", false},
+		{"turn", false, UserInbox("ops"), InboxPrefix("ops") + ".x", false},
+		{"ops", false, UserInbox("ops"), InboxPrefix("ops") + ".x", true},
+		{"ops", false, UserInbox("watch"), InboxPrefix("watch") + ".x", false},
+		{"watch", false, "_INBOX.>", "_INBOX.x", false},
+		{"watch", false, UserInbox("ops"), InboxPrefix("ops") + ".x", false},
+		{"nkey", false, UserInbox(must(kp.PublicKey())), InboxPrefix(must(kp.PublicKey())) + ".x", true},
+		{"nkey", false, UserInbox("watch"), InboxPrefix("watch") + ".x", false},
 		{"wf", true, AbortSubject("t1"), "", true},
 		{"wf", true, AnyNodeStartTurn, "", true},
 		{"wf", true, IntakeAny("t1"), "", false},
@@ -284,6 +325,10 @@ func TestRolesFromUsersFile(t *testing.T) {
 		{"web", BucketAgents, false, true},
 		{"web", BucketAgents, true, false},
 		{"web", BucketTodos, false, false},
+		// run_command reads each caller's command limits from its profile.
+		{"computer", BucketAgents, false, true},
+		{"computer", BucketAgents, true, false},
+		{"computer", BucketTodos, false, false},
 		{"turn", BucketTurns, true, true},
 		{"bg", BucketJobs, true, true},
 		{"bg", BucketSchedules, true, true},
@@ -428,6 +473,10 @@ func TestParseUsersErrors(t *testing.T) {
 		{`[{"user":"a","password":"p","role":"watcher","categories":["fs"]}]`, "takes no categories"},
 		{`[{"user":"a","password":"p","role":"tool","categories":["a.b"]}]`, "not a valid token"},
 		{`[{"user":"a","pasword":"p","role":"admin"}]`, "unknown field"},
+		// A user's name is its inbox prefix's last token: "a.b" would read the
+		// replies of a user "a".
+		{`[{"user":"a.b","password":"p","role":"operator"}]`, "not one subject token"},
+		{`[{"user":"a b","password":"p","role":"tool","categories":["fs"]}]`, "not one subject token"},
 	} {
 		_, err := ParseUsers([]byte(tc.doc))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

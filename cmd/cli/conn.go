@@ -39,7 +39,7 @@ const dialTimeout = 10 * time.Second
 // busFlags select a remote bus; their defaults come from the environment
 // variables the nats CLI and the node command read.
 type busFlags struct {
-	server, user, passFile, creds, tlsCA string
+	server, user, passFile, creds, tlsCA, inboxPrefix string
 }
 
 func (b *busFlags) register(fs *flag.FlagSet) {
@@ -50,6 +50,7 @@ func (b *busFlags) register(fs *flag.FlagSet) {
 	secretflag.Refuse(fs, "pass", "-pass-file FILE or the environment variable NATS_PASSWORD")
 	fs.StringVar(&b.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
 	fs.StringVar(&b.tlsCA, "tls-ca", os.Getenv("NATS_CA"), "PEM CA that verifies the server's TLS certificate (env NATS_CA)")
+	fs.StringVar(&b.inboxPrefix, "inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "where replies come, for -server (env NATS_INBOX_PREFIX; default _INBOX_<user>, the one inbox a user of a toolbus users file may read; _INBOX with -creds or no user)")
 }
 
 func (b *busFlags) dial(ctx context.Context) (*nats.Conn, error) {
@@ -59,7 +60,9 @@ func (b *busFlags) dial(ctx context.Context) (*nats.Conn, error) {
 	if err != nil {
 		return nil, usagef("-pass-file: %v", err)
 	}
-	return bus.Dial(ctx, b.server, clientName, bus.Credentials{User: b.user, Password: pass, CredsFile: b.creds, CAFile: b.tlsCA})
+	return bus.Dial(ctx, b.server, clientName, bus.Credentials{
+		User: b.user, Password: pass, CredsFile: b.creds, CAFile: b.tlsCA, InboxPrefix: b.inboxPrefix,
+	})
 }
 
 // embedOptions configure the bus and node a command starts in-process.

@@ -54,6 +54,7 @@ type options struct {
 	user, pass    string
 	passFile      string
 	creds         string
+	inboxPrefix   string
 	listen        string
 	usersFile     string
 	tlsCert       string
@@ -136,6 +137,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.passFile, "pass-file", "", "file holding the password of -user (default env NATS_PASSWORD)")
 	secretflag.Refuse(fs, "pass", "-pass-file FILE or the environment variable NATS_PASSWORD")
 	fs.StringVar(&o.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
+	fs.StringVar(&o.inboxPrefix, "inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "where replies come, for -server (env NATS_INBOX_PREFIX; default _INBOX_<user>, the one inbox a user of a toolbus users file may read; _INBOX with -creds or no user)")
 	fs.StringVar(&o.listen, "listen", "", "embedded server: open a client listener on host:port (requires -users or -user); default none")
 	fs.StringVar(&o.usersFile, "users", "", "embedded server: JSON file of the listener's users and their roles (turn, tool, operator, watcher, admin); see docs/operations.md")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "embedded server: PEM certificate: the client listener and cluster routes require TLS")
@@ -323,7 +325,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	var storeErr func() error
 	where := ""
 	if o.server != "" {
-		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA}
+		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA, InboxPrefix: o.inboxPrefix}
 		connect = func(name string) (*nats.Conn, error) { return bus.Dial(ctx, o.server, name, cred) }
 		where = "connected to " + redact.URL(o.server)
 	} else {
