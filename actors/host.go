@@ -16,6 +16,7 @@ import (
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus"
@@ -56,6 +57,9 @@ type HostConfig struct {
 	voucher *bus.Voucher
 	// interest tells whether anyone would receive an event; nil: publish every one.
 	interest func(subject string) bool
+	// payloads reads large arguments and stores large replies (bus.ObjectPayloads); nil:
+	// the host opens them through its own connection on first use.
+	payloads *bus.Payloads
 }
 
 // hostCall is a tool request taken from the micro handler.
@@ -64,6 +68,9 @@ type hostCall struct {
 	req   micro.Request
 	trace string // the request's traceparent, passed on with the call's events
 	vouch string // the request's Toolbus-Vouch
+	// payload names the object that holds the arguments (Toolbus-Payload), when they were
+	// too large for the message.
+	payload bus.PayloadRef
 }
 
 // hostReady asks a host whether it serves; it answers with hostStarted.
@@ -107,6 +114,8 @@ type host struct {
 	slots       chan struct{}
 	stats       map[string]*endpointStats
 	agents      *turnAgents
+	payloadsMu  sync.Mutex
+	payloadsOf  *bus.Payloads // opened through the host's connection when the node gave none
 
 	mu sync.Mutex
 	// inflight maps turn → call → cancel, for aborts.
@@ -437,7 +446,7 @@ func (e *turnAborted) Error() string {
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
 	req, badHeader := bus.ParseToolRequest(nats.Header(m.req.Headers()))
-	m.trace, m.vouch = req.Traceparent, req.Vouch
+	m.trace, m.vouch, m.payload = req.Traceparent, req.Vouch, req.Payload
 	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
 	timeout := m.tool.Timeout
 	if timeout <= 0 {
@@ -546,6 +555,16 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	reply := bus.ToolReply{Call: call.ID, Tool: tool.Name}
 
 	args := m.req.Data()
+	if !m.payload.IsZero() {
+		// Too large for the message: the turn stored them in the object store.
+		var outcome bus.Outcome
+		if args, outcome, reply.Error = h.arguments(ctx, tool, m.payload); reply.Error != "" {
+			reply.Outcome = outcome
+			st.errors.Add(1)
+			h.reply(m.req, reply)
+			return
+		}
+	}
 	if len(args) == 0 {
 		args = []byte("{}")
 	}
@@ -657,6 +676,50 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	emit(bus.EventCompleted, func() string { return reply.Label })
 }
 
+// arguments reads a call's arguments from the object store (bus.HeaderPayload); on failure
+// the outcome and error of the reply instead.
+func (h *host) arguments(ctx context.Context, tool *toolbus.Tool, ref bus.PayloadRef) ([]byte, bus.Outcome, string) {
+	if ref.Bucket != bus.ObjectPayloads {
+		return nil, bus.OutcomeInvalid, fmt.Sprintf("the arguments of %s are in object store %q; a host reads them only from %s", tool.Name, ref.Bucket, bus.ObjectPayloads)
+	}
+	if ref.Size > bus.MaxCallPayload {
+		return nil, bus.OutcomeInvalid, tooLarge(tool.Name, ref.Size)
+	}
+	p, err := h.payloads()
+	if err == nil {
+		var args []byte
+		if args, err = p.Get(ctx, ref); err == nil {
+			return args, "", ""
+		}
+	}
+	outcome := bus.OutcomeUnavailable
+	if errors.Is(err, bus.ErrPayloadMissing) || errors.Is(err, bus.ErrPayloadMismatch) {
+		outcome = bus.OutcomeInvalid
+	}
+	if ctx.Err() != nil {
+		outcome = h.cancelOutcome(ctx)
+	}
+	return nil, outcome, fmt.Sprintf("could not read the arguments of %s (%s) from the object store: %v; the tool did not run", tool.Name, bus.FormatBytes(ref.Size), err)
+}
+
+// payloads is the host's store of large payloads: the node's, or one of its own
+// connection.
+func (h *host) payloads() (*bus.Payloads, error) {
+	if h.cfg.payloads != nil {
+		return h.cfg.payloads, nil
+	}
+	h.payloadsMu.Lock()
+	defer h.payloadsMu.Unlock()
+	if h.payloadsOf == nil {
+		js, err := jetstream.New(h.cfg.Conn)
+		if err != nil {
+			return nil, err
+		}
+		h.payloadsOf = bus.NewPayloads(js, 1)
+	}
+	return h.payloadsOf, nil
+}
+
 // cancelOutcome tells a deadline from an abort.
 func (h *host) cancelOutcome(ctx context.Context) bus.Outcome {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -700,19 +763,54 @@ func (h *host) reply(r micro.Request, reply bus.ToolReply) {
 	if err != nil {
 		b, _ = json.Marshal(bus.ToolReply{Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Error: "encode reply: " + err.Error()})
 	}
-	// The bus refuses a message over its max payload, and the caller would
-	// wait for its deadline: tell it instead. (Tools that produce more cap
-	// their own output, as run_command and read_file do.)
-	if limit := h.cfg.Conn.MaxPayload(); int64(len(b)) > limit {
-		b, _ = json.Marshal(bus.ToolReply{
-			Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Duration: reply.Duration, Label: reply.Label,
-			Error: fmt.Sprintf("tool %s produced a result of %d bytes, more than the bus carries (%d); the result was dropped: ask for less output",
-				reply.Tool, len(b), limit),
-		})
+	// A reply too large for a message goes through the object store, up to what a call
+	// may carry; past that, or if it cannot be stored, the caller is told instead of
+	// waiting for its deadline. (Tools that produce more cap their own output, as
+	// run_command and read_file do.)
+	var opts []micro.RespondOpt
+	if limit := bus.InlineLimit(h.cfg.Conn.MaxPayload()); len(b) > limit {
+		b, opts = h.largeReply(reply, b)
 	}
-	if err := r.Respond(b); err != nil {
+	if err := r.Respond(b, opts...); err != nil {
 		h.log.Warn("reply", "tool", reply.Tool, "call", reply.Call, "err", err)
 	}
+}
+
+// largeReply is what a host sends for an encoded reply too large for a message: the
+// reply stored in the object store, up to what a call may carry, and a message that names
+// it; past that, or if it cannot be stored, an error reply that says so.
+func (h *host) largeReply(reply bus.ToolReply, b []byte) ([]byte, []micro.RespondOpt) {
+	why := fmt.Sprintf("over the %s a call may carry", bus.FormatBytes(bus.MaxCallPayload))
+	if len(b) <= bus.MaxCallPayload {
+		ref, err := h.storeReply(reply, b)
+		if err == nil {
+			return bus.PayloadNote, []micro.RespondOpt{func(m *nats.Msg) {
+				if m.Header == nil {
+					m.Header = nats.Header{}
+				}
+				m.Header[bus.HeaderPayload] = []string{ref.String()}
+			}}
+		}
+		h.log.Warn("store a large reply", "tool", reply.Tool, "call", reply.Call, "size", len(b), "err", err)
+		why = fmt.Sprintf("more than a message carries, and it could not be stored: %v", err)
+	}
+	out, _ := json.Marshal(bus.ToolReply{
+		Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Duration: reply.Duration, Label: reply.Label,
+		Error: fmt.Sprintf("tool %s produced a result of %s, %s; the result was dropped: ask for less output", reply.Tool, bus.FormatBytes(int64(len(b))), why),
+	})
+	return out, nil
+}
+
+// storeReply stores an encoded reply too large for a message in bus.ObjectPayloads; the
+// turn that reads it deletes it.
+func (h *host) storeReply(reply bus.ToolReply, b []byte) (bus.PayloadRef, error) {
+	p, err := h.payloads()
+	if err != nil {
+		return bus.PayloadRef{}, err
+	}
+	ctx, cancel := bus.WithPayloadTimeout(context.Background())
+	defer cancel()
+	return p.Put(ctx, bus.ObjectPayloads, bus.PayloadName(reply.Call, "reply"), b)
 }
 
 // fillReply copies a result into a reply.

@@ -80,6 +80,8 @@ type streamJournal struct {
 	flushed time.Time      // when unsaved items last went to the stream
 	appends []*transcriptAppend
 	seq     int // the last transcript message's position (HeaderSeq)
+	// payloads stores the bodies too large for a message (TurnConfig.payloads).
+	payloads *bus.Payloads
 }
 
 // transcriptBatch is how long the steps of a turn that cannot be resumed may wait to be
@@ -88,7 +90,7 @@ type streamJournal struct {
 const transcriptBatch = 100 * time.Millisecond
 
 func (j *streamJournal) begin(t *turn) beginning {
-	j.t, j.js = t, t.cfg.JS
+	j.t, j.js, j.payloads = t, t.cfg.JS, t.cfg.payloads
 	j.record(t.cfg.Input)
 	return beginning{}
 }
@@ -141,8 +143,34 @@ func (j *streamJournal) flush() {
 	}
 	m := j.msg(b)
 	a := &transcriptAppend{msg: m}
-	a.ack, a.err = j.js.PublishMsgAsync(m)
+	if len(m.Data) > bus.InlineLimit(j.js.Conn().MaxPayload()) {
+		// Too large for a message: the body goes to the object store first, off the
+		// mailbox, and the message names it.
+		a.large = make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
+			defer cancel()
+			a.large <- j.publishLarge(ctx, m)
+		}()
+	} else {
+		a.ack, a.err = j.js.PublishMsgAsync(m)
+	}
 	j.appends = append(j.appends, a)
+}
+
+// publishLarge stores the body of a transcript message too large for a message in
+// bus.ObjectTranscripts (once: a retry finds it there), then publishes the message that
+// names it.
+func (j *streamJournal) publishLarge(ctx context.Context, m *nats.Msg) error {
+	p := j.payloads
+	if p == nil {
+		p = bus.NewPayloads(j.js, 1)
+	}
+	if _, err := p.Offload(ctx, m, bus.ObjectTranscripts, bus.PayloadName(j.t.cfg.Spec.ID, "transcript"), -1); err != nil {
+		return err
+	}
+	_, err := j.js.PublishMsg(ctx, m)
+	return err
 }
 
 // msg is the next message of the turn's transcript, every secret the process knows
@@ -164,7 +192,15 @@ func (j *streamJournal) wait() error {
 	defer cancel()
 	for _, a := range j.appends {
 		err := a.err
-		if err == nil {
+		if a.large != nil {
+			// Not bounded by ctx: the goroutine still holds the message until it answers,
+			// within its own transcriptPatience.
+			err = <-a.large
+			a.large = nil
+			if err == nil {
+				continue
+			}
+		} else if err == nil {
 			select {
 			case <-a.ack.Ok():
 				continue
@@ -178,6 +214,9 @@ func (j *streamJournal) wait() error {
 		}
 		j.t.log.Info("transcript append failed; retrying", "err", err)
 		if err := bus.Retry(ctx, "store transcript", j.t.log, func(ctx context.Context) error {
+			if len(a.msg.Data) > bus.InlineLimit(j.js.Conn().MaxPayload()) {
+				return j.publishLarge(ctx, a.msg)
+			}
 			_, err := j.js.PublishMsg(ctx, a.msg)
 			return err
 		}); err != nil {
@@ -200,6 +239,8 @@ type transcriptAppend struct {
 	msg *nats.Msg
 	ack jetstream.PubAckFuture
 	err error // publishing failed before any acknowledgement was awaited
+	// large, for a body stored in the object store, answers once the message is stored.
+	large chan error
 }
 
 // transcriptPatience bounds how long a finishing turn keeps trying to store

@@ -153,6 +153,9 @@ type Node struct {
 	nc      *nats.Conn // turns, control
 	js      jetstream.JetStream
 	todos   jetstream.KeyValue
+	// payloads carries what is too large for a message (bus.Payloads), for the node's
+	// turns and hosts.
+	payloads *bus.Payloads
 	// jobs and schedules are open on a node that runs turns or hosts their categories.
 	jobs      *jobs.Store
 	schedules *schedule.Store
@@ -241,6 +244,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: jetstream: %w", cfg.Name, err)
 	}
+	n.payloads = bus.NewPayloads(n.js, cfg.Replicas)
 	if err := n.setupStore(ctx); err != nil {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
@@ -450,7 +454,7 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
-	cfg.workers, cfg.voucher, cfg.interest = n.workers, n.voucher, n.cfg.Interest
+	cfg.workers, cfg.voucher, cfg.interest, cfg.payloads = n.workers, n.voucher, n.cfg.Interest, n.payloads
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -583,7 +587,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
-	cfg.workers, cfg.voucher, cfg.interest, cfg.sampled = n.workers, n.voucher, n.cfg.Interest, n.cfg.TraceSampled
+	cfg.workers, cfg.voucher, cfg.interest, cfg.sampled, cfg.payloads = n.workers, n.voucher, n.cfg.Interest, n.cfg.TraceSampled, n.payloads
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}

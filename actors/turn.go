@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -77,6 +78,10 @@ type TurnConfig struct {
 	interest func(subject string) bool
 	// sampled sets the sampled flag of the calls' traceparent (NodeConfig.TraceSampled).
 	sampled bool
+	// payloads stores arguments too large for a message and reads such replies
+	// (bus.ObjectPayloads); set by the node. nil: the turn opens them through JS, or
+	// its connection, on first use.
+	payloads *bus.Payloads
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -180,6 +185,9 @@ type pendingCall struct {
 	// resumed: the output was read back with the transcript a resumed turn started from,
 	// so the turn's transcript holds it already.
 	resumed bool
+	// argsRef names the object that holds the arguments sent by reference (too large for
+	// a message); the turn deletes it once the call is settled.
+	argsRef bus.PayloadRef
 }
 
 // Messages the turn actor receives besides *nats.Msg.
@@ -200,6 +208,19 @@ type (
 		wireID string
 		res    toolbus.Result
 		err    error
+	}
+	// largeSent: the arguments of pc went to the object store and its request out (err nil).
+	largeSent struct {
+		pc  *pendingCall
+		ref bus.PayloadRef
+		err error
+	}
+	// replyFetched: the reply of pc, sent by reference, was read from the object store.
+	replyFetched struct {
+		pc   *pendingCall
+		ref  bus.PayloadRef
+		data []byte
+		err  error
 	}
 )
 
@@ -258,6 +279,8 @@ type turn struct {
 	repaired bool // the policy's repair instruction was sent
 	// submitted is the arguments of the accepted final local call (a task's result).
 	submitted json.RawMessage
+	// pl is the store of large payloads (TurnConfig.payloads), opened on first use.
+	pl *bus.Payloads
 }
 
 // NewTurnProps returns the props of a turn actor. cfg is completed with its defaults
@@ -295,6 +318,10 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.abandonRunning()
 	case *localDone:
 		t.onLocalDone(m)
+	case *largeSent:
+		t.onLargeSent(m)
+	case *replyFetched:
+		t.onReplyFetched(m)
 	case *callLabelled:
 		if pc := t.byWire[m.wireID]; pc != nil {
 			pc.label = m.label
@@ -428,6 +455,9 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}
+	// Arguments past what a call may carry are not kept: the transcript, which goes back
+	// to the model at every step, holds a note instead, and prepare refuses the call.
+	resp.Items = elideOversized(resp.Items)
 	items := resp.Items
 	if t.stepUsage != nil {
 		// The step's tokens, for whoever reads the transcript, just before the response
@@ -473,6 +503,10 @@ func (t *turn) prepare(calls []gateway.Item, truncated bool) {
 			continue
 		}
 		pc.tool = tool
+		if n, ok := elidedSize(it.Arguments); ok {
+			pc.resolve(bus.OutcomeInvalid, tooLarge(it.Name, n))
+			continue
+		}
 		if local, ok := t.cfg.Kit.Local[tool.Name]; ok && tool.Category == toolsets.LocalCategory {
 			pc.local = &local
 		}
@@ -502,8 +536,65 @@ func (t *turn) prepare(calls []gateway.Item, truncated bool) {
 			pc.resolve(bus.OutcomeInvalid, fmt.Sprintf("invalid arguments for %s: %v", it.Name, err))
 			continue
 		}
+		if n := len(args.JSON); n > bus.MaxCallPayload && pc.local == nil {
+			pc.resolve(bus.OutcomeInvalid, tooLarge(it.Name, int64(n)))
+			continue
+		}
 		pc.args = args.JSON
 	}
+}
+
+// elidedKey is the one member of the arguments the transcript keeps of a call whose
+// arguments were over bus.MaxCallPayload: {"toolbus_omitted":{"bytes":N,"note":"..."}}.
+const elidedKey = "toolbus_omitted"
+
+type elided struct {
+	Bytes int64  `json:"bytes"`
+	Note  string `json:"note"`
+}
+
+// elideOversized replaces the arguments of every function call over bus.MaxCallPayload
+// (and in the provider's raw item, when there is one) by a short JSON object saying what
+// was left out (elidedKey): the call is refused all the same, and the model reads its
+// transcript again at every step. It returns items as they were when no call is that
+// large, a copy otherwise.
+func elideOversized(items []gateway.Item) []gateway.Item {
+	changed := false
+	for i, it := range items {
+		n := len(it.Arguments)
+		if it.Kind != gateway.KindFunctionCall || n <= bus.MaxCallPayload {
+			continue
+		}
+		if !changed {
+			items, changed = slices.Clone(items), true
+		}
+		note, _ := json.Marshal(map[string]elided{elidedKey: {Bytes: int64(n), Note: fmt.Sprintf(
+			"%s of arguments, over the %s a call may carry: not kept", bus.FormatBytes(int64(n)), bus.FormatBytes(bus.MaxCallPayload))}})
+		it.Arguments = string(note)
+		if len(it.Raw) > 0 {
+			var raw map[string]json.RawMessage
+			if json.Unmarshal(it.Raw, &raw) == nil && raw["arguments"] != nil {
+				raw["arguments"], _ = json.Marshal(it.Arguments)
+				it.Raw, _ = json.Marshal(raw)
+			} else {
+				it.Raw, it.Provider = nil, ""
+			}
+		}
+		items[i] = it
+	}
+	return items
+}
+
+// elidedSize reads arguments elideOversized left: the size of the ones it took out.
+func elidedSize(args string) (int64, bool) {
+	if !strings.HasPrefix(args, `{"`+elidedKey+`":`) {
+		return 0, false
+	}
+	var e map[string]elided
+	if json.Unmarshal([]byte(args), &e) != nil || len(e) != 1 || e[elidedKey].Bytes <= bus.MaxCallPayload {
+		return 0, false
+	}
+	return e[elidedKey].Bytes, true
 }
 
 // lookup finds a call's tool. A call without a namespace may name a namespaced tool whose
@@ -580,23 +671,33 @@ func (t *turn) dispatch(pc *pendingCall) {
 	t.send(pc, timeout)
 }
 
-// send publishes a call's request to its category.
+// send publishes a call's request to its category: arguments too large for a message go
+// to the object store first, off the mailbox (sendLarge).
 func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	deadline := pc.deadline
-	m := &nats.Msg{
-		Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
-		Reply:   bus.ResultSubject(t.cfg.Spec.ID, pc.wireID),
-		Data:    pc.args,
-		Header:  make(nats.Header, 7),
-	}
-	bus.ToolRequest{
+	req := bus.ToolRequest{
 		Turn: t.cfg.Spec.ID, Call: pc.wireID, Agent: t.cfg.Spec.Agent, Task: t.cfg.Spec.Task,
 		Deadline:    deadline,
 		Traceparent: t.traceparent(),
 		Truncated:   pc.record.Truncated,
 		Vouch:       t.vouch(pc),
-	}.SetHeaders(m.Header)
-	if err := t.cfg.Conn.PublishMsg(m); err != nil {
+	}
+	var err error
+	if len(pc.args) > bus.InlineLimit(t.cfg.Conn.MaxPayload()) {
+		err = t.sendLarge(pc, req)
+	} else {
+		// Built here, not by request: the message, its subjects and headers stay on the
+		// stack of the common call.
+		m := &nats.Msg{
+			Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
+			Reply:   bus.ResultSubject(t.cfg.Spec.ID, pc.wireID),
+			Data:    pc.args,
+			Header:  make(nats.Header, 8),
+		}
+		req.SetHeaders(m.Header)
+		err = t.cfg.Conn.PublishMsg(m)
+	}
+	if err != nil {
 		pc.resolve(bus.OutcomeUnavailable, fmt.Sprintf("dispatch %s: %v", pc.tool.Name, err))
 		return
 	}
@@ -605,6 +706,118 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	t.seqRunning = pc.tool.Mode == toolbus.Sequential
 	pc.expires = deadline.Add(replyGrace)
 	t.armExpiry(pc.expires)
+}
+
+// request is a call's request message, with req's headers (as send builds it).
+func (t *turn) request(pc *pendingCall, req bus.ToolRequest) *nats.Msg {
+	m := &nats.Msg{
+		Subject: bus.ToolSubject(pc.tool.Category, pc.tool.Name),
+		Reply:   bus.ResultSubject(t.cfg.Spec.ID, pc.wireID),
+		Data:    pc.args,
+		Header:  make(nats.Header, 8),
+	}
+	req.SetHeaders(m.Header)
+	return m
+}
+
+// sendLarge stores a call's arguments, too large for a message, in the object store and
+// then publishes its request with their reference (req.Payload), on a goroutine: the call
+// counts as running from now, and largeSent says how it went. An abort or the call's
+// deadline stops it before the request goes out.
+func (t *turn) sendLarge(pc *pendingCall, req bus.ToolRequest) error {
+	p, err := t.payloads()
+	if err != nil {
+		return err
+	}
+	m := t.request(pc, req)
+	ctx, nc, sys, self := t.modelCtx, t.cfg.Conn, t.sys, t.self
+	name := bus.PayloadName(t.cfg.Spec.ID, pc.wireID, "args")
+	go func() {
+		ctx, cancel := context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+		ref, err := p.Offload(ctx, m, bus.ObjectPayloads, name, -1)
+		if err == nil && ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		if err == nil {
+			err = nc.PublishMsg(m)
+		}
+		sys.Root.Send(self, &largeSent{pc: pc, ref: ref, err: err})
+	}()
+	return nil
+}
+
+// onLargeSent settles a call whose arguments could not be stored or sent by reference.
+func (t *turn) onLargeSent(m *largeSent) {
+	pc := m.pc
+	if !m.ref.IsZero() {
+		pc.argsRef = m.ref
+	}
+	if t.over() || t.byWire[pc.wireID] != pc || pc.state != callRunning {
+		t.deleteArgs(pc) // settled meanwhile (an abort, the turn's end)
+		return
+	}
+	if m.err == nil {
+		return
+	}
+	if errors.Is(m.err, context.Canceled) || t.phase == phaseAborting {
+		t.settle(pc, bus.OutcomeNotStarted, fmt.Sprintf("call not started: the turn was aborted while the %s of arguments were stored", bus.FormatBytes(int64(len(pc.args)))), toolbus.Result{})
+		return
+	}
+	t.settle(pc, bus.OutcomeUnavailable, fmt.Sprintf("dispatch %s: its %s of arguments could not be sent through the object store: %v",
+		pc.tool.Name, bus.FormatBytes(int64(len(pc.args))), m.err), toolbus.Result{})
+}
+
+// deleteArgs deletes, off the mailbox, the object that held a settled call's arguments.
+func (t *turn) deleteArgs(pc *pendingCall) {
+	ref := pc.argsRef
+	if ref.IsZero() {
+		return
+	}
+	pc.argsRef = bus.PayloadRef{}
+	t.deletePayload(ref)
+}
+
+// deletePayload deletes a payload of ObjectPayloads off the mailbox; one that stays
+// expires after bus.PayloadTTL.
+func (t *turn) deletePayload(ref bus.PayloadRef) {
+	p, log := t.pl, t.log
+	if p == nil {
+		return
+	}
+	go func() {
+		ctx, cancel := bus.WithPayloadTimeout(context.Background())
+		defer cancel()
+		if err := p.Delete(ctx, ref); err != nil {
+			log.Info("delete a call's payload (it expires on its own)", "object", ref.Name, "err", err)
+		}
+	}()
+}
+
+// payloads is the turn's store of large payloads, opened on first use.
+func (t *turn) payloads() (*bus.Payloads, error) {
+	if t.pl != nil {
+		return t.pl, nil
+	}
+	switch {
+	case t.cfg.payloads != nil:
+		t.pl = t.cfg.payloads
+	case t.cfg.JS != nil:
+		t.pl = bus.NewPayloads(t.cfg.JS, 1)
+	default:
+		js, err := jetstream.New(t.cfg.Conn)
+		if err != nil {
+			return nil, err
+		}
+		t.pl = bus.NewPayloads(js, 1)
+	}
+	return t.pl, nil
+}
+
+// tooLarge is the error a call gets whose arguments are over bus.MaxCallPayload.
+func tooLarge(tool string, size int64) string {
+	return fmt.Sprintf("the arguments of %s are %s, over the %s a call may carry; the call did not run: do the work in smaller calls (write a large file in parts, with append)",
+		tool, bus.FormatBytes(size), bus.FormatBytes(bus.MaxCallPayload))
 }
 
 // armExpiry has the turn woken at `at`, unless it is to be woken earlier already.
@@ -691,8 +904,55 @@ func (t *turn) onResult(wireID string, m *nats.Msg) {
 			"tool %s is unavailable: no host serves category %q (no responders)", pc.tool.QualifiedName(), pc.tool.Category), toolbus.Result{})
 		return
 	}
+	if ref, ok, err := bus.PayloadOf(m.Header); ok {
+		// Too large for a message: the host stored the reply in the object store.
+		if err == nil {
+			err = ref.Check(bus.ObjectPayloads, bus.MaxCallPayload)
+		}
+		if err != nil {
+			t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply: %v", pc.tool.Name, err), toolbus.Result{})
+			return
+		}
+		t.fetchReply(pc, ref)
+		return
+	}
+	t.onReply(pc, m.Data)
+}
+
+// fetchReply reads a reply sent by reference off the mailbox, and deletes it; replyFetched
+// brings it back.
+func (t *turn) fetchReply(pc *pendingCall, ref bus.PayloadRef) {
+	p, err := t.payloads()
+	if err != nil {
+		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent its reply through the object store, which this turn cannot open: %v", pc.tool.Name, err), toolbus.Result{})
+		return
+	}
+	sys, self := t.sys, t.self
+	go func() {
+		ctx, cancel := bus.WithPayloadTimeout(context.Background())
+		defer cancel()
+		data, err := p.Get(ctx, ref)
+		sys.Root.Send(self, &replyFetched{pc: pc, ref: ref, data: data, err: err})
+		_ = p.Delete(ctx, ref) // read once; one that stays expires after bus.PayloadTTL
+	}()
+}
+
+func (t *turn) onReplyFetched(m *replyFetched) {
+	pc := m.pc
+	if t.over() || t.byWire[pc.wireID] != pc || pc.state != callRunning {
+		return // expired or abandoned meanwhile
+	}
+	if m.err != nil {
+		t.settle(pc, bus.OutcomeError, fmt.Sprintf("the reply of tool %s (%s) could not be read from the object store: %v", pc.tool.Name, bus.FormatBytes(m.ref.Size), m.err), toolbus.Result{})
+		return
+	}
+	t.onReply(pc, m.data)
+}
+
+// onReply settles a call with its host's reply.
+func (t *turn) onReply(pc *pendingCall, data []byte) {
 	var r bus.ToolReply
-	if err := bus.DecodeToolReply(m.Data, &r); err != nil || !r.Outcome.Valid() {
+	if err := bus.DecodeToolReply(data, &r); err != nil || !r.Outcome.Valid() {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
 		return
 	}
@@ -723,6 +983,7 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 	if pc.timer != nil {
 		pc.timer.Stop()
 	}
+	t.deleteArgs(pc)
 	pc.state = callDone
 	pc.record.Outcome, pc.record.Error = o, msg
 	pc.record.Latency = time.Since(pc.start)

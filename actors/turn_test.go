@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -814,23 +815,55 @@ func TestHostConcurrencyLimit(t *testing.T) {
 	}
 }
 
+// A result too large for a message comes back through the object store, whole; one over
+// what a call may carry is an error the model sees, not a hang.
 func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
-	big := toolbus.MustDefine(toolbus.Def[noArgs]{
+	type sizeArgs struct {
+		N int `json:"n"`
+	}
+	big := toolbus.MustDefine(toolbus.Def[sizeArgs]{
 		Spec: toolbus.Spec{Name: "big", Category: "test", Timeout: time.Hour},
-		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
-			return toolbus.TextResult(strings.Repeat("x", 2<<20)), nil
+		Execute: func(ctx context.Context, c toolbus.Call, a sizeArgs) (toolbus.Result, error) {
+			return toolbus.TextResult(strings.Repeat("x", a.N)), nil
 		},
 	})
 	h := newHarness(t, big)
 	res := h.run(context.Background(), []*toolbus.Tool{big},
-		gateway.ScriptStep{Calls: []gateway.ScriptCall{{ID: "b", Name: "big", Arguments: `{}`}}},
+		gateway.ScriptStep{Calls: []gateway.ScriptCall{
+			{ID: "b", Name: "big", Arguments: fmt.Sprintf(`{"n":%d}`, 2<<20)},
+			{ID: "h", Name: "big", Arguments: fmt.Sprintf(`{"n":%d}`, bus.MaxCallPayload+1)},
+		}},
 		gateway.ScriptStep{Text: "ok"})
-	if got := outcomes(res); !slices.Equal(got, []string{"big:error"}) {
+	if got := outcomes(res); !slices.Equal(got, []string{"big:ok", "big:error"}) {
 		t.Fatalf("outcomes %v", got)
 	}
-	if txt := outputText(outputs(res)["b"]); !strings.Contains(txt, "more than the bus carries") {
+	if txt := outputText(outputs(res)["b"]); txt != strings.Repeat("x", 2<<20) {
+		t.Errorf("the 2 MiB result came back as %d bytes", len(txt))
+	}
+	if txt := outputText(outputs(res)["h"]); !strings.Contains(txt, "tool big produced a result of 16 MiB, over the 16 MiB a call may carry; the result was dropped: ask for less output") {
 		t.Errorf("output %q", txt)
 	}
+	// The transcript keeps the large output (its message through the object store); the
+	// stored reply was deleted once read.
+	js := h.node.JetStream()
+	ctx := context.Background()
+	items, err := durable.ReadTranscript(ctx, js, res.Turn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := outputText(outputs(TurnResult{Transcript: items})["b"]); got != strings.Repeat("x", 2<<20) {
+		t.Errorf("the transcript holds %d bytes of the 2 MiB output", len(got))
+	}
+	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		obs, err := js.ObjectStore(ctx, bus.ObjectPayloads)
+		if err != nil {
+			return err
+		}
+		if list, err := obs.List(ctx); !errors.Is(err, jetstream.ErrNoObjectsFound) {
+			return fmt.Errorf("%d objects left in %s (%v)", len(list), bus.ObjectPayloads, err)
+		}
+		return nil
+	})
 }
 
 // A secret the process knows never reaches the transcript stream, whether a tool prints

@@ -34,6 +34,9 @@ type ToolRequest struct {
 	Truncated bool
 	// Vouch is the turn's MAC over the validated arguments (HeaderVouch, see [Vouch]).
 	Vouch string
+	// Payload, when set, names the object that holds the arguments (HeaderPayload): they
+	// were too large for the message, whose body is then PayloadNote.
+	Payload PayloadRef
 }
 
 // SetHeaders writes the request's non-empty fields into h, which must not
@@ -56,6 +59,9 @@ func (r ToolRequest) SetHeaders(h nats.Header) {
 		h[HeaderTruncated] = []string{"true"}
 	}
 	set(HeaderVouch, r.Vouch)
+	if !r.Payload.IsZero() {
+		h[HeaderPayload] = []string{r.Payload.String()}
+	}
 }
 
 // HeaderError is a tool request header that [ParseToolRequest] refuses.
@@ -84,7 +90,9 @@ func (e *HeaderError) Unwrap() error { return e.Err }
 //   - HeaderAgent, when present, must pass [CheckAgent]:
 //     `bad Toolbus-Agent header "<v>": <reason>`;
 //   - HeaderDeadline, when present, must parse with [ParseDeadline]:
-//     `bad Toolbus-Deadline header "<v>": <reason>`.
+//     `bad Toolbus-Deadline header "<v>": <reason>`;
+//   - HeaderPayload, when present, must parse with [ParsePayloadRef]:
+//     `bad Toolbus-Payload header "<v>": <reason>`.
 //
 // HeaderTruncated with any value but "false" (in any case) means truncated,
 // so that a value a sender thought meant yes is never taken for no.
@@ -120,6 +128,13 @@ func ParseToolRequest(h nats.Header) (ToolRequest, error) {
 			err = &HeaderError{Name: HeaderDeadline, Value: d, Err: derr}
 		}
 		r.Deadline = dl
+	}
+	if p := h.Get(HeaderPayload); p != "" {
+		ref, perr := ParsePayloadRef(p)
+		if perr != nil && err == nil {
+			err = perr
+		}
+		r.Payload = ref
 	}
 	return r, err
 }

@@ -224,7 +224,10 @@ func (l *Lease) Pos() int {
 // Append stores items as the turn's next transcript message, fenced: the server takes
 // it only if the turn's last message is still the one this lease wrote or read, so a
 // node that lost the turn gets ErrFenced and nothing is stored. Every secret the
-// process knows is redacted first (redact.AddSecrets).
+// process knows is redacted first (redact.AddSecrets). A message too large for the bus
+// has its body stored in bus.ObjectTranscripts first, unfenced (a unique object no
+// reader finds but through a message), and the fenced message names it
+// (bus.HeaderPayload); an object whose message is refused is deleted again.
 func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) error {
 	if len(items) == 0 {
 		return nil
@@ -245,7 +248,14 @@ func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) erro
 	m.Header.Set(bus.HeaderSeq, strconv.Itoa(pos))
 	m.Header.Set(bus.HeaderEpoch, strconv.Itoa(l.Rec.Epoch))
 	m.Header.Set(bus.HeaderStep, strconv.Itoa(step))
+	var ref bus.PayloadRef
 	err = bus.Retry(ctx, "store transcript", l.s.log, func(ctx context.Context) error {
+		if len(m.Data) > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
+			var err error
+			if ref, err = l.s.payloadStore().Offload(ctx, m, bus.ObjectTranscripts, bus.PayloadName(l.Spec.ID, "transcript"), -1); err != nil {
+				return err
+			}
+		}
 		for attempt := 0; ; attempt++ {
 			ack, err := l.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.last))
 			if err == nil {
@@ -280,6 +290,13 @@ func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) erro
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			l.state.set(gone)
+		}
+		if !ref.IsZero() && errors.Is(err, ErrFenced) {
+			// Refused for certain: nothing names the object. (After another error the
+			// message may have landed, and it stays.)
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPatience)
+			_ = l.s.payloadStore().Delete(dctx, ref)
+			cancel()
 		}
 		return l.s.cfg.StoreFull(err)
 	}

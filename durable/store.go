@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -74,6 +75,11 @@ type Store struct {
 	kv          jetstream.KeyValue // nil on a client store of a bus without turns yet
 	transcripts jetstream.Stream   // nil likewise
 	log         *slog.Logger
+
+	// payloads holds the bodies of transcript messages too large for a message
+	// (bus.ObjectTranscripts), opened on first use (payloadStore).
+	payloadsOnce sync.Once
+	payloads     *bus.Payloads
 }
 
 // ErrNoTurns reports a bus on which no node that runs turns has started yet.

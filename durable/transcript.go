@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 
@@ -72,7 +73,7 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 		parts []transcriptPart
 		out   Transcript
 	)
-	err := eachMessage(ctx, s.js, s.transcripts, turn, func(m jetstream.Msg, items []gateway.Item) {
+	err := eachMessage(ctx, s.js, s.transcripts, s.payloadStore(), turn, func(m jetstream.Msg, items []gateway.Item) {
 		p := transcriptPart{items: items}
 		// Messages written before positions had none; they keep their stream order.
 		p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
@@ -99,14 +100,25 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 	return out, nil
 }
 
+// payloadStore is the store of the bodies of large transcript messages.
+func (s *Store) payloadStore() *bus.Payloads {
+	s.payloadsOnce.Do(func() { s.payloads = bus.NewPayloads(s.js, s.cfg.Replicas) })
+	return s.payloads
+}
+
 // eachMessage calls f with every message of a turn's transcript, as stored, in stream
-// order, each body decoded; a missing stream is an empty transcript. stream may be nil.
-func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, turn string, f func(jetstream.Msg, []gateway.Item)) error {
+// order, each body decoded (read from the object store when the message names one,
+// bus.HeaderPayload); a missing stream is an empty transcript. stream may be nil.
+func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p *bus.Payloads, turn string, f func(jetstream.Msg, []gateway.Item)) error {
 	seen := 0
 	return eachStored(ctx, js, stream, turn, func(m jetstream.Msg) error {
 		seen++
+		body, _, err := p.Resolve(ctx, m.Headers(), m.Data(), bus.ObjectTranscripts, math.MaxInt64)
+		if err != nil {
+			return fmt.Errorf("message %d: %w", seen, err)
+		}
 		var items []gateway.Item
-		if err := json.Unmarshal(m.Data(), &items); err != nil {
+		if err := json.Unmarshal(body, &items); err != nil {
 			return fmt.Errorf("message %d: %w", seen, err)
 		}
 		f(m, items)
@@ -228,7 +240,7 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 		a = Audit{Outputs: make(map[string]int)}
 		seen := make(map[int]bool)
 		top := 0
-		return eachMessage(ctx, js, nil, turn, func(m jetstream.Msg, items []gateway.Item) {
+		return eachMessage(ctx, js, nil, bus.NewPayloads(js, 1), turn, func(m jetstream.Msg, items []gateway.Item) {
 			a.Messages++
 			pos, _ := strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
 			epoch, _ := strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
@@ -254,7 +266,9 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 	return a, err
 }
 
-// StoredMessage is one message of a turn's transcript exactly as the stream holds it.
+// StoredMessage is one message of a turn's transcript exactly as the stream holds it. A
+// body too large for a message is in the object store: Header names it
+// (bus.HeaderPayload) and Data is bus.PayloadNote.
 type StoredMessage struct {
 	Seq    uint64 // its stream sequence
 	Header nats.Header
@@ -291,9 +305,9 @@ func (s *Store) StoredTranscript(ctx context.Context, turn string) ([]StoredMess
 	return out, nil
 }
 
-// DeleteTranscript removes every message of a turn's transcript: for an operator
-// freeing space on a full store or erasing what a turn stored (a test frees the space it
-// filled so). It refuses a turn whose record says it has not ended: its node appends to
+// DeleteTranscript removes every message of a turn's transcript, and the bodies of its
+// large messages from the object store: for an operator freeing space on a full store or
+// erasing what a turn stored (a test frees the space it filled so). It refuses a turn whose record says it has not ended: its node appends to
 // the transcript, each append expecting the last message it wrote. A turn without a
 // record (run outside the intake, or its record deleted) has its transcript deleted; a
 // transcript already gone is no error.
@@ -319,6 +333,21 @@ func (s *Store) DeleteTranscript(ctx context.Context, turn string) error {
 				return err
 			}
 			stream = st
+		}
+		// The objects first: a purged message no longer says which are the turn's.
+		var refs []bus.PayloadRef
+		if err := eachStored(ctx, s.js, stream, turn, func(m jetstream.Msg) error {
+			if ref, ok, err := bus.PayloadOf(m.Headers()); ok && err == nil && ref.Bucket == bus.ObjectTranscripts {
+				refs = append(refs, ref)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, ref := range refs {
+			if err := s.payloadStore().Delete(ctx, ref); err != nil {
+				return err
+			}
 		}
 		return stream.Purge(ctx, jetstream.WithPurgeSubject(bus.TranscriptSubject(turn)))
 	})
