@@ -99,6 +99,13 @@ func ToolPermissions(categories ...string) *server.Permissions {
 	// A host reads turn records, and nothing else of them, to take a call's agent from
 	// its turn's stored spec rather than from a header.
 	pub := append([]string{AllEvents, CatalogChanged}, jsGet(kvStream(BucketTurns))...)
+	// Arguments and results over the bus limit travel through the payload object store
+	// (Payloads): a host reads a call's arguments there and stores a large reply. The
+	// reference names the object's digest, so a host that wrote over another call's
+	// object would only make that call fail.
+	pub = append(pub, jsRead(objStream(ObjectPayloads))[1:]...) // not $JS.API.INFO: the account's figures are not a host's
+	pub = append(pub, jsWriteObjects(ObjectPayloads)...)
+	pub = append(pub, "$JS.ACK."+objStream(ObjectPayloads)+".>")
 	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: pub},
 		Subscribe: &server.SubjectPermission{Allow: sub},
@@ -269,6 +276,7 @@ func WatcherPermissions() *server.Permissions {
 var readableStreams = append([]string{
 	kvStream(BucketTurns), kvStream(BucketAgents), kvStream(BucketTodos), StreamTranscripts,
 	kvStream(BucketJobs), kvStream(BucketSchedules), kvStream(BucketWorkflows),
+	objStream(ObjectTranscripts), // the bodies of large transcript messages
 }, brainStreams...)
 
 // kvStream is the stream behind a key-value bucket.
