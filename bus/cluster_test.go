@@ -15,21 +15,36 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// freePorts finds n free loopback ports. Another process could take one
+// freePorts finds n free loopback ports that no other test of this process was given
+// (the kernel may offer a port it just freed again). Another process could take one
 // before the server binds it; on a test machine that is rare enough.
 func freePorts(t *testing.T, n int) []int {
 	t.Helper()
+	portsMu.Lock()
+	defer portsMu.Unlock()
 	var ports []int
-	for range n {
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 100*n {
+			t.Fatal("find free ports: the kernel offered only ports given out already")
+		}
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
+		if !portsGiven[port] {
+			portsGiven[port] = true
+			ports = append(ports, port)
+		}
 	}
 	return ports
 }
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // startCluster starts n nodes concurrently (each Start waits for a
 // JetStream meta leader, which needs a quorum).
