@@ -364,8 +364,7 @@ func startTurn(ctx context.Context, bc *busConn, subject, nodeName string, req b
 		return bus.StartTurnReply{}, fmt.Errorf("encode turn spec: %w", err)
 	}
 	if limit := bc.nc.MaxPayload(); int64(len(b)) > limit {
-		return bus.StartTurnReply{}, fmt.Errorf("the turn spec is %d bytes, more than the bus carries in one message (%d, the server's max_payload): "+
-			"shorten the prompt, instructions or script, or raise max_payload on the servers", len(b), limit)
+		return bus.StartTurnReply{}, durable.SpecTooLarge(len(b), limit)
 	}
 	// An interrupt must not cut the request short: once the node has the turn,
 	// the abort that follows reaches it.
