@@ -125,6 +125,9 @@ type Tool struct {
 	// DescribeActivity labels a call while it runs ("Reading notes.md"). Args are validated.
 	DescribeActivity func(args json.RawMessage) string
 	// DescribeCompletedActivity labels a finished call ("Read 120 lines of notes.md").
+	// res.IsError tells the outcome: it is set whenever the call did not succeed (an
+	// error result, an error returned by Execute, a timeout, a stop), with the error as
+	// its text when Execute gave no content.
 	DescribeCompletedActivity func(args json.RawMessage, res Result) string
 	// Execute runs the call. Its arguments were parsed and validated against Params; ctx is
 	// cancelled on abort or when the call's deadline passes. A returned error becomes an

@@ -732,6 +732,14 @@ func completedLabel(t *toolbus.Tool, args json.RawMessage, res toolbus.Result, r
 	if reply.Outcome == bus.OutcomePanic {
 		return t.ActivityLabel(args) + " (failed)"
 	}
+	if reply.Outcome != bus.OutcomeOK && !res.IsError {
+		// Tell the label the outcome: an error returned by Execute, a timeout or a
+		// stop is a failed call too, whatever result came with it.
+		res.IsError = true
+		if len(res.Content) == 0 {
+			res.Content = []toolbus.ContentPart{toolbus.Text(reply.Error)}
+		}
+	}
 	label := t.CompletedLabel(args, res)
 	if reply.Outcome != bus.OutcomeOK {
 		label += " (" + string(reply.Outcome) + ")"

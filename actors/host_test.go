@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -260,5 +261,52 @@ func TestHostTrustsOnlyItsNodesVouch(t *testing.T) {
 				t.Errorf("outcome %s (%s), want %s", r.Outcome, r.Error, tc.outcome)
 			}
 		})
+	}
+}
+
+// TestCompletedLabelToldTheOutcome: a tool's completed label learns whether the call
+// failed from res.IsError, however it failed: an error result, an error returned by
+// Execute (with the error as the result's text), or a deadline.
+func TestCompletedLabelToldTheOutcome(t *testing.T) {
+	labelled := func(name string, exec func(ctx context.Context) (toolbus.Result, error)) *toolbus.Tool {
+		return toolbus.MustDefine(toolbus.Def[noArgs]{
+			Spec:    toolbus.Spec{Name: name, Category: "test", ReadOnly: true, Timeout: 200 * time.Millisecond},
+			Execute: func(ctx context.Context, _ toolbus.Call, _ noArgs) (toolbus.Result, error) { return exec(ctx) },
+			DescribeCompletedActivity: func(_ noArgs, res toolbus.Result) string {
+				if res.IsError {
+					return "failed: " + res.Text()
+				}
+				return "done: " + res.Text()
+			},
+		})
+	}
+	h := newHarness(t,
+		labelled("ok", func(context.Context) (toolbus.Result, error) { return toolbus.TextResult("fine"), nil }),
+		labelled("erring", func(context.Context) (toolbus.Result, error) { return toolbus.ErrorResult("no such file"), nil }),
+		labelled("returning", func(context.Context) (toolbus.Result, error) { return toolbus.Result{}, errors.New("disk on fire") }),
+		labelled("slow", func(ctx context.Context) (toolbus.Result, error) { <-ctx.Done(); return toolbus.Result{}, ctx.Err() }),
+	)
+	nc, err := h.srv.Connect("direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	for tool, want := range map[string]string{
+		"ok":        "done: fine",
+		"erring":    "failed: no such file",
+		"returning": "failed: disk on fire",
+		"slow":      "failed: call timeout: ",
+	} {
+		m, err := nc.Request(bus.ToolSubject("test", tool), nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r bus.ToolReply
+		if err := json.Unmarshal(m.Data, &r); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(r.Label, want) {
+			t.Errorf("%s: label %q, want it to start %q", tool, r.Label, want)
+		}
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-
-	"github.com/toolbus/toolbus"
 )
 
 // Plural is n and word, with an s when n is not 1: "1 page", "3 pages".
@@ -28,18 +26,15 @@ func Truncate(s string, n int) string {
 	return s
 }
 
-// Failed reports a call that did not succeed: an error result, or an error returned by
-// Execute (the label then gets an empty result), for tools whose every success carries
-// details.
-func Failed(res toolbus.Result) bool { return res.IsError || len(res.Details) == 0 }
-
-// DetailsOf decodes a result's details; false when the call failed before producing them.
-func DetailsOf[T any](res toolbus.Result) (T, bool) {
+// DetailsOf decodes a result's details; false when the call failed before producing
+// them. It takes the details, not the result, so that this leaf knows nothing of the
+// contract: DetailsOf[ReadDetails](res.Details).
+func DetailsOf[T any](details json.RawMessage) (T, bool) {
 	var d T
-	if len(res.Details) == 0 {
+	if len(details) == 0 {
 		return d, false
 	}
-	if err := json.Unmarshal(res.Details, &d); err != nil {
+	if err := json.Unmarshal(details, &d); err != nil {
 		return d, false
 	}
 	return d, true

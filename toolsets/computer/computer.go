@@ -88,7 +88,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Listing " + display(cleanArg(a.Path))
 			},
 			DescribeCompletedActivity: func(a listArgs, res toolbus.Result) string {
-				d, ok := label.DetailsOf[ListDetails](res)
+				d, ok := label.DetailsOf[ListDetails](res.Details)
 				if !ok {
 					return "Could not list " + display(cleanArg(a.Path))
 				}
@@ -106,7 +106,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Reading " + cleanArg(a.Path)
 			},
 			DescribeCompletedActivity: func(a readArgs, res toolbus.Result) string {
-				d, ok := label.DetailsOf[ReadDetails](res)
+				d, ok := label.DetailsOf[ReadDetails](res.Details)
 				if !ok {
 					return "Could not read " + cleanArg(a.Path)
 				}
@@ -123,7 +123,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Writing " + cleanArg(a.Path)
 			},
 			DescribeCompletedActivity: func(a writeArgs, res toolbus.Result) string {
-				d, ok := label.DetailsOf[WriteDetails](res)
+				d, ok := label.DetailsOf[WriteDetails](res.Details)
 				switch {
 				case !ok:
 					return "Could not write " + cleanArg(a.Path)
@@ -144,7 +144,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			},
 			DescribeCompletedActivity: func(a commandArgs, res toolbus.Result) string {
 				cmd := shortCommand(a.Command)
-				d, ok := label.DetailsOf[CommandDetails](res)
+				d, ok := label.DetailsOf[CommandDetails](res.Details)
 				switch {
 				case !ok:
 					return fmt.Sprintf("Could not run `%s`", cmd)

@@ -77,7 +77,7 @@ func run(t testing.TB, ctx context.Context, tool *toolbus.Tool, home string, arg
 
 func details[T any](t testing.TB, res toolbus.Result) T {
 	t.Helper()
-	d, ok := label.DetailsOf[T](res)
+	d, ok := label.DetailsOf[T](res.Details)
 	if !ok {
 		t.Fatalf("result has no %T details: %s", d, res.Details)
 	}

@@ -90,7 +90,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[0],
 			DescribeActivity: func(a StartArgs) string { return "Starting a background job: " + label.Truncate(a.Prompt, 60) },
 			DescribeCompletedActivity: func(a StartArgs, res toolbus.Result) string {
-				if label.Failed(res) {
+				if res.IsError {
 					return "Could not start the background job"
 				}
 				return "Started a background job: " + label.Truncate(a.Prompt, 60)
@@ -107,9 +107,9 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			},
 			DescribeCompletedActivity: func(a statusArgs, res toolbus.Result) string {
 				switch {
-				case label.Failed(res) && a.ID == "":
+				case res.IsError && a.ID == "":
 					return "Could not list the background jobs"
-				case label.Failed(res):
+				case res.IsError:
 					return "Could not check job " + a.ID
 				case a.ID == "":
 					return "Listed the background jobs"
@@ -122,7 +122,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[2],
 			DescribeActivity: func(a resultArgs) string { return "Reading the result of job " + a.ID },
 			DescribeCompletedActivity: func(a resultArgs, res toolbus.Result) string {
-				if label.Failed(res) {
+				if res.IsError {
 					return "Could not read the result of job " + a.ID
 				}
 				return "Read the result of job " + a.ID
@@ -133,7 +133,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[3],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling job " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if label.Failed(res) {
+				if res.IsError {
 					return "Could not cancel job " + a.ID
 				}
 				return "Cancelled job " + a.ID

@@ -75,7 +75,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[0],
 			DescribeActivity: func(CreateArgs) string { return "Creating a schedule" },
 			DescribeCompletedActivity: func(a CreateArgs, res toolbus.Result) string {
-				if label.Failed(res) {
+				if res.IsError {
 					return "Could not create the schedule"
 				}
 				return "Scheduled: " + label.Truncate(a.Prompt, 60)
@@ -86,7 +86,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[1],
 			DescribeActivity: func(listArgs) string { return "Listing schedules" },
 			DescribeCompletedActivity: func(_ listArgs, res toolbus.Result) string {
-				if label.Failed(res) {
+				if res.IsError {
 					return "Could not list the schedules"
 				}
 				return "Listed the schedules"
@@ -97,7 +97,7 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Spec:             specs[2],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling schedule " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if label.Failed(res) {
+				if res.IsError {
 					return "Could not cancel schedule " + a.ID
 				}
 				return "Cancelled schedule " + a.ID

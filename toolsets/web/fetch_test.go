@@ -125,7 +125,7 @@ func TestFetchRedirects(t *testing.T) {
 		t.Fatalf("5 redirects: %s", res.Text())
 	}
 	mustContain(t, "after 5 redirects", res.Text(), "URL: "+public.URL+"/r/0 (redirected from "+public.URL+"/r/5)", "arrived")
-	if d, _ := label.DetailsOf[FetchDetails](res); d.Redirects != 5 {
+	if d, _ := label.DetailsOf[FetchDetails](res.Details); d.Redirects != 5 {
 		t.Errorf("redirects %d", d.Redirects)
 	}
 
@@ -184,13 +184,13 @@ func TestFetchCaps(t *testing.T) {
 	tl := fetchTools(Config{MaxBytes: 64 << 10, FetchTimeout: 500 * time.Millisecond})
 
 	res := call(t, tl, "open", map[string]any{"url": srv.URL + "/big"})
-	d, _ := label.DetailsOf[FetchDetails](res)
+	d, _ := label.DetailsOf[FetchDetails](res.Details)
 	if res.IsError || !d.BodyCut || d.Bytes != 64<<10 {
 		t.Fatalf("size cap: %+v %s", d, res.Text())
 	}
 	mustContain(t, "size cap", res.Text(), "Only the first 65.5 kB of the page were read (this host's size cap).")
 	res = call(t, tl, "open", map[string]any{"url": srv.URL + "/exact"})
-	if d, _ := label.DetailsOf[FetchDetails](res); d.BodyCut || d.Bytes != 64<<10 {
+	if d, _ := label.DetailsOf[FetchDetails](res.Details); d.BodyCut || d.Bytes != 64<<10 {
 		t.Errorf("a body of exactly the cap was taken for a longer one: %+v", d)
 	}
 
@@ -264,7 +264,7 @@ func TestFetchContentTypes(t *testing.T) {
 				t.Fatalf("is_error %v: %s", res.IsError, res.Text())
 			}
 			mustContain(t, tc.path, res.Text(), tc.want...)
-			d, _ := label.DetailsOf[FetchDetails](res)
+			d, _ := label.DetailsOf[FetchDetails](res.Details)
 			if d.Format != tc.format {
 				t.Errorf("format %q, want %q", d.Format, tc.format)
 			}
@@ -321,7 +321,7 @@ func TestFetchArticle(t *testing.T) {
 			t.Errorf("boilerplate %q kept:\n%s", boiler, text)
 		}
 	}
-	d, _ := label.DetailsOf[FetchDetails](res)
+	d, _ := label.DetailsOf[FetchDetails](res.Details)
 	if d.Title != "How Tide Pools Survive the Winter" || d.Format != "markdown" || d.Next != 0 {
 		t.Errorf("details %+v", d)
 	}
@@ -353,7 +353,7 @@ func TestFetchReadsOnFromOffset(t *testing.T) {
 		if res.IsError {
 			t.Fatal(res.Text())
 		}
-		d, _ := label.DetailsOf[FetchDetails](res)
+		d, _ := label.DetailsOf[FetchDetails](res.Details)
 		if d.Chars != total || d.Offset != offset {
 			t.Fatalf("details %+v", d)
 		}
@@ -393,7 +393,7 @@ func TestFetchReadsOnFromOffset(t *testing.T) {
 	mustContain(t, "past the end", res.Text(), fmt.Sprintf("offset %d is past the end: the page's text has %d characters", total+5, total))
 	// The default part is 20000 characters, cut at a line break before it.
 	res = call(t, tl, "open", map[string]any{"url": srv.URL})
-	d, _ := label.DetailsOf[FetchDetails](res)
+	d, _ := label.DetailsOf[FetchDetails](res.Details)
 	if d.Returned > DefaultMaxChars || d.Returned < DefaultMaxChars*4/5 {
 		t.Errorf("a default part of %d characters", d.Returned)
 	}

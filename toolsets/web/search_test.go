@@ -179,7 +179,7 @@ func TestSearchProviders(t *testing.T) {
 			}
 			r, body := s.last(t)
 			tc.check(t, r, body)
-			d, ok := label.DetailsOf[SearchDetails](res)
+			d, ok := label.DetailsOf[SearchDetails](res.Details)
 			if !ok {
 				t.Fatalf("no details: %s", res.Details)
 			}
@@ -235,7 +235,7 @@ func TestSearchCountIsBounded(t *testing.T) {
 		{map[string]any{"query": "x", "count": 1}, 1},
 	} {
 		res := call(t, toolNamed(t, tools, "web_search"), "ann", tc.args)
-		d, _ := label.DetailsOf[SearchDetails](res)
+		d, _ := label.DetailsOf[SearchDetails](res.Details)
 		if res.IsError || len(d.Results) != tc.want {
 			t.Errorf("%v: %d results, want %d (%s)", tc.args, len(d.Results), tc.want, res.Text())
 		}

@@ -150,7 +150,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Searching the web for " + quote(a.Query)
 			},
 			DescribeCompletedActivity: func(a searchArgs, res toolbus.Result) string {
-				d, ok := label.DetailsOf[SearchDetails](res)
+				d, ok := label.DetailsOf[SearchDetails](res.Details)
 				if !ok {
 					return "Could not search the web for " + quote(a.Query)
 				}
@@ -164,7 +164,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 				return "Reading " + shortURL(a.URL)
 			},
 			DescribeCompletedActivity: func(a fetchArgs, res toolbus.Result) string {
-				d, ok := label.DetailsOf[FetchDetails](res)
+				d, ok := label.DetailsOf[FetchDetails](res.Details)
 				switch {
 				case !ok:
 					return "Could not read " + shortURL(a.URL)
