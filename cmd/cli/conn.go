@@ -15,9 +15,8 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/secretflag"
-	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
@@ -85,9 +84,8 @@ func sandboxFlag(fs *flag.FlagSet) *computer.SandboxMode {
 // embedded server with its node.
 type busConn struct {
 	nc    *nats.Conn
-	where string // for messages: a URL, or "the embedded bus"
-	node  *actors.Node
-	srv   *bus.Server
+	where string     // for messages: a URL, or "the embedded bus"
+	node  *node.Node // the embedded node, or nil
 }
 
 // connect dials -server when it is set, and otherwise starts an embedded bus
@@ -113,53 +111,35 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("home %s is not a directory", home)
 	}
-	// The embedded node runs turns: keep the keys of this process out of
-	// their transcripts.
-	redact.AddEnvSecrets()
-	redact.AddSecrets(o.gateway.APIKey)
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: o.storeDir, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	gw := o.gateway
-	gw.Logger = log
-	node, err := actors.StartNode(ctx, actors.NodeConfig{
-		Name:       embeddedNode,
-		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
-		Interest:   srv.Interest,
-		StoreFull:  srv.StoreFullError,
-		Categories: toolsets.Categories(),
-		Turns:      o.turns,
-		Home:       home,
-		Gateway:    gw,
-		Computer:   computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
-		// Search keys from TOOLBUS_BRAVE_API_KEY and TOOLBUS_TAVILY_API_KEY, redacted
-		// with the others above.
-		Web:    web.Config{Keys: web.KeysFromEnv()},
-		Logger: log,
+	n, err := node.Start(ctx, node.Config{
+		Bus: bus.Config{StoreDir: o.storeDir, Logger: log},
+		Node: actors.NodeConfig{
+			Name:     embeddedNode,
+			Turns:    o.turns,
+			Home:     home,
+			Gateway:  o.gateway,
+			Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
+			// Search keys from TOOLBUS_BRAVE_API_KEY and TOOLBUS_TAVILY_API_KEY,
+			// redacted with the process's other keys.
+			Web:    web.Config{Keys: web.KeysFromEnv()},
+			Logger: log,
+		},
 	})
 	if err != nil {
-		srv.Close()
 		return nil, err
 	}
-	nc, err := srv.Connect(clientName)
+	nc, err := n.Connect(clientName)
 	if err != nil {
-		node.Close()
-		srv.Close()
+		n.Close()
 		return nil, err
 	}
-	return &busConn{nc: nc, where: "the embedded bus", node: node, srv: srv}, nil
+	return &busConn{nc: nc, where: "the embedded bus", node: n}, nil
 }
 
 // Close stops the embedded node and server, or closes the remote connection.
 func (c *busConn) Close() {
 	if c.node != nil {
-		c.node.Close()
-	}
-	if c.srv != nil {
-		c.srv.Close() // closes nc too
+		c.node.Close() // closes nc too
 		return
 	}
 	_ = c.nc.FlushTimeout(time.Second)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/node"
 )
 
 // TestLogAboveLiveArea runs a turn whose model endpoint refuses connections on
@@ -32,7 +33,7 @@ func testLogAboveLiveArea(t *testing.T, verbose bool) {
 		t.Fatal(err)
 	}
 	defer logs.Close()
-	gw, err := gatewayConfig(gatewayFlags{baseURL: "http://127.0.0.1:1/v1"})
+	gw, err := (&node.GatewayFlags{BaseURL: "http://127.0.0.1:1/v1"}).Config()
 	if err != nil {
 		t.Fatal(err)
 	}

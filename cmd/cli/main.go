@@ -173,7 +173,7 @@ Run 'toolbus <command> -h' for a command's flags.
 }
 
 // examples holds one example of each command, by the name its flag set has;
-// every command's -h shows it (nodecmd.Example is the node's).
+// every command's -h shows it (node.Example is the node's).
 var examples = map[string]string{
 	"run":             `toolbus run -model openai:gpt-5.4 -home ~/project "Summarise the README"`,
 	"tools":           "toolbus tools -json -api chat",

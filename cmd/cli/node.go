@@ -5,16 +5,16 @@ import (
 	"errors"
 	"io"
 
-	"github.com/toolbus/toolbus/internal/nodecmd"
+	"github.com/toolbus/toolbus/node"
 )
 
 // cmdNode runs a node in the foreground: the daemon that serves tool
 // categories and runs turns for a bus that other commands reach with -server.
 func cmdNode(ctx context.Context, args []string, _, stderr io.Writer) error {
-	err := nodecmd.Run(ctx, "toolbus node", args, stderr)
-	var ue *nodecmd.UsageError
+	err := node.Run(ctx, "toolbus node", args, stderr)
+	var ue *node.UsageError
 	switch {
-	case errors.Is(err, nodecmd.ErrFlags):
+	case errors.Is(err, node.ErrFlags):
 		return &exitError{code: exitUsage}
 	case errors.As(err, &ue):
 		return usagef("%s", ue.Msg)

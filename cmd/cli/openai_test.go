@@ -14,6 +14,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/node"
 )
 
 // fakeKey is the API key of the model-server tests: the server wants it in the
@@ -420,12 +421,12 @@ func TestGatewayConfig(t *testing.T) {
 		{"", "http://env.example/v1", false},
 		{"http://localhost:11434/v1", "http://localhost:11434/v1", true},
 	} {
-		got, err := gatewayConfig(gatewayFlags{baseURL: tc.baseURL, hostedSearch: tc.hosted})
+		got, err := (&node.GatewayFlags{BaseURL: tc.baseURL, HostedSearch: tc.hosted}).Config()
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.OpenAIKey != fakeKey || got.BaseURL != tc.wantURL || got.HostedToolSearch != tc.hosted {
-			t.Errorf("gatewayConfig(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
+			t.Errorf("GatewayFlags.Config(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
 				tc.baseURL, tc.hosted, got.OpenAIKey == fakeKey, got.BaseURL, got.HostedToolSearch, tc.wantURL, tc.hosted)
 		}
 	}

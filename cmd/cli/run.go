@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
@@ -39,12 +40,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			"Exit status: 0 completed or terminated, 1 failed or step limit, 130 aborted.", stderr)
 	var bf busFlags
 	bf.register(fs)
+	var gf node.GatewayFlags
+	gf.Register(fs, "embedded node: ", true)
 	var (
 		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs a key) or chat:MODEL (Chat Completions, e.g. a local server at -base-url) (env TOOLBUS_MODEL)")
-		baseURL      = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI). OPENAI_API_KEY is sent only to https://api.openai.com; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
-		apiKeyFile   = fs.String("api-key-file", "", "embedded node: a file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
-		reqTimeout   = fs.Duration("request-timeout", 0, fmt.Sprintf("embedded node: how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
-		hostedSearch = fs.Bool("hosted-tool-search", false, "embedded node, openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
 		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
 		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools read, write and run commands")
@@ -69,8 +68,6 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return usagef("no model: pass -model script:FILE, openai:MODEL or chat:MODEL")
 	case *maxSteps < 0:
 		return usagef("-max-steps %d: want a positive number", *maxSteps)
-	case *reqTimeout < 0:
-		return usagef("-request-timeout %s: want a positive duration", *reqTimeout)
 	case *nodeName != "" && bf.server == "":
 		return usagef("-node picks a node of a running bus: it needs -server")
 	case *nodeName != "" && !bus.ValidToken(*nodeName):
@@ -104,7 +101,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		req.Model = *model
 	}
 
-	gw, err := gatewayConfig(gatewayFlags{baseURL: *baseURL, keyFile: *apiKeyFile, requestTimeout: *reqTimeout, hostedSearch: *hostedSearch})
+	if err := gf.Check(); err != nil {
+		return usagef("%v", err)
+	}
+	gw, err := gf.Config()
 	if err != nil {
 		return err
 	}
@@ -155,37 +155,6 @@ func homeNote(home string, sandbox computer.SandboxMode) string {
 	return fmt.Sprintf("agent home: %s (read-write, commands run here, %s)", home, how)
 }
 
-// gatewayFlags are the flags of run that configure the embedded node's gateway.
-type gatewayFlags struct {
-	baseURL, keyFile string
-	requestTimeout   time.Duration
-	hostedSearch     bool
-}
-
-// gatewayConfig is the model gateway configuration of an embedded node: the
-// keys, base URL and request timeout from the environment, the flags over them.
-func gatewayConfig(f gatewayFlags) (gateway.Config, error) {
-	gw, err := gateway.ConfigFromEnv()
-	if err != nil {
-		return gateway.Config{}, err
-	}
-	if f.baseURL != "" {
-		gw.BaseURL = f.baseURL
-	}
-	if f.keyFile != "" {
-		if gw.APIKey, err = gateway.ReadKeyFile(f.keyFile); err != nil {
-			return gateway.Config{}, err
-		}
-	}
-	if f.requestTimeout > 0 {
-		gw.RequestTimeout = f.requestTimeout
-	}
-	gw.HostedToolSearch = f.hostedSearch
-	return gw, nil
-}
-
-// readScript validates a script file and returns it compacted, to be sent
-// inline in the turn spec.
 func readScript(path string) (json.RawMessage, error) {
 	if _, err := gateway.LoadScript(path); err != nil {
 		return nil, err

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/toolbus/toolbus/internal/nodecmd"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/toolsets/skills"
 )
 
@@ -45,7 +45,7 @@ func (f *skillFlags) register(fs *flag.FlagSet) {
 	f.bf.register(fs)
 	fs.StringVar(&f.agent, "agent", defaultAgent, "the agent whose skills to read")
 	fs.StringVar(&f.home, "home", "", "the agent's home (as a node's -home gives every agent)")
-	fs.StringVar(&f.homeRoot, "home-root", "", "the folder of the agents' homes, as the node's -home-root (default "+nodecmd.DefaultHomeRoot()+")")
+	fs.StringVar(&f.homeRoot, "home-root", "", "the folder of the agents' homes, as the node's -home-root (default "+node.DefaultHomeRoot()+")")
 }
 
 // check checks the flags and returns the agent's home.
@@ -59,7 +59,7 @@ func (f *skillFlags) check() (string, error) {
 	case f.home != "":
 		return filepath.Abs(f.home)
 	case f.homeRoot == "":
-		f.homeRoot = nodecmd.DefaultHomeRoot()
+		f.homeRoot = node.DefaultHomeRoot()
 	}
 	return filepath.Abs(filepath.Join(f.homeRoot, f.agent))
 }

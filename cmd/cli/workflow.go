@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 
@@ -56,17 +57,16 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"on an embedded bus and node. Exit status: 0 completed, 1 failed or cancelled.", stderr)
 	var bf busFlags
 	bf.register(fs)
+	var gf node.GatewayFlags
+	gf.Register(fs, "embedded node: ", false)
 	var (
-		agent      = fs.String("agent", defaultAgent, "the agent the workflow runs for")
-		model      = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL or chat:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
-		asJSON     = fs.Bool("json", false, "print only the workflow's document at the end (with -detach: at once), as JSON")
-		detach     = fs.Bool("detach", false, "with -server: return once the workflow has started, without following it")
-		storeDir   = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
-		baseURL    = fs.String("base-url", "", "embedded node: the model API's base URL (default env OPENAI_BASE_URL, else OpenAI)")
-		apiKeyFile = fs.String("api-key-file", "", "embedded node: a file holding the API key of the -base-url endpoint (default env TOOLBUS_MODEL_API_KEY)")
-		reqTimeout = fs.Duration("request-timeout", 0, "embedded node: how long one model request may wait for its answer")
-		logFile    = fs.String("log", "", "embedded node: append its whole log to this file")
-		verbose    = fs.Bool("v", false, "show the embedded node's info lines too")
+		agent    = fs.String("agent", defaultAgent, "the agent the workflow runs for")
+		model    = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL or chat:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
+		asJSON   = fs.Bool("json", false, "print only the workflow's document at the end (with -detach: at once), as JSON")
+		detach   = fs.Bool("detach", false, "with -server: return once the workflow has started, without following it")
+		storeDir = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
+		logFile  = fs.String("log", "", "embedded node: append its whole log to this file")
+		verbose  = fs.Bool("v", false, "show the embedded node's info lines too")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -107,7 +107,10 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := def.Check(); err != nil {
 		return err
 	}
-	gw, err := gatewayConfig(gatewayFlags{baseURL: *baseURL, keyFile: *apiKeyFile, requestTimeout: *reqTimeout})
+	if err := gf.Check(); err != nil {
+		return usagef("%v", err)
+	}
+	gw, err := gf.Config()
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,6 @@
 // Command node runs a toolbus node; it is the same program as `toolbus node`
 // (cmd/cli), which is the name to install: a binary called node shadows
-// Node.js on the PATH. See internal/nodecmd for its flags.
+// Node.js on the PATH. See package node for its flags.
 package main
 
 import (
@@ -10,16 +10,16 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/toolbus/toolbus/internal/nodecmd"
+	"github.com/toolbus/toolbus/node"
 )
 
 func main() {
-	err := nodecmd.Run(context.Background(), "node", os.Args[1:], os.Stderr)
-	var ue *nodecmd.UsageError
+	err := node.Run(context.Background(), "node", os.Args[1:], os.Stderr)
+	var ue *node.UsageError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		os.Exit(0)
-	case errors.Is(err, nodecmd.ErrFlags):
+	case errors.Is(err, node.ErrFlags):
 		os.Exit(2)
 	case errors.As(err, &ue):
 		fmt.Fprintf(os.Stderr, "node: %s\nRun 'node -h' for its flags.\n", ue.Msg)

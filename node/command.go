@@ -1,10 +1,4 @@
-// Package nodecmd is the toolbus node as a command: its flags and its run, shared
-// by `toolbus node` (cmd/cli) and the cmd/node program.
-//
-//	toolbus node -name n1 -listen 127.0.0.1:4222 -users /etc/toolbus/users.json
-//	NATS_PASSWORD=… toolbus node -name n2 -server nats://127.0.0.1:4222 -user tools1 -categories computer -turns=false
-//	toolbus node -name n1 -cluster-name c -cluster-listen 127.0.0.1:6222 -routes nats://127.0.0.1:6223 ...
-package nodecmd
+package node
 
 import (
 	"context"
@@ -21,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
@@ -83,10 +76,7 @@ type options struct {
 	home          string
 	homeRoot      string
 	replicas      int
-	baseURL       string
-	apiKeyFile    string
-	reqTimeout    time.Duration
-	hostedSearch  bool
+	gateway       GatewayFlags
 	logLevel      string
 	sandbox       computer.SandboxMode
 	// webKeyFiles and webKeyEndpoints are the -web-key-file and -web-key-endpoint
@@ -165,10 +155,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.home, "home", "", "every agent's home directory (single-user node)")
 	fs.StringVar(&o.homeRoot, "home-root", "", "directory holding one home per agent (default $XDG_DATA_HOME/toolbus/homes)")
 	fs.IntVar(&o.replicas, "replicas", 1, "replicas of the node's JetStream buckets and streams (capped by the cluster size)")
-	fs.StringVar(&o.baseURL, "base-url", os.Getenv("OPENAI_BASE_URL"), "model API base URL for turns (env OPENAI_BASE_URL). OPENAI_API_KEY is sent only to https://api.openai.com; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
-	fs.StringVar(&o.apiKeyFile, "api-key-file", "", "file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
-	fs.DurationVar(&o.reqTimeout, "request-timeout", 0, fmt.Sprintf("how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
-	fs.BoolVar(&o.hostedSearch, "hosted-tool-search", false, "openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
+	o.gateway.Register(fs, "", true)
 	fs.Var(&o.webKeyFiles, "web-key-file", "web category: a search provider's API key, from a file: PROVIDER=FILE, brave or tavily (repeatable; default env TOOLBUS_BRAVE_API_KEY, TOOLBUS_TAVILY_API_KEY). A key goes only to its provider's official API and the -web-key-endpoint URLs")
 	fs.Var(&o.webKeyEndpoints, "web-key-endpoint", "web category: also send a provider's key to this API root: PROVIDER=URL, a proxy or compatible service you run (repeatable); a profile that names any other URL gets its searches sent there without the key")
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -223,8 +210,8 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	if o.schedMin < schedule.ServerMinInterval {
 		return nil, usagef("-schedule-min-interval %s: JetStream fires schedules at most once a second", o.schedMin)
 	}
-	if o.reqTimeout < 0 {
-		return nil, usagef("-request-timeout %s: want a positive duration", o.reqTimeout)
+	if err := o.gateway.Check(); err != nil {
+		return nil, usagef("%v", err)
 	}
 	if !bus.ValidToken(o.name) {
 		return nil, usagef("-name %q: want one subject token (no dots, spaces or wildcards)", o.name)
@@ -316,102 +303,67 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var connect func(name string) (*nats.Conn, error)
-	var interest func(subject string) bool // only an embedded server can tell
-	var storeFull func(error) error        // nor name its limits
-	// An embedded server whose JetStream can no longer write its store (a
-	// full disk) closes storeFailed; nil, for -server, never fires.
-	var storeFailed <-chan struct{}
-	var storeErr func() error
-	where := ""
+	cfg := Config{
+		Node: actors.NodeConfig{
+			Name: o.name, Turns: o.turns,
+			Home: o.home, HomeRoot: o.homeRoot, Replicas: o.replicas, Logger: log,
+			MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
+			Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
+			VouchKey: o.vouchKey, TraceSampled: o.traceSampled,
+			Web: web.Config{Keys: o.webKeys},
+		},
+	}
+	// -categories "" hosts none; Start's default (nil) would host all.
+	cfg.Node.Categories = []string{}
+	if o.categories != "" {
+		cfg.Node.Categories = strings.Split(o.categories, ",")
+	}
+	if cfg.Node.HomeRoot == "" && cfg.Node.Home == "" {
+		cfg.Node.HomeRoot = DefaultHomeRoot()
+	}
+	if cfg.Node.Gateway, err = o.gateway.Config(); err != nil {
+		return err
+	}
 	if o.server != "" {
-		cred := bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA, InboxPrefix: o.inboxPrefix}
-		connect = func(name string) (*nats.Conn, error) { return bus.Dial(ctx, o.server, name, cred) }
-		where = "connected to " + redact.URL(o.server)
+		cfg.Server = o.server
+		cfg.Credentials = bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA, InboxPrefix: o.inboxPrefix}
 	} else {
-		cfg := bus.Config{
+		cfg.Bus = bus.Config{
 			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
 			Listen: o.listen, Logger: log, Monitor: o.monitor,
 		}
-		if cfg.StoreDir == "" {
-			cfg.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
+		if cfg.Bus.StoreDir == "" {
+			cfg.Bus.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
 		}
 		if o.usersFile != "" {
-			if cfg.Users, err = bus.ReadUsersFile(o.usersFile); err != nil {
+			if cfg.Bus.Users, err = bus.ReadUsersFile(o.usersFile); err != nil {
 				return err
 			}
 		}
 		if o.user != "" {
-			cfg.Users = append(cfg.Users, bus.User{Name: o.user, Password: o.pass, Role: bus.RoleAdmin, Permissions: bus.AdminPermissions()})
+			cfg.Bus.Users = append(cfg.Bus.Users, bus.User{Name: o.user, Password: o.pass, Role: bus.RoleAdmin, Permissions: bus.AdminPermissions()})
 		}
 		if o.tlsCert != "" {
-			cfg.TLS = &bus.TLSConfig{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
+			cfg.Bus.TLS = &bus.TLSConfig{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
 		}
 		if o.clusterName != "" {
-			cfg.Cluster = &bus.ClusterConfig{
+			cfg.Bus.Cluster = &bus.ClusterConfig{
 				Name: o.clusterName, Listen: o.clusterListen, Username: o.routeUser, Password: o.routePass,
 				PingInterval: o.routePing,
 			}
 			if o.routes != "" {
-				cfg.Cluster.Routes = strings.Split(o.routes, ",")
+				cfg.Bus.Cluster.Routes = strings.Split(o.routes, ",")
 			}
 		}
-		startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-		srv, err := bus.Start(startCtx, cfg)
-		cancel()
-		if err != nil {
-			return err
-		}
-		defer srv.Close()
-		connect = func(name string) (*nats.Conn, error) { return srv.Connect(name) }
-		interest, storeFull = srv.Interest, srv.StoreFullError
-		storeFailed, storeErr = srv.Failed(), srv.Err
-		where = "embedded server, store " + cfg.StoreDir
-		if u := srv.ClientURL(); u != "" {
-			where += ", listening on " + u
-		} else {
-			where += ", no port"
-		}
 	}
-
-	var cats []string
-	if o.categories != "" {
-		cats = strings.Split(o.categories, ",")
-	}
-	homeRoot := o.homeRoot
-	if homeRoot == "" && o.home == "" {
-		homeRoot = DefaultHomeRoot()
-	}
-	gw, err := gateway.ConfigFromEnv()
-	if err != nil {
-		return err
-	}
-	if o.baseURL != "" {
-		gw.BaseURL = o.baseURL
-	}
-	if o.apiKeyFile != "" {
-		if gw.APIKey, err = gateway.ReadKeyFile(o.apiKeyFile); err != nil {
-			return err
-		}
-		redact.AddSecrets(gw.APIKey)
-	}
-	if o.reqTimeout > 0 {
-		gw.RequestTimeout = o.reqTimeout
-	}
-	gw.HostedToolSearch = o.hostedSearch
-	gw.Logger = log
-	node, err := actors.StartNode(ctx, actors.NodeConfig{
-		Name: o.name, Connect: connect, Categories: cats, Turns: o.turns,
-		Home: o.home, HomeRoot: homeRoot, Gateway: gw, Replicas: o.replicas, Logger: log,
-		MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
-		Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
-		VouchKey: o.vouchKey, Interest: interest, StoreFull: storeFull, TraceSampled: o.traceSampled,
-		Web: web.Config{Keys: o.webKeys},
-	})
+	node, err := Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
+	cats := cfg.Node.Categories
+	where := node.Where()
+	storeFailed := node.Failed()
 	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
 	select {
 	case <-ctx.Done():
@@ -420,7 +372,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		// bus.Server.Failed): exit non-zero, so that a supervisor restarts
 		// the node once space is freed, rather than run on with a store
 		// that answers no writes.
-		err := storeErr()
+		err := node.Err()
 		log.Error("node stopping: its store can no longer be written; exiting to be restarted", "node", o.name, "err", err)
 		return err
 	}

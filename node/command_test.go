@@ -1,4 +1,4 @@
-package nodecmd
+package node
 
 import (
 	"errors"
@@ -66,13 +66,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "stray argument", args: []string{"extra"}, wantErr: "unexpected arguments"},
 		{name: "request timeout and key file", args: []string{"-request-timeout", "90s", "-api-key-file", "/run/secrets/model-key"},
 			check: func(t *testing.T, o *options) {
-				if o.reqTimeout != 90*time.Second || o.apiKeyFile != "/run/secrets/model-key" {
-					t.Errorf("request timeout %s, key file %q", o.reqTimeout, o.apiKeyFile)
+				if o.gateway.RequestTimeout != 90*time.Second || o.gateway.KeyFile != "/run/secrets/model-key" {
+					t.Errorf("request timeout %s, key file %q", o.gateway.RequestTimeout, o.gateway.KeyFile)
 				}
 			}},
 		{name: "negative request timeout", args: []string{"-request-timeout", "-1m"}, wantErr: "-request-timeout -1m0s: want a positive duration"},
 		{name: "hosted tool search", args: []string{"-hosted-tool-search"}, check: func(t *testing.T, o *options) {
-			if !o.hostedSearch {
+			if !o.gateway.HostedSearch {
 				t.Error("-hosted-tool-search not set")
 			}
 		}},
