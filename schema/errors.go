@@ -147,6 +147,11 @@ func collectLeaves(res *jsonschema.EvaluationResult, base string, instance any, 
 				msg = "property is not allowed (not declared in the schema)"
 			}
 		}
+		if e.Code == "format_mismatch" {
+			if f, _ := e.Params["format"].(string); formatHints[f] != "" {
+				msg += " (" + formatHints[f] + ")"
+			}
+		}
 		p := path
 		if p == "" {
 			p = "/"
@@ -158,6 +163,21 @@ func collectLeaves(res *jsonschema.EvaluationResult, base string, instance any, 
 			collectLeaves(d, path, instance, out)
 		}
 	}
+}
+
+// formatHints say what an asserted format looks like, so that a model refused one can
+// write it at the next try.
+var formatHints = map[string]string{
+	"date-time": "RFC 3339, such as 2025-01-31T09:30:00Z",
+	"date":      "RFC 3339 full-date, such as 2025-01-31",
+	"time":      "RFC 3339 full-time with an offset, such as 09:30:00Z",
+	"duration":  "ISO 8601, such as P3DT4H or PT15M",
+	"email":     "an address such as name@example.com",
+	"hostname":  "a DNS name such as api.example.com",
+	"ipv4":      "dotted quad, such as 192.0.2.1",
+	"ipv6":      "such as 2001:db8::1",
+	"uri":       "absolute, with a scheme, such as https://example.com/a",
+	"uuid":      "such as 123e4567-e89b-12d3-a456-426614174000",
 }
 
 func childValue(v any, seg string) (any, bool) {
