@@ -31,6 +31,7 @@ const (
 	KindSchema    ErrorKind = "schema"           // JSON object that does not match the schema
 	KindTooLarge  ErrorKind = "too_large"        // not JSON, and longer than MaxRepairBytes
 	KindTooCostly ErrorKind = "too_costly"       // not JSON, and its repair would exceed the ladder's work budget
+	KindTooDeep   ErrorKind = "too_deep"         // objects and arrays nested deeper than MaxDepth
 )
 
 // ArgumentError is the error Parse returns. Its Error text is written for
@@ -70,11 +71,15 @@ const maxLeaves = 10
 // out because the leaves below them say more.
 type ValidationError struct {
 	Leaves []Leaf // all leaves, sorted by path then message
+	err    error  // ErrTooDeep, for arguments refused before validation
 }
 
 func (e *ValidationError) Error() string {
 	return "arguments do not match the schema:" + leafLines(e.Leaves)
 }
+
+// Unwrap gives ErrTooDeep for arguments nested deeper than MaxDepth.
+func (e *ValidationError) Unwrap() error { return e.err }
 
 func leafLines(leaves []Leaf) string {
 	var b strings.Builder

@@ -191,6 +191,9 @@ func (s *Schema) Strict() Projection {
 // output; Validate is for arguments that already went through Parse, such as
 // those a category actor receives over the bus.
 func (s *Schema) Validate(args json.RawMessage) error {
+	if textTooDeep(string(args)) {
+		return &ValidationError{Leaves: []Leaf{{Path: "/", Message: tooDeepMsg}}, err: ErrTooDeep}
+	}
 	v, err := decodeArgs(args)
 	if err != nil {
 		return &ValidationError{Leaves: []Leaf{{Path: "/", Message: "not valid JSON: " + err.Error()}}}
