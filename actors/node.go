@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
@@ -497,7 +498,15 @@ func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
 
 // Assemble builds the kit of a turn: its agent's profile (none: built-in tools only) and
 // the node's catalog of the bus decide which external namespaces it includes.
-func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (*toolsets.Kit, error) {
+func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (kit *toolsets.Kit, err error) {
+	// A category creator that panics (a bug, or a profile, skill or spec nobody foresaw)
+	// fails this turn, with the reason, and not the node with every turn it runs.
+	defer func() {
+		if r := recover(); r != nil {
+			n.log.Error("assemble tools: panic; the turn fails", "turn", spec.ID, "agent", spec.Agent, "panic", r, "stack", string(debug.Stack()))
+			kit, err = nil, fmt.Errorf("assemble tools: panic: %v", r)
+		}
+	}()
 	profiles, cat, err := n.assembly(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("assemble turn: %w", err)

@@ -25,30 +25,42 @@ type validatorEntry struct {
 }
 
 var (
-	validators      sync.Map // [sha256.Size]byte -> *validatorEntry
+	validators      sync.Map // validatorKey -> *validatorEntry
 	validatorsCount atomic.Int64
 )
+
+// validatorKey names a compiled validator: the schema's bytes, and whether it asserts
+// "format" (the same bytes compile to two validators that accept different values).
+type validatorKey struct {
+	sum     [sha256.Size]byte
+	formats bool
+}
 
 // cachedValidator returns the compiled validator for raw, compiling it on the
 // first use of these exact bytes. Two schemas with the same bytes share one
 // validator; nothing is recompiled.
 func cachedValidator(raw []byte) (*jsonschema.Schema, error) {
-	key := sha256.Sum256(raw)
+	return cachedValidatorOf(raw, false)
+}
+
+// cachedValidatorOf is cachedValidator for a validator that asserts "format" or not.
+func cachedValidatorOf(raw []byte, formats bool) (*jsonschema.Schema, error) {
+	key := validatorKey{sum: sha256.Sum256(raw), formats: formats}
 	if e, ok := validators.Load(key); ok {
-		return e.(*validatorEntry).get(raw)
+		return e.(*validatorEntry).get(raw, formats)
 	}
 	if validatorsCount.Load() >= maxCachedValidators {
-		return compileValidator(raw)
+		return compileValidatorOf(raw, formats)
 	}
 	e, loaded := validators.LoadOrStore(key, &validatorEntry{})
 	if !loaded {
 		validatorsCount.Add(1)
 	}
-	return e.(*validatorEntry).get(raw)
+	return e.(*validatorEntry).get(raw, formats)
 }
 
-func (e *validatorEntry) get(raw []byte) (*jsonschema.Schema, error) {
-	e.once.Do(func() { e.validator, e.err = compileValidator(raw) })
+func (e *validatorEntry) get(raw []byte, formats bool) (*jsonschema.Schema, error) {
+	e.once.Do(func() { e.validator, e.err = compileValidatorOf(raw, formats) })
 	return e.validator, e.err
 }
 
@@ -66,6 +78,12 @@ func newCompiler() *jsonschema.Compiler {
 // no cache. Each schema gets its own compiler: a compiler keeps schemas by
 // $id, and one worker's schema must never stand in for another's.
 func compileValidator(raw []byte) (*jsonschema.Schema, error) {
+	return compileValidatorOf(raw, false)
+}
+
+// compileValidatorOf is compileValidator for a validator that asserts "format" (the
+// formats kaptinlin knows; a name it does not know stays an annotation) or not.
+func compileValidatorOf(raw []byte, formats bool) (*jsonschema.Schema, error) {
 	// Readers disagree on which of two equal keys counts; a schema must
 	// mean one thing to the validator, the projection and the model.
 	if _, err := decodeOrdered(raw); err != nil {
@@ -74,7 +92,19 @@ func compileValidator(raw []byte) (*jsonschema.Schema, error) {
 	if err := checkMetaSchema(raw); err != nil {
 		return nil, err
 	}
-	v, err := newCompiler().Compile(raw)
+	c := newCompiler()
+	if formats {
+		c.SetAssertFormat(true)
+		// Asserting, kaptinlin refuses every value at a format it has no check for
+		// ("Unknown format"): a schema naming its own format ("phone", "sku") would
+		// accept nothing. Such a name stays what the draft says it is, an annotation.
+		for _, name := range formatNames(raw) {
+			if _, known := jsonschema.Formats[name]; !known {
+				c.RegisterFormat(name, func(any) bool { return true })
+			}
+		}
+	}
+	v, err := c.Compile(raw)
 	if err != nil {
 		return nil, fmt.Errorf("compile schema: %w", err)
 	}
@@ -135,4 +165,35 @@ func checkMetaSchema(raw []byte) error {
 		return fmt.Errorf("schema does not conform to the JSON Schema meta-schema: %s", b.String())
 	}
 	return nil
+}
+
+// formatNames lists the values of every "format" member of a schema document, once
+// each. A member named "format" that is not a keyword (a property's name, a default's
+// member) may be listed too: the list only says which names need a check.
+func formatNames(raw []byte) []string {
+	var doc any
+	if json.Unmarshal(raw, &doc) != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var names []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if f, ok := v["format"].(string); ok && !seen[f] {
+				seen[f] = true
+				names = append(names, f)
+			}
+			for _, c := range v {
+				walk(c)
+			}
+		case []any:
+			for _, c := range v {
+				walk(c)
+			}
+		}
+	}
+	walk(doc)
+	return names
 }

@@ -70,6 +70,11 @@
 //     projection made nullable are removed, then the object is validated
 //     against the original schema.
 //
+// Arguments that nest objects and arrays more than MaxDepth (64) levels deep are
+// refused first (KindTooDeep, errors.Is ErrTooDeep), by a scan of the text that
+// decodes nothing, and again after unwrapping decodes a string; Validate refuses them
+// too. The validator's work grows with depth times the branches of a recursive anyOf.
+//
 // Empty text or null stands for {} (rung "empty"): fine for a tool without
 // required properties, refused with KindEmpty naming them otherwise. Any
 // other non-object root is refused (KindNotObject). A truncated call to a

@@ -31,6 +31,7 @@ const (
 	KindSchema    ErrorKind = "schema"           // JSON object that does not match the schema
 	KindTooLarge  ErrorKind = "too_large"        // not JSON, and longer than MaxRepairBytes
 	KindTooCostly ErrorKind = "too_costly"       // not JSON, and its repair would exceed the ladder's work budget
+	KindTooDeep   ErrorKind = "too_deep"         // objects and arrays nested deeper than MaxDepth
 )
 
 // ArgumentError is the error Parse returns. Its Error text is written for
@@ -70,11 +71,15 @@ const maxLeaves = 10
 // out because the leaves below them say more.
 type ValidationError struct {
 	Leaves []Leaf // all leaves, sorted by path then message
+	err    error  // ErrTooDeep, for arguments refused before validation
 }
 
 func (e *ValidationError) Error() string {
 	return "arguments do not match the schema:" + leafLines(e.Leaves)
 }
+
+// Unwrap gives ErrTooDeep for arguments nested deeper than MaxDepth.
+func (e *ValidationError) Unwrap() error { return e.err }
 
 func leafLines(leaves []Leaf) string {
 	var b strings.Builder
@@ -147,6 +152,11 @@ func collectLeaves(res *jsonschema.EvaluationResult, base string, instance any, 
 				msg = "property is not allowed (not declared in the schema)"
 			}
 		}
+		if e.Code == "format_mismatch" {
+			if f, _ := e.Params["format"].(string); formatHints[f] != "" {
+				msg += " (" + formatHints[f] + ")"
+			}
+		}
 		p := path
 		if p == "" {
 			p = "/"
@@ -158,6 +168,21 @@ func collectLeaves(res *jsonschema.EvaluationResult, base string, instance any, 
 			collectLeaves(d, path, instance, out)
 		}
 	}
+}
+
+// formatHints say what an asserted format looks like, so that a model refused one can
+// write it at the next try.
+var formatHints = map[string]string{
+	"date-time": "RFC 3339, such as 2025-01-31T09:30:00Z",
+	"date":      "RFC 3339 full-date, such as 2025-01-31",
+	"time":      "RFC 3339 full-time with an offset, such as 09:30:00Z",
+	"duration":  "ISO 8601, such as P3DT4H or PT15M",
+	"email":     "an address such as name@example.com",
+	"hostname":  "a DNS name such as api.example.com",
+	"ipv4":      "dotted quad, such as 192.0.2.1",
+	"ipv6":      "such as 2001:db8::1",
+	"uri":       "absolute, with a scheme, such as https://example.com/a",
+	"uuid":      "such as 123e4567-e89b-12d3-a456-426614174000",
 }
 
 func childValue(v any, seg string) (any, bool) {

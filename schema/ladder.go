@@ -94,6 +94,15 @@ func (p *parse) mark(r Rung) {
 	}
 }
 
+func (p *parse) usedRung(r Rung) bool {
+	for i, o := range rungOrder {
+		if o == r {
+			return p.used[i]
+		}
+	}
+	return false
+}
+
 func (p *parse) rungs() []Rung {
 	var out []Rung
 	for i, u := range p.used {
@@ -116,6 +125,9 @@ func (p *parse) run(raw string) (Args, error) {
 	text := strings.TrimSpace(raw)
 	if text == "" || text == "null" {
 		return p.empty()
+	}
+	if textTooDeep(text) {
+		return Args{}, p.fail(KindTooDeep, tooDeepMsg, ErrTooDeep)
 	}
 	v, err := decodeArgs([]byte(text))
 	if err == nil {
@@ -153,10 +165,17 @@ func (p *parse) run(raw string) (Args, error) {
 	default:
 		return Args{}, p.fail(KindNotObject, "arguments must be a JSON object, got "+describeJSON(v), nil)
 	}
+	// Text decoded out of a string (unwrap) was not in the scan above.
+	if p.usedRung(RungUnwrap) && valueTooDeep(v) {
+		return Args{}, p.fail(KindTooDeep, tooDeepMsg, ErrTooDeep)
+	}
 	p.stripNulls(v)
 	verr := p.s.validate(v)
 	if verr != nil && p.s.plan().shape.unwrapFields(v) {
 		p.mark(RungUnwrap)
+		if valueTooDeep(v) {
+			return Args{}, p.fail(KindTooDeep, tooDeepMsg, ErrTooDeep)
+		}
 		p.stripNulls(v)
 		verr = p.s.validate(v)
 	}

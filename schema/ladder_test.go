@@ -277,10 +277,11 @@ var ladderCases = []ladderCase{
 	{name: "invalid JSON over the size cap is refused", in: `{"path":"a",` + strings.Repeat(" ", MaxRepairBytes) + `}`,
 		kind: KindTooLarge, msg: "arguments are not valid JSON and too long to repair: 65549 bytes, over the limit of 65536; send them as valid JSON",
 		errRungs: []Rung{}},
-	{name: "repair over the work budget is refused", in: strings.Repeat("[", 9000),
-		kind: KindTooCostly, msg: notJSON + "unexpected end of input, and repairing them would take more work than the ladder allows; send them as valid JSON"},
-	{name: "nesting deeper than JSON decodes is refused", in: strings.Repeat("[", maxDepth+1),
-		kind: KindSyntax, msg: notJSON + "nested more than 10000 levels deep"},
+	{name: "repair over the work budget is refused", in: "{" + strings.Repeat("a:1,", 16000) + "}",
+		kind: KindTooCostly, msg: notJSON + "invalid character 'a' looking for beginning of object key string (after byte 2), and repairing them would take more work than the ladder allows; send them as valid JSON"},
+	{name: "nesting deeper than MaxDepth is refused before anything else", in: strings.Repeat("[", MaxDepth+1),
+		kind: KindTooDeep, msg: "arguments nested deeper than 64 levels: objects and arrays may nest 64 deep at most; send a flatter value",
+		errRungs: []Rung{}},
 }
 
 func TestParseLadder(t *testing.T) {

@@ -22,6 +22,7 @@ type Schema struct {
 	raw       []byte
 	validator *jsonschema.Schema
 	required  []string // the root's required property names, in schema order
+	formats   bool     // validation asserts "format" (AssertFormats)
 
 	// doc is raw decoded with its key order kept; strict and plan derive from
 	// it. All three are computed on first use only: most tools are never
@@ -84,8 +85,38 @@ func newSchema(raw []byte, validator *jsonschema.Schema, required []string) *Sch
 	return s
 }
 
-// Sum is the SHA-256 of the schema document (JSON's bytes): two schemas with the same sum
-// validate alike.
+// AssertFormats returns a Schema with the same document whose validation also asserts
+// "format" for the formats the validator knows (date-time, date, time, duration, email,
+// hostname, ipv4, ipv6, uri, uri-reference, uuid, ...): "yesterday" at a date-time is
+// refused with a leaf naming the format. A format it does not know stays an annotation.
+//
+// Tool arguments keep format as an annotation (docs/protocol.md §15): hosts published
+// their schemas on that understanding. A task's result is the runtime's own contract,
+// checked as a strict provider would check it.
+//
+// The formats flag is not part of the JSON: a Schema decoded from its JSON
+// (UnmarshalJSON) does not assert formats.
+func (s *Schema) AssertFormats() (*Schema, error) {
+	if s.formats {
+		return s, nil
+	}
+	validator, err := cachedValidatorOf(s.raw, true)
+	if err != nil {
+		return nil, err
+	}
+	a := newSchema(s.raw, validator, s.required)
+	a.formats = true
+	// The fast path treats format as an annotation: it could pass what the asserting
+	// validator refuses. Results are validated once or twice a task; no shortcut needed.
+	a.fast = func() *fastNode { return nil }
+	a.sum = sync.OnceValue(func() [sha256.Size]byte {
+		return sha256.Sum256(append(bytes.Clone(s.raw), "\x00format-assertion"...))
+	})
+	return a, nil
+}
+
+// Sum is the SHA-256 of the schema document (JSON's bytes), or of the document with a
+// mark when the schema asserts formats: two schemas with the same sum validate alike.
 func (s *Schema) Sum() [sha256.Size]byte { return s.sum() }
 
 // isObjectType reports whether a schema's "type" value is "object" or an
@@ -160,6 +191,9 @@ func (s *Schema) Strict() Projection {
 // output; Validate is for arguments that already went through Parse, such as
 // those a category actor receives over the bus.
 func (s *Schema) Validate(args json.RawMessage) error {
+	if textTooDeep(string(args)) {
+		return &ValidationError{Leaves: []Leaf{{Path: "/", Message: tooDeepMsg}}, err: ErrTooDeep}
+	}
 	v, err := decodeArgs(args)
 	if err != nil {
 		return &ValidationError{Leaves: []Leaf{{Path: "/", Message: "not valid JSON: " + err.Error()}}}

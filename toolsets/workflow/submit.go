@@ -47,7 +47,7 @@ func SubmitSpec(result json.RawMessage) (*toolbus.Spec, error) {
 }
 
 // Params is the parameter schema of submit_result for a result schema, checked as
-// CheckResultSchema says.
+// CheckResultSchema says. Its validation asserts formats (schema.Schema.AssertFormats).
 func Params(result json.RawMessage) (*schema.Schema, error) {
 	if _, err := schema.FromJSON(result); err != nil {
 		if errors.Is(err, schema.ErrRootNotObject) {
@@ -65,6 +65,14 @@ func Params(result json.RawMessage) (*schema.Schema, error) {
 	}
 	if p := params.Strict(); p.Err != nil {
 		return nil, unwrapPath(p.Err)
+	}
+	// A strict provider checks the formats it allows (date-time, email, uuid, ...), and a
+	// result is read by programs that trust them: formats are asserted here, where tool
+	// arguments leave them annotations. A refused submission is an error result the
+	// model reads, and it may submit again.
+	params, err = params.AssertFormats()
+	if err != nil {
+		return nil, fmt.Errorf("at /: %w", err)
 	}
 	return params, nil
 }
