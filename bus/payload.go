@@ -20,7 +20,7 @@ import (
 // not fit go through a JetStream object store instead: the sender stores the bytes as one
 // object, then sends the message with a [HeaderPayload] reference to it and [PayloadNote]
 // as its body; the receiver reads the object back, checks its size and SHA-256 against the
-// reference, and goes on as if the bytes had been the body (docs/protocol.md §6, §7, §14).
+// reference, and goes on as if the bytes had been the body (docs/protocol.md §4, §6, §14).
 // A body that fits is sent as it is: the check is one comparison of its length.
 
 // HeaderPayload names the object that holds a message's body (see [PayloadRef.String]).

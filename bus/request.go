@@ -20,7 +20,7 @@ func ValidID(s string) bool {
 }
 
 // ToolRequest is what the headers of a tool request say about the call
-// (docs/protocol.md §3). The zero value of a field means its header is
+// (docs/protocol.md §4). The zero value of a field means its header is
 // absent.
 type ToolRequest struct {
 	Turn  string // HeaderTurn: the calling turn; empty for a direct call

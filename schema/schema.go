@@ -90,7 +90,7 @@ func newSchema(raw []byte, validator *jsonschema.Schema, required []string) *Sch
 // hostname, ipv4, ipv6, uri, uri-reference, uuid, ...): "yesterday" at a date-time is
 // refused with a leaf naming the format. A format it does not know stays an annotation.
 //
-// Tool arguments keep format as an annotation (docs/protocol.md §15): hosts published
+// Tool arguments keep format as an annotation (docs/protocol.md §13): hosts published
 // their schemas on that understanding. A task's result is the runtime's own contract,
 // checked as a strict provider would check it.
 //

@@ -370,7 +370,7 @@ func checkProviderURL(b *web.SearchBinding) error {
 	case u.Host == "":
 		return fmt.Errorf("%q has no host", b.URL)
 	case u.User != nil:
-		return errors.New("the URL holds credentials; give a provider's key to the web host instead (docs/operations.md)")
+		return errors.New("the URL holds credentials; give a provider's key to the web host instead (docs/web.md)")
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func cmdAgent(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 const agentAbout = "Reads and writes agent profiles, the JSON documents in the KV bucket\n" +
 	bus.BucketAgents + " that say which external namespaces an agent's turns include\n" +
-	"(docs/protocol.md, \"Agent profiles\"). They live on the bus: every command needs\n" +
+	"(docs/tools.md, \"Agent profiles\"). They live on the bus: every command needs\n" +
 	"-server (or NATS_URL).\n" +
 	"  toolbus agent set [-f FILE|-] [-namespace NS]... [-upfront NS]... [-web-search P[=URL]] [-web-fetch] [-skill NAME]... [-brain] AGENT\n" +
 	"  toolbus agent get AGENT        prints the stored document\n" +

@@ -26,7 +26,7 @@ import (
 // whoever asks, and no more permissions than calling a tool.
 
 const jobsAbout = "Lists, shows and cancels the background jobs of the bus: turns an agent's main\n" +
-	"turns started with job_start (docs/protocol.md, \"Background jobs\"). They live on the\n" +
+	"turns started with job_start (docs/background.md). They live on the\n" +
 	"bus: every command needs -server (or NATS_URL).\n" +
 	"  toolbus jobs list [-agent A] [-json]   newest first\n" +
 	"  toolbus jobs show [-json] JOB          its record, final text included\n" +
@@ -40,7 +40,7 @@ func cmdJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 const schedulesAbout = "Lists, shows and removes the schedules of the bus: turns an agent's main turns\n" +
 	"scheduled with schedule_create, fired by JetStream message schedules in the turn\n" +
-	"intake (docs/protocol.md, \"Schedules\"). They live on the bus: every command needs\n" +
+	"intake (docs/background.md). They live on the bus: every command needs\n" +
 	"-server (or NATS_URL).\n" +
 	"  toolbus schedules list [-agent A] [-json]   oldest first\n" +
 	"  toolbus schedules show [-json] SCHEDULE\n" +

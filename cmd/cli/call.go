@@ -145,7 +145,7 @@ func callTool(ctx context.Context, bc *busConn, tool *toolbus.Spec, agent string
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+replyGrace)
 	defer cancel()
 	// Arguments too large for one message go through the payload object store, as a
-	// turn sends them (docs/protocol.md §7); so does a reply too large for one.
+	// turn sends them (docs/protocol.md §4); so does a reply too large for one.
 	payloads := sync.OnceValues(func() (*bus.Payloads, error) {
 		js, err := jetstream.New(bc.nc)
 		if err != nil {
