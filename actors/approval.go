@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -80,7 +81,7 @@ func (t *turn) approvalRequest(pc *pendingCall) bus.ApprovalRequest {
 
 // onApprove answers an operator: with the held call's request when asked, or by taking
 // the decision.
-func (t *turn) onApprove(wireID string, m *nats.Msg) {
+func (t *turn) onApprove(wireID string, m *nats.Msg, a *bus.Approval, decodeErr error) {
 	reply := func(r bus.ApprovalReply) {
 		if m.Reply == "" {
 			return
@@ -93,9 +94,13 @@ func (t *turn) onApprove(wireID string, m *nats.Msg) {
 		reply(bus.ApprovalReply{Error: fmt.Sprintf("turn %s holds no call %s for approval", t.cfg.Spec.ID, wireID)})
 		return
 	}
-	var a bus.Approval
-	if err := json.Unmarshal(m.Data, &a); err != nil {
-		reply(bus.ApprovalReply{Error: "malformed approval: " + err.Error()})
+	if decodeErr != nil {
+		// The decoder's own words, without the subject it adds.
+		why := decodeErr
+		if u := errors.Unwrap(decodeErr); u != nil {
+			why = u
+		}
+		reply(bus.ApprovalReply{Error: "malformed approval: " + why.Error()})
 		return
 	}
 	req := t.approvalRequest(pc)

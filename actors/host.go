@@ -26,7 +26,7 @@ import (
 
 // Defaults of a category host.
 const (
-	DefaultCallTimeout   = 2 * time.Minute
+	DefaultCallTimeout   = bus.DefaultCallTimeout
 	DefaultMaxConcurrent = 64
 )
 

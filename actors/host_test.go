@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // TestHostReadsRequestHeaders sends direct requests with hand-made headers:
@@ -308,5 +309,14 @@ func TestCompletedLabelToldTheOutcome(t *testing.T) {
 		if !strings.HasPrefix(r.Label, want) {
 			t.Errorf("%s: label %q, want it to start %q", tool, r.Label, want)
 		}
+	}
+}
+
+// TestAbortGraceCoversKillGrace: an aborted command that ignores SIGTERM is killed after
+// the computer tools' kill grace; the turn's abort grace must outlast it, with room for
+// the reply, or such a command ends abandoned instead of stopped.
+func TestAbortGraceCoversKillGrace(t *testing.T) {
+	if DefaultAbortGrace < computer.DefaultKillGrace+3*time.Second {
+		t.Errorf("abort grace %s; want at least the kill grace %s and 3 s", DefaultAbortGrace, computer.DefaultKillGrace)
 	}
 }

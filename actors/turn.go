@@ -22,22 +22,16 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
-	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // Defaults of a turn.
 const (
-	DefaultMaxSteps = 32
-	// DefaultAbortGrace is how long an aborted turn waits for its running calls to stop
-	// before it abandons them: longer than the computer tools take to kill a command that
-	// ignores SIGTERM (their kill grace, then a few milliseconds), with room for the abort
-	// to reach the host and the reply to come back on a loaded machine, so that an aborted
-	// command ends stopped, not abandoned.
-	DefaultAbortGrace = computer.DefaultKillGrace + 3*time.Second
-	// replyGrace is how long past a call's deadline the turn waits for the
-	// host's reply before it gives up on it: the host enforces the deadline
-	// itself and needs a moment to say so.
-	replyGrace = 500 * time.Millisecond
+	DefaultMaxSteps = bus.DefaultMaxSteps
+	// DefaultAbortGrace is how long an aborted turn waits for its running calls to
+	// stop (bus.DefaultAbortGrace; TestAbortGraceCoversKillGrace holds it above the
+	// computer tools' kill grace).
+	DefaultAbortGrace = bus.DefaultAbortGrace
+	replyGrace        = bus.ReplyGrace
 )
 
 // TurnConfig configures one turn.
@@ -877,46 +871,38 @@ func (t *turn) vouch(pc *pendingCall) string {
 }
 
 func (t *turn) onMsg(m *nats.Msg) {
-	ts, ok := bus.ParseTurnSubject(m.Subject)
-	if !ok || ts.Turn != t.cfg.Spec.ID {
+	tm, err := bus.DecodeTurnMessage(m)
+	if tm.Subject.Turn != t.cfg.Spec.ID {
 		return
 	}
-	switch ts.Kind {
+	switch tm.Subject.Kind {
 	case bus.KindAbort:
-		t.abort(m.Data)
+		t.abort(tm.Abort) // a malformed abort still aborts, with no reason
 	case bus.KindResult:
-		t.onResult(ts.Call, m)
+		t.onResult(tm, err)
 	case bus.KindApprove:
-		t.onApprove(ts.Call, m)
+		t.onApprove(tm.Subject.Call, m, tm.Approve, err)
 	}
 }
 
-func (t *turn) onResult(wireID string, m *nats.Msg) {
-	pc := t.byWire[wireID]
+func (t *turn) onResult(tm bus.TurnMessage, err error) {
+	pc := t.byWire[tm.Subject.Call]
 	if pc == nil || pc.state != callRunning {
 		return // late or duplicate reply
 	}
-	if m.Header.Get("Status") == "503" {
+	switch {
+	case tm.NoResponders:
 		if t.cfg.Unavailable != nil {
 			t.cfg.Unavailable(pc.tool.Category)
 		}
 		t.settle(pc, bus.OutcomeUnavailable, fmt.Sprintf(
 			"tool %s is unavailable: no host serves category %q (no responders)", pc.tool.QualifiedName(), pc.tool.Category), toolbus.Result{})
-		return
-	}
-	if ref, ok, err := bus.PayloadOf(m.Header); ok {
+	case tm.Payload != nil:
 		// Too large for a message: the host stored the reply in the object store.
-		if err == nil {
-			err = ref.Check(bus.ObjectPayloads, bus.MaxCallPayload)
-		}
-		if err != nil {
-			t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply: %v", pc.tool.Name, err), toolbus.Result{})
-			return
-		}
-		t.fetchReply(pc, ref)
-		return
+		t.fetchReply(pc, *tm.Payload)
+	default:
+		t.onReply(pc, tm.Reply, err)
 	}
-	t.onReply(pc, m.Data)
 }
 
 // fetchReply reads a reply sent by reference off the mailbox, and deletes it; replyFetched
@@ -946,22 +932,20 @@ func (t *turn) onReplyFetched(m *replyFetched) {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("the reply of tool %s (%s) could not be read from the object store: %v", pc.tool.Name, bus.FormatBytes(m.ref.Size), m.err), toolbus.Result{})
 		return
 	}
-	t.onReply(pc, m.data)
+	r, err := bus.DecodeReplyBody(m.data)
+	t.onReply(pc, r, err)
 }
 
-// onReply settles a call with its host's reply.
-func (t *turn) onReply(pc *pendingCall, data []byte) {
-	var r bus.ToolReply
-	if err := bus.DecodeToolReply(data, &r); err != nil || !r.Outcome.Valid() {
+// onReply settles a call with its host's reply, as bus.DecodeReplyBody read it.
+func (t *turn) onReply(pc *pendingCall, r *bus.ToolReply, err error) {
+	if err != nil {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
 		return
 	}
 	if r.Abort != nil && r.Abort.Turn == t.cfg.Spec.ID && t.phase != phaseAborting {
 		// The host stopped the call for this turn's abort, which the reply overtook:
 		// the turn is aborted from here, as if the abort had come first.
-		if b, err := json.Marshal(r.Abort); err == nil {
-			t.abort(b)
-		}
+		t.abort(r.Abort)
 	}
 	res := toolbus.Result{
 		Content:   fromBusContent(r.Content),
@@ -1099,8 +1083,9 @@ func abandonedMsg(grace time.Duration) string {
 
 // abort stops the turn: no new model call, no new tool call; calls in flight
 // were cancelled by their hosts, which listen on the same subject, and get
-// the grace period to say so.
-func (t *turn) abort(data []byte) {
+// the grace period to say so. a is nil for an abort that gave no reason (or a
+// malformed one: it aborts all the same).
+func (t *turn) abort(a *bus.Abort) {
 	if t.phase == phaseAborting || t.over() {
 		return
 	}
@@ -1109,8 +1094,7 @@ func (t *turn) abort(data []byte) {
 	t.modelCancel()
 	reason := "aborted"
 	t.abortErr = ErrAborted
-	var a bus.Abort
-	if json.Unmarshal(data, &a) == nil && a.Reason != "" {
+	if a != nil && a.Reason != "" {
 		reason = "aborted: " + a.Reason
 		t.abortErr = fmt.Errorf("%w: %s", ErrAborted, a.Reason)
 	}

@@ -103,6 +103,22 @@ type ToolReply struct {
 	Duration time.Duration `json:"duration_ns"`
 }
 
+// DefaultAbortGrace is how long an aborted turn waits for its running calls to stop
+// before it abandons them: longer than the computer tools take to kill a command that
+// ignores SIGTERM (their kill grace of 2 s, then a few milliseconds), with room for the
+// abort to reach the host and the reply to come back on a loaded machine, so that an
+// aborted command ends stopped, not abandoned. A caller waiting for an aborted turn's
+// end waits longer than this.
+const DefaultAbortGrace = 5 * time.Second
+
+// DefaultCallTimeout is a call's deadline when its tool sets no timeout.
+const DefaultCallTimeout = 2 * time.Minute
+
+// ReplyGrace is how long past a call's deadline a caller (the turn, toolbus call)
+// waits for the host's reply before it settles the call timeout itself: the host
+// enforces the deadline and needs a moment to say so.
+const ReplyGrace = 500 * time.Millisecond
+
 // Abort asks a turn to stop; it is published on [AbortSubject].
 type Abort struct {
 	Turn   string `json:"turn_id"`

@@ -41,6 +41,9 @@ func (k TurnKind) Valid() bool {
 // MaxStepsLimit bounds the steps a turn spec may ask for.
 const MaxStepsLimit = 256
 
+// DefaultMaxSteps is the most model calls in a turn whose limits set none.
+const DefaultMaxSteps = 32
+
 // TurnLimits bound one turn. Zero values mean the node's defaults.
 type TurnLimits struct {
 	MaxSteps int `json:"max_steps,omitempty"`

@@ -304,7 +304,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	defer stop()
 
 	cfg := Config{
-		Node: actors.NodeConfig{
+		Node: NodeConfig{
 			Name: o.name, Turns: o.turns,
 			Home: o.home, HomeRoot: o.homeRoot, Replicas: o.replicas, Logger: log,
 			MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,

@@ -2,13 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"time"
 
-	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 
 	"github.com/toolbus/toolbus/internal/label"
 )
@@ -23,7 +22,7 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	bf.register(fs)
 	var (
 		reason = fs.String("reason", "aborted from the command line", "why, as the turn records it")
-		wait   = fs.Duration("wait", actors.DefaultAbortGrace+3*time.Second, "how long to wait for the turn to confirm; 0 does not wait")
+		wait   = fs.Duration("wait", client.AbortGrace+3*time.Second, "how long to wait for the turn to confirm; 0 does not wait")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -39,30 +38,25 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if !bus.ValidToken(turn) {
 		return usagef("%q is not a turn id", turn)
 	}
-	nc, err := bf.dial(ctx)
+	cl, err := bf.clientFor(ctx, "abort")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	defer cl.Close()
 
-	rec, err := turnRecord(ctx, nc, turn)
+	rec, err := cl.Record(ctx, turn)
 	if err != nil {
 		return err
 	}
 	if rec != nil && rec.State.Ended() {
 		return fmt.Errorf("turn %s has ended (%s)", turn, rec.State)
 	}
-
-	// Subscribe before aborting, so the turn's final status is not missed.
-	sub, err := nc.SubscribeSync(bus.TurnStatusSubject(turn, bus.StatusDone))
+	w, err := cl.Watch(turn)
 	if err != nil {
 		return fmt.Errorf("abort %s: %w", turn, err)
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("abort %s: %w", turn, err)
-	}
-	if err := actors.Abort(nc, turn, *reason); err != nil {
+	defer w.Stop()
+	if err := cl.Abort(ctx, turn, *reason); err != nil {
 		return err
 	}
 	if *wait <= 0 {
@@ -72,19 +66,13 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "abort sent to turn %s\n", turn)
 		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, *wait)
-	defer cancel()
-	m, err := sub.NextMsgWithContext(wctx)
+	st, err := waitDone(ctx, w, *wait)
 	if err != nil {
 		if rec == nil {
 			return fmt.Errorf("no turn %s on this bus (no record of it, and no turn answered the abort within %s)", turn, *wait)
 		}
 		fmt.Fprintf(stdout, "abort sent to turn %s; it did not end within %s\n", turn, *wait)
 		return nil
-	}
-	var st bus.TurnStatus
-	if err := json.Unmarshal(m.Data, &st); err != nil {
-		return fmt.Errorf("abort %s: malformed status: %w", turn, err)
 	}
 	fmt.Fprintf(stdout, "turn %s %s after %s\n", turn, st.State, label.Plural(st.Step, "step"))
 	for _, c := range st.Calls {
@@ -93,4 +81,20 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// waitDone waits up to wait for the done status of the turn w watches.
+func waitDone(ctx context.Context, w *client.Watch, wait time.Duration) (bus.TurnStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		select {
+		case <-ctx.Done():
+			return bus.TurnStatus{}, ctx.Err()
+		case m := <-w.C:
+			if m.Status != nil && m.Subject.Status == bus.StatusDone {
+				return *m.Status, nil
+			}
+		}
+	}
 }

@@ -3,18 +3,15 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"golang.org/x/sys/unix"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -41,12 +38,12 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if !bus.ValidID(turn) || !bus.ValidID(call) {
 		return usagef("%q %q are not a turn id and a call id", turn, call)
 	}
-	nc, err := bf.dialFor(ctx, "approve")
+	cl, err := bf.clientFor(ctx, "approve")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	r, err := askApproval(ctx, nc, turn, call, bus.Approval{})
+	defer cl.Close()
+	r, err := cl.Approve(ctx, turn, call, bus.Approval{})
 	if err != nil {
 		return err
 	}
@@ -55,39 +52,11 @@ func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if *refuse {
 		decision.Decision, decision.Reason = bus.ApprovalRefuse, *reason
 	}
-	if _, err := askApproval(ctx, nc, turn, call, decision); err != nil {
+	if _, err := cl.Approve(ctx, turn, call, decision); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "call %s of turn %s %sd\n", call, turn, decision.Decision)
 	return nil
-}
-
-// askApproval sends an approval request to a turn and returns its reply.
-func askApproval(ctx context.Context, nc *nats.Conn, turn, call string, a bus.Approval) (bus.ApprovalReply, error) {
-	b, err := json.Marshal(a)
-	if err != nil {
-		return bus.ApprovalReply{}, err
-	}
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	m, err := nc.RequestWithContext(rctx, bus.ApproveSubject(turn, call), b)
-	if errors.Is(err, nats.ErrNoResponders) {
-		return bus.ApprovalReply{}, fmt.Errorf("no turn %s is running (it ended, or its id is wrong)", turn)
-	}
-	if err != nil {
-		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: %w", turn, call, err)
-	}
-	var r bus.ApprovalReply
-	if err := json.Unmarshal(m.Data, &r); err != nil {
-		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: malformed reply: %w", turn, call, err)
-	}
-	if r.Error != "" {
-		return r, errors.New(r.Error)
-	}
-	if r.Request == nil {
-		return r, fmt.Errorf("approve %s %s: the turn sent no request", turn, call)
-	}
-	return r, nil
 }
 
 // describeApproval is what a person sees before deciding.
@@ -110,15 +79,15 @@ func describeApproval(req bus.ApprovalRequest) string {
 // approver answers the approval requests of the turn `run` follows: on a terminal it
 // asks y/N; otherwise it says how to decide from another shell.
 type approver struct {
-	nc          *nats.Conn
+	cl          *client.Client
 	r           *renderer
 	out         io.Writer // where the hint goes when the live view is off
 	interactive bool
 	in          *bufio.Reader
 }
 
-func newApprover(nc *nats.Conn, r *renderer, out io.Writer, asJSON bool) *approver {
-	a := &approver{nc: nc, r: r, out: out}
+func newApprover(cl *client.Client, r *renderer, out io.Writer, asJSON bool) *approver {
+	a := &approver{cl: cl, r: r, out: out}
 	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err == nil && !asJSON {
 		a.interactive, a.in = true, bufio.NewReader(os.Stdin)
 	}
@@ -145,7 +114,7 @@ func (a *approver) held(ctx context.Context, req bus.ApprovalRequest) {
 		if s := strings.ToLower(strings.TrimSpace(answer)); s == "y" || s == "yes" {
 			decision = bus.Approval{Decision: bus.ApprovalGrant, ArgsHash: req.ArgsHash, By: os.Getenv("USER")}
 		}
-		if _, err := askApproval(ctx, a.nc, req.Turn, req.Call, decision); err != nil {
+		if _, err := a.cl.Approve(ctx, req.Turn, req.Call, decision); err != nil {
 			fmt.Fprintln(a.out, "toolbus: approval:", err)
 		}
 	}()

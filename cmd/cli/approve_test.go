@@ -82,7 +82,7 @@ func TestApproveFromAnotherShell(t *testing.T) {
 		})
 	}
 	// Nothing is held: approve says so.
-	if code, _, errOut := cli(ctx, append(append([]string{"approve"}, creds...), "nosuchturn", "c1")...); code != exitFailed || !strings.Contains(errOut, "no turn nosuchturn is running") {
+	if code, _, errOut := cli(ctx, append(append([]string{"approve"}, creds...), "nosuchturn", "c1")...); code != exitFailed || !strings.Contains(errOut, "no turn nosuchturn on this bus") {
 		t.Errorf("approve of no turn: %d %s", code, errOut)
 	}
 }

@@ -371,7 +371,7 @@ func schedulesRm(ctx context.Context, args []string, stdout, stderr io.Writer) e
 // is the command's error.
 func toolOnBehalf(ctx context.Context, nc *nats.Conn, category, tool, agent string, args []byte, stdout io.Writer) error {
 	spec := &toolbus.Spec{Name: tool, Category: category, Timeout: 30 * time.Second}
-	reply, err := callTool(ctx, &busConn{nc: nc, where: nc.ConnectedUrlRedacted()}, spec, agent, schema.Args{JSON: args})
+	reply, err := newBusConn(nc, nil).cl.Call(ctx, spec, agent, schema.Args{JSON: args})
 	if err != nil {
 		return err
 	}

@@ -8,22 +8,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"sync"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
 )
-
-// replyGrace is how long past a call's deadline the command waits for the
-// host, which enforces the deadline itself and then says so.
-const replyGrace = 5 * time.Second
 
 func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("call", "[flags] TOOL [JSON]",
@@ -84,7 +74,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if rungs := repairRungs(rungNames(parsed.Rungs)); len(rungs) > 0 {
 		fmt.Fprintf(stderr, "arguments repaired (%s): %s\n", strings.Join(rungs, ", "), parsed.JSON)
 	}
-	reply, err := callTool(ctx, bc, tool, *agent, parsed)
+	reply, err := bc.cl.Call(ctx, tool, *agent, parsed)
 	if err != nil {
 		return err
 	}
@@ -124,113 +114,6 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s: %s", name, reply.Outcome, reply.Error)}
 	}
 	return nil
-}
-
-// callTool sends one tool request and waits for the host's reply. The call
-// runs as a turn of its own, so a cancelled ctx can abort it like any turn's
-// call; the reply then tells how it stopped.
-func callTool(ctx context.Context, bc *busConn, tool *toolbus.Spec, agent string, args schema.Args) (bus.ToolReply, error) {
-	timeout := tool.Timeout
-	if timeout <= 0 {
-		timeout = actors.DefaultCallTimeout
-	}
-	turn, call := bus.NewID(), bus.NewID()
-	m := nats.NewMsg(bus.ToolSubject(tool.Category, tool.Name))
-	m.Data = args.JSON
-	bus.ToolRequest{
-		Turn: turn, Call: call, Agent: agent,
-		Deadline: time.Now().Add(timeout), Truncated: args.Truncated,
-	}.SetHeaders(m.Header)
-
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+replyGrace)
-	defer cancel()
-	// Arguments too large for one message go through the payload object store, as a
-	// turn sends them (docs/protocol.md §4); so does a reply too large for one.
-	payloads := sync.OnceValues(func() (*bus.Payloads, error) {
-		js, err := jetstream.New(bc.nc)
-		if err != nil {
-			return nil, err
-		}
-		// A call's payload lives as long as the call: one replica is enough.
-		return bus.NewPayloads(js, 1), nil
-	})
-	if size, limit := len(m.Data), bus.InlineLimit(bc.nc.MaxPayload()); size > limit {
-		if size > bus.MaxCallPayload {
-			return bus.ToolReply{}, fmt.Errorf("the arguments of %s are %s, over the %s a tool call may carry", tool.Name,
-				bus.FormatBytes(int64(size)), bus.FormatBytes(bus.MaxCallPayload))
-		}
-		ref, err := offloadArgs(rctx, payloads, m, bus.PayloadName(turn, call, "args"))
-		if err != nil {
-			return bus.ToolReply{}, fmt.Errorf("the arguments of %s are %s, more than the %s the bus carries in one message (%s max_payload), "+
-				"and could not be stored in the payload object store %s, through which larger ones go: %w", tool.Name,
-				bus.FormatBytes(int64(size)), bus.FormatBytes(int64(limit)), bus.FormatBytes(bc.nc.MaxPayload()), bus.ObjectPayloads, err)
-		}
-		p, _ := payloads()
-		defer deletePayload(p, ref)
-	}
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case <-ctx.Done():
-			// The host cancels the call and replies how it stopped. Should
-			// the abort not get out, the call's deadline still ends it.
-			_ = actors.Abort(bc.nc, turn, "interrupted")
-		case <-rctx.Done():
-		}
-	}()
-	resp, err := bc.nc.RequestMsgWithContext(rctx, m)
-	cancel()
-	<-watched
-	switch {
-	case errors.Is(err, nats.ErrNoResponders):
-		return bus.ToolReply{}, fmt.Errorf("no host serves the %s category on %s: start a node with -categories %s", tool.Category, bc.where, tool.Category)
-	case errors.Is(err, context.DeadlineExceeded):
-		return bus.ToolReply{}, fmt.Errorf("%s: no reply within %s", tool.Name, timeout+replyGrace)
-	case err != nil:
-		return bus.ToolReply{}, fmt.Errorf("call %s: %w", tool.Name, err)
-	}
-	body := resp.Data
-	if _, ok, _ := bus.PayloadOf(resp.Header); ok {
-		// The host stored a reply too large for a message.
-		p, err := payloads()
-		var ref bus.PayloadRef
-		if err == nil {
-			body, ref, err = p.Resolve(rctx, resp.Header, resp.Data, bus.ObjectPayloads, bus.MaxCallPayload)
-		}
-		if err != nil {
-			return bus.ToolReply{}, fmt.Errorf("call %s: the host sent its reply through the payload object store %s, which could not be read: %w", tool.Name, bus.ObjectPayloads, err)
-		}
-		defer deletePayload(p, ref)
-	}
-	var reply bus.ToolReply
-	if err := json.Unmarshal(body, &reply); err != nil || !reply.Outcome.Valid() {
-		return bus.ToolReply{}, fmt.Errorf("call %s: malformed reply from the host: %.200q", tool.Name, body)
-	}
-	return reply, nil
-}
-
-// offloadArgs stores a request's arguments in the payload object store, m then carrying
-// their reference.
-func offloadArgs(ctx context.Context, payloads func() (*bus.Payloads, error), m *nats.Msg, name string) (bus.PayloadRef, error) {
-	p, err := payloads()
-	if err != nil {
-		return bus.PayloadRef{}, err
-	}
-	ctx, cancel := bus.WithPayloadTimeout(ctx)
-	defer cancel()
-	return p.Offload(ctx, m, bus.ObjectPayloads, name, -1)
-}
-
-// deletePayload deletes a call's payload once the call is over; one left behind expires
-// on its own (bus.PayloadTTL).
-func deletePayload(p *bus.Payloads, ref bus.PayloadRef) {
-	if p == nil || ref.IsZero() {
-		return
-	}
-	ctx, cancel := bus.WithPayloadTimeout(context.Background())
-	defer cancel()
-	_ = p.Delete(ctx, ref)
 }
 
 // servedNames lists the qualified names of the tools on the bus.

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/node"
@@ -64,6 +64,16 @@ func (b *busFlags) dial(ctx context.Context) (*nats.Conn, error) {
 	})
 }
 
+// clientFor connects a command that works on a running bus (what names it in the
+// error when -server is missing); closing the client closes the connection.
+func (b *busFlags) clientFor(ctx context.Context, what string) (*client.Client, error) {
+	nc, err := b.dialFor(ctx, what)
+	if err != nil {
+		return nil, err
+	}
+	return client.New(nc, client.Where(nc.ConnectedUrlRedacted()), client.OwnConn()), nil
+}
+
 // embedOptions configure the bus and node a command starts in-process.
 type embedOptions struct {
 	home     string // every agent's home
@@ -84,8 +94,20 @@ func sandboxFlag(fs *flag.FlagSet) *computer.SandboxMode {
 // embedded server with its node.
 type busConn struct {
 	nc    *nats.Conn
-	where string     // for messages: a URL, or "the embedded bus"
-	node  *node.Node // the embedded node, or nil
+	cl    *client.Client // on nc
+	where string         // for messages: a URL, or "the embedded bus"
+	node  *node.Node     // the embedded node, or nil
+}
+
+// newBusConn is a connection to a remote bus; log, when set, takes the client's
+// warnings.
+func newBusConn(nc *nats.Conn, log *slog.Logger) *busConn {
+	where := nc.ConnectedUrlRedacted()
+	opts := []client.Option{client.Where(where)}
+	if log != nil {
+		opts = append(opts, client.Logger(log))
+	}
+	return &busConn{nc: nc, cl: client.New(nc, opts...), where: where}
 }
 
 // connect dials -server when it is set, and otherwise starts an embedded bus
@@ -96,7 +118,7 @@ func connect(ctx context.Context, bf busFlags, embed embedOptions, log *slog.Log
 		if err != nil {
 			return nil, err
 		}
-		return &busConn{nc: nc, where: nc.ConnectedUrlRedacted()}, nil
+		return newBusConn(nc, log), nil
 	}
 	return startEmbedded(ctx, embed, log)
 }
@@ -113,7 +135,7 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 	}
 	n, err := node.Start(ctx, node.Config{
 		Bus: bus.Config{StoreDir: o.storeDir, Logger: log},
-		Node: actors.NodeConfig{
+		Node: node.NodeConfig{
 			Name:     embeddedNode,
 			Turns:    o.turns,
 			Home:     home,
@@ -133,7 +155,8 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 		n.Close()
 		return nil, err
 	}
-	return &busConn{nc: nc, where: "the embedded bus", node: n}, nil
+	const where = "the embedded bus"
+	return &busConn{nc: nc, cl: client.New(nc, client.Where(where), client.Logger(log)), where: where, node: n}, nil
 }
 
 // Close stops the embedded node and server, or closes the remote connection.

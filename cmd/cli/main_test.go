@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -195,7 +196,7 @@ func TestRunJSON(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
-	var out runOutput
+	var out client.RunOutput
 	dec := json.NewDecoder(strings.NewReader(stdout))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&out); err != nil {

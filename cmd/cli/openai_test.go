@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/node"
 )
@@ -346,7 +347,7 @@ func TestRunAgainstModelServer(t *testing.T) {
 // calls have their outputs, ending with the model's answer.
 func checkTranscript(t *testing.T, stdout string) {
 	t.Helper()
-	var out runOutput
+	var out client.RunOutput
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("stdout is not the JSON transcript: %v\n%s", err, stdout)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 )
 
@@ -42,7 +43,7 @@ func TestThousandsOfParallelCalls(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
-	var out runOutput
+	var out client.RunOutput
 	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		t.Fatalf("stdout: %v\n%.2000s", err, stdout)
 	}

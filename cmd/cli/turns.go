@@ -2,17 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
@@ -36,27 +31,14 @@ func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) > 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	nc, err := bf.dialFor(ctx, "turns")
+	cl, err := bf.clientFor(ctx, "turns")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	store, err := turnStore(ctx, nc)
+	defer cl.Close()
+	recs, err := cl.Turns(ctx)
 	if err != nil {
 		return err
-	}
-	recs, err := store.List(ctx)
-	if err != nil {
-		return err
-	}
-	for i, r := range recs {
-		if r.State == bus.TurnRunning {
-			// The record is written at the claim and the end: a running turn's step
-			// is its transcript's.
-			if live, err := store.Live(ctx, r.Spec.ID); err == nil {
-				recs[i] = live
-			}
-		}
 	}
 	now := time.Now()
 	recs = slices.DeleteFunc(recs, func(r bus.TurnRecord) bool {
@@ -103,81 +85,20 @@ func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !bus.ValidID(id) {
 		return usagef("%q is not a turn id", id)
 	}
-	nc, err := bf.dialFor(ctx, "resume")
+	cl, err := bf.clientFor(ctx, "resume")
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	store, err := turnStore(ctx, nc)
+	defer cl.Close()
+	rec, err := cl.Resume(ctx, id, *listen)
 	if err != nil {
 		return err
-	}
-	rec, _, err := store.Record(ctx, id)
-	if errors.Is(err, durable.ErrNoRecord) {
-		return fmt.Errorf("no turn %s on this bus", id)
-	}
-	if err != nil {
-		return fmt.Errorf("read turn %s: %w", id, err)
-	}
-	if rec.State.Ended() {
-		return fmt.Errorf("turn %s has ended (%s): nothing to resume", id, rec.State)
-	}
-	// A node that drives the turn beats three times a lease: queueing the turn again
-	// would have two nodes drive it.
-	beats, err := nc.SubscribeSync(bus.TurnStatusSubject(id, bus.StatusBeat))
-	if err != nil {
-		return err
-	}
-	defer func() { _ = beats.Unsubscribe() }()
-	if m, err := beats.NextMsg(*listen); err == nil {
-		var st bus.TurnStatus
-		_ = json.Unmarshal(m.Data, &st)
-		return fmt.Errorf("turn %s is running on node %s (it beats): nothing to resume", id, st.Node)
-	}
-	if rec, err = store.Requeue(ctx, id); err != nil {
-		return fmt.Errorf("queue turn %s: %w", id, err)
 	}
 	fmt.Fprintf(stderr, "turn %s queued again (it was %s%s at step %d); follow it with toolbus watch\n", id, rec.State, ownerNote(rec.Owner), rec.Step)
 	return nil
 }
 
 func ownerNote(owner string) string { return durable.OwnerNote(owner) }
-
-// turnRecord reads a turn's record; nil when the bus has none (no durable turns, or
-// no record: the turn is unknown, or runs outside the intake).
-func turnRecord(ctx context.Context, nc *nats.Conn, id string) (*bus.TurnRecord, error) {
-	store, err := turnStore(ctx, nc)
-	if errors.Is(err, durable.ErrNoTurns) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	rec, _, err := store.Record(ctx, id)
-	if errors.Is(err, durable.ErrNoRecord) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &rec, nil
-}
-
-// turnStore opens the durable turns of the bus; a bus without any is durable.ErrNoTurns.
-func turnStore(ctx context.Context, nc *nats.Conn) (*durable.Store, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	store, err := durable.Open(ctx, js, durable.Config{})
-	if err != nil {
-		return nil, err
-	}
-	if !store.HasTurns() {
-		return nil, durable.ErrNoTurns
-	}
-	return store, nil
-}
 
 func dash(s string) string {
 	if s == "" {

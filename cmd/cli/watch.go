@@ -3,13 +3,10 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
 
@@ -33,14 +30,14 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if bf.server == "" {
 		return usagef("watch needs -server (or NATS_URL): an embedded bus is private to its own `run`")
 	}
-	subject := bus.AllTurns
+	turn := "" // every turn
 	switch len(pos) {
 	case 0:
 	case 1:
 		if !bus.ValidToken(pos[0]) {
 			return usagef("%q is not a turn id", pos[0])
 		}
-		subject = bus.TurnSubjects(pos[0])
+		turn = pos[0]
 	default:
 		return usagef("want at most one turn id")
 	}
@@ -49,26 +46,11 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer nc.Close()
-
-	msgs := make(chan *nats.Msg, 256)
-	stop := make(chan struct{})
-	defer close(stop)
-	sub, err := nc.Subscribe(subject, func(m *nats.Msg) {
-		select {
-		case msgs <- m:
-		case <-stop:
-		}
-	})
+	w, err := newBusConn(nc, nil).cl.Watch(turn)
 	if err != nil {
-		return fmt.Errorf("watch %s: %w", subject, err)
+		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := sub.SetPendingLimits(-1, -1); err != nil {
-		return fmt.Errorf("watch %s: %w", subject, err)
-	}
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("watch %s: %w", subject, err)
-	}
+	defer w.Stop()
 	lost := newLostWatch()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -80,7 +62,7 @@ func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			for _, line := range lost.check(now) {
 				fmt.Fprintln(stdout, line)
 			}
-		case m := <-msgs:
+		case m := <-w.C:
 			lost.heard(m, time.Now())
 			if line, ok := watchLine(m, time.Now()); ok {
 				fmt.Fprintln(stdout, line)
@@ -103,25 +85,19 @@ type watchedTurn struct {
 
 func newLostWatch() *lostWatch { return &lostWatch{turns: make(map[string]*watchedTurn)} }
 
-func (l *lostWatch) heard(m *nats.Msg, now time.Time) {
-	ts, ok := bus.ParseTurnSubject(m.Subject)
-	if !ok {
-		return
-	}
+func (l *lostWatch) heard(m bus.TurnMessage, now time.Time) {
+	ts := m.Subject
 	w := l.turns[ts.Turn]
-	if ts.Kind == bus.KindStatus && ts.Status == bus.StatusDone {
+	if m.Status != nil && ts.Status == bus.StatusDone {
 		delete(l.turns, ts.Turn)
 		return
 	}
-	if ts.Kind == bus.KindStatus && (ts.Status == bus.StatusStarted || ts.Status == bus.StatusBeat) {
-		var st bus.TurnStatus
-		if json.Unmarshal(m.Data, &st) == nil && st.Lease > 0 {
-			if w == nil {
-				w = &watchedTurn{}
-				l.turns[ts.Turn] = w
-			}
-			w.node, w.lease = st.Node, st.Lease
+	if st := m.Status; st != nil && (ts.Status == bus.StatusStarted || ts.Status == bus.StatusBeat) && st.Lease > 0 {
+		if w == nil {
+			w = &watchedTurn{}
+			l.turns[ts.Turn] = w
 		}
+		w.node, w.lease = st.Node, st.Lease
 	}
 	if w != nil {
 		w.last, w.said = now, false
@@ -143,55 +119,47 @@ func (l *lostWatch) check(now time.Time) []string {
 
 // watchLine describes one turn message: time, short turn id, kind, and what
 // the message says.
-func watchLine(m *nats.Msg, now time.Time) (string, bool) {
-	ts, ok := bus.ParseTurnSubject(m.Subject)
-	if !ok {
-		return "", false
-	}
+func watchLine(m bus.TurnMessage, now time.Time) (string, bool) {
+	ts := m.Subject
 	at, kind, text := now, ts.Kind, ""
-	switch ts.Kind {
-	case bus.KindEvent:
-		var ev bus.Event
-		if json.Unmarshal(m.Data, &ev) != nil {
-			return "", false
-		}
+	switch {
+	case m.Event != nil:
+		ev := m.Event
 		at, kind = cmpTime(ev.Time, now), ts.Kind+"."+string(ts.Event)
 		text = fmt.Sprintf("%-12s %s", ev.Tool, ev.Label)
 		if ev.Kind == bus.EventPresentation && len(ev.Data) > 0 {
 			text += " " + truncate(string(ev.Data), 100)
 		}
-	case bus.KindResult:
-		if m.Header.Get("Status") == "503" {
-			text = "no responders: no host serves the tool"
-			break
-		}
-		var r bus.ToolReply
-		if json.Unmarshal(m.Data, &r) != nil {
-			return "", false
-		}
+	case m.NoResponders:
+		text = "no responders: no host serves the tool"
+	case m.Payload != nil:
+		text = fmt.Sprintf("%-12s reply of %s in the object store", "", bus.FormatBytes(m.Payload.Size))
+	case m.Reply != nil:
+		r := m.Reply
 		text = fmt.Sprintf("%-12s %s %s", r.Tool, r.Outcome, formatElapsed(r.Duration))
 		if r.Error != "" {
 			text += " — " + r.Error
 		}
-	case bus.KindAbort:
-		var a bus.Abort
-		if json.Unmarshal(m.Data, &a) != nil {
-			return "", false
+	case m.Abort != nil:
+		text = cmp.Or(m.Abort.Reason, "no reason given")
+		if m.Abort.By != "" {
+			text += " (by " + m.Abort.By + ")"
 		}
-		text = cmp.Or(a.Reason, "no reason given")
-		if a.By != "" {
-			text += " (by " + a.By + ")"
-		}
-	case bus.KindStatus:
+	case m.Status != nil:
 		if ts.Status == bus.StatusBeat {
 			return "", false // heartbeats only keep the lost-node watch quiet
 		}
-		var st bus.TurnStatus
-		if json.Unmarshal(m.Data, &st) != nil {
-			return "", false
+		at, kind = cmpTime(m.Status.Time, now), ts.Kind+"."+ts.Status
+		text = statusText(ts.Status, *m.Status)
+	case m.Approval != nil:
+		text = fmt.Sprintf("%-12s held for approval: %s", m.Approval.Tool, m.Approval.Label)
+	case m.Approve != nil:
+		text = cmp.Or(m.Approve.Decision, "asked for the held call")
+		if m.Approve.By != "" {
+			text += " (by " + m.Approve.By + ")"
 		}
-		at, kind = cmpTime(st.Time, now), ts.Kind+"."+ts.Status
-		text = statusText(ts.Status, st)
+	default:
+		return "", false
 	}
 	return fmt.Sprintf("%s %s %-15s %s", at.Format("15:04:05.000"), shortID(ts.Turn), kind, text), true
 }

@@ -12,9 +12,9 @@ import (
 )
 
 func TestWatchSaysWhenATurnsNodeGoesSilent(t *testing.T) {
-	status := func(kind string, st bus.TurnStatus) *nats.Msg {
+	status := func(kind string, st bus.TurnStatus) bus.TurnMessage {
 		b, _ := json.Marshal(st)
-		return &nats.Msg{Subject: bus.TurnStatusSubject("turn-1", kind), Data: b}
+		return decoded(t, &nats.Msg{Subject: bus.TurnStatusSubject("turn-1", kind), Data: b})
 	}
 	l := newLostWatch()
 	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
@@ -48,8 +48,18 @@ func TestWatchSaysWhenATurnsNodeGoesSilent(t *testing.T) {
 func TestWatchPresentation(t *testing.T) {
 	ev := bus.Event{Turn: "T1", Call: "c1", Tool: "show", Kind: bus.EventPresentation, Label: "3 rows", Data: json.RawMessage(`[1,2,3]`)}
 	b, _ := json.Marshal(ev)
-	line, ok := watchLine(&nats.Msg{Subject: bus.EventSubject("T1", "c1", bus.EventPresentation), Data: b}, time.Now())
+	line, ok := watchLine(decoded(t, &nats.Msg{Subject: bus.EventSubject("T1", "c1", bus.EventPresentation), Data: b}), time.Now())
 	if !ok || !strings.Contains(line, "evt.presentation") || !strings.Contains(line, "show         3 rows [1,2,3]") {
 		t.Errorf("watch line %q", line)
 	}
+}
+
+// decoded is m as client.Watch delivers it.
+func decoded(t *testing.T, m *nats.Msg) bus.TurnMessage {
+	t.Helper()
+	tm, err := bus.DecodeTurnMessage(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tm
 }

@@ -348,7 +348,7 @@ func workflowCall(ctx context.Context, bc *busConn, tool, agent string, args []b
 	if err != nil {
 		return bus.ToolReply{}, fmt.Errorf("%s: %w", tool, err)
 	}
-	reply, err := callTool(ctx, bc, spec, agent, parsed)
+	reply, err := bc.cl.Call(ctx, spec, agent, parsed)
 	if err != nil {
 		return bus.ToolReply{}, err
 	}

@@ -82,7 +82,7 @@ func TestFollowWorkflowShowsStoredRevisions(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		wf, err := followWorkflow(ctx, &busConn{nc: nc, where: "test"}, start, watch, r)
+		wf, err := followWorkflow(ctx, newBusConn(nc, nil), start, watch, r)
 		done <- result{wf, err}
 	}()
 

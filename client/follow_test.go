@@ -1,4 +1,4 @@
-package actors
+package client
 
 import (
 	"context"
@@ -8,27 +8,17 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/internal/wait"
 )
 
 func TestFollow(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	nc, err := srv.Connect("follow")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	pub, err := srv.Connect("turn")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pub.Close()
+	srv := bustest.Server(t, nil)
+	c := New(bustest.Conn(t, srv, "follow"))
+	pub := bustest.Conn(t, srv, "turn")
 	publish := func(turn, kind string, st bus.TurnStatus) {
 		b, _ := json.Marshal(st)
 		if err := pub.Publish(bus.TurnStatusSubject(turn, kind), b); err != nil {
@@ -43,7 +33,7 @@ func TestFollow(t *testing.T) {
 	var final bus.TurnStatus
 	go func() {
 		var err error
-		final, err = Follow(ctx, nc, "t1", time.Second, func(st bus.TurnStatus) { heard <- st })
+		final, err = c.Follow(ctx, "t1", time.Second, func(m bus.TurnMessage) { heard <- *m.Status })
 		done <- err
 	}()
 	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
@@ -64,7 +54,7 @@ func TestFollow(t *testing.T) {
 	// the give-up time.
 	heard2 := make(chan bus.TurnStatus, 8)
 	go func() {
-		_, err := Follow(ctx, nc, "t2", 300*time.Millisecond, func(st bus.TurnStatus) { heard2 <- st })
+		_, err := c.Follow(ctx, "t2", 300*time.Millisecond, func(m bus.TurnMessage) { heard2 <- *m.Status })
 		done <- err
 	}()
 	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {

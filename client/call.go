@@ -1,0 +1,151 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// Tool looks up a tool served on the bus by its name (namespace.name for a namespaced
+// one) in the bus's live catalog. A name nobody serves is catalog.ErrNotServed, with
+// the served names in its text.
+func (c *Client) Tool(ctx context.Context, name string) (*toolbus.Spec, error) {
+	cat := catalog.New(c.nc, catalog.Options{Logger: c.log})
+	if err := cat.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	spec, err := cat.Lookup(name)
+	if errors.Is(err, catalog.ErrNotServed) {
+		return nil, fmt.Errorf("%w: unknown tool %q; the tools served on %s are: %s", catalog.ErrNotServed, name, c.where, servedNames(cat))
+	}
+	return spec, err
+}
+
+func servedNames(cat *catalog.Catalog) string {
+	names := ""
+	for _, cs := range cat.Categories() {
+		for _, s := range cs.Specs {
+			if names != "" {
+				names += ", "
+			}
+			names += s.QualifiedName()
+		}
+	}
+	if names == "" {
+		return "none"
+	}
+	return names
+}
+
+// Call sends one call of a tool and waits for its host's reply, as a turn's call goes:
+// the arguments parsed and validated already (tool.Params.Parse), the call's deadline
+// the tool's timeout (bus.DefaultCallTimeout when it sets none). The call runs as a
+// turn of its own: when ctx ends first, Call aborts it and returns the host's word on
+// how it stopped. A host that says nothing within the deadline and bus.ReplyGrace gets
+// a timeout reply, as a turn gives it. Arguments too large for one message go through
+// the payload object store, as a turn sends them (docs/protocol.md §4); so does a
+// large reply.
+func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, args schema.Args) (bus.ToolReply, error) {
+	timeout := tool.Timeout
+	if timeout <= 0 {
+		timeout = bus.DefaultCallTimeout
+	}
+	turn, call := bus.NewID(), bus.NewID()
+	m := nats.NewMsg(bus.ToolSubject(tool.Category, tool.Name))
+	m.Data = args.JSON
+	bus.ToolRequest{
+		Turn: turn, Call: call, Agent: agent,
+		Deadline: time.Now().Add(timeout), Truncated: args.Truncated,
+	}.SetHeaders(m.Header)
+
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+bus.ReplyGrace)
+	defer cancel()
+	if size, limit := len(m.Data), bus.InlineLimit(c.nc.MaxPayload()); size > limit {
+		if size > bus.MaxCallPayload {
+			return bus.ToolReply{}, fmt.Errorf("the arguments of %s are %s, over the %s a tool call may carry", tool.Name,
+				bus.FormatBytes(int64(size)), bus.FormatBytes(bus.MaxCallPayload))
+		}
+		ref, err := c.offload(rctx, m, bus.PayloadName(turn, call, "args"))
+		if err != nil {
+			return bus.ToolReply{}, fmt.Errorf("the arguments of %s are %s, more than the %s the bus carries in one message (%s max_payload), "+
+				"and could not be stored in the payload object store %s, through which larger ones go: %w", tool.Name,
+				bus.FormatBytes(int64(size)), bus.FormatBytes(int64(limit)), bus.FormatBytes(c.nc.MaxPayload()), bus.ObjectPayloads, err)
+		}
+		defer c.deletePayload(ref)
+	}
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+			// The host cancels the call and replies how it stopped. Should the
+			// abort not get out, the call's deadline still ends it.
+			_ = c.Abort(context.Background(), turn, "interrupted")
+		case <-rctx.Done():
+		}
+	}()
+	resp, err := c.nc.RequestMsgWithContext(rctx, m)
+	cancel()
+	<-watched
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return bus.ToolReply{}, fmt.Errorf("no host serves the %s category on %s: start a node with -categories %s", tool.Category, c.where, tool.Category)
+	case errors.Is(err, context.DeadlineExceeded):
+		return bus.ToolReply{Call: call, Tool: tool.Name, Outcome: bus.OutcomeTimeout,
+			Error: fmt.Sprintf("tool %s did not answer before its deadline", tool.Name)}, nil
+	case err != nil:
+		return bus.ToolReply{}, fmt.Errorf("call %s: %w", tool.Name, err)
+	}
+	body := resp.Data
+	if _, ok, _ := bus.PayloadOf(resp.Header); ok {
+		// The host stored a reply too large for a message.
+		p, err := c.payloadStore()
+		var ref bus.PayloadRef
+		if err == nil {
+			rctx, cancel := bus.WithPayloadTimeout(context.WithoutCancel(ctx))
+			body, ref, err = p.Resolve(rctx, resp.Header, resp.Data, bus.ObjectPayloads, bus.MaxCallPayload)
+			cancel()
+		}
+		if err != nil {
+			return bus.ToolReply{}, fmt.Errorf("call %s: the host sent its reply through the payload object store %s, which could not be read: %w", tool.Name, bus.ObjectPayloads, err)
+		}
+		defer c.deletePayload(ref)
+	}
+	reply, err := bus.DecodeReplyBody(body)
+	if err != nil {
+		return bus.ToolReply{}, fmt.Errorf("call %s: malformed reply from the host: %.200q", tool.Name, body)
+	}
+	return *reply, nil
+}
+
+// offload stores a request's arguments in the payload object store, m then carrying
+// their reference.
+func (c *Client) offload(ctx context.Context, m *nats.Msg, name string) (bus.PayloadRef, error) {
+	p, err := c.payloadStore()
+	if err != nil {
+		return bus.PayloadRef{}, err
+	}
+	ctx, cancel := bus.WithPayloadTimeout(ctx)
+	defer cancel()
+	return p.Offload(ctx, m, bus.ObjectPayloads, name, -1)
+}
+
+// deletePayload deletes a call's payload once the call is over; one left behind
+// expires on its own (bus.PayloadTTL).
+func (c *Client) deletePayload(ref bus.PayloadRef) {
+	p, err := c.payloadStore()
+	if err != nil || ref.IsZero() {
+		return
+	}
+	ctx, cancel := bus.WithPayloadTimeout(context.Background())
+	defer cancel()
+	_ = p.Delete(ctx, ref)
+}

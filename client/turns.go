@@ -1,0 +1,243 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/gateway"
+)
+
+// StartTimeout bounds the request that starts a turn: a node answers once the turn is
+// queued in the intake, which takes milliseconds unless JetStream is electing a leader.
+const StartTimeout = 15 * time.Second
+
+// AbortGrace is how long a turn gives the calls it aborts to say how they stopped,
+// before it settles them abandoned; a caller waiting for an aborted turn's end waits
+// longer than this.
+const AbortGrace = bus.DefaultAbortGrace
+
+// Start queues the turn spec describes: on the node named node, or on any node that
+// runs turns when node is empty. Subscribe to the turn (Watch, Follow) before
+// starting it to hear all of it. A spec too large for a message is
+// durable.ErrSpecTooLarge, the intake's own refusal.
+func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (bus.StartTurnReply, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return bus.StartTurnReply{}, fmt.Errorf("encode turn spec: %w", err)
+	}
+	if limit := c.nc.MaxPayload(); int64(len(b)) > limit {
+		return bus.StartTurnReply{}, durable.SpecTooLarge(len(b), limit)
+	}
+	subject := bus.AnyNodeStartTurn
+	if node != "" {
+		subject = bus.NodeStartTurnSubject(node)
+	}
+	// Asked once, the start is answered even when ctx ends meanwhile: a turn queued
+	// but not known to its starter could not be followed or aborted.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(rctx, subject, b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders) && node != "":
+		return bus.StartTurnReply{}, fmt.Errorf("no node named %s runs turns on %s: check its -name and -turns flags", node, c.where)
+	case errors.Is(err, nats.ErrNoResponders):
+		return bus.StartTurnReply{}, fmt.Errorf("no node runs turns on %s: start one with `toolbus node`", c.where)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout):
+		return bus.StartTurnReply{}, fmt.Errorf("no node answered the request to start a turn on %s within %s", c.where, StartTimeout)
+	case err != nil:
+		return bus.StartTurnReply{}, fmt.Errorf("start turn: %w", err)
+	}
+	var reply bus.StartTurnReply
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		return bus.StartTurnReply{}, fmt.Errorf("start turn: malformed reply: %w", err)
+	}
+	if reply.Error != "" {
+		return reply, fmt.Errorf("node %s: %s", reply.Node, reply.Error)
+	}
+	return reply, nil
+}
+
+// Abort asks a turn to stop: it calls the model no more, starts no new call and
+// cancels the calls in flight, whose hosts listen on the same subject. It returns once
+// the server has the abort; the turn's done status says how it ended.
+func (c *Client) Abort(ctx context.Context, turn, reason string) error {
+	if !bus.ValidToken(turn) {
+		return fmt.Errorf("abort: invalid turn id %q", turn)
+	}
+	b, err := json.Marshal(bus.Abort{Turn: turn, Reason: reason})
+	if err != nil {
+		return err
+	}
+	if err := c.nc.Publish(bus.AbortSubject(turn), b); err != nil {
+		return fmt.Errorf("abort %s: %w", turn, err)
+	}
+	// The flush is the server's word that it has the abort: a turn on another
+	// node hears it from there.
+	if err := c.nc.Flush(); err != nil {
+		return fmt.Errorf("abort %s: %w", turn, err)
+	}
+	return nil
+}
+
+// ApproveTimeout bounds a request to a turn about a held call.
+const ApproveTimeout = 10 * time.Second
+
+// Approve sends a decision on a call the turn holds for approval, and returns the
+// turn's answer. A decision with an empty Decision asks for the held call's request
+// (its arguments, their hash) without deciding.
+func (c *Client) Approve(ctx context.Context, turn, call string, a bus.Approval) (bus.ApprovalReply, error) {
+	b, err := json.Marshal(a)
+	if err != nil {
+		return bus.ApprovalReply{}, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, ApproveTimeout)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(rctx, bus.ApproveSubject(turn, call), b)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return bus.ApprovalReply{}, c.notRunning(ctx, turn)
+	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		return bus.ApprovalReply{}, fmt.Errorf("turn %s did not answer about call %s within %s", turn, call, ApproveTimeout)
+	case err != nil:
+		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: %w", turn, call, err)
+	}
+	var r bus.ApprovalReply
+	if err := json.Unmarshal(m.Data, &r); err != nil {
+		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: malformed reply: %w", turn, call, err)
+	}
+	if r.Error != "" {
+		return r, errors.New(r.Error)
+	}
+	if r.Request == nil {
+		return r, fmt.Errorf("approve %s %s: the turn sent no request", turn, call)
+	}
+	return r, nil
+}
+
+// notRunning says why no turn answered: it has ended (its record says how), or the
+// bus knows no such turn.
+func (c *Client) notRunning(ctx context.Context, turn string) error {
+	rec, err := c.Record(ctx, turn)
+	switch {
+	case err == nil && rec != nil && rec.State.Ended():
+		return fmt.Errorf("turn %s has ended (%s)", turn, rec.State)
+	case err == nil && rec == nil:
+		return fmt.Errorf("no turn %s on this bus", turn)
+	}
+	return fmt.Errorf("no turn %s is running (it ended, or its id is wrong)", turn)
+}
+
+// Record reads a turn's record; nil when the bus has none (no durable turns, or no
+// record: the turn is unknown, or runs outside the intake).
+func (c *Client) Record(ctx context.Context, turn string) (*bus.TurnRecord, error) {
+	store, err := c.turnStore(ctx)
+	if errors.Is(err, ErrNoTurns) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rec, _, err := store.Record(ctx, turn)
+	if errors.Is(err, durable.ErrNoRecord) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn %s: %w", turn, err)
+	}
+	return &rec, nil
+}
+
+// Turns lists the bus's durable turns, newest first. A running turn's step is its
+// transcript's (its record is written at the claim and the end only).
+func (c *Client) Turns(ctx context.Context) ([]bus.TurnRecord, error) {
+	store, err := c.turnStore(ctx)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := store.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i, r := range recs {
+		if r.State == bus.TurnRunning {
+			if live, err := store.Live(ctx, r.Spec.ID); err == nil {
+				recs[i] = live
+			}
+		}
+	}
+	return recs, nil
+}
+
+// ErrNotLost reports a turn Resume refuses: it has ended, or its node still beats.
+var ErrNotLost = errors.New("not a lost turn")
+
+// Resume queues again a turn whose node was lost while no node could take it over. It
+// first listens for the turn's heartbeat for listen: a turn whose node beats is
+// running, and queueing it again would have two nodes drive it.
+func (c *Client) Resume(ctx context.Context, turn string, listen time.Duration) (bus.TurnRecord, error) {
+	store, err := c.turnStore(ctx)
+	if err != nil {
+		return bus.TurnRecord{}, err
+	}
+	rec, _, err := store.Record(ctx, turn)
+	if errors.Is(err, durable.ErrNoRecord) {
+		return bus.TurnRecord{}, fmt.Errorf("no turn %s on this bus", turn)
+	}
+	if err != nil {
+		return bus.TurnRecord{}, fmt.Errorf("read turn %s: %w", turn, err)
+	}
+	if rec.State.Ended() {
+		return rec, fmt.Errorf("turn %s has ended (%s): nothing to resume: %w", turn, rec.State, ErrNotLost)
+	}
+	beats, err := c.nc.SubscribeSync(bus.TurnStatusSubject(turn, bus.StatusBeat))
+	if err != nil {
+		return rec, err
+	}
+	defer func() { _ = beats.Unsubscribe() }()
+	lctx, cancel := context.WithTimeout(ctx, listen)
+	defer cancel()
+	if m, err := beats.NextMsgWithContext(lctx); err == nil {
+		var st bus.TurnStatus
+		_ = json.Unmarshal(m.Data, &st)
+		return rec, fmt.Errorf("turn %s is running on node %s (it beats): nothing to resume: %w", turn, st.Node, ErrNotLost)
+	} else if ctx.Err() != nil {
+		return rec, ctx.Err()
+	}
+	if rec, err = store.Requeue(ctx, turn); err != nil {
+		return rec, fmt.Errorf("queue turn %s: %w", turn, err)
+	}
+	return rec, nil
+}
+
+// TranscriptTimeout bounds reading a transcript when ctx has no deadline: the read
+// waits out a leader election of the transcript stream.
+const TranscriptTimeout = 30 * time.Second
+
+// Transcript reads a turn's transcript back, in the turn's order.
+func (c *Client) Transcript(ctx context.Context, turn string) ([]gateway.Item, error) {
+	js, err := c.jetStream()
+	if err != nil {
+		return nil, fmt.Errorf("read transcript: %w", err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, TranscriptTimeout)
+		defer cancel()
+	}
+	return durable.ReadTranscript(ctx, js, turn)
+}
+
+// RunOutput is what `toolbus run -json` prints: the turn, its final status and its
+// transcript (docs/durable.md shows one).
+type RunOutput struct {
+	Turn       string         `json:"turn_id"`
+	Status     bus.TurnStatus `json:"status"`
+	Transcript []gateway.Item `json:"transcript"`
+}

@@ -1,0 +1,166 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+)
+
+// Watch is a subscription to the messages of one turn, or of every turn, each decoded
+// by bus.DecodeTurnMessage. Messages that are not the envelope their subject names
+// are skipped. Its subscription has no pending limit: a follower that falls behind
+// (a slow terminal) buffers rather than loses a status.
+type Watch struct {
+	// C delivers the messages, in the order the server sent them.
+	C <-chan bus.TurnMessage
+
+	sub  *nats.Subscription
+	stop chan struct{}
+	once sync.Once
+}
+
+// watchBuffer is how many decoded messages wait in C before the subscription's own
+// (unbounded) pending queue holds the rest.
+const watchBuffer = 256
+
+// Watch subscribes to a turn's messages (turn "" watches every turn) and returns once
+// the server has the subscription: start the turn after it.
+func (c *Client) Watch(turn string) (*Watch, error) {
+	subject := bus.AllTurns
+	if turn != "" {
+		if !bus.ValidToken(turn) {
+			return nil, fmt.Errorf("watch: invalid turn id %q", turn)
+		}
+		subject = bus.TurnSubjects(turn)
+	}
+	ch := make(chan bus.TurnMessage, watchBuffer)
+	w := &Watch{C: ch, stop: make(chan struct{})}
+	sub, err := c.nc.Subscribe(subject, func(m *nats.Msg) {
+		tm, err := bus.DecodeTurnMessage(m)
+		if err != nil {
+			return
+		}
+		select {
+		case ch <- tm:
+		case <-w.stop:
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("watch %s: %w", subject, err)
+	}
+	w.sub = sub
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("watch %s: %w", subject, err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		w.Stop()
+		return nil, fmt.Errorf("watch %s: %w", subject, err)
+	}
+	return w, nil
+}
+
+// Stop ends the subscription. C is not closed: select on it with a context.
+func (w *Watch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		_ = w.sub.Unsubscribe()
+	})
+}
+
+// Liveness follows a durable turn's node through its statuses, to tell a node that
+// was lost from one that is busy: a node says how long it may stay silent (its lease)
+// in its started and beat statuses, and beats three times a lease.
+type Liveness struct {
+	Node   string        // the node that runs the turn, from its statuses
+	Lease  time.Duration // from its started or beat status; 0 until one is heard
+	missed int           // leases in a row without a status
+}
+
+// Heard notes a message of the turn; it reports whether it was a word of the turn's
+// node (a status), which resets the silence. A late tool reply is not.
+func (l *Liveness) Heard(m bus.TurnMessage) bool {
+	if m.Status == nil {
+		return false
+	}
+	l.missed = 0
+	if m.Status.Lease > 0 {
+		l.Lease = m.Status.Lease
+	}
+	if m.Status.Node != "" {
+		l.Node = m.Status.Node
+	}
+	return true
+}
+
+// Silent notes a whole lease without a status, and says how many in a row and how
+// long that is. It notes nothing before a lease is known.
+func (l *Liveness) Silent() (missed int, waited time.Duration) {
+	if l.Lease <= 0 {
+		return 0, 0
+	}
+	l.missed++
+	return l.missed, time.Duration(l.missed) * l.Lease
+}
+
+// Lost reports a silence of at least three leases and giveUp: the node is gone, and
+// no node resumed the turn in that time.
+func (l *Liveness) Lost(giveUp time.Duration) bool {
+	return l.missed >= 3 && time.Duration(l.missed)*l.Lease >= giveUp
+}
+
+// ErrNodeLost reports a durable turn whose node went silent and that no node resumed
+// within the wait Follow was given. The turn may still be resumed (Resume).
+var ErrNodeLost = errors.New("the turn's node was lost and no node resumed the turn")
+
+// Follow waits for a turn's end and returns its final status. each, when set, hears
+// every message of the turn (statuses, events, results, aborts, approval requests).
+// When nothing of the turn's node is heard for giveUp (at least three leases), Follow
+// gives up with ErrNodeLost. Call it before starting the turn, or use Watch and
+// FollowWatch; started later, it learns the lease from the next heartbeat.
+func (c *Client) Follow(ctx context.Context, turn string, giveUp time.Duration, each func(bus.TurnMessage)) (bus.TurnStatus, error) {
+	w, err := c.Watch(turn)
+	if err != nil {
+		return bus.TurnStatus{}, fmt.Errorf("follow turn %s: %w", turn, err)
+	}
+	defer w.Stop()
+	return FollowWatch(ctx, w, turn, giveUp, each)
+}
+
+// FollowWatch is Follow on a Watch the caller made (before starting the turn).
+func FollowWatch(ctx context.Context, w *Watch, turn string, giveUp time.Duration, each func(bus.TurnMessage)) (bus.TurnStatus, error) {
+	var live Liveness
+	silent := time.NewTimer(time.Hour)
+	defer silent.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return bus.TurnStatus{}, ctx.Err()
+		case <-silent.C:
+			if _, waited := live.Silent(); live.Lost(giveUp) {
+				return bus.TurnStatus{}, fmt.Errorf("turn %s: %w within %s", turn, ErrNodeLost, waited)
+			}
+			silent.Reset(live.Lease)
+		case m := <-w.C:
+			if m.Subject.Turn != turn {
+				continue
+			}
+			live.Heard(m)
+			if each != nil {
+				each(m)
+			}
+			if m.Status != nil && m.Subject.Status == bus.StatusDone {
+				return *m.Status, nil
+			}
+			if live.Lease > 0 {
+				silent.Reset(live.Lease)
+			}
+		}
+	}
+}
