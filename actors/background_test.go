@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
@@ -124,15 +125,15 @@ func (h *bgHarness) start() {
 	}
 	h.srv = srv
 	h.node, err = StartNode(ctx, NodeConfig{
-		Name:                "n1",
-		Connect:             func(name string) (*nats.Conn, error) { return srv.Connect(name) },
-		Categories:          []string{jobs.Category, schedule.Category},
-		Turns:               true,
-		MaxTurns:            h.cfg.maxTurns,
-		ScheduleMinInterval: h.cfg.minInterval,
-		Logger:              DiscardLogger(),
-		AbortGrace:          300 * time.Millisecond,
-		HandBackGrace:       2 * time.Second,
+		Name:          "n1",
+		Connect:       func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Categories:    []string{jobs.Category, schedule.Category},
+		Turns:         true,
+		MaxTurns:      h.cfg.maxTurns,
+		Tools:         toolsets.Settings{ScheduleMinInterval: h.cfg.minInterval},
+		Logger:        DiscardLogger(),
+		AbortGrace:    300 * time.Millisecond,
+		HandBackGrace: 2 * time.Second,
 	})
 	if err != nil {
 		srv.Close()

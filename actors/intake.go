@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 )
@@ -85,7 +86,7 @@ func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (stri
 	if spec.Kind == bus.TurnTask {
 		// A task turn is one attempt of a task of a running workflow, which records its
 		// end; any other would run for nobody.
-		if err := n.workflows.Admit(ctx, spec); err != nil {
+		if err := n.svc.CheckTask(ctx, spec); err != nil {
 			return "", fmt.Errorf("start turn %s: %w", spec.ID, err)
 		}
 	}
@@ -188,7 +189,7 @@ func (n *Node) take(msg jetstream.Msg) {
 	var spec bus.TurnSpec
 	if sched, ok := bus.ParseIntakeFired(msg.Subject()); ok {
 		// A schedule's firing: it becomes a turn of its own, or is settled here.
-		if spec, ok = n.fire(ctx, msg, sched); !ok {
+		if spec, ok = n.svc.Fire(ctx, msg, sched); !ok {
 			return
 		}
 	} else if err := json.Unmarshal(msg.Data(), &spec); err != nil || spec.ID == "" {
@@ -217,7 +218,7 @@ func (n *Node) take(msg jetstream.Msg) {
 	lease, err := in.store.Claim(ctx, msg, spec, n.cfg.TurnLease, first)
 	switch {
 	case errors.Is(err, durable.ErrTurnOver):
-		n.turnOver(ctx, spec)
+		n.svc.TurnOver(ctx, spec)
 		// A task turn that ended on a node lost before it settled: settle it here.
 		n.ackSettled(lease, log)
 		return
@@ -225,9 +226,9 @@ func (n *Node) take(msg jetstream.Msg) {
 		log.Warn("intake: could not take the turn; another node will", "err", err)
 		return
 	}
-	n.turnTaken(ctx, spec)
-	switch err := n.admitTask(ctx, spec); {
-	case errors.Is(err, errTaskGone):
+	n.svc.TurnTaken(ctx, spec, n.cfg.Name)
+	switch err := n.svc.AdmitTask(ctx, spec); {
+	case errors.Is(err, toolsets.ErrTaskGone):
 		n.endUnstarted(ctx, lease, bus.TurnAborted, fmt.Errorf("%w: %w", ErrAborted, err), log)
 		return
 	case err != nil:
@@ -283,7 +284,7 @@ func (n *Node) take(msg jetstream.Msg) {
 			case lease.Fenced():
 				lease.Stop()
 			default:
-				n.turnEnded(spec, r)
+				n.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.Error)
 				n.ackSettled(lease, log)
 			}
 			return
@@ -316,7 +317,7 @@ func (n *Node) beat(spec bus.TurnSpec) {
 // turn's workflow has moved on; a node that cannot settle it leaves the message to
 // another node, which finds the turn ended and settles it.
 func (n *Node) ackSettled(lease *durable.Lease, log *slog.Logger) {
-	if err := n.settleTask(lease.Rec); err != nil {
+	if err := n.svc.SettleTask(lease.Rec); err != nil {
 		log.Warn("intake: could not settle the task turn; another node will", "err", err)
 		lease.Retry()
 		return
@@ -343,7 +344,7 @@ func (n *Node) endUnstarted(ctx context.Context, lease *durable.Lease, state bus
 	b, _ := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind,
 		State: state, Error: err.Error(), Time: time.Now()})
 	_ = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusDone), b)
-	n.turnEnded(spec, TurnResult{Turn: spec.ID, State: bus.TurnFailed, Err: err, Error: err.Error()})
+	n.turnEnded(spec, state, 0, "", nil, err.Error())
 	n.ackSettled(lease, log)
 }
 
@@ -382,4 +383,10 @@ func (n *Node) stopIntake(grace time.Duration) {
 		h.lease.Nak()
 	}
 	in.mu.Unlock()
+}
+
+// turnEnded tells the categories how a turn taken from the intake ended here (a job's
+// record follows its turn).
+func (n *Node) turnEnded(spec bus.TurnSpec, state bus.TurnState, steps int, text string, calls []bus.CallRecord, errText string) {
+	n.svc.TurnEnded(spec, bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, State: state, Step: steps, Text: text, Calls: calls, Error: errText})
 }

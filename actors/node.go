@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,12 +25,6 @@ import (
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
-	"github.com/toolbus/toolbus/toolsets/computer"
-	"github.com/toolbus/toolbus/toolsets/jobs"
-	"github.com/toolbus/toolbus/toolsets/schedule"
-	"github.com/toolbus/toolbus/toolsets/todo"
-	"github.com/toolbus/toolbus/toolsets/web"
-	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
 // NodeConfig configures a node: which categories it hosts and whether it runs turns.
@@ -50,9 +43,10 @@ type NodeConfig struct {
 	// agent A's home is HomeRoot/A.
 	Home     string
 	HomeRoot string
-	Computer computer.Config
-	// Web configures the web category's host: provider keys and caps.
-	Web web.Config
+	// Tools configure the built-in categories the node hosts: the computer
+	// category's sandbox and limits, the web host's keys, the schedules' minimum
+	// interval.
+	Tools toolsets.Settings
 	// Gateway configures the model gateways that turns started over the bus use.
 	Gateway gateway.Config
 	// Catalog tunes the node's catalog of the bus, which turns use to include the
@@ -69,9 +63,6 @@ type NodeConfig struct {
 	// MaxConcurrent bounds the calls each host of the node executes at once
 	// (default DefaultMaxConcurrent).
 	MaxConcurrent int
-	// ScheduleMinInterval is the shortest time between firings a new schedule may ask
-	// for (schedule.DefaultMinInterval when zero, never below a second).
-	ScheduleMinInterval time.Duration
 	// Replicas of the node's buckets and streams (capped by the cluster size).
 	Replicas    int
 	MaxSteps    int
@@ -135,8 +126,9 @@ func (c NodeConfig) validate() error {
 		return fmt.Errorf("start node %s: the vouch key has %d bytes, want %d", c.Name, len(c.VouchKey), bus.VouchKeySize)
 	case c.MaxSteps < 0 || c.MaxSteps > bus.MaxStepsLimit:
 		return fmt.Errorf("start node %s: max steps %d out of range (0 for the default, up to %d)", c.Name, c.MaxSteps, bus.MaxStepsLimit)
-	case c.ScheduleMinInterval != 0 && c.ScheduleMinInterval < schedule.ServerMinInterval:
-		return fmt.Errorf("start node %s: schedule minimum interval %s is below JetStream's own minimum of %s", c.Name, c.ScheduleMinInterval, schedule.ServerMinInterval)
+	}
+	if err := c.Tools.Validate(); err != nil {
+		return fmt.Errorf("start node %s: %w", c.Name, err)
 	}
 	return nil
 }
@@ -153,20 +145,16 @@ type Node struct {
 	pid     *actor.PID
 	nc      *nats.Conn // turns, control
 	js      jetstream.JetStream
-	todos   jetstream.KeyValue
 	// payloads carries what is too large for a message (bus.Payloads), for the node's
 	// turns and hosts.
 	payloads *bus.Payloads
-	// jobs and schedules are open on a node that runs turns or hosts their categories.
-	jobs      *jobs.Store
-	schedules *schedule.Store
+	// svc are the built-in categories' stores and engines (toolsets.OpenServices): what
+	// the node's hosts serve, and what its turns need of the categories.
+	svc *toolsets.Services
 	// profiles and catalog serve turn assembly; set on a node that runs turns.
 	profiles *toolsets.Profiles
 	catalog  *catalog.Catalog
 	intake   *intake
-	// workflows is the workflow engine: the workflow host's, and the one that settles
-	// the task turns the node runs.
-	workflows *workflow.Engine
 	// assemblyMu guards profiles and catalog, opened on first use.
 	assemblyMu sync.Mutex
 	connMu     sync.Mutex // guards conns: restarted hosts reconnect from their actors
@@ -257,22 +245,16 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 		n.Close()
 		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	n.workflows = workflow.NewEngine(n.js, cfg.Replicas, workflowRunner{n}, n.log)
-	h := toolsets.Handles{Todos: n.todos, Computer: cfg.Computer, JS: n.js, Web: cfg.Web, Profiles: n.profiles,
-		Jobs: n.jobs, Schedules: n.schedules, ScheduleMinInterval: cfg.ScheduleMinInterval,
-		Replicas: cfg.Replicas, Logger: n.log, Workflows: n.workflows}
-	if slices.Contains(cfg.Categories, computer.Category) {
-		logSandbox(n.log, cfg.Computer)
+	if n.svc, err = toolsets.OpenServices(ctx, toolsets.ServicesConfig{
+		JS: n.js, Replicas: cfg.Replicas, Logger: n.log, Settings: cfg.Tools,
+		Categories: cfg.Categories, Turns: cfg.Turns, Runner: workflowRunner{n},
+	}); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 	}
-	if slices.Contains(cfg.Categories, web.Category) && h.Profiles == nil {
-		// The web host reads each caller's providers from its profile.
-		if h.Profiles, err = n.profileStore(ctx); err != nil {
-			n.Close()
-			return nil, fmt.Errorf("start node %s: host %s: %w", cfg.Name, web.Category, err)
-		}
-	}
+	n.profiles = n.svc.Profiles()
 	for _, cat := range cfg.Categories {
-		tools, err := toolsets.ForCategory(cat, h)
+		tools, err := n.svc.Tools(cat)
 		if err == nil {
 			err = n.Host(ctx, cat, tools)
 		}
@@ -302,65 +284,15 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 	return n, nil
 }
 
-// logSandbox says loudly, when a node hosts the computer tools, that their commands run
-// without a sandbox, or that run_command will refuse every call.
-func logSandbox(log *slog.Logger, c computer.Config) {
-	if c.Sandbox.Mode == computer.SandboxOff {
-		log.Warn("NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off): " +
-			"they can read the node's environment and files, other agents' homes and the network, and outlive their calls")
-		return
-	}
-	if err := computer.CheckSandbox(c); err != nil {
-		log.Error("run_command will refuse every call", "err", err)
-	}
-}
-
-// setupStore opens what the node's roles keep in JetStream: the todo bucket
-// for a todo host, the transcript stream for turns. A node with neither
-// needs no JetStream access at all.
-//
-// Right after a cluster forms, JetStream may not answer yet (no meta or
-// stream leader, a peer not yet seen): retry until ctx ends rather than
-// fail the start (bus.Retry).
+// setupStore opens what the node's turns keep in JetStream: the transcript stream.
+// A node that runs none needs no JetStream of its own (its categories' stores are the
+// services'). Right after a cluster forms, JetStream may not answer yet: retry until
+// ctx ends rather than fail the start (bus.Retry).
 func (n *Node) setupStore(ctx context.Context) error {
-	needTodos := slices.Contains(n.cfg.Categories, todo.Category)
-	// A node that runs turns ends jobs and takes schedules' firings.
-	needJobs := n.cfg.Turns || slices.Contains(n.cfg.Categories, jobs.Category)
-	needSchedules := n.cfg.Turns || slices.Contains(n.cfg.Categories, schedule.Category)
-	return bus.Retry(ctx, "set up JetStream", n.log, func(ctx context.Context) error {
-		if needTodos && n.todos == nil {
-			kv, err := bus.KeyValue(ctx, n.js, bus.BucketTodos, n.cfg.Replicas)
-			if err != nil {
-				return err
-			}
-			n.todos = kv
-		}
-		if (needJobs || needSchedules) && n.profiles == nil {
-			p, err := toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
-			if err != nil {
-				return err
-			}
-			n.profiles = p
-		}
-		if needJobs && n.jobs == nil {
-			s, err := jobs.Open(ctx, n.js, n.cfg.Replicas)
-			if err != nil {
-				return err
-			}
-			n.jobs = s
-		}
-		if needSchedules && n.schedules == nil {
-			s, err := schedule.Open(ctx, n.js, n.cfg.Replicas, schedule.Config{MinInterval: n.cfg.ScheduleMinInterval})
-			if err != nil {
-				return err
-			}
-			n.schedules = s
-		}
-		if !n.cfg.Turns {
-			return nil
-		}
-		return n.ensureTranscripts(ctx)
-	})
+	if !n.cfg.Turns {
+		return nil
+	}
+	return bus.Retry(ctx, "set up JetStream", n.log, n.ensureTranscripts)
 }
 
 // assembly returns what assembling turns needs, the profile store and the catalog of the
@@ -380,16 +312,6 @@ func (n *Node) assembly(ctx context.Context) (*toolsets.Profiles, *catalog.Catal
 		n.catalog = c
 	}
 	return n.profiles, n.catalog, nil
-}
-
-// profileStore returns the agent profile store, opening it on first use.
-func (n *Node) profileStore(ctx context.Context) (*toolsets.Profiles, error) {
-	n.assemblyMu.Lock()
-	defer n.assemblyMu.Unlock()
-	if err := n.openProfiles(ctx); err != nil {
-		return nil, err
-	}
-	return n.profiles, nil
 }
 
 // openProfiles opens the profile store unless it is open; assemblyMu is held.
@@ -527,8 +449,8 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (kit *toolsets.K
 		}
 	}
 	n.freshenCatalog(ctx, cat, profile)
-	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
-		ScheduleMinInterval: n.cfg.ScheduleMinInterval})
+	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Tools.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
+		ScheduleMinInterval: n.cfg.Tools.ScheduleMinInterval})
 }
 
 // maxWorkers bounds the goroutines a node keeps waiting for work; past it, work runs on
@@ -620,15 +542,15 @@ func (n *Node) Run(ctx context.Context, cfg TurnConfig) (TurnResult, error) {
 		return r, nil
 	case <-ctx.Done():
 	}
-	if err := Abort(n.nc, id, "cancelled by the caller"); err != nil {
+	if err := publishAbort(n.nc, id, "cancelled by the caller"); err != nil {
 		return TurnResult{}, err
 	}
 	return <-done, nil
 }
 
-// Abort publishes an abort for a turn. Every node hosting one of its calls
+// publishAbort publishes an abort for a turn. Every node hosting one of its calls
 // and the turn itself listen on the subject.
-func Abort(nc *nats.Conn, turn, reason string) error {
+func publishAbort(nc *nats.Conn, turn, reason string) error {
 	if !bus.ValidToken(turn) {
 		return fmt.Errorf("abort: invalid turn id %q", turn)
 	}

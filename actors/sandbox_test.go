@@ -42,7 +42,7 @@ func computerNodeLogging(t *testing.T, home string, cfg computer.Config, log *sl
 		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
 		Categories: []string{computer.Category},
 		Home:       home,
-		Computer:   cfg,
+		Tools:      toolsets.Settings{Computer: cfg},
 		Logger:     log,
 	})
 	if err != nil {

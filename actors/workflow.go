@@ -6,10 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/toolsets/workflow"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 // A node's part in workflows: it hosts the engine the workflow tools use (Handles), runs
@@ -60,44 +59,8 @@ func (r workflowRunner) Queue(ctx context.Context, spec bus.TurnSpec) error {
 }
 
 // Abort asks a turn to stop.
-func (r workflowRunner) Abort(turn, reason string) error { return Abort(r.n.nc, turn, reason) }
+func (r workflowRunner) Abort(turn, reason string) error { return publishAbort(r.n.nc, turn, reason) }
 
-// Workflows is the node's workflow engine.
-func (n *Node) Workflows() *workflow.Engine { return n.workflows }
-
-// admitTask checks, before a node runs a task turn it took, that the turn is still its
-// task's live attempt: a workflow cancelled (or a task ended) while the turn waited in
-// the intake must not run it. It reports errTaskGone for such a turn.
-func (n *Node) admitTask(ctx context.Context, spec bus.TurnSpec) error {
-	if spec.Kind != bus.TurnTask {
-		return nil
-	}
-	// Right after a node is lost, the workflows' stream may have no leader for a while:
-	// each read is bounded and tried again, as settling is, rather than waited on for as
-	// long as the node lives.
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err := bus.Retry(ctx, "read the workflow of task turn "+spec.ID, n.log, func(ctx context.Context) error {
-		return n.workflows.Admit(ctx, spec)
-	})
-	if errors.Is(err, workflow.ErrNotLive) || errors.Is(err, workflow.ErrNotFound) {
-		return fmt.Errorf("%w: %w", errTaskGone, err)
-	}
-	return err
-}
-
-// errTaskGone reports a task turn that is no longer its task's live attempt.
-var errTaskGone = errors.New("the task no longer wants this turn")
-
-// settleTask moves the workflow of an ended task turn on (workflow.Engine.Settle); other
-// turns need nothing.
-func (n *Node) settleTask(rec bus.TurnRecord) error {
-	if rec.Spec.Kind != bus.TurnTask {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return bus.Retry(ctx, "settle task turn "+rec.Spec.ID, n.log, func(ctx context.Context) error {
-		return n.workflows.Settle(ctx, rec)
-	})
-}
+// Services are the node's categories' stores and engines (toolsets.OpenServices): its
+// workflow engine, its profiles.
+func (n *Node) Services() *toolsets.Services { return n.svc }

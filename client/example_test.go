@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
@@ -31,7 +32,7 @@ func startNode(ctx context.Context) (*node.Node, *client.Client, func()) {
 		Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)},
 		Node: node.NodeConfig{
 			Name: "example", Turns: true, Home: home,
-			Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}},
+			Tools: toolsets.Settings{Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}},
 		},
 	})
 	if err != nil {

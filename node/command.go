@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
@@ -307,10 +306,13 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Node: NodeConfig{
 			Name: o.name, Turns: o.turns,
 			Home: o.home, HomeRoot: o.homeRoot, Replicas: o.replicas, Logger: log,
-			MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, ScheduleMinInterval: o.schedMin,
-			Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
+			MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
 			VouchKey: o.vouchKey, TraceSampled: o.traceSampled,
-			Web: web.Config{Keys: o.webKeys},
+			Tools: toolsets.Settings{
+				Computer:            computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},
+				Web:                 web.Config{Keys: o.webKeys},
+				ScheduleMinInterval: o.schedMin,
+			},
 		},
 	}
 	// -categories "" hosts none; Start's default (nil) would host all.

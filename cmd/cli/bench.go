@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/client"
 	durablepkg "github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
@@ -726,7 +727,7 @@ func (b *bencher) abortLatency(ctx context.Context, inflight, rounds int) (bench
 		}
 		r.started.Wait()
 		t0 := time.Now()
-		if err := actors.Abort(ctl, id, "bench"); err != nil {
+		if err := client.New(ctl).Abort(ctx, id, "bench"); err != nil {
 			return benchResult{}, err
 		}
 		r.done.Wait()

@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/secretflag"
 	"github.com/toolbus/toolbus/node"
+	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/web"
 )
@@ -136,14 +137,16 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 	n, err := node.Start(ctx, node.Config{
 		Bus: bus.Config{StoreDir: o.storeDir, Logger: log},
 		Node: node.NodeConfig{
-			Name:     embeddedNode,
-			Turns:    o.turns,
-			Home:     home,
-			Gateway:  o.gateway,
-			Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
-			// Search keys from TOOLBUS_BRAVE_API_KEY and TOOLBUS_TAVILY_API_KEY,
-			// redacted with the process's other keys.
-			Web:    web.Config{Keys: web.KeysFromEnv()},
+			Name:    embeddedNode,
+			Turns:   o.turns,
+			Home:    home,
+			Gateway: o.gateway,
+			Tools: toolsets.Settings{
+				Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox}},
+				// Search keys from TOOLBUS_BRAVE_API_KEY and TOOLBUS_TAVILY_API_KEY,
+				// redacted with the process's other keys.
+				Web: web.Config{Keys: web.KeysFromEnv()},
+			},
 			Logger: log,
 		},
 	})

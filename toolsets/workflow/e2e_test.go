@@ -134,7 +134,7 @@ func (h *harness) start(def workflow.Definition) *bus.Workflow {
 
 func (h *harness) workflow(id string) *bus.Workflow {
 	h.t.Helper()
-	wf, _, err := h.node.Workflows().Get(context.Background(), agent, id)
+	wf, _, err := h.node.Services().Workflows().Get(context.Background(), agent, id)
 	if err != nil {
 		h.t.Fatal(err)
 	}
