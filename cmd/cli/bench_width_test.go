@@ -5,12 +5,14 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/toolbus/toolbus/bench"
 )
 
 // The bench table fits in 120 columns, whatever the measurements' names.
 func TestBenchTableFits120Columns(t *testing.T) {
 	met, missed := true, false
-	r := benchReport{GoVersion: "go1.26.8", CPUs: 2, Results: []benchResult{
+	r := bench.Report{GoVersion: "go1.26.8", CPUs: 2, Results: []bench.Row{
 		{Name: "raw NATS request-reply, 64 concurrent requesters", Unit: "calls/s", Value: 123456.7},
 		{Name: "64 concurrent turns, one no-op call per step", Unit: "calls/s", Value: 12345.6,
 			Baseline: "raw NATS request-reply, 64 concurrent requesters", Ratio: 0.1, Target: "≥ 0.8× baseline", Met: &missed},
