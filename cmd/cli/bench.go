@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,7 +9,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
-	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bench"
 )
@@ -70,13 +69,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// benchNameWidth is where a measurement's name wraps, so the table fits in 120 columns.
-const benchNameWidth = 42
+// benchWidth is the bench table's width in columns (issue 26).
+const benchWidth = 120
 
-func printBench(w io.Writer, r bench.Report) {
-	var table bytes.Buffer
-	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "#\tmeasurement\tp50\tp90\tp99\tvalue\tvs\tratio\ttarget\t\n")
+// minBenchName is the narrowest the measurement column gets, however wide the figures.
+const minBenchName = 16
+
+func printBench(w io.Writer, r bench.Report) { writeBenchTable(w, r, benchWidth) }
+
+// writeBenchTable prints r as a table at most width columns wide: the figures' columns
+// take what they need, and a measurement's name wraps in what is left.
+func writeBenchTable(w io.Writer, r bench.Report, width int) {
 	num := func(v float64) string {
 		if v == 0 {
 			return "-"
@@ -90,6 +93,9 @@ func printBench(w io.Writer, r bench.Report) {
 			rowOf[res.Name] = i + 1
 		}
 	}
+	// Every cell but the name's (column 1), header first.
+	cells := [][]string{{"#", "", "p50", "p90", "p99", "value", "vs", "ratio", "target"}}
+	names := []string{"measurement"}
 	for i, res := range r.Results {
 		met := ""
 		if res.Met != nil {
@@ -105,34 +111,83 @@ func printBench(w io.Writer, r bench.Report) {
 		if n, ok := rowOf[res.Baseline]; ok && res.Baseline != "" {
 			vs = fmt.Sprintf("#%d", n)
 		}
-		lines := wrapWords(res.Name+" ("+res.Unit+")", benchNameWidth)
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", i+1, lines[0],
-			num(res.P50), num(res.P90), num(res.P99), num(res.Value), vs, ratio,
-			strings.TrimSpace(strings.Replace(res.Target, " baseline", "", 1)+" "+met))
-		for _, l := range lines[1:] {
-			fmt.Fprintf(tw, "\t  %s\t\t\t\t\t\t\t\t\n", l)
+		cells = append(cells, []string{fmt.Sprint(i + 1), "", num(res.P50), num(res.P90), num(res.P99), num(res.Value), vs, ratio,
+			strings.TrimSpace(strings.Replace(res.Target, " baseline", "", 1) + " " + met)})
+		names = append(names, res.Name+" ("+res.Unit+")")
+	}
+	const gap = 2
+	widths := make([]int, len(cells[0]))
+	for _, row := range cells {
+		for c, cell := range row {
+			widths[c] = max(widths[c], utf8.RuneCountInString(cell))
 		}
 	}
-	tw.Flush()
-	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
-		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	// The name's column gets what the others leave, and no more than its longest name.
+	room := width
+	for c, cw := range widths {
+		if c != 1 {
+			room -= cw + gap
+		}
+	}
+	longest := 0
+	for _, n := range names {
+		longest = max(longest, utf8.RuneCountInString(n))
+	}
+	render := func(nameWidth int) (lines []string, over int) {
+		for i, row := range cells {
+			// Continued lines of a name are indented by two.
+			for l, name := range wrapWords(names[i], nameWidth, nameWidth-2) {
+				if l > 0 {
+					row = make([]string, len(row))
+					name = "  " + name
+				}
+				row[1] = name
+				var line strings.Builder
+				for c, cell := range row {
+					line.WriteString(cell)
+					if c < len(row)-1 {
+						pad := widths[c] - utf8.RuneCountInString(cell)
+						if c == 1 {
+							pad = nameWidth - utf8.RuneCountInString(cell)
+						}
+						line.WriteString(strings.Repeat(" ", max(pad, 0)+gap))
+					}
+				}
+				text := strings.TrimRight(line.String(), " ")
+				// Counted in bytes as well as in characters: a tool that counts bytes
+				// (awk's length in a C locale) sees "×", "≤", "µ" and "→" wider.
+				over = max(over, len(text)-width)
+				lines = append(lines, text)
+			}
+		}
+		return lines, over
+	}
+	nameWidth := max(min(room, longest), minBenchName)
+	lines, over := render(nameWidth)
+	for over > 0 && nameWidth > minBenchName {
+		nameWidth = max(nameWidth-over, minBenchName)
+		lines, over = render(nameWidth)
+	}
+	for _, l := range lines {
+		fmt.Fprintln(w, l)
 	}
 	fmt.Fprintf(w, "\n%s, %d CPUs. Latencies in microseconds; each ratio is against\nthe row numbered under vs, measured in this run.\n", r.GoVersion, r.CPUs)
 }
 
-// wrapWords breaks s into lines of at most width characters, at spaces.
-func wrapWords(s string, width int) []string {
+// wrapWords breaks s into lines of at most first characters, then at most rest, at
+// spaces; a word longer than that is a line of its own.
+func wrapWords(s string, first, rest int) []string {
 	var lines []string
-	line := ""
+	line, width := "", first
 	for _, word := range strings.Fields(s) {
 		switch {
 		case line == "":
 			line = word
-		case len([]rune(line))+1+len([]rune(word)) <= width:
+		case utf8.RuneCountInString(line)+1+utf8.RuneCountInString(word) <= width:
 			line += " " + word
 		default:
 			lines = append(lines, line)
-			line = word
+			line, width = word, rest
 		}
 	}
 	return append(lines, line)
