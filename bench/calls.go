@@ -1,0 +1,291 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+// direct measures a no-op tool's Execute called as a Go function.
+func (s *suite) direct() Row {
+	args := json.RawMessage(`{}`)
+	samples := make([]time.Duration, 0, s.cfg.Samples)
+	ctx := context.Background()
+	for range s.cfg.Samples {
+		t0 := time.Now()
+		_, _ = s.noop.Execute(ctx, toolbus.Call{Args: args})
+		samples = append(samples, time.Since(t0))
+	}
+	return latency("direct Go call of the no-op tool", samples, "")
+}
+
+// rounds is how many times the measurements compared with each other take turns, so
+// that a change in the shared machine's pace during a run shows in the baseline as much
+// as in what is compared with it.
+const rounds = 10
+
+// latencies measures, in rounds: raw NATS request-reply, and with withTurns a request to
+// the no-op tool's host, a call and a step through a turn, and a call to a foreign host.
+func (s *suite) latencies(ctx context.Context, withTurns bool) ([]Row, error) {
+	req, stop, err := s.echo()
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	hostConn, err := s.node.Connect("bench-host-requester")
+	if err != nil {
+		return nil, err
+	}
+	defer hostConn.Close()
+	var foreign *toolbus.Spec
+	if withTurns {
+		spec, stop, err := s.foreignTool(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+		foreign = spec
+	}
+	per := max(s.cfg.Samples/rounds, 10)
+	var raw, host, steps, trips, foreignTrips []time.Duration
+	for round := range rounds {
+		got, err := s.rawSamples(req, per, round == 0)
+		if err != nil {
+			return nil, err
+		}
+		raw = append(raw, got...)
+		if !withTurns {
+			continue
+		}
+		if got, err = s.hostSamples(ctx, hostConn, per, round); err != nil {
+			return nil, err
+		}
+		host = append(host, got...)
+		st, tr, err := s.turnSamples(ctx, &s.noop.Spec, 1, per, round == 0)
+		if err != nil {
+			return nil, err
+		}
+		steps, trips = append(steps, st...), append(trips, tr...)
+		if _, tr, err = s.turnSamples(ctx, foreign, 1, per, round == 0); err != nil {
+			return nil, err
+		}
+		foreignTrips = append(foreignTrips, tr...)
+	}
+	out := []Row{latency("raw NATS request-reply", raw, "")}
+	if withTurns {
+		out = append(out,
+			latency("request to the no-op tool's host, no turn", host, ""),
+			latency("no-op call through a turn (dispatch → reply)", trips, ""),
+			latency("turn step of 1 no-op call", steps, ""),
+			latency("one no-op call through a turn to a foreign host (dispatch → reply)", foreignTrips, ""))
+	}
+	return out, nil
+}
+
+// rawSamples times core NATS request-reply on the same server, with an echo responder on
+// its own connection: the floor of any call over the bus.
+func (s *suite) rawSamples(req *nats.Conn, n int, warm bool) ([]time.Duration, error) {
+	payload := []byte(`{}`)
+	if warm {
+		for range 200 {
+			if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
+				return nil, err
+			}
+		}
+	}
+	samples := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if _, err := req.Request("bench.echo", payload, 5*time.Second); err != nil {
+			return nil, err
+		}
+		samples = append(samples, time.Since(t0))
+	}
+	return samples, nil
+}
+
+// hostSamples times plain NATS requests to the no-op tool's host, with a call id and
+// deadline but no turn: the host's share of a call.
+func (s *suite) hostSamples(ctx context.Context, nc *nats.Conn, n, round int) ([]time.Duration, error) {
+	subject := bus.ToolSubject(s.noop.Category, s.noop.Name)
+	warm := 0
+	if round == 0 {
+		warm = 200
+	}
+	samples := make([]time.Duration, 0, n)
+	for i := range n + warm {
+		m := nats.NewMsg(subject)
+		m.Data = []byte(`{}`)
+		bus.ToolRequest{Call: fmt.Sprint("h", round, "_", i), Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
+		t0 := time.Now()
+		reply, err := nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		if i >= warm {
+			samples = append(samples, time.Since(t0))
+		}
+		var r bus.ToolReply
+		if err := json.Unmarshal(reply.Data, &r); err != nil || r.Outcome != bus.OutcomeOK {
+			return nil, fmt.Errorf("host request: %s %v", reply.Data, err)
+		}
+	}
+	return samples, nil
+}
+
+// echo starts an echo responder and returns a requester connection.
+func (s *suite) echo() (*nats.Conn, func(), error) {
+	resp, err := s.node.Connect("bench-echo")
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := resp.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
+		resp.Close()
+		return nil, nil, err
+	}
+	if err := resp.Flush(); err != nil {
+		resp.Close()
+		return nil, nil, err
+	}
+	req, err := s.node.Connect("bench-requester")
+	if err != nil {
+		resp.Close()
+		return nil, nil, err
+	}
+	return req, func() { req.Close(); resp.Close() }, nil
+}
+
+// turnSteps runs turns of `calls` calls per step and reports each step (the model's
+// response handed over → the model asked again: repair, dispatch, execution, results,
+// transcript and status) and each call's round trip (the turn's publish → the turn's
+// receipt of the reply).
+func (s *suite) turnSteps(ctx context.Context, what string, tool *toolbus.Spec, calls, steps int) (step, call Row, err error) {
+	samples, trips, err := s.turnSamples(ctx, tool, calls, steps, true)
+	if err != nil {
+		return step, call, fmt.Errorf("%s: %w", what, err)
+	}
+	plural := "call"
+	if calls > 1 {
+		plural = "calls"
+	}
+	return latency(fmt.Sprintf("turn step of %d %s %s", calls, what, plural), samples, ""),
+		latency(fmt.Sprintf("%s call through a turn (dispatch → reply)", what), trips, ""), nil
+}
+
+// turnSamples runs turns of `calls` calls of tool per step until it has timed `steps`
+// steps, after a turn to warm up when warm is set. Turns of at most 100 steps keep the
+// transcript, and its copies to the model, realistic.
+func (s *suite) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, steps int, warm bool) (samples, trips []time.Duration, err error) {
+	set, err := toolbus.NewSet(tool)
+	if err != nil {
+		return nil, nil, err
+	}
+	for ; len(samples) < steps; warm = false {
+		n := min(100, steps-len(samples))
+		m := &stepModel{tool: tool.Name, namespace: tool.Namespace, calls: calls, steps: n}
+		res, err := s.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: n + 1}}})
+		if err != nil {
+			return nil, nil, err
+		}
+		if res.State != bus.TurnCompleted {
+			return nil, nil, fmt.Errorf("turn ended %s: %s", res.State, res.Error)
+		}
+		for _, c := range res.Calls {
+			if c.Outcome != bus.OutcomeOK {
+				return nil, nil, fmt.Errorf("call %s: %s %s", c.Call, c.Outcome, c.Error)
+			}
+			if !warm {
+				trips = append(trips, c.Latency)
+			}
+		}
+		if !warm {
+			samples = append(samples, m.gaps...)
+		}
+	}
+	return samples, trips, nil
+}
+
+// throughputs measures, in three rounds taking turns, concurrent core NATS
+// request-reply (as many requesters as there are turns) and concurrent turns of one
+// no-op call per step.
+func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
+	req, stop, err := s.echo()
+	if err != nil {
+		return raw, turns, err
+	}
+	defer stop()
+	set, err := toolbus.NewSet(&s.noop.Spec)
+	if err != nil {
+		return raw, turns, err
+	}
+	per := max(s.cfg.Samples/10, 50) // steps of each turn in a round, as many requests of each requester
+	var rawCalls, turnCalls int
+	var rawTime, turnTime time.Duration
+	for range 3 {
+		start := time.Now()
+		if err := s.concurrently(func() error {
+			for range per {
+				if _, err := req.Request("bench.echo", []byte(`{}`), 10*time.Second); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			return raw, turns, err
+		}
+		rawTime += time.Since(start)
+		rawCalls += s.cfg.Turns * per
+
+		var calls atomic.Int64
+		start = time.Now()
+		if err := s.concurrently(func() error {
+			m := &stepModel{tool: s.noop.Name, calls: 1, steps: per}
+			res, err := s.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
+			if err == nil && res.State != bus.TurnCompleted {
+				err = fmt.Errorf("turn ended %s: %s", res.State, res.Error)
+			}
+			calls.Add(int64(len(res.Calls)))
+			return err
+		}); err != nil {
+			return raw, turns, err
+		}
+		turnTime += time.Since(start)
+		turnCalls += int(calls.Load())
+	}
+	raw = Row{Name: fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", s.cfg.Turns), Unit: "calls/s",
+		Value: float64(rawCalls) / rawTime.Seconds(), Samples: rawCalls}
+	turns = Row{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", s.cfg.Turns), Unit: "calls/s",
+		Value: float64(turnCalls) / turnTime.Seconds(), Samples: turnCalls}
+	return raw, turns, nil
+}
+
+// concurrently runs f on as many goroutines as the throughput measurement has turns and
+// returns one of their errors.
+func (s *suite) concurrently(f func() error) error {
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range s.cfg.Turns {
+		wg.Go(func() {
+			if err := f(); err != nil {
+				failed.Store(&err)
+			}
+		})
+	}
+	wg.Wait()
+	if e := failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
