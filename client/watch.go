@@ -39,6 +39,11 @@ func (c *Client) Watch(turn string) (*Watch, error) {
 		}
 		subject = bus.TurnSubjects(turn)
 	}
+	return c.watch(subject)
+}
+
+// watch subscribes to subject, one under the turns' subjects.
+func (c *Client) watch(subject string) (*Watch, error) {
 	ch := make(chan bus.TurnMessage, watchBuffer)
 	w := &Watch{C: ch, stop: make(chan struct{})}
 	sub, err := c.nc.Subscribe(subject, func(m *nats.Msg) {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,9 +12,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/web"
@@ -336,15 +335,7 @@ func profilesOn(ctx context.Context, bf busFlags, what string) (*toolsets.Profil
 // openProfiles opens the profile bucket of the bus, creating it if this is the first
 // profile.
 func openProfiles(ctx context.Context, nc *nats.Conn) (*toolsets.Profiles, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("agent profiles: %w", err)
-	}
-	p, err := toolsets.OpenProfiles(ctx, js, 1)
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("agent profiles live in JetStream, which the bus does not offer to this user: %w", err)
-	}
-	return p, err
+	return client.New(nc).Profiles(ctx)
 }
 
 // dialFor dials -server, which the command needs.

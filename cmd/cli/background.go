@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
@@ -112,22 +112,6 @@ func parseRecordCmd(name, synopsis, about string, args []string, stderr io.Write
 	return f, pos, nil
 }
 
-// bucketOn opens a bucket of the bus for reading; none yet means no records.
-func bucketOn(ctx context.Context, nc *nats.Conn, bucket, what string) (jetstream.KeyValue, error) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	kv, err := js.KeyValue(ctx, bucket)
-	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
-	}
-	return kv, nil
-}
-
 func printJSON(stdout io.Writer, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -140,19 +124,19 @@ func printJSON(stdout io.Writer, v any) error {
 // recordKind is one kind of record the bus keeps in a bucket, as the list, show and
 // removal subcommands read it.
 type recordKind[T any] struct {
-	noun, plural, bucket string
-	list                 func(ctx context.Context, kv jetstream.KeyValue, agent string) ([]T, error)
-	find                 func(ctx context.Context, kv jetstream.KeyValue, id string) (T, error)
-	notFound             error  // find's error for no such record
-	gone                 string // why a record may be missing, after "no job X on this bus"
+	noun, plural string
+	list         func(c *client.Client, ctx context.Context, agent string) ([]T, error)
+	find         func(c *client.Client, ctx context.Context, id string) (T, error)
+	notFound     error  // find's error for no such record
+	gone         string // why a record may be missing, after "no job X on this bus"
 }
 
 var (
-	jobRecords = recordKind[jobs.Job]{noun: "job", plural: "jobs", bucket: bus.BucketJobs,
-		list: jobs.List, find: jobs.Find, notFound: jobs.ErrNotFound,
+	jobRecords = recordKind[jobs.Job]{noun: "job", plural: "jobs",
+		list: (*client.Client).Jobs, find: (*client.Client).Job, notFound: jobs.ErrNotFound,
 		gone: " (an ended job is kept only for its agent's keep time)"}
-	scheduleRecords = recordKind[schedule.Schedule]{noun: "schedule", plural: "schedules", bucket: bus.BucketSchedules,
-		list: schedule.List, find: schedule.Find, notFound: schedule.ErrNotFound}
+	scheduleRecords = recordKind[schedule.Schedule]{noun: "schedule", plural: "schedules",
+		list: (*client.Client).Schedules, find: (*client.Client).Schedule, notFound: schedule.ErrNotFound}
 )
 
 // listCmd runs `<plural> list`: the records, as JSON or as a table of header and row's lines.
@@ -166,15 +150,9 @@ func (k recordKind[T]) listCmd(ctx context.Context, args []string, stdout, stder
 		return err
 	}
 	defer nc.Close()
-	kv, err := bucketOn(ctx, nc, k.bucket, k.plural)
+	all, err := k.list(client.New(nc), ctx, f.agent)
 	if err != nil {
-		return err
-	}
-	all := []T{}
-	if kv != nil {
-		if all, err = k.list(ctx, kv, f.agent); err != nil {
-			return err
-		}
+		return fmt.Errorf("%s: %w", k.plural, err)
 	}
 	if f.asJSON {
 		if all == nil {
@@ -230,19 +208,16 @@ func (k recordKind[T]) showCmd(ctx context.Context, args []string, stdout, stder
 
 // findOn reads one record of the bus by id.
 func (k recordKind[T]) findOn(ctx context.Context, nc *nats.Conn, id string) (T, error) {
-	var none T
-	kv, err := bucketOn(ctx, nc, k.bucket, k.plural)
-	if err != nil {
-		return none, err
+	r, err := k.find(client.New(nc), ctx, id)
+	switch {
+	case errors.Is(err, client.ErrNoRecords):
+		return r, fmt.Errorf("no %s %s on this bus (it has no %s)", k.noun, id, k.plural)
+	case errors.Is(err, k.notFound):
+		return r, fmt.Errorf("no %s %s on this bus%s", k.noun, id, k.gone)
+	case err != nil:
+		return r, fmt.Errorf("%s: %w", k.plural, err)
 	}
-	if kv == nil {
-		return none, fmt.Errorf("no %s %s on this bus (it has no %s)", k.noun, id, k.plural)
-	}
-	r, err := k.find(ctx, kv, id)
-	if errors.Is(err, k.notFound) {
-		return none, fmt.Errorf("no %s %s on this bus%s", k.noun, id, k.gone)
-	}
-	return r, err
+	return r, nil
 }
 
 func jobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/brain"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 )
 
 const brainAbout = "Keeps an agent's knowledge pages, which its turns search with recall and read with\n" +
@@ -63,15 +63,7 @@ func (f *brainFlags) open(ctx context.Context, what string) (*brain.Store, *nats
 	if err != nil {
 		return nil, nil, err
 	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		nc.Close()
-		return nil, nil, fmt.Errorf("knowledge store: %w", err)
-	}
-	s, err := brain.Open(ctx, js, brain.Options{})
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) {
-		err = fmt.Errorf("knowledge pages live in JetStream, which the bus does not offer to this user: %w", err)
-	}
+	s, err := client.New(nc).Brain(ctx)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

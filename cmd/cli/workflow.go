@@ -13,11 +13,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
@@ -153,11 +152,11 @@ func followToEnd(ctx context.Context, bc *busConn, tool, agent string, args []by
 		r = &renderer{w: io.Discard, now: time.Now}
 	}
 	// Watch the task turns before any can start.
-	watch, err := watchWorkflows(bc.nc)
+	watch, err := bc.cl.WatchWorkflows()
 	if err != nil {
 		return err
 	}
-	defer watch.stop()
+	defer watch.Stop()
 	wf, err := callWorkflowTool(ctx, bc, tool, agent, args)
 	if err != nil {
 		return err
@@ -382,76 +381,6 @@ func workflowSpec(name string) *toolbus.Spec {
 	panic("no workflow tool " + name)
 }
 
-// workflowWatch receives the statuses of every turn (a task turn's id is
-// "<workflow>-<task>-<attempt>"), from before the workflow tool is called so that no task
-// turn starts unseen, and, once the workflow is known, every revision of its document the
-// bucket stored, from a KV watcher (watchDocument).
-//
-// A watcher, not a subscription to the bucket's subject "$KV.<bucket>.<key>": that
-// subject carries every write published, the ones the stream refused too (a
-// compare-and-set write that lost the race, errors 10071 and 10164), and such a write
-// would show a task ending twice. A watcher delivers only stored revisions, each once,
-// in order.
-type workflowWatch struct {
-	sub        *nats.Subscription // the statuses
-	msgs       chan *nats.Msg
-	docs       jetstream.KeyWatcher // the document's revisions; nil until watchDocument
-	cancelDocs context.CancelFunc
-}
-
-func watchWorkflows(nc *nats.Conn) (*workflowWatch, error) {
-	w := &workflowWatch{msgs: make(chan *nats.Msg, 1024)}
-	sub, err := nc.ChanSubscribe(bus.AllStatuses, w.msgs)
-	if err != nil {
-		return nil, fmt.Errorf("watch workflows: %w", err)
-	}
-	w.sub = sub
-	if err := nc.Flush(); err != nil {
-		w.stop()
-		return nil, fmt.Errorf("watch workflows: %w", err)
-	}
-	return w, nil
-}
-
-// watchDocument starts watching one workflow's document: its latest stored revision
-// first, then each one stored after it. The watch lasts until stop or until ctx ends;
-// creating it must succeed within dialTimeout.
-func (w *workflowWatch) watchDocument(ctx context.Context, nc *nats.Conn, agent, id string) error {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	// The watcher's subscription ends with its context, so its creation is bounded by a
-	// timer rather than by a deadline.
-	late := time.AfterFunc(dialTimeout, cancel)
-	kv, err := js.KeyValue(wctx, bus.BucketWorkflows)
-	var dw jetstream.KeyWatcher
-	if err == nil {
-		dw, err = kv.Watch(wctx, bus.WorkflowKey(agent, id), jetstream.IgnoreDeletes())
-	}
-	if !late.Stop() && err == nil {
-		_ = dw.Stop()
-		err = fmt.Errorf("not created within %s", dialTimeout)
-	}
-	if err != nil {
-		cancel()
-		return err
-	}
-	w.docs, w.cancelDocs = dw, cancel
-	return nil
-}
-
-func (w *workflowWatch) stop() {
-	if w.docs != nil {
-		_ = w.docs.Stop()
-		w.cancelDocs()
-	}
-	if w.sub != nil {
-		_ = w.sub.Unsubscribe()
-	}
-}
-
 // followPoll is how often a follower reads the document itself too, in case a write
 // passed while its connection was down.
 const followPoll = 2 * time.Second
@@ -472,7 +401,7 @@ type taskStatus struct {
 // connection reads them, the watcher's through a goroutine of its own), and are shown
 // first. A turn is queued only after the revision that records its attempt is stored,
 // so a status of a turn that no revision shown yet records waits for that revision.
-func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *workflowWatch, r *renderer) (*bus.Workflow, error) {
+func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *client.WorkflowWatch, r *renderer) (*bus.Workflow, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	began := time.Now()
@@ -519,16 +448,12 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 		return cur
 	}
 	// status shows a status of one of the workflow's task turns, or holds it.
-	status := func(m *nats.Msg) {
-		ts, ok := bus.ParseTurnSubject(m.Subject)
-		if !ok || !strings.HasPrefix(ts.Turn, prefix) {
+	status := func(m *bus.TurnMessage) {
+		ts := m.Subject
+		if !strings.HasPrefix(ts.Turn, prefix) {
 			return
 		}
-		var st bus.TurnStatus
-		if json.Unmarshal(m.Data, &st) != nil {
-			return
-		}
-		s := taskStatus{turn: ts.Turn, kind: ts.Status, st: st}
+		s := taskStatus{turn: ts.Turn, kind: ts.Status, st: *m.Status}
 		if !hasAttempt(prev, s.turn) {
 			held = append(held, s)
 			return
@@ -538,11 +463,8 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 	if ended := show(wf); ended != nil {
 		return ended, nil
 	}
-	var docs <-chan jetstream.KeyValueEntry
-	if err := watch.watchDocument(wctx, bc.nc, wf.Agent, wf.ID); err != nil {
+	if err := watch.Document(wctx, wf.Agent, wf.ID); err != nil {
 		r.println(r.style(ansiDim, fmt.Sprintf("not watching the workflow's document (%v): reading it every %s", err, followPoll)))
-	} else {
-		docs = watch.docs.Updates()
 	}
 	poll := time.NewTicker(followPoll)
 	defer poll.Stop()
@@ -567,27 +489,13 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *w
 					return ended, nil
 				}
 			}
-		case e, ok := <-docs:
-			if !ok {
-				docs = nil // the watcher ended; the polls go on
-				continue
+		case ev := <-watch.C:
+			// The client delivers a revision after the statuses published before it.
+			if ev.Status != nil {
+				status(ev.Status)
+			} else if ended := show(ev.Doc); ended != nil {
+				return ended, nil
 			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue // the end of the initial values, or not a document
-			}
-			// The statuses published before this revision was written are in watch.msgs
-			// by now: show them first.
-			for n := len(watch.msgs); n > 0; n-- {
-				status(<-watch.msgs)
-			}
-			var cur bus.Workflow
-			if json.Unmarshal(e.Value(), &cur) == nil {
-				if ended := show(&cur); ended != nil {
-					return ended, nil
-				}
-			}
-		case m := <-watch.msgs:
-			status(m)
 		}
 	}
 }

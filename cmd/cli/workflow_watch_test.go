@@ -69,11 +69,12 @@ func TestFollowWorkflowShowsStoredRevisions(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	watch, err := watchWorkflows(nc)
+	bc := newBusConn(nc, nil)
+	watch, err := bc.cl.WatchWorkflows()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.stop()
+	defer watch.Stop()
 	var out bytes.Buffer
 	r := &renderer{w: &out, now: time.Now}
 	type result struct {
@@ -82,7 +83,7 @@ func TestFollowWorkflowShowsStoredRevisions(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		wf, err := followWorkflow(ctx, newBusConn(nc, nil), start, watch, r)
+		wf, err := followWorkflow(ctx, bc, start, watch, r)
 		done <- result{wf, err}
 	}()
 
