@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
