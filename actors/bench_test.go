@@ -70,7 +70,7 @@ func runSteps(b *testing.B, n *Node, set *toolbus.Set, steps int) {
 	res, err := n.Run(context.Background(), TurnConfig{Model: &callsModel{tool: "noop", steps: steps}, Kit: toolsets.NewKit(set),
 		Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}, CallTimeout: time.Minute})
 	if err != nil || res.State != bus.TurnCompleted {
-		b.Errorf("turn: %v %s %s", err, res.State, res.Error)
+		b.Errorf("turn: %v %s %s", err, res.State, res.ErrorText())
 	}
 }
 

@@ -148,7 +148,7 @@ func TestForeignNamespaceInATurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.State != bus.TurnCompleted || res.Text != "done" {
-		t.Fatalf("turn %s (%s): %q", res.State, res.Error, res.Text)
+		t.Fatalf("turn %s (%s): %q", res.State, res.ErrorText(), res.Text)
 	}
 	want := []string{"lookup:ok", "lookup:invalid", "read_file:ok", "delete:invalid", "slow:timeout", "note:ok", "note:ok", "note:ok"}
 	if got := outcomes(res); !slices.Equal(got, want) {
@@ -278,7 +278,7 @@ func TestLocalToolIsAnsweredInsideTheTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.State != bus.TurnTerminated || res.Steps != 2 {
-		t.Fatalf("state %s after %d steps (%s)", res.State, res.Steps, res.Error)
+		t.Fatalf("state %s after %d steps (%s)", res.State, res.Steps, res.ErrorText())
 	}
 	if want := []string{"submit_result:invalid", "submit_result:ok"}; !slices.Equal(outcomes(res), want) {
 		t.Errorf("outcomes %v, want %v", outcomes(res), want)

@@ -284,7 +284,7 @@ func (n *Node) take(msg jetstream.Msg) {
 			case lease.Fenced():
 				lease.Stop()
 			default:
-				n.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.Error)
+				n.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.ErrorText())
 				n.ackSettled(lease, log)
 			}
 			return

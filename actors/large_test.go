@@ -211,7 +211,7 @@ func TestLargeArguments(t *testing.T) {
 		}
 		t.Logf("turn of 3 steps in %s; the 2 MB call took %s", time.Since(start).Round(time.Millisecond), res.Calls[0].Latency.Round(time.Millisecond))
 		if res.State != bus.TurnCompleted || res.Text != "done" || res.Steps != 3 {
-			t.Fatalf("turn %s after %d steps: %q %s", res.State, res.Steps, res.Text, res.Error)
+			t.Fatalf("turn %s after %d steps: %q %s", res.State, res.Steps, res.Text, res.ErrorText())
 		}
 		check(t, res.Turn, "run.txt", res.Calls, res.Transcript)
 	})

@@ -603,7 +603,11 @@ func (n *Node) startFromBus(data []byte, node string) bus.StartTurnReply {
 	defer cancel()
 	id, err := n.Submit(ctx, spec, node)
 	if err != nil {
-		return bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}
+		reply := bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}
+		if errors.Is(err, ErrTurnExists) {
+			reply.Code = bus.StartTurnExists
+		}
+		return reply
 	}
 	return bus.StartTurnReply{Turn: id, Node: n.cfg.Name}
 }

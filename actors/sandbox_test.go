@@ -96,7 +96,7 @@ func TestAbortedStubbornCommandIsStopped(t *testing.T) {
 			}()
 			res := runCommands(t, ctx, n, cfg, `trap "" TERM; touch started; sleep 30 & wait`)
 			if res.State != bus.TurnAborted {
-				t.Fatalf("state %s: %s", res.State, res.Error)
+				t.Fatalf("state %s: %s", res.State, res.ErrorText())
 			}
 			if got, want := outcomes(res), []string{"run_command:stopped"}; !slices.Equal(got, want) {
 				t.Errorf("outcomes %v, want %v (abort grace %s, kill grace %s)", got, want, DefaultAbortGrace, computer.DefaultKillGrace)
@@ -129,7 +129,7 @@ func TestTranscriptHoldsNoSecrets(t *testing.T) {
 		"for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do tr '\\0' '\\n' < $f; done",
 	)
 	if res.State != bus.TurnCompleted {
-		t.Fatalf("state %s: %s", res.State, res.Error)
+		t.Fatalf("state %s: %s", res.State, res.ErrorText())
 	}
 	stored, err := durable.ReadTranscript(context.Background(), n.JetStream(), res.Turn)
 	if err != nil {

@@ -131,9 +131,8 @@ type TurnResult struct {
 	Text  string // the model's final text
 	// Err is why the turn did not complete (nil when it did, or a tool ended it); match
 	// it with errors.Is against ErrStepLimit, ErrAborted, ErrModel, ErrNodeStopped,
-	// ErrNoToolCall or ErrRuntime. Error is its text.
+	// ErrNoToolCall or ErrRuntime. ErrorText is its text.
 	Err        error
-	Error      string
 	Steps      int
 	Calls      []bus.CallRecord
 	Usage      bus.Usage // the model's tokens in the turn
@@ -144,6 +143,14 @@ type TurnResult struct {
 	// HandedBack reports a durable turn its node gave back to the intake (the node is
 	// stopping) instead of ending it; Fenced, one that another node took over.
 	HandedBack, Fenced bool
+}
+
+// ErrorText is Err's text, or "" when the turn did not fail.
+func (r TurnResult) ErrorText() string {
+	if r.Err == nil {
+		return ""
+	}
+	return r.Err.Error()
 }
 
 // callState is where a call of the current batch stands.
@@ -1230,10 +1237,7 @@ func (t *turn) finish(state bus.TurnState, err error) {
 		Turn: t.cfg.Spec.ID, State: state, Text: t.text, Err: err, Steps: t.step,
 		Calls: t.records, Transcript: t.transcript, Usage: t.usage, Submitted: t.submitted,
 	}
-	if res.Err != nil {
-		res.Error = res.Err.Error()
-	}
-	switch werr := t.j.atEnd(state, res.Error, t.submitted); {
+	switch werr := t.j.atEnd(state, res.ErrorText(), t.submitted); {
 	case errors.Is(werr, durable.ErrFenced):
 		res.Fenced = true
 		t.log.Warn("turn taken over by another node; stopping without ending it", "err", werr)
@@ -1245,10 +1249,9 @@ func (t *turn) finish(state bus.TurnState, err error) {
 		t.log.Warn("store the turn's end", "err", werr)
 		if res.Err == nil {
 			res.Err = fmt.Errorf("%w: %w", ErrRuntime, werr)
-			res.Error = res.Err.Error()
 		}
 	}
-	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.Error})
+	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.ErrorText()})
 	if t.cfg.Done != nil {
 		t.cfg.Done(res)
 	}

@@ -219,7 +219,7 @@ func TestParallelCallsRunTogether(t *testing.T) {
 	res := h.run(context.Background(), []*toolbus.Tool{meet},
 		gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "done"})
 	if res.State != bus.TurnCompleted || res.Text != "done" {
-		t.Fatalf("state %s text %q err %q", res.State, res.Text, res.Error)
+		t.Fatalf("state %s text %q err %q", res.State, res.Text, res.ErrorText())
 	}
 	for _, c := range res.Calls {
 		if c.Outcome != bus.OutcomeOK {
@@ -252,7 +252,7 @@ func TestSequentialCallsNeverOverlapAndKeepOrder(t *testing.T) {
 	}
 	res := h.run(context.Background(), []*toolbus.Tool{step}, gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "ok"})
 	if res.State != bus.TurnCompleted {
-		t.Fatalf("state %s: %s", res.State, res.Error)
+		t.Fatalf("state %s: %s", res.State, res.ErrorText())
 	}
 	if got := rec.entries(); !slices.Equal(got, want) {
 		t.Errorf("execution order\n got %v\nwant %v", got, want)
@@ -375,7 +375,7 @@ func TestBadCallsReachTheModelAndTheTurnGoesOn(t *testing.T) {
 		gateway.ScriptStep{Text: "finished"},
 	)
 	if res.State != bus.TurnCompleted || res.Text != "finished" || res.Steps != 3 {
-		t.Fatalf("state %s text %q steps %d: %s", res.State, res.Text, res.Steps, res.Error)
+		t.Fatalf("state %s text %q steps %d: %s", res.State, res.Text, res.Steps, res.ErrorText())
 	}
 	out := outputs(res)
 	if it := out["unknown"]; !it.IsError || !strings.Contains(outputText(it), `unknown tool "delete_everything"`) || !strings.Contains(outputText(it), "read") {
@@ -550,7 +550,7 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 		gateway.ScriptStep{Text: "must not be reached"},
 	)
 	if res.State != bus.TurnAborted {
-		t.Fatalf("state %s: %s", res.State, res.Error)
+		t.Fatalf("state %s: %s", res.State, res.ErrorText())
 	}
 	want := []string{"coop:stopped", "stubborn:abandoned", "later:not_started"}
 	if got := outcomes(res); !slices.Equal(got, want) {
@@ -591,7 +591,7 @@ func TestAbortWhileWaitingForModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.State != bus.TurnAborted {
-		t.Errorf("state %s (%s), want aborted", res.State, res.Error)
+		t.Errorf("state %s (%s), want aborted", res.State, res.ErrorText())
 	}
 }
 
@@ -728,7 +728,7 @@ func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
 	go h.node.Close()
 	res := <-done
 	if res.State != bus.TurnFailed || !errors.Is(res.Err, ErrNodeStopped) {
-		t.Errorf("state %s error %q", res.State, res.Error)
+		t.Errorf("state %s error %q", res.State, res.ErrorText())
 	}
 	if got := outcomes(res); !slices.Equal(got, []string{"hang:abandoned", "later:not_started"}) {
 		t.Errorf("outcomes %v", got)

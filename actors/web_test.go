@@ -103,7 +103,7 @@ func TestWebToolsInATurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if res.State != bus.TurnCompleted {
-		t.Fatalf("turn %s: %s", res.State, res.Error)
+		t.Fatalf("turn %s: %s", res.State, res.ErrorText())
 	}
 	if got := outcomes(res); !slices.Equal(got, []string{"web_search:ok", "web_fetch:ok"}) {
 		t.Fatalf("outcomes %v", got)

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets"
@@ -52,7 +51,7 @@ func (r workflowRunner) Queue(ctx context.Context, spec bus.TurnSpec) error {
 	if err := json.Unmarshal(m.Data, &reply); err != nil {
 		return fmt.Errorf("queue %s: malformed reply: %w", spec.ID, err)
 	}
-	if reply.Error != "" && !strings.Contains(reply.Error, ErrTurnExists.Error()) {
+	if reply.Error != "" && reply.Code != bus.StartTurnExists {
 		return fmt.Errorf("queue %s: node %s: %s", spec.ID, reply.Node, reply.Error)
 	}
 	return nil

@@ -199,7 +199,7 @@ func (s *suite) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, step
 			return nil, nil, err
 		}
 		if res.State != bus.TurnCompleted {
-			return nil, nil, fmt.Errorf("turn ended %s: %s", res.State, res.Error)
+			return nil, nil, fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())
 		}
 		for _, c := range res.Calls {
 			if c.Outcome != bus.OutcomeOK {
@@ -254,7 +254,7 @@ func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
 			res, err := s.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
 			if err == nil && res.State != bus.TurnCompleted {
-				err = fmt.Errorf("turn ended %s: %s", res.State, res.Error)
+				err = fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())
 			}
 			calls.Add(int64(len(res.Calls)))
 			return err

@@ -74,7 +74,7 @@ func (s *suite) checkpointCost(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	if res.State != bus.TurnCompleted {
-		return nil, fmt.Errorf("checkpoint bench: turn in Go ended %s: %s", res.State, res.Error)
+		return nil, fmt.Errorf("checkpoint bench: turn in Go ended %s: %s", res.State, res.ErrorText())
 	}
 	plain := time.Since(t0) / time.Duration(res.Steps)
 

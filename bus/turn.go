@@ -183,12 +183,21 @@ type Resume struct {
 	Why  string    `json:"why"`
 }
 
-// StartTurnReply answers a TurnSpec sent to start a turn.
+// StartTurnReply answers a TurnSpec sent to start a turn. A refusal has Error, free
+// text for people, and Code, for programs, when the refusal is one they act on.
 type StartTurnReply struct {
 	Turn  string `json:"turn_id,omitempty"`
 	Node  string `json:"node,omitempty"`
 	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
 }
+
+// Codes of a refused start (StartTurnReply.Code).
+const (
+	// StartTurnExists: the turn id is already queued, running or ended; a caller that
+	// queues a turn once (a workflow's task) takes it as done.
+	StartTurnExists = "turn_exists"
+)
 
 // TurnState is how a turn ended, or that it is still running.
 type TurnState string

@@ -59,10 +59,24 @@ func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (bus
 		return bus.StartTurnReply{}, fmt.Errorf("start turn: malformed reply: %w", err)
 	}
 	if reply.Error != "" {
-		return reply, fmt.Errorf("node %s: %s", reply.Node, reply.Error)
+		err := &refusal{msg: fmt.Sprintf("node %s: %s", reply.Node, reply.Error)}
+		if reply.Code == bus.StartTurnExists {
+			err.is = durable.ErrTurnExists
+		}
+		return reply, err
 	}
 	return reply, nil
 }
+
+// refusal is a node's refusal, matched by its code: errors.Is(err,
+// durable.ErrTurnExists) for an id already used.
+type refusal struct {
+	msg string
+	is  error
+}
+
+func (r *refusal) Error() string { return r.msg }
+func (r *refusal) Unwrap() error { return r.is }
 
 // Abort asks a turn to stop: it calls the model no more, starts no new call and
 // cancels the calls in flight, whose hosts listen on the same subject. It returns once

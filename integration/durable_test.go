@@ -477,7 +477,7 @@ func TestDuplicateTurnIDRefused(t *testing.T) {
 		t.Fatalf("first start: %v", r)
 	}
 	r := ask()
-	if !strings.Contains(r["error"], "start turn dup-1: create the turn record: turn id already used: it is ") {
+	if !strings.Contains(r["error"], "start turn dup-1: create the turn record: turn id already used: it is ") || r["code"] != "turn_exists" {
 		t.Errorf("second start of dup-1: %v", r)
 	}
 }
