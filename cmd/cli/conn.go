@@ -124,6 +124,30 @@ func connect(ctx context.Context, bf busFlags, embed embedOptions, log *slog.Log
 	return startEmbedded(ctx, embed, log)
 }
 
+// turnBus is the bus of a command that runs turns: the remote one of bf, or an
+// embedded node that runs turns, its gateway from gf; the log view shows what the
+// embedded node logs (to stderr, and to logFile when set). Close both.
+func turnBus(ctx context.Context, bf busFlags, gf *node.GatewayFlags, o embedOptions, logFile string, verbose bool, stderr io.Writer) (*busConn, *logView, error) {
+	if err := gf.Check(); err != nil {
+		return nil, nil, usagef("%v", err)
+	}
+	gw, err := gf.Config()
+	if err != nil {
+		return nil, nil, err
+	}
+	logs, err := newLogView(stderr, logFile, verbose)
+	if err != nil {
+		return nil, nil, err
+	}
+	o.turns, o.gateway = true, gw
+	bc, err := connect(ctx, bf, o, logs.logger())
+	if err != nil {
+		logs.Close()
+		return nil, nil, err
+	}
+	return bc, logs, nil
+}
+
 func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busConn, error) {
 	home, err := filepath.Abs(o.home)
 	if err != nil {

@@ -93,22 +93,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		req.Model = *model
 	}
 
-	if err := gf.Check(); err != nil {
-		return usagef("%v", err)
-	}
-	gw, err := gf.Config()
-	if err != nil {
-		return err
-	}
-	logs, err := newLogView(stderr, *logFile, *verbose)
+	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
-	bc, err := connect(ctx, bf, embedOptions{home: *home, storeDir: *storeDir, turns: true, gateway: gw, sandbox: *sandbox}, logs.logger())
-	if err != nil {
-		return err
-	}
 	defer bc.Close()
 
 	r := newRenderer(stdout)

@@ -64,6 +64,16 @@ func (f *skillFlags) check() (string, error) {
 	return filepath.Abs(filepath.Join(f.homeRoot, f.agent))
 }
 
+// open checks the flags and reads, with -server, which skills the agent's profile
+// enables: the home to read, the enabled names, and whether a profile said so.
+func (f *skillFlags) open(ctx context.Context) (home string, enabled []string, profileRead bool, err error) {
+	if home, err = f.check(); err != nil {
+		return "", nil, false, err
+	}
+	enabled, profileRead, err = f.enabled(ctx)
+	return home, enabled, profileRead, err
+}
+
 // enabled reads the agent's enabled skills from its profile, with -server; ok is false
 // without -server.
 func (f *skillFlags) enabled(ctx context.Context) (names []string, ok bool, err error) {
@@ -108,11 +118,7 @@ func skillsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if len(pos) > 0 {
 		return usagef("unexpected arguments %q", pos)
 	}
-	home, err := f.check()
-	if err != nil {
-		return err
-	}
-	enabled, profileRead, err := f.enabled(ctx)
+	home, enabled, profileRead, err := f.open(ctx)
 	if err != nil {
 		return err
 	}
@@ -212,11 +218,7 @@ func skillsShow(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := skills.CheckName(name); err != nil {
 		return usagef("%v", err)
 	}
-	home, err := f.check()
-	if err != nil {
-		return err
-	}
-	enabled, profileRead, err := f.enabled(ctx)
+	home, enabled, profileRead, err := f.open(ctx)
 	if err != nil {
 		return err
 	}

@@ -105,22 +105,11 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := def.Check(); err != nil {
 		return err
 	}
-	if err := gf.Check(); err != nil {
-		return usagef("%v", err)
-	}
-	gw, err := gf.Config()
-	if err != nil {
-		return err
-	}
-	logs, err := newLogView(stderr, *logFile, *verbose)
+	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
-	bc, err := connect(ctx, bf, embedOptions{home: ".", storeDir: *storeDir, turns: true, gateway: gw}, logs.logger())
-	if err != nil {
-		return err
-	}
 	defer bc.Close()
 
 	args2, err := json.Marshal(def)
