@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 // Defaults of the turn intake.
@@ -34,8 +34,11 @@ const (
 // ErrTurnExists refuses a turn id that is already queued, running or ended.
 var ErrTurnExists = durable.ErrTurnExists
 
-// intake is a node's part of the durable turn intake.
+// intake is a node's part of the durable turn intake: it pulls turn specs while the
+// node has room for another turn, claims each, runs it and settles its message.
 type intake struct {
+	n        *Node
+	log      *slog.Logger
 	store    *durable.Store
 	cancel   context.CancelFunc
 	loops    sync.WaitGroup
@@ -58,7 +61,7 @@ func (n *Node) openIntake(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	n.intake = &intake{store: store, running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
+	n.intake = &intake{n: n, log: n.log, store: store, running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
 	return nil
 }
 
@@ -107,9 +110,8 @@ func checkStartable(spec bus.TurnSpec) error {
 // runIntake pulls turn specs for this node while it has room for another turn. Its
 // consumers are set up within start (a node restarted into a cluster waits while its
 // stream catches up).
-func (n *Node) runIntake(start context.Context) error {
-	in := n.intake
-	consumers, err := in.store.RunnerConsumers(start, n.cfg.TurnLease)
+func (in *intake) run(start context.Context) error {
+	consumers, err := in.store.RunnerConsumers(start, in.n.cfg.TurnLease)
 	if err != nil {
 		return err
 	}
@@ -119,7 +121,7 @@ func (n *Node) runIntake(start context.Context) error {
 		in.loops.Add(1)
 		go func() {
 			defer in.loops.Done()
-			n.pull(ctx, cons)
+			in.pull(ctx, cons)
 		}()
 	}
 	return nil
@@ -127,8 +129,7 @@ func (n *Node) runIntake(start context.Context) error {
 
 // pull takes one spec at a time, each when a slot is free, so that no spec waits in
 // this node while its lease runs.
-func (n *Node) pull(ctx context.Context, cons jetstream.Consumer) {
-	in := n.intake
+func (in *intake) pull(ctx context.Context, cons jetstream.Consumer) {
 	var warned time.Time
 	for {
 		select {
@@ -161,7 +162,7 @@ func (n *Node) pull(ctx context.Context, cons jetstream.Consumer) {
 				// An election makes every pull fail for a while: say so now and then.
 				if time.Since(warned) > 10*time.Second {
 					warned = time.Now()
-					n.log.Warn("intake fetch failing; retrying", "err", err)
+					in.log.Warn("intake fetch failing; retrying", "err", err)
 				}
 				select {
 				case <-ctx.Done():
@@ -175,39 +176,69 @@ func (n *Node) pull(ctx context.Context, cons jetstream.Consumer) {
 		go func() {
 			defer in.held.Done()
 			defer func() { <-in.slots }()
-			n.take(msg)
+			in.take(msg)
 		}()
 	}
 }
 
 // take claims the turn of an intake message, runs it here until it ends or is handed
 // back, and settles the message accordingly.
-func (n *Node) take(msg jetstream.Msg) {
-	in := n.intake
+func (in *intake) take(msg jetstream.Msg) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	var spec bus.TurnSpec
-	if sched, ok := bus.ParseIntakeFired(msg.Subject()); ok {
-		// A schedule's firing: it becomes a turn of its own, or is settled here.
-		if spec, ok = n.svc.Fire(ctx, msg, sched); !ok {
-			return
-		}
-	} else if err := json.Unmarshal(msg.Data(), &spec); err != nil || spec.ID == "" {
-		n.log.Error("intake: a message that is not a turn spec; dropped", "subject", msg.Subject(), "err", err)
-		_ = msg.Term()
+	spec, ok := in.spec(ctx, msg)
+	if !ok {
 		return
 	}
-	log := n.log.With("turn", spec.ID)
+	log := in.log.With("turn", spec.ID)
 	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
 		log.Info("intake: taking a turn delivered again", "deliveries", md.NumDelivered)
 	}
-	spec.Normalize()
 	input := []gateway.Item{gateway.UserMessage(spec.Input)}
+	lease, ok := in.claim(ctx, msg, spec, input, log)
+	if !ok {
+		return
+	}
+	cfg, err := in.prepare(ctx, lease, log)
+	if err != nil {
+		// Not this node's to run: another node takes the turn (the lease given back).
+		log.Warn("intake: could not take the turn; another node will", "err", err)
+		lease.Release(ctx)
+		return
+	}
+	if cfg == nil {
+		return // ended here without a start
+	}
+	cfg.Input = input
+	in.runHeld(ctx, lease, cfg, log)
+}
+
+// spec is the turn spec of an intake message: its own, or the turn a schedule's firing
+// starts. false: the message is settled (a firing skipped, a message dropped).
+func (in *intake) spec(ctx context.Context, msg jetstream.Msg) (bus.TurnSpec, bool) {
+	var spec bus.TurnSpec
+	if sched, ok := bus.ParseIntakeFired(msg.Subject()); ok {
+		// A schedule's firing: it becomes a turn of its own, or is settled here.
+		if spec, ok = in.n.svc.Fire(ctx, msg, sched); !ok {
+			return spec, false
+		}
+	} else if err := json.Unmarshal(msg.Data(), &spec); err != nil || spec.ID == "" {
+		in.log.Error("intake: a message that is not a turn spec; dropped", "subject", msg.Subject(), "err", err)
+		_ = msg.Term()
+		return spec, false
+	}
+	spec.Normalize()
+	return spec, true
+}
+
+// claim takes the turn's lease. A turn found ended is settled here (a node lost after
+// it ended the turn, before it settled it); false: nothing more to do here.
+func (in *intake) claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec, input []gateway.Item, log *slog.Logger) (*durable.Lease, bool) {
 	first := func(rec bus.TurnRecord, resumed bool) []gateway.Item {
 		if !resumed {
 			return input
 		}
-		r := bus.Resume{Node: n.cfg.Name, At: time.Now(), Why: "the turn's record was lost"}
+		r := bus.Resume{Node: in.n.cfg.Name, At: time.Now(), Why: "the turn's record was lost"}
 		if k := len(rec.Resumes); k > 0 {
 			r = rec.Resumes[k-1]
 		}
@@ -215,37 +246,51 @@ func (n *Node) take(msg jetstream.Msg) {
 	}
 	// The lease runs from the claim on: reading a long transcript back, while a stream
 	// elects a leader, must not let the intake give the turn to another node meanwhile.
-	lease, err := in.store.Claim(ctx, msg, spec, n.cfg.TurnLease, first)
+	lease, err := in.store.Claim(ctx, msg, spec, in.n.cfg.TurnLease, first)
 	switch {
 	case errors.Is(err, durable.ErrTurnOver):
-		n.svc.TurnOver(ctx, spec)
+		in.n.svc.TurnOver(ctx, spec)
 		// A task turn that ended on a node lost before it settled: settle it here.
-		n.ackSettled(lease, log)
-		return
+		in.ackSettled(lease, log)
+		return nil, false
 	case err != nil:
 		log.Warn("intake: could not take the turn; another node will", "err", err)
-		return
+		return nil, false
 	}
+	return lease, true
+}
+
+// prepare readies a claimed turn to run here: its job recorded, its task admitted, its
+// model and tools. A turn that cannot run anywhere ends here, failed (or aborted: a
+// task its workflow no longer wants), and prepare returns nil; an error leaves the turn
+// to another node.
+func (in *intake) prepare(ctx context.Context, lease *durable.Lease, log *slog.Logger) (*TurnConfig, error) {
+	n, spec := in.n, lease.Spec
 	n.svc.TurnTaken(ctx, spec, n.cfg.Name)
 	switch err := n.svc.AdmitTask(ctx, spec); {
 	case errors.Is(err, toolsets.ErrTaskGone):
-		n.endUnstarted(ctx, lease, bus.TurnAborted, fmt.Errorf("%w: %w", ErrAborted, err), log)
-		return
+		in.endUnstarted(ctx, lease, bus.TurnAborted, fmt.Errorf("%w: %w", ErrAborted, err), log)
+		return nil, nil
 	case err != nil:
-		log.Warn("intake: could not read the turn's workflow; another node will", "err", err)
-		lease.Release(ctx)
-		return
+		return nil, fmt.Errorf("read the turn's workflow: %w", err)
 	}
 	model, err := n.model(spec)
 	if err != nil {
-		n.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrModel, err), log)
-		return
+		in.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrModel, err), log)
+		return nil, nil
 	}
 	kit, err := n.Assemble(ctx, spec)
 	if err != nil {
-		n.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err), log)
-		return
+		in.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err), log)
+		return nil, nil
 	}
+	return &TurnConfig{Spec: spec, Model: model, Kit: kit, Unavailable: func(string) { n.catalog.Kick() }}, nil
+}
+
+// runHeld runs a prepared turn under its lease, beating for clients, until it ends or is
+// handed back, and settles its message.
+func (in *intake) runHeld(ctx context.Context, lease *durable.Lease, cfg *TurnConfig, log *slog.Logger) {
+	n, spec := in.n, cfg.Spec
 	h := &heldTurn{lease: lease, done: make(chan TurnResult, 1)}
 	in.mu.Lock()
 	if in.stopping {
@@ -261,10 +306,9 @@ func (n *Node) take(msg jetstream.Msg) {
 		in.mu.Unlock()
 	}()
 
-	j := newDurableJournal(lease, n.cfg.TurnLease)
-	cfg := TurnConfig{Spec: spec, Input: input, Model: model, Kit: kit, journal: j, Done: func(r TurnResult) { h.done <- r },
-		Unavailable: func(string) { n.catalog.Kick() }}
-	if _, err := n.Spawn(ctx, cfg); err != nil {
+	cfg.journal = newDurableJournal(lease, n.cfg.TurnLease)
+	cfg.Done = func(r TurnResult) { h.done <- r }
+	if _, err := n.Spawn(ctx, *cfg); err != nil {
 		log.Warn("intake: could not start the turn; another node will", "err", err)
 		lease.Release(ctx)
 		return
@@ -284,8 +328,8 @@ func (n *Node) take(msg jetstream.Msg) {
 			case lease.Fenced():
 				lease.Stop()
 			default:
-				n.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.ErrorText())
-				n.ackSettled(lease, log)
+				in.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.ErrorText())
+				in.ackSettled(lease, log)
 			}
 			return
 		case <-beat.C:
@@ -295,14 +339,15 @@ func (n *Node) take(msg jetstream.Msg) {
 			err := lease.Confirm(bctx)
 			bcancel()
 			if err == nil {
-				n.beat(spec)
+				in.beat(spec)
 			}
 		}
 	}
 }
 
 // beat publishes a heartbeat of a turn this node runs.
-func (n *Node) beat(spec bus.TurnSpec) {
+func (in *intake) beat(spec bus.TurnSpec) {
+	n := in.n
 	b, err := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind, State: bus.TurnRunning,
 		Lease: n.cfg.TurnLease, Time: time.Now()})
 	if err == nil {
@@ -316,8 +361,8 @@ func (n *Node) beat(spec bus.TurnSpec) {
 // ackSettled acknowledges the intake message of a turn whose end is stored, once a task
 // turn's workflow has moved on; a node that cannot settle it leaves the message to
 // another node, which finds the turn ended and settles it.
-func (n *Node) ackSettled(lease *durable.Lease, log *slog.Logger) {
-	if err := n.svc.SettleTask(lease.Rec); err != nil {
+func (in *intake) ackSettled(lease *durable.Lease, log *slog.Logger) {
+	if err := in.n.svc.SettleTask(lease.Rec); err != nil {
 		log.Warn("intake: could not settle the task turn; another node will", "err", err)
 		lease.Retry()
 		return
@@ -330,8 +375,8 @@ func (n *Node) ackSettled(lease *durable.Lease, log *slog.Logger) {
 // endUnstarted ends a claimed turn that could not start here (state failed, or aborted
 // for a task turn its workflow no longer wants), and says so; a node that lost the turn
 // meanwhile says nothing.
-func (n *Node) endUnstarted(ctx context.Context, lease *durable.Lease, state bus.TurnState, err error, log *slog.Logger) {
-	spec := lease.Spec
+func (in *intake) endUnstarted(ctx context.Context, lease *durable.Lease, state bus.TurnState, err error, log *slog.Logger) {
+	n, spec := in.n, lease.Spec
 	if werr := lease.End(ctx, state, err.Error(), 0, nil); werr != nil {
 		log.Warn("store the turn's end", "err", werr)
 		if errors.Is(werr, durable.ErrFenced) {
@@ -344,16 +389,16 @@ func (n *Node) endUnstarted(ctx context.Context, lease *durable.Lease, state bus
 	b, _ := json.Marshal(bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, Agent: spec.Agent, Kind: spec.Kind,
 		State: state, Error: err.Error(), Time: time.Now()})
 	_ = n.nc.Publish(bus.TurnStatusSubject(spec.ID, bus.StatusDone), b)
-	n.turnEnded(spec, state, 0, "", nil, err.Error())
-	n.ackSettled(lease, log)
+	in.turnEnded(spec, state, 0, "", nil, err.Error())
+	in.ackSettled(lease, log)
 }
 
 // stopIntake stops taking turns and hands the running ones back: each at its next
 // checkpoint, within grace; a turn that does not make it is stopped where it is and
 // the intake gives it to another node at once.
-func (n *Node) stopIntake(grace time.Duration) {
-	in := n.intake
-	if in == nil || in.cancel == nil {
+func (in *intake) stop(grace time.Duration) {
+	n := in.n
+	if in.cancel == nil {
 		return
 	}
 	in.cancel()
@@ -387,6 +432,6 @@ func (n *Node) stopIntake(grace time.Duration) {
 
 // turnEnded tells the categories how a turn taken from the intake ended here (a job's
 // record follows its turn).
-func (n *Node) turnEnded(spec bus.TurnSpec, state bus.TurnState, steps int, text string, calls []bus.CallRecord, errText string) {
-	n.svc.TurnEnded(spec, bus.TurnStatus{Turn: spec.ID, Node: n.cfg.Name, State: state, Step: steps, Text: text, Calls: calls, Error: errText})
+func (in *intake) turnEnded(spec bus.TurnSpec, state bus.TurnState, steps int, text string, calls []bus.CallRecord, errText string) {
+	in.n.svc.TurnEnded(spec, bus.TurnStatus{Turn: spec.ID, Node: in.n.cfg.Name, State: state, Step: steps, Text: text, Calls: calls, Error: errText})
 }

@@ -272,7 +272,7 @@ func StartNode(ctx context.Context, cfg NodeConfig) (*Node, error) {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 		}
-		if err := n.runIntake(ctx); err != nil {
+		if err := n.intake.run(ctx); err != nil {
 			n.Close()
 			return nil, fmt.Errorf("start node %s: %w", cfg.Name, err)
 		}
@@ -663,7 +663,9 @@ func (n *Node) Close() {
 }
 
 func (n *Node) close() {
-	n.stopIntake(n.cfg.HandBackGrace)
+	if n.intake != nil {
+		n.intake.stop(n.cfg.HandBackGrace)
+	}
 	n.assemblyMu.Lock()
 	if n.catalog != nil {
 		n.catalog.Close()
