@@ -75,11 +75,9 @@ type Item struct {
 // UserMessage is a user text item.
 func UserMessage(text string) Item { return Item{Kind: KindMessage, Role: RoleUser, Text: text} }
 
-// Usage counts tokens of one response.
-type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-}
+// Usage counts tokens of one response: the root contract's [toolbus.Usage], the same type
+// as bus.Usage, which a turn's statuses carry.
+type Usage = toolbus.Usage
 
 // Response is the model's answer to one step.
 type Response struct {
