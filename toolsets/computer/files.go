@@ -107,13 +107,9 @@ func (c Config) listFiles(ctx context.Context, call toolbus.Call, a listArgs) (t
 		return toolbus.Result{}, err
 	}
 	defer h.Close()
-	t, err := h.resolve(a.Path)
+	t, fi, err := h.stat(a.Path)
 	if err != nil {
 		return toolbus.Result{}, err
-	}
-	fi, err := h.root.Stat(t.rel)
-	if err != nil {
-		return toolbus.Result{}, describe(t, err)
 	}
 	if !fi.IsDir() {
 		return toolbus.Result{}, fmt.Errorf("%s is a file, not a directory; read it with read_file", t.shown)
@@ -271,14 +267,10 @@ func (c Config) readFile(ctx context.Context, call toolbus.Call, a readArgs) (to
 		return toolbus.Result{}, err
 	}
 	defer h.Close()
-	t, err := h.resolve(a.Path)
+	// Stat before opening: opening a FIFO would block until someone writes to it.
+	t, fi, err := h.stat(a.Path)
 	if err != nil {
 		return toolbus.Result{}, err
-	}
-	// Stat before opening: opening a FIFO would block until someone writes to it.
-	fi, err := h.root.Stat(t.rel)
-	if err != nil {
-		return toolbus.Result{}, describe(t, err)
 	}
 	if err := c.checkReadable(t, fi); err != nil {
 		return toolbus.Result{}, err

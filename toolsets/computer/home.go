@@ -78,6 +78,19 @@ type target struct {
 	abs   string // absolute, links resolved
 }
 
+// stat resolves p (see resolve) and stats what it names, its errors worded for the model.
+func (h *home) stat(p string) (target, fs.FileInfo, error) {
+	t, err := h.resolve(p)
+	if err != nil {
+		return target{}, nil, err
+	}
+	fi, err := h.root.Stat(t.rel)
+	if err != nil {
+		return target{}, nil, describe(t, err)
+	}
+	return t, fi, nil
+}
+
 // errOutside is the error for a path that leaves the home; the message is for the model.
 func errOutside(p string, viaLink bool) error {
 	if viaLink {
