@@ -157,7 +157,8 @@ const (
 	ContentImage = "image"
 )
 
-// ContentPart is one piece of what the model sees: text or an image.
+// ContentPart is one piece of what the model sees: text, or an image given
+// inline (Data, base64 in JSON) or by URL. It is also the wire's (bus.ContentPart).
 type ContentPart struct {
 	Type      string `json:"type"`
 	Text      string `json:"text,omitempty"`

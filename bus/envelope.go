@@ -3,6 +3,8 @@ package bus
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/toolbus/toolbus"
 )
 
 // The JSON envelopes exchanged on the bus. They are the wire contract that
@@ -38,21 +40,15 @@ func (o Outcome) Valid() bool {
 	return false
 }
 
-// Content part types.
-const (
-	ContentText  = "text"
-	ContentImage = "image"
-)
+// ContentPart is one piece of what the model sees: the root contract's type
+// ([toolbus.ContentPart]), so a tool's result goes on the wire as it is.
+type ContentPart = toolbus.ContentPart
 
-// ContentPart is one piece of what the model sees: text, or an image given
-// inline (Data, base64 in JSON) or by URL.
-type ContentPart struct {
-	Type      string `json:"type"`
-	Text      string `json:"text,omitempty"`
-	MediaType string `json:"media_type,omitempty"`
-	Data      []byte `json:"data,omitempty"`
-	URL       string `json:"url,omitempty"`
-}
+// Content part types, as in the root contract.
+const (
+	ContentText  = toolbus.ContentText
+	ContentImage = toolbus.ContentImage
+)
 
 // EventKind is the kind of a tool call's activity event, and the last token
 // of its [EventSubject].

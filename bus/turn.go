@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 	"unicode/utf8"
+
+	"github.com/toolbus/toolbus"
 )
 
 // Turn-level envelopes: starting a turn on a node, and the status a turn
@@ -266,17 +268,9 @@ type TurnStatus struct {
 	Time  time.Time `json:"time"`
 }
 
-// Usage counts a model's tokens.
-type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-}
-
-// Add adds u's tokens to the count.
-func (c *Usage) Add(u Usage) {
-	c.InputTokens += u.InputTokens
-	c.OutputTokens += u.OutputTokens
-}
+// Usage counts a model's tokens: the root contract's [toolbus.Usage], the same type as
+// gateway.Usage.
+type Usage = toolbus.Usage
 
 // NumCalls is how many calls the status accounts for: those it carries and those it left
 // out to fit.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -293,7 +294,7 @@ func build(infos []micro.Info) map[string]*Category {
 // category and its tools never clash with built-in ones.
 func indexNamespaces(categories map[string]*Category) map[string][]*toolbus.Spec {
 	ns := make(map[string][]*toolbus.Spec)
-	for _, name := range sortedKeys(categories) {
+	for _, name := range slices.Sorted(maps.Keys(categories)) {
 		cat := categories[name]
 		if cat.Err != nil {
 			continue
@@ -332,15 +333,6 @@ func indexLoads(namespaces map[string][]*toolbus.Spec) map[string][2][]*toolbus.
 	return loads
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // Refreshed reports whether the catalog has read the bus at least once.
 func (c *Catalog) Refreshed() bool {
 	c.mu.RLock()
@@ -375,7 +367,7 @@ func (c *Catalog) Categories() []Category {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	out := make([]Category, 0, len(c.categories))
-	for _, name := range sortedKeys(c.categories) {
+	for _, name := range slices.Sorted(maps.Keys(c.categories)) {
 		out = append(out, *c.categories[name])
 	}
 	return out
@@ -440,7 +432,7 @@ func (c *Catalog) Lookup(name string) (*toolbus.Spec, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var bare, namespaced []*toolbus.Spec
-	for _, catName := range sortedKeys(c.categories) {
+	for _, catName := range slices.Sorted(maps.Keys(c.categories)) {
 		cat := c.categories[catName]
 		if cat.Err != nil {
 			continue

@@ -7,25 +7,27 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 )
 
-// Transcript notes are items of toolbus's own in a turn's transcript: gateways skip
-// them, people and tools reading the transcript see them.
-
-// NoteProvider is the provider of the transcript's notes.
-const NoteProvider = "toolbus"
+// Transcript notes are items of toolbus's own in a turn's transcript, of their own kind
+// (gateway.KindNote): gateways skip them, people and tools reading the transcript see them.
 
 // ResumeNote is the note that says a node took the turn over.
 func ResumeNote(r bus.Resume) gateway.Item {
 	raw, _ := json.Marshal(map[string]any{"type": "toolbus.resume", "node": r.Node, "from": r.From, "at": r.At, "why": r.Why})
-	return gateway.Item{Kind: gateway.KindOpaque, Provider: NoteProvider, Raw: raw}
+	return gateway.Note(raw)
 }
 
 // UsageNote is the note that holds one step's tokens.
 func UsageNote(step int, u bus.Usage) gateway.Item {
 	raw, _ := json.Marshal(map[string]any{"type": "toolbus.usage", "step": step, "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens})
-	return gateway.Item{Kind: gateway.KindOpaque, Provider: NoteProvider, Raw: raw}
+	return gateway.Note(raw)
 }
 
-// IsNote reports a note of toolbus's own.
+// legacyNoteProvider is the fake provider whose opaque items were the notes of
+// transcripts written before notes had a kind of their own.
+const legacyNoteProvider = "toolbus"
+
+// IsNote reports a note of toolbus's own, also one of a transcript stored before notes had
+// a kind of their own, so that such a turn still resumes as it should.
 func IsNote(it gateway.Item) bool {
-	return it.Kind == gateway.KindOpaque && it.Provider == NoteProvider
+	return it.Kind == gateway.KindNote || (it.Kind == gateway.KindOpaque && it.Provider == legacyNoteProvider)
 }

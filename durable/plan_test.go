@@ -101,3 +101,18 @@ func TestNotesAreNotes(t *testing.T) {
 		}
 	}
 }
+
+// TestLegacyNotesAreNotes: a transcript stored before notes had a kind of their own holds
+// them as opaque items of provider "toolbus"; they are still notes, other opaque items not.
+func TestLegacyNotesAreNotes(t *testing.T) {
+	raw := json.RawMessage(`{"type":"toolbus.resume","node":"n2"}`)
+	if it := (gateway.Item{Kind: gateway.KindOpaque, Provider: "toolbus", Raw: raw}); !IsNote(it) {
+		t.Errorf("legacy note %+v is not a note", it)
+	}
+	if it := (gateway.Item{Kind: gateway.KindOpaque, Provider: gateway.ProviderChat, Raw: raw}); IsNote(it) {
+		t.Errorf("opaque item %+v of a gateway is a note", it)
+	}
+	if it := ResumeNote(bus.Resume{Node: "n2"}); it.Kind != gateway.KindNote || it.Provider != "" {
+		t.Errorf("resume note %+v: want kind %q and no provider", it, gateway.KindNote)
+	}
+}

@@ -26,12 +26,8 @@ const ProviderChat = "chat"
 // function whose result loads the matching schemas into the next request. Like
 // [Responses], it keeps no per-turn state.
 type Chat struct {
-	model   string
-	cfg     Config
+	client
 	service openai.ChatCompletionService
-	log     *slog.Logger
-	red     redactor
-	strict  *fallbackLog
 }
 
 // NewChat returns a Chat gateway for model. A local server may need no API key; the
@@ -43,19 +39,9 @@ func NewChat(model string, cfg Config) (*Chat, error) {
 	if cfg.apiKey() == "" && IsOpenAIAPI(cfg.baseURL()) {
 		return nil, fmt.Errorf("chat gateway for %s: no API key for the OpenAI API: set %s, or pass -base-url for a local server", model, EnvAPIKey)
 	}
-	log, red := cfg.logger(), cfg.redactor()
-	return &Chat{
-		model:   model,
-		cfg:     cfg,
-		service: openai.NewChatCompletionService(cfg.requestOptions(ProviderChat, log, red)...),
-		log:     log,
-		red:     red,
-		strict:  &fallbackLog{log: log},
-	}, nil
+	c := newClient(model, cfg)
+	return &Chat{client: c, service: openai.NewChatCompletionService(c.requestOptions(ProviderChat)...)}, nil
 }
-
-// ModelName returns the model name the gateway sends.
-func (m *Chat) ModelName() string { return m.model }
 
 // chatSearchCall is the Raw of a software tool search call.
 type chatSearchCall struct {

@@ -227,6 +227,30 @@ func (c Config) logger() *slog.Logger {
 	return c.Logger
 }
 
+// client is what every gateway over an OpenAI-style HTTP API holds beside its SDK
+// service: the model name, the config, its logger and redactor, and the log of strict
+// fallbacks.
+type client struct {
+	model  string
+	cfg    Config
+	log    *slog.Logger
+	red    redactor
+	strict *fallbackLog
+}
+
+func newClient(model string, cfg Config) client {
+	log := cfg.logger()
+	return client{model: model, cfg: cfg, log: log, red: cfg.redactor(), strict: &fallbackLog{log: log}}
+}
+
+// ModelName returns the model name the gateway sends.
+func (c *client) ModelName() string { return c.model }
+
+// requestOptions are the SDK options of the gateway's service (Config.requestOptions).
+func (c *client) requestOptions(provider string) []option.RequestOption {
+	return c.cfg.requestOptions(provider, c.log, c.red)
+}
+
 // requestOptions builds the SDK options of one gateway. The services are built from
 // these options alone, not with openai.NewClient, so that ambient OPENAI_* variables
 // other than the two ConfigFromEnv reads never reach a request unasked.

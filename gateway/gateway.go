@@ -42,6 +42,7 @@ const (
 	KindCallOutput   ItemKind = "function_call_output"
 	KindReasoning    ItemKind = "reasoning" // carried through verbatim in Raw
 	KindOpaque       ItemKind = "opaque"    // any other provider item carried in Raw (tool search, ...)
+	KindNote         ItemKind = "note"      // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
 )
 
 // Roles of message items.
@@ -75,11 +76,14 @@ type Item struct {
 // UserMessage is a user text item.
 func UserMessage(text string) Item { return Item{Kind: KindMessage, Role: RoleUser, Text: text} }
 
-// Usage counts tokens of one response.
-type Usage struct {
-	InputTokens  int64 `json:"input_tokens"`
-	OutputTokens int64 `json:"output_tokens"`
-}
+// Note is a note item: raw is a JSON object whose "type" names the note
+// ("toolbus.resume", "toolbus.usage"). Gateways skip notes; people and tools reading the
+// transcript see them.
+func Note(raw json.RawMessage) Item { return Item{Kind: KindNote, Raw: raw} }
+
+// Usage counts tokens of one response: the root contract's [toolbus.Usage], the same type
+// as bus.Usage, which a turn's statuses carry.
+type Usage = toolbus.Usage
 
 // Response is the model's answer to one step.
 type Response struct {

@@ -26,12 +26,8 @@ const ProviderResponses = "openai"
 // per-turn state: everything a step needs, loaded tools included, is derived from the
 // request's transcript, so one value serves many turns at once.
 type Responses struct {
-	model   string
-	cfg     Config
+	client
 	service responses.ResponseService
-	log     *slog.Logger
-	red     redactor
-	strict  *fallbackLog
 }
 
 // NewResponses returns a Responses gateway for model. It needs an API key: OpenAI's for
@@ -47,19 +43,9 @@ func NewResponses(model string, cfg Config) (*Responses, error) {
 	default:
 		return nil, fmt.Errorf("responses gateway for %s: no API key for %s (%s)", model, redact.URL(cfg.baseURL()), cfg.keyAdvice())
 	}
-	log, red := cfg.logger(), cfg.redactor()
-	return &Responses{
-		model:   model,
-		cfg:     cfg,
-		service: responses.NewResponseService(cfg.requestOptions(ProviderResponses, log, red)...),
-		log:     log,
-		red:     red,
-		strict:  &fallbackLog{log: log},
-	}, nil
+	c := newClient(model, cfg)
+	return &Responses{client: c, service: responses.NewResponseService(c.requestOptions(ProviderResponses)...)}, nil
 }
-
-// ModelName returns the model name the gateway sends.
-func (m *Responses) ModelName() string { return m.model }
 
 // Respond sends one step. When the model searches for deferred tools and tool search is
 // client-executed, Respond answers each search with the matching definitions and asks
@@ -210,26 +196,21 @@ func (m *Responses) tools(set []*toolbus.Spec) ([]responses.ToolUnionParam, erro
 // namespace grouped into `type: namespace` tools (placed where their first tool stood),
 // deferred ones marked defer_loading, and a tool_search tool when any is deferred.
 func responsesTools(set []*toolbus.Spec, hostedSearch bool, warn *fallbackLog) ([]responses.ToolUnionParam, error) {
-	var out []responses.ToolUnionParam
-	namespaces := make(map[string]*responses.NamespaceToolParam)
-	for _, t := range set {
-		fn, err := functionJSON(t, warn)
-		if err != nil {
-			return nil, err
-		}
-		if t.Namespace == "" {
+	out, err := groupByNamespace(set, set, warn,
+		func(fn json.RawMessage) responses.ToolUnionParam {
 			f := param.Override[responses.FunctionToolParam](fn)
-			out = append(out, responses.ToolUnionParam{OfFunction: &f})
-			continue
-		}
-		ns, ok := namespaces[t.Namespace]
-		if !ok {
-			ns = &responses.NamespaceToolParam{Name: t.Namespace, Description: namespaceDescription(set, t.Namespace)}
-			namespaces[t.Namespace] = ns
-			out = append(out, responses.ToolUnionParam{OfNamespace: ns})
-		}
-		f := param.Override[responses.NamespaceToolToolFunctionParam](fn)
-		ns.Tools = append(ns.Tools, responses.NamespaceToolToolUnionParam{OfFunction: &f})
+			return responses.ToolUnionParam{OfFunction: &f}
+		},
+		func(name, description string) (*responses.NamespaceToolParam, responses.ToolUnionParam) {
+			ns := &responses.NamespaceToolParam{Name: name, Description: description}
+			return ns, responses.ToolUnionParam{OfNamespace: ns}
+		},
+		func(ns *responses.NamespaceToolParam, fn json.RawMessage) {
+			f := param.Override[responses.NamespaceToolToolFunctionParam](fn)
+			ns.Tools = append(ns.Tools, responses.NamespaceToolToolUnionParam{OfFunction: &f})
+		})
+	if err != nil {
+		return nil, err
 	}
 	if hasDeferred(set) {
 		search := responses.ToolSearchToolParam{}
@@ -239,6 +220,38 @@ func responsesTools(set []*toolbus.Spec, hostedSearch bool, warn *fallbackLog) (
 			search.Parameters = toolSearchParams
 		}
 		out = append(out, responses.ToolUnionParam{OfToolSearch: &search})
+	}
+	return out, nil
+}
+
+// groupByNamespace translates tools (of set) in their order, the same way for a request's
+// tools and a tool search's answer: a tool without a namespace becomes top(fn); a
+// namespaced one goes into its namespace, which group makes where the namespace's first
+// tool stood, and add fills. fn is the tool's function definition (functionJSON).
+func groupByNamespace[N, U any](set, tools []*toolbus.Spec, warn *fallbackLog,
+	top func(fn json.RawMessage) U,
+	group func(name, description string) (*N, U),
+	add func(ns *N, fn json.RawMessage),
+) ([]U, error) {
+	var out []U
+	namespaces := make(map[string]*N)
+	for _, t := range tools {
+		fn, err := functionJSON(t, warn)
+		if err != nil {
+			return nil, err
+		}
+		if t.Namespace == "" {
+			out = append(out, top(fn))
+			continue
+		}
+		ns, ok := namespaces[t.Namespace]
+		if !ok {
+			var u U
+			ns, u = group(t.Namespace, namespaceDescription(set, t.Namespace))
+			namespaces[t.Namespace] = ns
+			out = append(out, u)
+		}
+		add(ns, fn)
 	}
 	return out, nil
 }
@@ -416,28 +429,25 @@ func (m *Responses) output(res *responses.Response, set []*toolbus.Spec) ([]Item
 // namespace.
 func (m *Responses) answerSearch(set []*toolbus.Spec, s search) (Item, error) {
 	found := searchDeferred(set, searchQuery(s.args))
-	var loaded []responses.ResponseToolSearchOutputItemParamToolUnion
-	namespaces := make(map[string]*responses.ToolSearchOutputNamespaceToolParam)
 	names := make([]string, 0, len(found))
 	for _, t := range found {
 		names = append(names, t.Name)
-		fn, err := functionJSON(t, m.strict)
-		if err != nil {
-			return Item{}, err
-		}
-		if t.Namespace == "" {
+	}
+	loaded, err := groupByNamespace(set, found, m.strict,
+		func(fn json.RawMessage) responses.ResponseToolSearchOutputItemParamToolUnion {
 			f := param.Override[responses.FunctionToolParam](fn)
-			loaded = append(loaded, responses.ResponseToolSearchOutputItemParamToolUnion{OfFunction: &f})
-			continue
-		}
-		ns, ok := namespaces[t.Namespace]
-		if !ok {
-			ns = &responses.ToolSearchOutputNamespaceToolParam{Name: t.Namespace, Description: namespaceDescription(set, t.Namespace)}
-			namespaces[t.Namespace] = ns
-			loaded = append(loaded, responses.ResponseToolSearchOutputItemParamToolUnion{OfNamespace: ns})
-		}
-		f := param.Override[responses.ToolSearchOutputNamespaceToolToolFunctionParam](fn)
-		ns.Tools = append(ns.Tools, responses.ToolSearchOutputNamespaceToolToolUnionParam{OfFunction: &f})
+			return responses.ResponseToolSearchOutputItemParamToolUnion{OfFunction: &f}
+		},
+		func(name, description string) (*responses.ToolSearchOutputNamespaceToolParam, responses.ResponseToolSearchOutputItemParamToolUnion) {
+			ns := &responses.ToolSearchOutputNamespaceToolParam{Name: name, Description: description}
+			return ns, responses.ResponseToolSearchOutputItemParamToolUnion{OfNamespace: ns}
+		},
+		func(ns *responses.ToolSearchOutputNamespaceToolParam, fn json.RawMessage) {
+			f := param.Override[responses.ToolSearchOutputNamespaceToolToolFunctionParam](fn)
+			ns.Tools = append(ns.Tools, responses.ToolSearchOutputNamespaceToolToolUnionParam{OfFunction: &f})
+		})
+	if err != nil {
+		return Item{}, err
 	}
 	if loaded == nil {
 		// An empty list, not null: the search ran and found nothing.

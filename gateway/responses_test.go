@@ -66,6 +66,7 @@ func goldenTranscript() []gateway.Item {
 		{Kind: gateway.KindReasoning, Provider: "anthropic", Raw: json.RawMessage(`{"type":"thinking"}`)},
 		{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: "Ada has no open orders."},
 		{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: "Answer briefly."},
+		gateway.Note(json.RawMessage(`{"type":"toolbus.usage","step":1,"input_tokens":3,"output_tokens":1}`)),
 	}
 }
 

@@ -321,7 +321,7 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 			calls++
 		case it.Kind == "function_call_output":
 			outputs[it.CallID]++
-		case it.Kind == "opaque" && it.Provider == "toolbus" && resumeNoteFrom(it.Raw) == owner.name:
+		case it.Kind == "note" && resumeNoteFrom(it.Raw) == owner.name:
 			notes++
 		}
 	}
@@ -446,7 +446,7 @@ func TestNodeRestartResumesOwnTurns(t *testing.T) {
 	}
 	notes := 0
 	for _, it := range r.Transcript {
-		if it.Kind == "opaque" && it.Provider == "toolbus" && resumeNoteFrom(it.Raw) == "solo" {
+		if it.Kind == "note" && resumeNoteFrom(it.Raw) == "solo" {
 			notes++
 		}
 	}

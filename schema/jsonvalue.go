@@ -149,27 +149,25 @@ func appendValue(b []byte, v any) []byte {
 		}
 		return append(b, '}')
 	case []any:
-		b = append(b, '[')
-		for i, e := range t {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendValue(b, e)
-		}
-		return append(b, ']')
+		return appendArray(b, t, appendValue)
 	case []string:
-		b = append(b, '[')
-		for i, e := range t {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, e)
-		}
-		return append(b, ']')
+		return appendArray(b, t, appendString)
 	default:
 		// Only the types above are ever built by this package.
 		panic(fmt.Sprintf("schema: cannot encode %T", v))
 	}
+}
+
+// appendArray appends the JSON array of elems, each by appendElem.
+func appendArray[E any](b []byte, elems []E, appendElem func([]byte, E) []byte) []byte {
+	b = append(b, '[')
+	for i, e := range elems {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendElem(b, e)
+	}
+	return append(b, ']')
 }
 
 const hexDigits = "0123456789abcdef"

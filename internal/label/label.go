@@ -39,3 +39,12 @@ func DetailsOf[T any](details json.RawMessage) (T, bool) {
 	}
 	return d, true
 }
+
+// Completed is a completed-activity label: done, or, when the call failed, "Could not "
+// and what it could not do. Completed(res.IsError, "Cancelled job j1", "cancel job j1").
+func Completed(failed bool, done, what string) string {
+	if failed {
+		return "Could not " + what
+	}
+	return done
+}

@@ -87,13 +87,9 @@ func (c Config) runCommand(ctx context.Context, sb *sandbox, call toolbus.Call, 
 	}
 	dir := h.dir
 	if a.Cwd != "" {
-		t, err := h.resolve(a.Cwd)
+		t, fi, err := h.stat(a.Cwd)
 		if err != nil {
 			return toolbus.Result{}, err
-		}
-		fi, err := h.root.Stat(t.rel)
-		if err != nil {
-			return toolbus.Result{}, describe(t, err)
 		}
 		if !fi.IsDir() {
 			return toolbus.Result{}, fmt.Errorf("cwd %s is not a directory", t.shown)

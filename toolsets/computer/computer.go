@@ -15,17 +15,12 @@ import (
 // Specs returns the specs of the computer tools configured by cfg, in the order the model
 // sees them.
 func Specs(cfg Config) []*toolbus.Spec {
-	specs := specs(cfg.withDefaults())
-	out := make([]*toolbus.Spec, len(specs))
-	for i := range specs {
-		out[i] = &specs[i]
-	}
-	return out
+	return specs(cfg.withDefaults())
 }
 
 // specs are the tools' specs; Tools adds the functions.
-func specs(c Config) []toolbus.Spec {
-	return []toolbus.Spec{
+func specs(c Config) []*toolbus.Spec {
+	return []*toolbus.Spec{
 		{
 			Name: "list_files",
 			Description: "List the files and directories in a directory of your home directory (the agent home). " +
@@ -83,7 +78,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 	}
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[listArgs]{
-			Spec: specs[0],
+			Spec: *specs[0],
 			DescribeActivity: func(a listArgs) string {
 				return "Listing " + display(cleanArg(a.Path))
 			},
@@ -101,7 +96,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			Execute: c.listFiles,
 		}),
 		toolbus.MustDefine(toolbus.Def[readArgs]{
-			Spec: specs[1],
+			Spec: *specs[1],
 			DescribeActivity: func(a readArgs) string {
 				return "Reading " + cleanArg(a.Path)
 			},
@@ -115,7 +110,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			Execute: c.readFile,
 		}),
 		toolbus.MustDefine(toolbus.Def[writeArgs]{
-			Spec: specs[2],
+			Spec: *specs[2],
 			DescribeActivity: func(a writeArgs) string {
 				if a.Append {
 					return "Appending to " + cleanArg(a.Path)
@@ -135,7 +130,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 			Execute: c.writeFile,
 		}),
 		toolbus.MustDefine(toolbus.Def[commandArgs]{
-			Spec: specs[3],
+			Spec: *specs[3],
 			// The command's own timeout governs; the call's deadline leaves room for it and for
 			// stopping the process group.
 

@@ -102,19 +102,11 @@ type WriteDetails struct {
 }
 
 func (c Config) listFiles(ctx context.Context, call toolbus.Call, a listArgs) (toolbus.Result, error) {
-	h, err := c.openHome(call)
+	h, t, fi, err := c.openStat(call, a.Path)
 	if err != nil {
 		return toolbus.Result{}, err
 	}
 	defer h.Close()
-	t, err := h.resolve(a.Path)
-	if err != nil {
-		return toolbus.Result{}, err
-	}
-	fi, err := h.root.Stat(t.rel)
-	if err != nil {
-		return toolbus.Result{}, describe(t, err)
-	}
 	if !fi.IsDir() {
 		return toolbus.Result{}, fmt.Errorf("%s is a file, not a directory; read it with read_file", t.shown)
 	}
@@ -266,20 +258,12 @@ func formatEntry(e Entry) string {
 }
 
 func (c Config) readFile(ctx context.Context, call toolbus.Call, a readArgs) (toolbus.Result, error) {
-	h, err := c.openHome(call)
+	// Stat before opening: opening a FIFO would block until someone writes to it.
+	h, t, fi, err := c.openStat(call, a.Path)
 	if err != nil {
 		return toolbus.Result{}, err
 	}
 	defer h.Close()
-	t, err := h.resolve(a.Path)
-	if err != nil {
-		return toolbus.Result{}, err
-	}
-	// Stat before opening: opening a FIFO would block until someone writes to it.
-	fi, err := h.root.Stat(t.rel)
-	if err != nil {
-		return toolbus.Result{}, describe(t, err)
-	}
 	if err := c.checkReadable(t, fi); err != nil {
 		return toolbus.Result{}, err
 	}

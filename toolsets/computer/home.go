@@ -78,6 +78,34 @@ type target struct {
 	abs   string // absolute, links resolved
 }
 
+// stat resolves p (see resolve) and stats what it names, its errors worded for the model.
+func (h *home) stat(p string) (target, fs.FileInfo, error) {
+	t, err := h.resolve(p)
+	if err != nil {
+		return target{}, nil, err
+	}
+	fi, err := h.root.Stat(t.rel)
+	if err != nil {
+		return target{}, nil, describe(t, err)
+	}
+	return t, fi, nil
+}
+
+// openStat opens the call's home and stats p in it (home.stat). The caller closes the
+// home; on an error it is closed already.
+func (c Config) openStat(call toolbus.Call, p string) (*home, target, fs.FileInfo, error) {
+	h, err := c.openHome(call)
+	if err != nil {
+		return nil, target{}, nil, err
+	}
+	t, fi, err := h.stat(p)
+	if err != nil {
+		h.Close()
+		return nil, target{}, nil, err
+	}
+	return h, t, fi, nil
+}
+
 // errOutside is the error for a path that leaves the home; the message is for the model.
 func errOutside(p string, viaLink bool) error {
 	if viaLink {

@@ -27,9 +27,9 @@ type cancelArgs struct {
 }
 
 // specs are the tools' specs for an agent's policy; Tools adds the functions.
-func specs(p Policy) []toolbus.Spec {
+func specs(p Policy) []*toolbus.Spec {
 	p = p.WithDefaults()
-	return []toolbus.Spec{
+	return []*toolbus.Spec{
 		{
 			Name: "job_start",
 			Description: "Start a background job: another turn of yours that works on the prompt on its own, with your tools " +
@@ -71,12 +71,7 @@ func specs(p Policy) []toolbus.Spec {
 // Specs returns the specs of the job tools for an agent's policy (its limits are in
 // job_start's description), in the order the model sees them.
 func Specs(p Policy) []*toolbus.Spec {
-	specs := specs(p)
-	out := make([]*toolbus.Spec, len(specs))
-	for i := range specs {
-		out[i] = &specs[i]
-	}
-	return out
+	return specs(p)
 }
 
 // Tools returns job_start, job_status, job_result and job_cancel over s. policy reads an
@@ -87,18 +82,15 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 	t := tools{s: s, policy: policy}
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[StartArgs]{
-			Spec:             specs[0],
+			Spec:             *specs[0],
 			DescribeActivity: func(a StartArgs) string { return "Starting a background job: " + label.Truncate(a.Prompt, 60) },
 			DescribeCompletedActivity: func(a StartArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not start the background job"
-				}
-				return "Started a background job: " + label.Truncate(a.Prompt, 60)
+				return label.Completed(res.IsError, "Started a background job: "+label.Truncate(a.Prompt, 60), "start the background job")
 			},
 			Execute: t.start,
 		}),
 		toolbus.MustDefine(toolbus.Def[statusArgs]{
-			Spec: specs[1],
+			Spec: *specs[1],
 			DescribeActivity: func(a statusArgs) string {
 				if a.ID == "" {
 					return "Listing background jobs"
@@ -119,24 +111,18 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 			Execute: t.status,
 		}),
 		toolbus.MustDefine(toolbus.Def[resultArgs]{
-			Spec:             specs[2],
+			Spec:             *specs[2],
 			DescribeActivity: func(a resultArgs) string { return "Reading the result of job " + a.ID },
 			DescribeCompletedActivity: func(a resultArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not read the result of job " + a.ID
-				}
-				return "Read the result of job " + a.ID
+				return label.Completed(res.IsError, "Read the result of job "+a.ID, "read the result of job "+a.ID)
 			},
 			Execute: t.result,
 		}),
 		toolbus.MustDefine(toolbus.Def[cancelArgs]{
-			Spec:             specs[3],
+			Spec:             *specs[3],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling job " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not cancel job " + a.ID
-				}
-				return "Cancelled job " + a.ID
+				return label.Completed(res.IsError, "Cancelled job "+a.ID, "cancel job "+a.ID)
 			},
 			Execute: t.cancel,
 		}),

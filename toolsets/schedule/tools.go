@@ -19,8 +19,8 @@ type cancelArgs struct {
 }
 
 // specs are the tools' specs; Tools adds the functions.
-func specs(minInterval time.Duration) []toolbus.Spec {
-	return []toolbus.Spec{
+func specs(minInterval time.Duration) []*toolbus.Spec {
+	return []*toolbus.Spec{
 		{
 			Name: "schedule_create",
 			Description: "Schedule a turn of yours for later: once at a time, every interval, or on a cron schedule in a time zone. " +
@@ -56,12 +56,7 @@ func Specs(minInterval time.Duration) []*toolbus.Spec {
 	if minInterval == 0 {
 		minInterval = DefaultMinInterval
 	}
-	specs := specs(minInterval)
-	out := make([]*toolbus.Spec, len(specs))
-	for i := range specs {
-		out[i] = &specs[i]
-	}
-	return out
+	return specs(minInterval)
 }
 
 // Tools returns schedule_create, schedule_list and schedule_cancel over s. policy reads
@@ -72,35 +67,26 @@ func Tools(s *Store, policy func(ctx context.Context, agent string) (Policy, err
 	t := tools{s: s, policy: policy}
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[CreateArgs]{
-			Spec:             specs[0],
+			Spec:             *specs[0],
 			DescribeActivity: func(CreateArgs) string { return "Creating a schedule" },
 			DescribeCompletedActivity: func(a CreateArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not create the schedule"
-				}
-				return "Scheduled: " + label.Truncate(a.Prompt, 60)
+				return label.Completed(res.IsError, "Scheduled: "+label.Truncate(a.Prompt, 60), "create the schedule")
 			},
 			Execute: t.create,
 		}),
 		toolbus.MustDefine(toolbus.Def[listArgs]{
-			Spec:             specs[1],
+			Spec:             *specs[1],
 			DescribeActivity: func(listArgs) string { return "Listing schedules" },
 			DescribeCompletedActivity: func(_ listArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not list the schedules"
-				}
-				return "Listed the schedules"
+				return label.Completed(res.IsError, "Listed the schedules", "list the schedules")
 			},
 			Execute: t.list,
 		}),
 		toolbus.MustDefine(toolbus.Def[cancelArgs]{
-			Spec:             specs[2],
+			Spec:             *specs[2],
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling schedule " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not cancel schedule " + a.ID
-				}
-				return "Cancelled schedule " + a.ID
+				return label.Completed(res.IsError, "Cancelled schedule "+a.ID, "cancel schedule "+a.ID)
 			},
 			Execute: t.cancel,
 		}),

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
+	"slices"
 	"sync"
 )
 
@@ -126,7 +128,7 @@ func WriteMcporterConfig(home string, skills []*Skill) (notes []string, err erro
 		}
 	}
 	owned := map[string]json.RawMessage{}
-	for _, name := range sortedKeys(want) {
+	for _, name := range slices.Sorted(maps.Keys(want)) {
 		if _, taken := servers[name]; taken {
 			notes = append(notes, fmt.Sprintf("MCP server %s of skill %s is not configured: %s has a server of that name that toolbus did not write (rename one of them)", name, wantBy[name], McporterConfig))
 			continue

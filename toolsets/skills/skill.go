@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
@@ -562,7 +563,7 @@ func Parse(name string, data []byte) (*Skill, error) {
 		return nil, problem(lineOf("description"), "the description is %d characters long; at most %d are allowed (the instructions go in the body)", utf8.RuneCountInString(fm.Description), MaxDescription)
 	}
 	s := &Skill{Name: name, Description: fm.Description, Body: body}
-	for _, n := range sortedKeys(fm.MCP) {
+	for _, n := range slices.Sorted(maps.Keys(fm.MCP)) {
 		srv := fm.MCP[n]
 		srv.Name = n
 		at := lineOf("mcp", n)
@@ -724,15 +725,6 @@ func kindName(t string) string {
 		return "true or false"
 	}
 	return t
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // FormatSize renders a size for messages as the computer tools do: 512 B, 2.1 KiB,

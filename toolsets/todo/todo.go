@@ -98,17 +98,12 @@ var ErrNoStore = errors.New("the todo list store is not available on this node")
 
 // Specs returns the specs of the todo tools, in the order the model sees them.
 func Specs() []*toolbus.Spec {
-	specs := specs()
-	out := make([]*toolbus.Spec, len(specs))
-	for i := range specs {
-		out[i] = &specs[i]
-	}
-	return out
+	return specs()
 }
 
 // specs are the tools' specs; Tools adds the functions.
-func specs() []toolbus.Spec {
-	return []toolbus.Spec{
+func specs() []*toolbus.Spec {
+	return []*toolbus.Spec{
 		{
 			Name:        "todo_read",
 			Description: "Read your todo list: each item with its id, status and content.",
@@ -136,7 +131,7 @@ func Tools(kv jetstream.KeyValue) []*toolbus.Tool {
 	s := store{kv: kv}
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[readArgs]{
-			Spec: specs[0],
+			Spec: *specs[0],
 			DescribeActivity: func(readArgs) string {
 				return "Reading the todo list"
 			},
@@ -150,7 +145,7 @@ func Tools(kv jetstream.KeyValue) []*toolbus.Tool {
 			Execute: s.read,
 		}),
 		toolbus.MustDefine(toolbus.Def[writeArgs]{
-			Spec: specs[1],
+			Spec: *specs[1],
 			DescribeActivity: func(writeArgs) string {
 				return "Updating the todo list"
 			},

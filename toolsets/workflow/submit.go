@@ -110,19 +110,13 @@ func wrap(result json.RawMessage) ([]byte, error) {
 			if defs.Len() > 0 {
 				defs.WriteByte(',')
 			}
-			k, _ := json.Marshal(m.key)
-			defs.Write(k)
-			defs.WriteByte(':')
-			defs.Write(m.value)
+			writeMember(&defs, m.key, m.value)
 			continue
 		}
 		if inner.Len() > 1 {
 			inner.WriteByte(',')
 		}
-		k, _ := json.Marshal(m.key)
-		inner.Write(k)
-		inner.WriteByte(':')
-		inner.Write(m.value)
+		writeMember(&inner, m.key, m.value)
 	}
 	inner.WriteByte('}')
 	var out bytes.Buffer
@@ -237,4 +231,12 @@ func Validate(result, args json.RawMessage) error {
 		return fmt.Errorf("the persisted result schema is unusable: %w", err)
 	}
 	return params.Validate(args)
+}
+
+// writeMember writes one object member, "key":value, to b.
+func writeMember(b *bytes.Buffer, key string, value json.RawMessage) {
+	k, _ := json.Marshal(key)
+	b.Write(k)
+	b.WriteByte(':')
+	b.Write(value)
 }

@@ -73,10 +73,7 @@ func Tools(e *Engine) []*toolbus.Tool {
 				return fmt.Sprintf("Starting workflow %q (%s)", a.Title, label.Plural(len(a.Tasks), "task"))
 			},
 			DescribeCompletedActivity: func(a startArgs, res toolbus.Result) string {
-				if res.IsError {
-					return fmt.Sprintf("Could not start workflow %q", a.Title)
-				}
-				return fmt.Sprintf("Started workflow %q (%s)", a.Title, label.Plural(len(a.Tasks), "task"))
+				return label.Completed(res.IsError, fmt.Sprintf("Started workflow %q (%s)", a.Title, label.Plural(len(a.Tasks), "task")), fmt.Sprintf("start workflow %q", a.Title))
 			},
 			Execute: func(ctx context.Context, call toolbus.Call, a startArgs) (toolbus.Result, error) {
 				wf, err := e.Start(ctx, call.Agent, call.Turn, a)
@@ -90,10 +87,7 @@ func Tools(e *Engine) []*toolbus.Tool {
 			Spec:             specView,
 			DescribeActivity: func(a viewArgs) string { return "Viewing workflow " + a.ID },
 			DescribeCompletedActivity: func(a viewArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not view workflow " + a.ID
-				}
-				return "Viewed workflow " + a.ID
+				return label.Completed(res.IsError, "Viewed workflow "+a.ID, "view workflow "+a.ID)
 			},
 			Execute: func(ctx context.Context, call toolbus.Call, a viewArgs) (toolbus.Result, error) {
 				wf, _, err := e.Get(ctx, call.Agent, a.ID)
@@ -129,10 +123,7 @@ func Tools(e *Engine) []*toolbus.Tool {
 			Spec:             specCancel,
 			DescribeActivity: func(a cancelArgs) string { return "Cancelling workflow " + a.ID },
 			DescribeCompletedActivity: func(a cancelArgs, res toolbus.Result) string {
-				if res.IsError {
-					return "Could not cancel workflow " + a.ID
-				}
-				return "Cancelled workflow " + a.ID
+				return label.Completed(res.IsError, "Cancelled workflow "+a.ID, "cancel workflow "+a.ID)
 			},
 			Execute: func(ctx context.Context, call toolbus.Call, a cancelArgs) (toolbus.Result, error) {
 				wf, err := e.Cancel(ctx, call.Agent, a.ID, a.Reason)
