@@ -823,7 +823,7 @@ func (h *host) storeReply(reply bus.ToolReply, b []byte) (bus.PayloadRef, error)
 
 // fillReply copies a result into a reply.
 func fillReply(reply *bus.ToolReply, turn string, res toolbus.Result) {
-	reply.Content = toBusContent(res.Content)
+	reply.Content = res.Content
 	reply.Details = res.Details
 	reply.Terminate = res.Terminate
 	now := time.Now()
@@ -833,26 +833,4 @@ func fillReply(reply *bus.ToolReply, turn string, res toolbus.Result) {
 	if c := res.Completion; c != nil {
 		reply.Completion = &bus.Event{Turn: turn, Call: reply.Call, Tool: reply.Tool, Kind: bus.EventCompleted, Label: c.Label, Data: c.Data, Time: now}
 	}
-}
-
-func toBusContent(parts []toolbus.ContentPart) []bus.ContentPart {
-	if parts == nil {
-		return nil
-	}
-	out := make([]bus.ContentPart, len(parts))
-	for i, p := range parts {
-		out[i] = bus.ContentPart(p)
-	}
-	return out
-}
-
-func fromBusContent(parts []bus.ContentPart) []toolbus.ContentPart {
-	if parts == nil {
-		return nil
-	}
-	out := make([]toolbus.ContentPart, len(parts))
-	for i, p := range parts {
-		out[i] = toolbus.ContentPart(p)
-	}
-	return out
 }

@@ -452,7 +452,7 @@ func (t *turn) onModelReply(m *modelReply) {
 		return
 	}
 	resp := m.resp
-	if u := (bus.Usage{InputTokens: resp.Usage.InputTokens, OutputTokens: resp.Usage.OutputTokens}); u != (bus.Usage{}) {
+	if u := resp.Usage; u != (bus.Usage{}) {
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}
@@ -955,7 +955,7 @@ func (t *turn) onReply(pc *pendingCall, r *bus.ToolReply, err error) {
 		t.abort(r.Abort)
 	}
 	res := toolbus.Result{
-		Content:   fromBusContent(r.Content),
+		Content:   r.Content,
 		Details:   r.Details,
 		Terminate: r.Terminate,
 		IsError:   r.Outcome != bus.OutcomeOK,

@@ -975,7 +975,7 @@ func TestUsageAddsUp(t *testing.T) {
 	// The transcript holds each step's tokens too, in items the gateways skip.
 	var notes []string
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindOpaque && it.Provider == "toolbus" {
+		if it.Kind == gateway.KindNote {
 			notes = append(notes, string(it.Raw))
 		}
 	}

@@ -350,7 +350,7 @@ func toolOnBehalf(ctx context.Context, nc *nats.Conn, category, tool, agent stri
 	if err != nil {
 		return err
 	}
-	res := toolbus.Result{Content: toToolContent(reply.Content)}
+	res := toolbus.Result{Content: reply.Content}
 	if reply.Outcome != bus.OutcomeOK {
 		msg := reply.Error
 		if msg == "" {

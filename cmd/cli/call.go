@@ -87,7 +87,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(stdout, "%s\n", b)
 	} else {
-		res := toolbus.Result{Content: toToolContent(reply.Content), Details: reply.Details, IsError: reply.Outcome != bus.OutcomeOK}
+		res := toolbus.Result{Content: reply.Content, Details: reply.Details, IsError: reply.Outcome != bus.OutcomeOK}
 		if text := res.Text(); text != "" {
 			fmt.Fprint(stdout, text)
 			if !strings.HasSuffix(text, "\n") {
@@ -134,14 +134,6 @@ func rungNames(rungs []schema.Rung) []string {
 	out := make([]string, len(rungs))
 	for i, r := range rungs {
 		out[i] = string(r)
-	}
-	return out
-}
-
-func toToolContent(parts []bus.ContentPart) []toolbus.ContentPart {
-	out := make([]toolbus.ContentPart, len(parts))
-	for i, p := range parts {
-		out[i] = toolbus.ContentPart(p)
 	}
 	return out
 }

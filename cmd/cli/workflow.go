@@ -340,7 +340,7 @@ func workflowCall(ctx context.Context, bc *busConn, tool, agent string, args []b
 		return bus.ToolReply{}, err
 	}
 	if reply.Outcome != bus.OutcomeOK {
-		msg := cmp.Or(reply.Error, toolbus.Result{Content: toToolContent(reply.Content)}.Text())
+		msg := cmp.Or(reply.Error, toolbus.Result{Content: reply.Content}.Text())
 		return bus.ToolReply{}, fmt.Errorf("%s: %s", tool, msg)
 	}
 	return reply, nil
