@@ -108,7 +108,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "toolbus %s: %s\nRun 'toolbus %s -h' for its flags.\n", name, ue.msg, name)
+		fmt.Fprintf(stderr, "toolbus %s: %s\nRun 'toolbus %s -h' for usage.\n", name, ue.msg, name)
 		return exitUsage
 	case errors.As(err, &ee):
 		if ee.err != nil {
