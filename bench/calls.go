@@ -193,7 +193,7 @@ func (s *suite) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, step
 	for ; len(samples) < steps; warm = false {
 		n := min(100, steps-len(samples))
 		m := &stepModel{tool: tool.Name, namespace: tool.Namespace, calls: calls, steps: n}
-		res, err := s.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+		res, err := s.node.Node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: n + 1}}})
 		if err != nil {
 			return nil, nil, err
@@ -251,7 +251,7 @@ func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
 		start = time.Now()
 		if err := s.concurrently(func() error {
 			m := &stepModel{tool: s.noop.Name, calls: 1, steps: per}
-			res, err := s.node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			res, err := s.node.Node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
 			if err == nil && res.State != bus.TurnCompleted {
 				err = fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())

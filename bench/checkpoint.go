@@ -69,7 +69,7 @@ func (s *suite) checkpointCost(ctx context.Context) ([]Row, error) {
 		return nil, err
 	}
 	t0 := time.Now()
-	res, err := s.node.Run(ctx, actors.TurnConfig{Spec: spec, Model: scripted, Kit: kit})
+	res, err := s.node.Node.Run(ctx, actors.TurnConfig{Spec: spec, Model: scripted, Kit: kit})
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -91,7 +92,24 @@ func Dial(ctx context.Context, url, name string, cred Credentials, opts ...nats.
 	}
 	nc, err := nats.Connect(url, append(all, opts...)...)
 	if err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", redact.URL(url), err)
+		return nil, fmt.Errorf("connect to %s: %w%s", redact.URL(url), err, authAdvice(err, cred))
 	}
 	return nc, nil
+}
+
+// authAdvice says what to pass when the server refused the login: the server's
+// "Authorization Violation" names no reason.
+func authAdvice(err error, cred Credentials) string {
+	if !errors.Is(err, nats.ErrAuthorization) && !strings.Contains(err.Error(), "Authorization Violation") {
+		return ""
+	}
+	switch {
+	case cred.CredsFile != "":
+		return " (the server refused the credentials file " + cred.CredsFile + ")"
+	case cred.User == "":
+		return " (the server wants a login: pass -user NAME, or set NATS_USER, with its password in NATS_PASSWORD or -pass-file FILE; or -creds FILE)"
+	case cred.Password == "":
+		return fmt.Sprintf(" (user %s sent no password: set NATS_PASSWORD or pass -pass-file FILE)", cred.User)
+	}
+	return fmt.Sprintf(" (the server refused user %s and its password: check -user, and NATS_PASSWORD or -pass-file)", cred.User)
 }

@@ -62,9 +62,14 @@ type Config struct {
 	// ("ollama", "EMPTY") and are left alone.
 	APIKey string
 	// OpenAIKey is OpenAI's key (OPENAI_API_KEY). It is sent only when APIKey is empty
-	// and BaseURL is the OpenAI API: https on OpenAIHost or a host under it. A local
-	// server or a proxy at another base URL never sees it.
+	// and BaseURL is the OpenAI API (https on OpenAIHost or a host under it) or
+	// OpenAIBaseURL. A local server or a proxy at another base URL never sees it.
 	OpenAIKey string
+	// OpenAIBaseURL is the base URL OPENAI_API_KEY came with: OPENAI_BASE_URL of the
+	// same environment, the pair every OpenAI SDK reads together (a proxy, Azure,
+	// OpenRouter, a company gateway). OpenAIKey is sent there too. A BaseURL that a
+	// flag or a profile sets to another endpoint gets only its own key (APIKey).
+	OpenAIBaseURL string
 	// BaseURL is the API root, e.g. "http://localhost:11434/v1". Empty means DefaultBaseURL.
 	BaseURL string
 	// RequestTimeout bounds one HTTP attempt, from sending the request to the last byte
@@ -103,13 +108,18 @@ type Config struct {
 }
 
 // ConfigFromEnv returns a Config holding OPENAI_API_KEY (as OpenAIKey),
-// TOOLBUS_MODEL_API_KEY (as APIKey), OPENAI_BASE_URL and TOOLBUS_REQUEST_TIMEOUT. It
-// fails only on a request timeout that is no duration.
+// TOOLBUS_MODEL_API_KEY (as APIKey), OPENAI_BASE_URL and TOOLBUS_REQUEST_TIMEOUT. When
+// OPENAI_API_KEY and OPENAI_BASE_URL are both set, the key is the base URL's
+// (OpenAIBaseURL), as every OpenAI SDK reads the pair. It fails only on a request
+// timeout that is no duration.
 func ConfigFromEnv() (Config, error) {
 	c := Config{
 		OpenAIKey: os.Getenv(EnvAPIKey),
 		APIKey:    os.Getenv(EnvModelAPIKey),
 		BaseURL:   os.Getenv(EnvBaseURL),
+	}
+	if c.OpenAIKey != "" {
+		c.OpenAIBaseURL = c.BaseURL
 	}
 	if v := os.Getenv(EnvRequestTimeout); v != "" {
 		d, err := time.ParseDuration(v)
@@ -168,10 +178,41 @@ func (c Config) apiKey() string {
 	if c.APIKey != "" {
 		return c.APIKey
 	}
-	if IsOpenAIAPI(c.baseURL()) {
+	if c.openAIKeyGoes() {
 		return c.OpenAIKey
 	}
 	return ""
+}
+
+// openAIKeyGoes reports whether OPENAI_API_KEY may go to the base URL: the OpenAI API,
+// or the base URL the key came with.
+func (c Config) openAIKeyGoes() bool {
+	return IsOpenAIAPI(c.baseURL()) || c.OpenAIBaseURL != "" && SameEndpoint(c.OpenAIBaseURL, c.baseURL())
+}
+
+// SameEndpoint reports whether two base URLs name one endpoint: the same scheme, host
+// and port (the default one of the scheme when none is given) and path, whatever the
+// case of the scheme and host and a trailing slash. URLs that do not parse are never
+// the same.
+func SameEndpoint(a, b string) bool {
+	ua, err := url.Parse(a)
+	if err != nil || ua.Host == "" {
+		return false
+	}
+	ub, err := url.Parse(b)
+	if err != nil || ub.Host == "" {
+		return false
+	}
+	hostPort := func(u *url.URL) string {
+		p := u.Port()
+		if p == "" {
+			p = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+		}
+		return strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")) + ":" + p
+	}
+	return strings.EqualFold(ua.Scheme, ub.Scheme) && hostPort(ua) == hostPort(ub) &&
+		ua.User.String() == ub.User.String() &&
+		strings.TrimSuffix(ua.EscapedPath(), "/") == strings.TrimSuffix(ub.EscapedPath(), "/")
 }
 
 // keyAdvice says where the key for the base URL comes from, for errors about a
@@ -180,11 +221,11 @@ func (c Config) keyAdvice() string {
 	switch {
 	case c.APIKey != "":
 		return "check " + EnvModelAPIKey + " or the -api-key-file"
-	case IsOpenAIAPI(c.baseURL()):
+	case c.openAIKeyGoes():
 		return "check " + EnvAPIKey
 	case c.OpenAIKey != "":
-		return fmt.Sprintf("%s is sent only to %s: give %s its own key in %s or -api-key-file",
-			EnvAPIKey, OpenAIHost, redact.URL(c.baseURL()), EnvModelAPIKey)
+		return fmt.Sprintf("%s is sent only to %s and to %s: give %s its own key in %s or -api-key-file",
+			EnvAPIKey, OpenAIHost, EnvBaseURL, redact.URL(c.baseURL()), EnvModelAPIKey)
 	}
 	return fmt.Sprintf("give %s its key in %s or -api-key-file", redact.URL(c.baseURL()), EnvModelAPIKey)
 }

@@ -53,7 +53,7 @@ func TestKeyWithheldExplained(t *testing.T) {
 	if !errors.As(err, &gwErr) || gwErr.Status != http.StatusUnauthorized {
 		t.Fatalf("err = %v, want a 401 *gateway.Error", err)
 	}
-	want := "chat: HTTP 401: the endpoint wants an API key and none was sent (OPENAI_API_KEY is sent only to api.openai.com: give " +
+	want := "chat: HTTP 401: the endpoint wants an API key and none was sent (OPENAI_API_KEY is sent only to api.openai.com and to OPENAI_BASE_URL: give " +
 		api.srv.URL + "/v1 its own key in TOOLBUS_MODEL_API_KEY or -api-key-file): missing bearer token"
 	if err.Error() != want {
 		t.Errorf("err = %q\nwant  %q", err, want)

@@ -28,7 +28,7 @@ func TestOpen(t *testing.T) {
 		{spec: "openai:gpt-5.4", cfg: openAIKey, want: "*gateway.Responses", model: "gpt-5.4"},
 		{spec: "openai:gpt-5.4", cfg: gateway.Config{}, wantErr: "no API key: set OPENAI_API_KEY"},
 		{spec: "openai:gpt-5.4", cfg: local, wantErr: "no API key for http://localhost:11434/v1 (give http://localhost:11434/v1 its key in TOOLBUS_MODEL_API_KEY or -api-key-file)"},
-		{spec: "openai:gpt-5.4", cfg: localWithOpenAIKey, wantErr: "OPENAI_API_KEY is sent only to api.openai.com: give http://localhost:11434/v1 its own key in TOOLBUS_MODEL_API_KEY or -api-key-file"},
+		{spec: "openai:gpt-5.4", cfg: localWithOpenAIKey, wantErr: "OPENAI_API_KEY is sent only to api.openai.com and to OPENAI_BASE_URL: give http://localhost:11434/v1 its own key in TOOLBUS_MODEL_API_KEY or -api-key-file"},
 		{spec: "chat:gpt-4.1", cfg: openAIKey, want: "*gateway.Chat", model: "gpt-4.1"},
 		{spec: "chat:llama3.1", cfg: localWithOpenAIKey, want: "*gateway.Chat", model: "llama3.1"},
 		{spec: "chat:llama3.1", cfg: local, want: "*gateway.Chat", model: "llama3.1"},

@@ -1,12 +1,12 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/jsonpos"
 )
 
 // Script is a fixed sequence of model responses that drives a turn deterministically: step
@@ -83,10 +83,8 @@ func LoadScript(path string) (*Scripted, error) {
 		return nil, fmt.Errorf("load script: %w", err)
 	}
 	var s Script
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return nil, fmt.Errorf("load script %s: %w", path, err)
+	if err := jsonpos.Decode(path, b, &s, true); err != nil {
+		return nil, fmt.Errorf("load script: %w", err)
 	}
 	m, err := NewScripted(s)
 	if err != nil {

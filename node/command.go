@@ -27,7 +27,7 @@ import (
 )
 
 // ErrFlags reports flags the flag package refused; it has already printed the
-// error and the usage.
+// error, and where the usage is.
 var ErrFlags = errors.New("bad flags")
 
 // UsageError is a mistake in the flags or arguments found after parsing; it is
@@ -111,7 +111,7 @@ const (
 	About    = "Runs a toolbus node: an embedded NATS server (or a connection to a running bus),\n" +
 		"the tool categories it hosts, and the turns it runs. Ctrl-C hands running turns\n" +
 		"back to the intake; a second Ctrl-C stops at once."
-	Example = "toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret"
+	Example = "toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass-file ops.pass"
 )
 
 // flagSet is the node's flag set, writing its usage and errors to w under the
@@ -142,7 +142,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
 	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
 	secretflag.Refuse(fs, "route-pass", "-route-pass-file FILE or the environment variable TOOLBUS_ROUTE_PASSWORD")
-	fs.StringVar(&o.vouchKeyFile, "vouch-key-file", "", "file holding a key (64 hex digits, e.g. from `openssl rand -hex 32`) shared by the nodes of a deployment: hosts skip validating arguments that a turn holding the same key validated; default: a key of this process's own")
+	fs.StringVar(&o.vouchKeyFile, "vouch-key-file", "", "`FILE` holding a key (64 hex digits, made with openssl rand -hex 32) shared by the nodes of a deployment: hosts skip validating arguments that a turn holding the same key validated; default: a key of this process's own")
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
 	fs.BoolVar(&o.traceSampled, "trace-sampled", false, "set the sampled flag on the traceparent of every call, so an account that configures msg_trace {dest, sampling} traces them (the embedded server configures none; each such message costs the server a decoding of its headers)")
@@ -168,15 +168,24 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	return fs
 }
 
+// FlagSet is the node's flag set, for help and for tests of command lines: its values
+// go nowhere, and its usage and errors to w under the name prog ("toolbus node").
+func FlagSet(prog string, w io.Writer) *flag.FlagSet { return flagSet(prog, w, &options{}) }
+
 // parseFlags parses the node's command line. It returns flag.ErrHelp for -h,
 // ErrFlags for flags the flag package refused, and a *UsageError for the rest.
 func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	o := &options{}
 	fs := flagSet(prog, w, o)
+	// -h prints the usage; a refused flag, its error and where the usage is.
+	full := fs.Usage
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			full()
 			return nil, err
 		}
+		fmt.Fprintf(w, "Run '%s -h' for usage.\n", prog)
 		return nil, ErrFlags
 	}
 	// Secrets come from files or the environment after parsing, so -h never

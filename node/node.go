@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/redact"
@@ -34,14 +35,26 @@ type Config struct {
 	// directory, removed when the node closes; an empty Name is Node.Name.
 	Bus bus.Config
 	// Node configures the node's actors. Start sets its Connect, Interest and
-	// StoreFull; empty Categories are all of toolsets.Categories(), and an empty
-	// Logger is Bus.Logger.
+	// StoreFull; nil Categories are all of toolsets.Categories() (none when Tools is
+	// set: list them to host both), an empty Logger is Bus.Logger, and an empty Name
+	// is DefaultName on an embedded bus.
 	Node NodeConfig
+	// Tools are the program's own tools, which the node hosts beside the built-in
+	// Categories: one host per category, each category the Spec.Category its tools
+	// name. Turns that Run starts call them unless their Turn names other tools.
+	Tools []*toolbus.Tool
 }
 
+// DefaultName names an embedded node whose config gives no name. A node joining a
+// running bus has to be named: two nodes of one name would take each other's turns.
+const DefaultName = "embedded"
+
 func (c *Config) withDefaults() {
-	if c.Node.Categories == nil {
+	if c.Node.Categories == nil && len(c.Tools) == 0 {
 		c.Node.Categories = toolsets.Categories()
+	}
+	if c.Node.Name == "" && c.Server == "" {
+		c.Node.Name = DefaultName
 	}
 	if c.Bus.Name == "" {
 		c.Bus.Name = c.Node.Name
@@ -66,7 +79,37 @@ func (c *Config) validate() error {
 	case c.Node.Connect != nil:
 		return fmt.Errorf("start node %s: Connect is set by Start", c.Node.Name)
 	}
+	builtin := make(map[string]bool, len(c.Node.Categories))
+	for _, cat := range c.Node.Categories {
+		builtin[cat] = true
+	}
+	for i, t := range c.Tools {
+		switch {
+		case t == nil:
+			return fmt.Errorf("start node %s: tool %d is nil", c.Node.Name, i)
+		case builtin[t.Category]:
+			return fmt.Errorf("start node %s: tool %s: category %s is a built-in category the node hosts: give the tool a category of its own", c.Node.Name, t.Name, t.Category)
+		}
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("start node %s: tool %s: %w", c.Node.Name, t.Name, err)
+		}
+	}
+	if _, err := toolbus.NewSet(toolbus.SpecsOf(c.Tools)...); err != nil {
+		return fmt.Errorf("start node %s: %w", c.Node.Name, err)
+	}
 	return nil
+}
+
+// byCategory groups tools by their category, in the order the categories first appear.
+func byCategory(tools []*toolbus.Tool) (cats []string, of map[string][]*toolbus.Tool) {
+	of = make(map[string][]*toolbus.Tool)
+	for _, t := range tools {
+		if of[t.Category] == nil {
+			cats = append(cats, t.Category)
+		}
+		of[t.Category] = append(of[t.Category], t)
+	}
+	return cats, of
 }
 
 // Node is a running node: its actors, on an embedded server or a connection to a
@@ -125,6 +168,13 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.Node = an
 	n.cfg = cfg
+	cats, of := byCategory(cfg.Tools)
+	for _, cat := range cats {
+		if err := an.Host(ctx, cat, of[cat]); err != nil {
+			n.Close()
+			return nil, fmt.Errorf("start node %s: host %s: %w", cfg.Node.Name, cat, err)
+		}
+	}
 	return n, nil
 }
 

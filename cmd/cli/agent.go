@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/internal/jsonpos"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/web"
@@ -88,8 +89,12 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate || len(skillNames) > 0 || *brainOn):
 		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill, -brain and the -web flags")
 	case *file != "":
-		if doc, err = readDoc(*file); err != nil {
+		if doc, err = readDoc("profile", *file); err != nil {
 			return err
+		}
+		// A syntax error is shown where it is; the profile's rules are the store's.
+		if err := jsonpos.Decode(docName(*file), doc, new(json.RawMessage), false); err != nil {
+			return fmt.Errorf("invalid agent profile: %w", err)
 		}
 		// The agent named on the command line is the key; the document must agree.
 		var head struct {
@@ -131,7 +136,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 }
 
 // readDoc reads a document from a file, or standard input for "-".
-func readDoc(path string) ([]byte, error) {
+func readDoc(what, path string) ([]byte, error) {
 	var (
 		b   []byte
 		err error
@@ -142,9 +147,17 @@ func readDoc(path string) ([]byte, error) {
 		b, err = os.ReadFile(path)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read profile: %w", err)
+		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	return b, nil
+}
+
+// docName names a document read by readDoc in errors: its path, or "stdin".
+func docName(path string) string {
+	if path == "-" {
+		return "stdin"
+	}
+	return path
 }
 
 // webBinding is the web binding the -web flags ask for; nil for none.

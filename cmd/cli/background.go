@@ -61,6 +61,14 @@ type subcommands map[string]func(ctx context.Context, args []string, stdout, std
 func dispatch(ctx context.Context, name, synopsis, about, want string, subs subcommands, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fs := newFlagSet(name, synopsis, about, stderr)
+		// The group has no flags of its own: its usage names the subcommands instead.
+		fs.Usage = func() {
+			fmt.Fprintf(fs.Output(), "Usage: toolbus %s %s\n\n%s\n\n", name, synopsis, about)
+			if ex := examples[name]; ex != "" {
+				fmt.Fprintf(fs.Output(), "Example:\n  %s\n\n", ex)
+			}
+			fmt.Fprintf(fs.Output(), "Subcommands: %s.\nRun 'toolbus %s SUBCOMMAND -h' for a subcommand's flags.\n", want, name)
+		}
 		if _, err := parseArgs(fs, args); err != nil {
 			return err
 		}

@@ -125,15 +125,21 @@ func connect(ctx context.Context, bf busFlags, embed embedOptions, log *slog.Log
 }
 
 // turnBus is the bus of a command that runs turns: the remote one of bf, or an
-// embedded node that runs turns, its gateway from gf; the log view shows what the
-// embedded node logs (to stderr, and to logFile when set). Close both.
-func turnBus(ctx context.Context, bf busFlags, gf *node.GatewayFlags, o embedOptions, logFile string, verbose bool, stderr io.Writer) (*busConn, *logView, error) {
+// embedded node that runs turns, its gateway from gf, checked by check (when set)
+// before anything starts; the log view shows what the embedded node logs (to stderr,
+// and to logFile when set). Close both.
+func turnBus(ctx context.Context, bf busFlags, gf *node.GatewayFlags, o embedOptions, check func(gateway.Config) error, logFile string, verbose bool, stderr io.Writer) (*busConn, *logView, error) {
 	if err := gf.Check(); err != nil {
 		return nil, nil, usagef("%v", err)
 	}
 	gw, err := gf.Config()
 	if err != nil {
 		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(gw); err != nil {
+			return nil, nil, err
+		}
 	}
 	logs, err := newLogView(stderr, logFile, verbose)
 	if err != nil {

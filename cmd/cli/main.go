@@ -6,7 +6,7 @@
 //	toolbus tools
 //	toolbus call -home . read_file '{"path": "go.mod"}'
 //	toolbus watch -server nats://127.0.0.1:4222
-//	toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret
+//	toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass-file ops.pass
 //
 // Build it under its name with `go build -o toolbus ./cmd/cli`.
 //
@@ -73,6 +73,7 @@ var commands = []command{
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
 	{"workflow", "start a workflow and follow it; view, list or cancel workflows (needs -server)", cmdWorkflow},
 	{"bench", "run the performance suite", runBench},
+	{"version", "print the module version and the VCS revision this program was built from", cmdVersion},
 }
 
 // run runs the command line args and returns the process's exit code.
@@ -107,7 +108,7 @@ func exitCode(stderr io.Writer, name string, err error) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "toolbus %s: %s\nRun 'toolbus %s -h' for its flags.\n", name, ue.msg, name)
+		fmt.Fprintf(stderr, "toolbus %s: %s\nRun 'toolbus %s -h' for usage.\n", name, ue.msg, name)
 		return exitUsage
 	case errors.As(err, &ee):
 		if ee.err != nil {
@@ -163,7 +164,7 @@ Examples:
   toolbus run -model script:examples/demo/script.json -home examples/demo/home "Look around and check the project"
   toolbus run -model openai:gpt-5.4 "Summarise the README"      (needs OPENAI_API_KEY)
   toolbus run -model chat:llama3.1 -base-url http://localhost:11434/v1 "Summarise the README"
-  toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass secret
+  toolbus node -name n1 -listen 127.0.0.1:4222 -user ops -pass-file ops.pass
   toolbus tools -json
   toolbus call -home examples/demo/home read_file '{"path": "README.md"}'
   toolbus watch -server nats://127.0.0.1:4222
@@ -202,6 +203,7 @@ var examples = map[string]string{
 	"workflow list":   "toolbus workflow list -server nats://127.0.0.1:4222 -state running",
 	"workflow cancel": "toolbus workflow cancel -server nats://127.0.0.1:4222 -reason 'not needed' ID",
 	"bench":           "toolbus bench -only turn -n 500",
+	"version":         "toolbus version",
 
 	"jobs":           "toolbus jobs list -server nats://127.0.0.1:4222 -agent demo-agent",
 	"jobs list":      "toolbus jobs list -server nats://127.0.0.1:4222 -agent demo-agent",
@@ -230,6 +232,12 @@ func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
 		if ex := examples[name]; ex != "" {
 			fmt.Fprintf(fs.Output(), "Example:\n  %s\n\n", ex)
 		}
+		var flags int
+		fs.VisitAll(func(*flag.Flag) { flags++ })
+		if flags == 0 {
+			fmt.Fprint(fs.Output(), "Flags:\n  none\n")
+			return
+		}
 		fmt.Fprint(fs.Output(), "Flags:\n")
 		fs.PrintDefaults()
 	}
@@ -238,14 +246,22 @@ func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
 
 // parseArgs parses flags placed before, between or after the positional
 // arguments, which the flag package alone stops at; after "--" everything is
-// positional. A flag error has already been printed with the usage.
+// positional. A flag error has already been printed.
+//
+// -h prints the whole usage; a flag the flag package refuses prints its error and
+// one line that says where the usage is, not the usage itself.
 func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	full := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = full }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				full()
 				return nil, err
 			}
+			fmt.Fprintf(fs.Output(), "Run 'toolbus %s -h' for usage.\n", fs.Name())
 			return nil, &exitError{code: exitUsage}
 		}
 		rest := fs.Args()

@@ -661,6 +661,9 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// groups are the commands that only dispatch to subcommands.
+var groups = map[string]bool{"agent": true, "brain": true, "jobs": true, "schedules": true, "skills": true, "workflow": true}
+
 // TestHelp runs every command's -h: it exits 0 and prints, in one layout, the
 // synopsis, one example and every flag the command defines, with one dash.
 func TestHelp(t *testing.T) {
@@ -680,7 +683,11 @@ func TestHelp(t *testing.T) {
 		if code != exitOK || stdout != "" {
 			t.Errorf("%s -h: exit %d, stdout %q", name, code, stdout)
 		}
-		for _, want := range []string{"Usage: toolbus " + name + " ", "\n\nExample:\n  toolbus " + name + " ", "\n\nFlags:\n"} {
+		list := "\n\nFlags:\n"
+		if groups[name] {
+			list = "\n\nSubcommands: " // a group has no flags of its own
+		}
+		for _, want := range []string{"Usage: toolbus " + name + " ", "\n\nExample:\n  toolbus " + name, list} {
 			if !strings.Contains(stderr, want) {
 				t.Errorf("%s -h lacks %q:\n%s", name, want, stderr)
 			}

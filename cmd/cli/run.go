@@ -93,7 +93,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		req.Model = *model
 	}
 
-	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, *logFile, *verbose, stderr)
+	// A bad -model is refused before an embedded node starts.
+	checkGateway := func(gw gateway.Config) error { return checkModel(req.Model, gw, bf.server == "") }
+	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, checkGateway, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}
@@ -117,6 +119,25 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 	}
 	return turnExit(final)
+}
+
+// checkModel refuses a model spec before any node starts: one of no known kind, and,
+// for the embedded node (embedded), one its gateway cannot open (a missing key). A
+// remote node opens the model with its own keys, so only the spec's kind is checked.
+func checkModel(model string, gw gateway.Config, embedded bool) error {
+	if model == "" {
+		return nil // a script
+	}
+	_, err := gateway.Open(model, gw)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gateway.ErrUnknownModel) || strings.Contains(err.Error(), "names no model"):
+		return usagef("-model %v", err)
+	case embedded:
+		return fmt.Errorf("-model %s: %w", model, err)
+	}
+	return nil
 }
 
 // homeNote says where the embedded node's agent works: -home defaults to the

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -20,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 
+	"github.com/toolbus/toolbus/internal/jsonpos"
 	"github.com/toolbus/toolbus/internal/label"
 )
 
@@ -89,15 +89,13 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := checkAgent(*agent); err != nil {
 		return err
 	}
-	doc, err := readDoc(pos[0])
+	doc, err := readDoc("workflow file", pos[0])
 	if err != nil {
 		return err
 	}
 	var def workflow.Definition
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&def); err != nil {
-		return fmt.Errorf("workflow file %s: %w", pos[0], err)
+	if err := jsonpos.Decode(docName(pos[0]), doc, &def, true); err != nil {
+		return fmt.Errorf("workflow file: %w", err)
 	}
 	if def.Model == "" {
 		def.Model = *model
@@ -105,7 +103,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := def.Check(); err != nil {
 		return err
 	}
-	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, *logFile, *verbose, stderr)
+	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, nil, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}

@@ -156,7 +156,7 @@ func TestWorkflowRefusals(t *testing.T) {
 			"- task b: instructions use the result of a, which b does not depend on",
 			`- task b: result_schema: at /: a result schema's root must be an object schema ("type": "object")`,
 		}},
-		{"unknown field", []string{"start", writeWorkflow(t, `{"title":"t","tasks":[],"prio":1}`)}, exitFailed, []string{`json: unknown field "prio"`}},
+		{"unknown field", []string{"start", writeWorkflow(t, `{"title":"t","tasks":[],"prio":1}`)}, exitFailed, []string{`workflow.json:1:25: unknown field "prio"`}},
 		{"no subcommand", nil, exitUsage, []string{"want a subcommand: start, view, list or cancel"}},
 		{"view without server", []string{"view", "x"}, exitUsage, []string{"this needs -server"}},
 		{"detach without server", []string{"start", "-detach", bad}, exitUsage, []string{"-detach leaves the workflow to a running bus"}},
