@@ -74,7 +74,7 @@ func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fmt.Fprintf(stdout, "abort sent to turn %s; it did not end within %s\n", turn, *wait)
 		return nil
 	}
-	fmt.Fprintf(stdout, "turn %s %s after %s\n", turn, st.State, label.Plural(st.Step, "step"))
+	fmt.Fprintf(stdout, "turn %s %s after %s\n", turn, endedAs(st), label.Plural(st.Step, "step"))
 	for _, c := range st.Calls {
 		if c.Outcome != bus.OutcomeOK {
 			fmt.Fprintf(stdout, "  %s %s: %s\n", c.Tool, c.Outcome, indentRest(c.Error))

@@ -391,11 +391,20 @@ func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
 		r.println("", st.Text)
 		r.printed = st.Text
 	}
-	summary := fmt.Sprintf("%s · %s · %s · %s", st.State, label.Plural(st.Step, "step"), label.Plural(st.NumCalls(), "call"), formatElapsed(took))
+	summary := fmt.Sprintf("%s · %s · %s · %s", endedAs(st), label.Plural(st.Step, "step"), label.Plural(st.NumCalls(), "call"), formatElapsed(took))
 	if st.Usage != nil {
 		summary += " · " + tokens(*st.Usage)
 	}
 	r.println("", r.style(ansiDim, summary))
+}
+
+// endedAs says how a turn ended: its state, except that a task turn ended by a tool
+// result (its accepted submit_result, the only call that ends one) "submitted".
+func endedAs(st bus.TurnStatus) string {
+	if st.Kind == bus.TurnTask && st.State == bus.TurnTerminated {
+		return "submitted"
+	}
+	return string(st.State)
 }
 
 // tokens says how many tokens the model read and wrote.

@@ -176,7 +176,7 @@ func statusText(kind string, st bus.TurnStatus) string {
 		}
 		return s
 	case bus.StatusDone:
-		s := fmt.Sprintf("%s after %s, %s", st.State, label.Plural(st.Step, "step"), label.Plural(st.NumCalls(), "call"))
+		s := fmt.Sprintf("%s after %s, %s", endedAs(st), label.Plural(st.Step, "step"), label.Plural(st.NumCalls(), "call"))
 		if st.Usage != nil {
 			s += ", " + tokens(*st.Usage)
 		}

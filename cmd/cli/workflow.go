@@ -551,7 +551,7 @@ func taskTurnLine(r *renderer, rest, kind string, st bus.TurnStatus) string {
 		}
 		return strings.Join(lines, "\n")
 	case bus.StatusDone:
-		s := fmt.Sprintf("  %s %s after %s", name, st.State, label.Plural(st.Step, "step"))
+		s := fmt.Sprintf("  %s %s after %s", name, endedAs(st), label.Plural(st.Step, "step"))
 		if st.Error != "" && st.State != bus.TurnTerminated {
 			s += ": " + st.Error
 		}

@@ -31,6 +31,7 @@ func TestWorkflowStartOffline(t *testing.T) {
 		"✓ task bleve done: {",
 		"▶ task verdict: attempt 1 of 1",
 		"verdict#1 ✓ submit_result",
+		"verdict#1 submitted after 1 step",
 		`✓ task verdict done: {"choice":"bleve"`,
 		"completed (3 of 3 tasks done)",
 		"completed · 3 of 3 tasks done",
@@ -61,6 +62,23 @@ func TestWorkflowStartOffline(t *testing.T) {
 	_ = json.Compact(&result, wf.Task("verdict").Result)
 	if wf.State != bus.WorkflowCompleted || result.String() != `{"choice":"bleve","reasons":["pure Go: no C compiler, unlike SQLite","Apache-2.0 and on disk, like FTS5"]}` {
 		t.Errorf("-json: %+v", wf)
+	}
+}
+
+// TestTaskTurnEndsSubmitted: a task turn that its accepted submit_result ended is a
+// success and says so; a main turn a tool ended is still "terminated".
+func TestTaskTurnEndsSubmitted(t *testing.T) {
+	r := &renderer{w: new(bytes.Buffer)}
+	task := bus.TurnStatus{Kind: bus.TurnTask, State: bus.TurnTerminated, Step: 2, Calls: make([]bus.CallRecord, 1)}
+	if got, want := taskTurnLine(r, "plan-1", bus.StatusDone, task), "  plan#1 submitted after 2 steps"; got != want {
+		t.Errorf("workflow view: %q, want %q", got, want)
+	}
+	if got, want := statusText(bus.StatusDone, task), "submitted after 2 steps, 1 call"; got != want {
+		t.Errorf("log view: %q, want %q", got, want)
+	}
+	task.Kind = bus.TurnMain
+	if got, want := statusText(bus.StatusDone, task), "terminated after 2 steps, 1 call"; got != want {
+		t.Errorf("main turn: %q, want %q", got, want)
 	}
 }
 
