@@ -136,7 +136,7 @@ func TestWorkflowCommands(t *testing.T) {
 		t.Errorf("list -json -state completed: exit %d\n%s%s", code, stdout, stderr)
 	}
 	code, stdout, stderr = wfCLI("cancel", "-reason", "not needed", slowID)
-	if code != exitOK || !strings.Contains(stdout, `"slow": cancelled (0 of 1 tasks done) — cancelled: not needed`) ||
+	if code != exitOK || !strings.Contains(stdout, "\"slow\": cancelled (0 of 1 tasks done) — not needed\n") ||
 		!strings.Contains(stdout, "- wait: cancelled\n  attempt 1 of 1, turn "+slowID+"-wait-1: cancelled: the workflow was cancelled: not needed") {
 		t.Errorf("cancel: exit %d\n%s%s", code, stdout, stderr)
 	}

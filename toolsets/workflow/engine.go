@@ -468,13 +468,14 @@ func (e *Engine) Cancel(ctx context.Context, agent, id, reason string) (*bus.Wor
 			return false, fmt.Errorf("workflow %s has ended already (%s)", wf.ID, wf.State)
 		}
 		now := time.Now().UTC()
-		wf.State, wf.Error = bus.WorkflowCancelled, "cancelled: "+reason
+		// The state says cancelled; the error is why, or a view would say it twice.
+		wf.State, wf.Error = bus.WorkflowCancelled, reason
 		for i := range wf.Tasks {
 			t := &wf.Tasks[i]
 			if t.State.Ended() {
 				continue
 			}
-			t.State, t.Error = bus.TaskCancelled, "cancelled: "+reason
+			t.State, t.Error = bus.TaskCancelled, reason
 			if a := t.Current(); a != nil && a.Outcome == "" {
 				a.Outcome, a.Reason, a.Ended = bus.AttemptCancelled, "the workflow was cancelled: "+reason, now
 				abort = append(abort, a.Turn)

@@ -424,3 +424,26 @@ func encodedSize(t *testing.T, res toolbus.Result) int {
 	}
 	return len(b)
 }
+
+// TestCancelSaysWhyOnce: a cancelled workflow's error is the reason alone, as its state
+// already says cancelled; the view reads "cancelled (…) — interrupted", not
+// "cancelled: cancelled: interrupted".
+func TestCancelSaysWhyOnce(t *testing.T) {
+	e := newTestEngine(t, &fakeRunner{})
+	ctx := t.Context()
+	wf, err := e.Start(ctx, "x", "", Definition{Title: "t", Tasks: []TaskDef{
+		{ID: "a", Instructions: "Do it.", ResultSchema: json.RawMessage(textSchema), Script: json.RawMessage(`{}`)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wf, err = e.Cancel(ctx, "x", wf.ID, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	if wf.Error != "interrupted" || wf.Tasks[0].Error != "interrupted" {
+		t.Errorf("errors %q and %q, want the reason alone", wf.Error, wf.Tasks[0].Error)
+	}
+	if v := View(wf); !strings.Contains(v, "cancelled (0 of 1 tasks done) — interrupted\n") || strings.Contains(v, "cancelled: cancelled") {
+		t.Errorf("view:\n%s", v)
+	}
+}
