@@ -343,13 +343,36 @@ func (r *renderer) settle(records []bus.CallRecord) {
 			r.println(fmt.Sprintf("%s %s: %s", r.style(ansiRed, "✗"), rec.Tool, indentRest(cmp.Or(rec.Error, string(rec.Outcome)))))
 		}
 		if rungs := repairRungs(rec.Rungs); len(rungs) > 0 {
-			notes = append(notes, r.style(ansiDim, fmt.Sprintf("  ↳ %s: arguments repaired (%s)", rec.Tool, strings.Join(rungs, ", "))))
+			notes = append(notes, r.style(ansiDim, fmt.Sprintf("  ↳ %s: arguments repaired (%s)", callName(records, i, a), strings.Join(rungs, ", "))))
 		}
 	}
 	if len(notes) > 0 {
 		r.println(notes...)
 	}
 	r.finished = r.finished[:0]
+}
+
+// callName names the batch's call i in a note: its tool, and when the batch has other
+// calls of that tool, the label it was shown with (or its place in the batch).
+func callName(records []bus.CallRecord, i int, a *activity) string {
+	rec := records[i]
+	n := 0
+	for _, o := range records {
+		if o.Tool == rec.Tool {
+			n++
+		}
+	}
+	if n < 2 {
+		return rec.Tool
+	}
+	label := rec.Label
+	if a != nil {
+		label = cmp.Or(label, a.completed, a.label)
+	}
+	if label == "" {
+		return fmt.Sprintf("%s (call %d of %d)", rec.Tool, i+1, len(records))
+	}
+	return fmt.Sprintf("%s (%s)", rec.Tool, label)
 }
 
 // repairRungs are the ladder rungs that changed the model's text.

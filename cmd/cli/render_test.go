@@ -164,6 +164,36 @@ func TestRendererMatchesRecordsByTool(t *testing.T) {
 	}
 }
 
+// TestRepairNoteNamesTheCall: of two calls of one tool, the note of repaired arguments
+// says which: by the label the call was shown with, or by its place in the batch.
+func TestRepairNoteNamesTheCall(t *testing.T) {
+	var out bytes.Buffer
+	r := &renderer{w: &out, now: time.Now}
+	for _, c := range []struct{ call, file string }{{"c1", "a.txt"}, {"c2", "b.txt"}} {
+		r.event(bus.Event{Call: c.call, Tool: "read_file", Kind: bus.EventStarted, Label: "Reading " + c.file})
+		r.event(bus.Event{Call: c.call, Tool: "read_file", Kind: bus.EventCompleted, Label: "Read 3 lines of " + c.file})
+		r.result(c.call, bus.ToolReply{Call: c.call, Tool: "read_file", Outcome: bus.OutcomeOK})
+	}
+	r.step(bus.TurnStatus{Calls: []bus.CallRecord{
+		{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK, Rungs: []string{"as_is"}},
+		{Call: "c2", Tool: "read_file", Outcome: bus.OutcomeOK, Rungs: []string{"repair"}},
+		{Call: "c3", Tool: "write_file", Outcome: bus.OutcomeInvalid, Error: "bad", Rungs: []string{"repair"}},
+		{Call: "c4", Tool: "write_file", Outcome: bus.OutcomeInvalid, Error: "bad", Rungs: []string{"unquote"}},
+	}})
+	for _, want := range []string{
+		"  ↳ read_file (Read 3 lines of b.txt): arguments repaired (repair)\n",
+		"  ↳ write_file (call 3 of 4): arguments repaired (repair)\n",
+		"  ↳ write_file (call 4 of 4): arguments repaired (unquote)\n",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "a.txt): arguments") {
+		t.Errorf("a call repaired as is is noted:\n%s", out.String())
+	}
+}
+
 func TestTruncateAndElapsed(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"short", "short"},
