@@ -322,10 +322,15 @@ func logAttempts(provider string, log *slog.Logger, red redactor) option.Middlew
 				slog.String("provider", provider), slog.String("path", req.URL.Path),
 				slog.String("retry", attempt), slog.String("error", red.string(err.Error())))
 		case retriable(res.StatusCode):
-			log.LogAttrs(req.Context(), slog.LevelWarn, "model request refused",
-				slog.String("provider", provider), slog.String("path", req.URL.Path),
-				slog.String("retry", attempt), slog.Int("status", res.StatusCode),
-				slog.String("retry_after", res.Header.Get("Retry-After")))
+			attrs := []slog.Attr{slog.String("provider", provider), slog.String("path", req.URL.Path),
+				slog.String("retry", attempt), slog.Int("status", res.StatusCode)}
+			// The server's wait, when it gave one: an empty attribute would read as a wait of nothing.
+			for _, h := range [...]struct{ header, attr string }{{"Retry-After", "retry_after"}, {"Retry-After-Ms", "retry_after_ms"}} {
+				if v := res.Header.Get(h.header); v != "" {
+					attrs = append(attrs, slog.String(h.attr, v))
+				}
+			}
+			log.LogAttrs(req.Context(), slog.LevelWarn, "model request refused", attrs...)
 		default:
 			log.LogAttrs(req.Context(), slog.LevelDebug, "model request",
 				slog.String("provider", provider), slog.String("path", req.URL.Path),

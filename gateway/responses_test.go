@@ -410,8 +410,33 @@ func TestResponsesRetryAfter(t *testing.T) {
 	if gap := reqs[1].at.Sub(reqs[0].at); gap < time.Second {
 		t.Errorf("retried after %v, before the Retry-After of 1s", gap)
 	}
-	if !strings.Contains(logs.String(), "status=429") {
-		t.Errorf("the refused attempt was not logged:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "status=429 retry_after=1\n") {
+		t.Errorf("the refused attempt was not logged with its Retry-After:\n%s", logs.String())
+	}
+}
+
+// TestRetryWarningOmitsEmptyRetryAfter: a refusal without a Retry-After is logged without
+// the attribute, not with an empty one; Retry-After-Ms is logged as such.
+func TestRetryWarningOmitsEmptyRetryAfter(t *testing.T) {
+	api := newFakeAPI(t,
+		exchange{status: http.StatusServiceUnavailable, body: `{"error":{"message":"busy"}}`},
+		exchange{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After-Ms": "5"}, body: `{"error":{"message":"busy"}}`},
+		exchange{body: responseBody("resp_1", messageOut("ok"))},
+	)
+	var logs bytes.Buffer
+	cfg := api.config(&logs)
+	if _, err := newResponses(t, cfg).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	var refused []string
+	for _, l := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(l, "model request refused") {
+			refused = append(refused, l)
+		}
+	}
+	if len(refused) != 2 || strings.Contains(logs.String(), "retry_after=") ||
+		!strings.HasSuffix(refused[0], "status=503") || !strings.HasSuffix(refused[1], "status=503 retry_after_ms=5") {
+		t.Errorf("warnings:\n%s", strings.Join(refused, "\n"))
 	}
 }
 
