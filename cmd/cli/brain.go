@@ -92,13 +92,18 @@ func brainAdd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usagef("want at most one file (or - for standard input)")
 	}
 	var text []byte
+	source := "standard input"
 	if len(pos) == 0 || pos[0] == "-" {
 		text, err = io.ReadAll(os.Stdin)
 	} else {
+		source = pos[0]
 		text, err = os.ReadFile(pos[0])
 	}
 	if err != nil {
 		return fmt.Errorf("read the page: %w", err)
+	}
+	if strings.TrimSpace(string(text)) == "" {
+		return fmt.Errorf("brain add: the page is empty: %s holds no text", source)
 	}
 	p := brain.Page{ID: *id, Title: *title, Text: string(text), Tags: tags}
 	if p.Title == "" {

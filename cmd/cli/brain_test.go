@@ -166,3 +166,17 @@ func TestBrainCommands(t *testing.T) {
 		}
 	}
 }
+
+// TestBrainAddRefusesEmptyPage: a page of nothing but white space is refused before the
+// bus is asked, with a title or without.
+func TestBrainAddRefusesEmptyPage(t *testing.T) {
+	ctx := testContext(t)
+	empty := filepath.Join(t.TempDir(), "empty.md")
+	if err := os.WriteFile(empty, []byte(" \n\t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := cli(ctx, "brain", "add", "-server", "nats://127.0.0.1:1", "-title", "Nothing", empty)
+	if want := "toolbus: brain add: the page is empty: " + empty + " holds no text\n"; code != exitFailed || stderr != want {
+		t.Errorf("exit %d, stderr %q; want %d, %q", code, stderr, exitFailed, want)
+	}
+}
