@@ -536,3 +536,34 @@ func TestTaskTurnTakesReadOnlyToolsOfItsCategories(t *testing.T) {
 		t.Errorf("main turn %v", main.Tools.Names())
 	}
 }
+
+// TestIncludesAgreesWithAssemble: Includes, which a direct call asks to say that it skips
+// the profile's gating, answers for every built-in tool as Assemble decides, per kind and
+// profile; an external tool is included where the profile names its namespace.
+func TestIncludesAgreesWithAssemble(t *testing.T) {
+	all := &Profile{Version: ProfileVersion, Agent: "ann", Brain: true, Jobs: &JobsPolicy{Spawn: true},
+		Schedules: &SchedulesPolicy{Enabled: true}, Web: &web.Binding{Search: &web.SearchBinding{Provider: "brave"}}}
+	var every []*toolbus.Spec
+	for _, c := range categories {
+		every = append(every, c.specs(Handles{}, &Profile{Web: &web.Binding{Search: &web.SearchBinding{}, Fetch: &web.FetchBinding{}}})...)
+	}
+	for _, kind := range []bus.TurnKind{bus.TurnMain, bus.TurnJob, bus.TurnTask} {
+		for _, p := range []*Profile{nil, {Version: ProfileVersion, Agent: "ann"}, all} {
+			spec := bus.TurnSpec{Kind: kind, Agent: "ann", Workflow: "w1", Task: "t1", ResultSchema: []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)}
+			kit, err := Assemble(spec, p, nil, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range every {
+				if got, want := Includes(kind, p, s), slices.Contains(kit.Tools.Names(), s.Name); got != want {
+					t.Errorf("%s turn, profile %+v: Includes(%s) = %v, Assemble says %v", kind, p, s.Name, got, want)
+				}
+			}
+		}
+	}
+	ext := &toolbus.Spec{Name: "issue_get", Namespace: "github", Category: "gh"}
+	named := &Profile{Version: ProfileVersion, Agent: "ann", Namespaces: []NamespaceRef{{Name: "github"}}}
+	if !Includes(bus.TurnMain, named, ext) || Includes(bus.TurnMain, all, ext) || Includes(bus.TurnTask, named, ext) || Includes(bus.TurnMain, nil, ext) {
+		t.Error("an external tool: included wherever the profile names its namespace, except in task turns")
+	}
+}

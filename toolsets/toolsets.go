@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -177,6 +178,30 @@ func builtinCategories() []category {
 			in: func(_ bus.TurnKind, p *Profile) bool { return p != nil && p.Brain },
 		},
 	}
+}
+
+// Includes reports whether a turn of this kind, for an agent with this profile (nil:
+// none), would include the tool s, as Assemble decides it: a built-in tool by its
+// category's rule (a task turn takes its read-only tools only), an external tool when
+// the profile names its namespace (never in a task turn). Direct calls (toolbus call)
+// skip this gating; they use it to say so.
+func Includes(kind bus.TurnKind, p *Profile, s *toolbus.Spec) bool {
+	if kind == "" {
+		kind = bus.TurnMain
+	}
+	for _, c := range categories {
+		if c.name != s.Category {
+			continue
+		}
+		if !c.in(kind, p) || kind == bus.TurnTask && !s.ReadOnly {
+			return false
+		}
+		return slices.ContainsFunc(c.specs(Handles{}, p), func(x *toolbus.Spec) bool { return x.Name == s.Name })
+	}
+	if p == nil || kind == bus.TurnTask || s.Namespace == "" {
+		return false
+	}
+	return slices.ContainsFunc(p.Namespaces, func(r NamespaceRef) bool { return r.Name == s.Namespace })
 }
 
 // Categories lists the built-in tool categories, in assembly order.

@@ -9,10 +9,13 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/toolsets"
 )
 
 func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -67,6 +70,9 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	if note := gatingNote(ctx, bc.nc, *agent, tool); note != "" {
+		fmt.Fprintln(stderr, "toolbus: note:", note)
+	}
 	parsed, err := tool.Params.Parse(raw, schema.ParseOptions{Destructive: tool.Destructive})
 	if err != nil {
 		return fmt.Errorf("invalid arguments for %s: %w", name, err)
@@ -114,6 +120,29 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s: %s", name, reply.Outcome, reply.Error)}
 	}
 	return nil
+}
+
+// gatingNote says, when the agent's main turns would not have the tool, that call runs
+// it anyway: a direct call skips the profile's gating. A profile that cannot be read
+// gives no note; the call does not depend on it.
+func gatingNote(ctx context.Context, nc *nats.Conn, agent string, tool *toolbus.Spec) string {
+	profile, err := readProfile(ctx, nc, agent)
+	if err != nil || toolsets.Includes(bus.TurnMain, profile, tool) {
+		return ""
+	}
+	what := "the " + tool.Category + " category"
+	switch {
+	case toolsets.Builtin(tool.Category):
+	case tool.Namespace != "":
+		what = "namespace " + tool.Namespace
+	default:
+		what = "category " + tool.Category
+	}
+	why := "its profile leaves out " + what
+	if profile == nil {
+		why = "it has no profile, so not " + what
+	}
+	return fmt.Sprintf("agent %s's turns would not have %s (%s); call runs it anyway: a direct call skips the profile's gating", agent, tool.QualifiedName(), why)
 }
 
 // servedNames lists the qualified names of the tools on the bus.

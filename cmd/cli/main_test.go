@@ -576,6 +576,13 @@ func TestCall(t *testing.T) {
 			stderr: []string{`toolbus: unknown tool "read_fil"; the tools served on the embedded bus are: recall, get_page, list_files, read_file, write_file, run_command, job_start, job_status, job_result, job_cancel, schedule_create, schedule_list, schedule_cancel, todo_read, todo_write, web_search, web_fetch`},
 		},
 		{
+			// The default agent has no profile, so no brain: call says it skips the gating.
+			name:   "gated tool",
+			args:   []string{"recall", `{"query": "ferry"}`},
+			code:   exitOK,
+			stderr: []string{"toolbus: note: agent default's turns would not have recall (it has no profile, so not the brain category); call runs it anyway: a direct call skips the profile's gating\n"},
+		},
+		{
 			name:   "tool error",
 			args:   []string{"-home", demoHome, "read_file", `{"path":"missing.txt"}`},
 			code:   exitFailed,
@@ -596,6 +603,10 @@ func TestCall(t *testing.T) {
 				if !strings.Contains(stderr, want) {
 					t.Errorf("stderr lacks %q:\n%s", want, stderr)
 				}
+			}
+			// Said once for the gated tool; the others are in every main turn.
+			if n, want := strings.Count(stderr, "gating"), strings.Count(strings.Join(tc.stderr, "\n"), "gating"); n != want {
+				t.Errorf("the gating note %d times, want %d:\n%s", n, want, stderr)
 			}
 			if tc.stdoutJSON {
 				var reply bus.ToolReply
