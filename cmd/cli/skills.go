@@ -222,7 +222,11 @@ func skillsShow(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if profileRead && !slices.Contains(enabled, name) {
+	on := slices.Contains(enabled, name)
+	switch {
+	case !profileRead:
+		fmt.Fprintf(stderr, "toolbus: note: skill %s: enabled: unknown (no -server: the profile of agent %s was not read)\n", name, f.agent)
+	case !on:
 		fmt.Fprintf(stderr, "toolbus: note: skill %s is not enabled for agent %s, so its turns cannot load it (toolbus agent set -skill %s %s)\n", name, f.agent, name, f.agent)
 	}
 	var text string
@@ -232,6 +236,11 @@ func skillsShow(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 	} else {
 		got, problems := skills.Load(home, []string{name})
+		var p *skills.Problem
+		if len(problems) > 0 && !on && errors.As(problems[0], &p) && errors.Is(p, skills.ErrNotFound) {
+			// Load's message says the skill is enabled, which only a profile can say.
+			return fmt.Errorf("%s: no skill %s in the agent home %s: this file does not exist", p.File, name, home)
+		}
 		if len(problems) > 0 {
 			return problems[0]
 		}

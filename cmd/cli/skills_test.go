@@ -233,3 +233,19 @@ func TestSkills(t *testing.T) {
 		t.Errorf("mcporter config after the turn: %s %v", b, err)
 	}
 }
+
+// TestSkillsShowWithoutServer: without -server no profile is read, so skills show says
+// that whether the skill is enabled is unknown, and a missing skill is not called enabled.
+func TestSkillsShowWithoutServer(t *testing.T) {
+	ctx := testContext(t)
+	home := t.TempDir()
+	writeSkillFile(t, home, "skills/notes/SKILL.md", "---\nname: notes\ndescription: Keeps notes.\n---\nWrite short notes.\n")
+	code, out, errOut := cli(ctx, "skills", "show", "-home", home, "notes")
+	if want := "toolbus: note: skill notes: enabled: unknown (no -server: the profile of agent default was not read)\n"; code != exitOK || errOut != want || !strings.HasPrefix(out, "# Skill notes\n") {
+		t.Errorf("exit %d, stderr %q (want %q), stdout %q", code, errOut, want, out)
+	}
+	code, _, errOut = cli(ctx, "skills", "show", "-home", home, "nope")
+	if want := "toolbus: skills/nope/SKILL.md: no skill nope in the agent home " + home + ": this file does not exist\n"; code != exitFailed || !strings.HasSuffix(errOut, want) || strings.Contains(errOut, "is enabled") {
+		t.Errorf("missing skill: exit %d, stderr %q, want it to end %q", code, errOut, want)
+	}
+}
