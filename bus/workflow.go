@@ -111,6 +111,8 @@ type Workflow struct {
 	Error   string    `json:"error,omitempty"`
 	Created time.Time `json:"created"`
 	Updated time.Time `json:"updated"`
+	// Ended is when the workflow ended (its state left running); zero while it runs.
+	Ended time.Time `json:"ended,omitzero"`
 }
 
 // Task is one task of a workflow, with the schema its result must pass (as persisted

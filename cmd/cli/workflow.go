@@ -390,7 +390,6 @@ type taskStatus struct {
 func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *client.WorkflowWatch, r *renderer) (*bus.Workflow, error) {
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	began := time.Now()
 	r.println(r.style(ansiBold, fmt.Sprintf("workflow %s %q: %s, agent %s", wf.ID, wf.Title, label.Plural(len(wf.Tasks), "task"), wf.Agent)))
 	prev := &bus.Workflow{ID: wf.ID, Tasks: make([]bus.Task, len(wf.Tasks))}
 	for i, t := range wf.Tasks {
@@ -430,7 +429,7 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *c
 		r.println(workflow.View(cur))
 		r.println("")
 		r.println(r.style(ansiDim, fmt.Sprintf("%s · %d of %d tasks done · %s", cur.State, doneTasks(cur), len(cur.Tasks),
-			formatElapsed(time.Since(began)))))
+			formatElapsed(workflowTook(cur)))))
 		return cur
 	}
 	// status shows a status of one of the workflow's task turns, or holds it.
@@ -484,6 +483,17 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *c
 			}
 		}
 	}
+}
+
+// workflowTook is how long an ended workflow ran, by its own record: created to ended
+// (to its last write, for a document stored before it had an end time). A follower that
+// joins late, or a bus far away, does not change it.
+func workflowTook(wf *bus.Workflow) time.Duration {
+	end := wf.Ended
+	if end.IsZero() {
+		end = wf.Updated
+	}
+	return end.Sub(wf.Created)
 }
 
 // hasAttempt reports whether turn is the turn of one of wf's attempts.

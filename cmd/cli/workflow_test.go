@@ -107,8 +107,18 @@ func TestWorkflowCommands(t *testing.T) {
 		t.Fatalf("start -detach -json: exit %d\n%s%s", code, stdout, stderr)
 	}
 	code, stdout, stderr = wfCLI("view", "-follow", started.ID)
+	followed := stdout
 	if code != exitOK || !strings.Contains(stdout, "completed · 3 of 3 tasks done") {
 		t.Errorf("view -follow: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The time shown is the workflow's own, from its record, not the follower's.
+	code, stdout, stderr = wfCLI("view", "-json", started.ID)
+	var ended bus.Workflow
+	if code != exitOK || json.Unmarshal([]byte(stdout), &ended) != nil || ended.Ended.Before(ended.Created) || ended.Ended.IsZero() {
+		t.Fatalf("view -json: exit %d\n%s%s", code, stdout, stderr)
+	}
+	if want := "completed · 3 of 3 tasks done · " + formatElapsed(ended.Ended.Sub(ended.Created)) + "\n"; !strings.Contains(followed, want) {
+		t.Errorf("view -follow lacks %q:\n%s", want, followed)
 	}
 	code, stdout, stderr = wfCLI("view", started.ID)
 	if code != exitOK || !strings.Contains(stdout, "- verdict: done\n  attempt 1 of 1, turn "+started.ID+"-verdict-1: accepted") {

@@ -173,6 +173,7 @@ func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition
 			"over the %s a workflow's document may hold: shorten the instructions, result schemas or scripts", sizeOf(len(b)), len(b), sizeOf(lim.doc))}}
 	}
 	advance(wf, now, lim)
+	markEnded(wf, now)
 	kv, err := e.bucket(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("start workflow: %w", err)
@@ -443,6 +444,7 @@ func (e *Engine) update(ctx context.Context, agent, id string, change func(wf *b
 			return bus.ErrUnchanged
 		}
 		wf.Updated = time.Now().UTC()
+		markEnded(wf, wf.Updated)
 		return nil
 	})
 	if err != nil {
@@ -455,6 +457,14 @@ func decodeWorkflow(b []byte) (bus.Workflow, error) {
 	var wf bus.Workflow
 	err := json.Unmarshal(b, &wf)
 	return wf, err
+}
+
+// markEnded stamps the time a workflow ended, once: the span of its record is
+// Created to Ended.
+func markEnded(wf *bus.Workflow, now time.Time) {
+	if wf.State.Ended() && wf.Ended.IsZero() {
+		wf.Ended = now
+	}
 }
 
 // Cancel ends a running workflow: its tasks that have not ended are cancelled, and so are

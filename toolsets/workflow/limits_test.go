@@ -427,7 +427,7 @@ func encodedSize(t *testing.T, res toolbus.Result) int {
 
 // TestCancelSaysWhyOnce: a cancelled workflow's error is the reason alone, as its state
 // already says cancelled; the view reads "cancelled (…) — interrupted", not
-// "cancelled: cancelled: interrupted".
+// "cancelled: cancelled: interrupted". Its record has an end time from then on.
 func TestCancelSaysWhyOnce(t *testing.T) {
 	e := newTestEngine(t, &fakeRunner{})
 	ctx := t.Context()
@@ -437,8 +437,14 @@ func TestCancelSaysWhyOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !wf.Ended.IsZero() {
+		t.Errorf("a running workflow has an end: %v", wf.Ended)
+	}
 	if wf, err = e.Cancel(ctx, "x", wf.ID, "interrupted"); err != nil {
 		t.Fatal(err)
+	}
+	if wf.Ended.IsZero() || wf.Ended.Before(wf.Created) || !wf.Ended.Equal(wf.Updated) {
+		t.Errorf("ended %v, created %v, updated %v: want the end stamped at the cancel", wf.Ended, wf.Created, wf.Updated)
 	}
 	if wf.Error != "interrupted" || wf.Tasks[0].Error != "interrupted" {
 		t.Errorf("errors %q and %q, want the reason alone", wf.Error, wf.Tasks[0].Error)
