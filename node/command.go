@@ -195,6 +195,13 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	if o.pass, err = secretflag.Read(o.passFile, "NATS_PASSWORD"); err != nil {
 		return nil, fmt.Errorf("-pass-file: %w", err)
 	}
+	if o.user != "" && o.pass == "" && o.creds == "" {
+		who := "-user " + o.user
+		if !isSet(fs, "user") {
+			who = "NATS_USER=" + o.user
+		}
+		return nil, usagef("%s has no password: give it with -pass-file FILE or the environment variable NATS_PASSWORD", who)
+	}
 	if o.routePass, err = secretflag.Read(o.routePassFile, "TOOLBUS_ROUTE_PASSWORD"); err != nil {
 		return nil, fmt.Errorf("-route-pass-file: %w", err)
 	}
@@ -228,6 +235,13 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 		return nil, usagef("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
 	}
 	return o, nil
+}
+
+// isSet reports whether the command line set the flag name.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // WebKeys are the web host's search provider keys: from the environment (web.KeyEnv),

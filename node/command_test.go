@@ -51,6 +51,8 @@ func TestParseFlags(t *testing.T) {
 					t.Errorf("pass %q", o.pass)
 				}
 			}},
+		{name: "user without password", args: []string{"-user", "ops"}, wantErr: "-user ops has no password: give it with -pass-file FILE or the environment variable NATS_PASSWORD"},
+		{name: "env user without password", env: map[string]string{"NATS_USER": "ops"}, wantErr: "NATS_USER=ops has no password: give it with -pass-file FILE or the environment variable NATS_PASSWORD"},
 		{name: "password on the command line", args: []string{"-pass", "secret"}, wantErr: "-pass-file FILE or the environment variable NATS_PASSWORD"},
 		{name: "route password on the command line", args: []string{"-route-pass", "secret"}, wantErr: "-route-pass-file"},
 		{name: "route password file", args: []string{"-route-pass-file", passFile}, check: func(t *testing.T, o *options) {
@@ -120,6 +122,7 @@ func TestParseFlags(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")
+			t.Setenv("NATS_USER", "")
 			t.Setenv("NATS_PASSWORD", "")
 			t.Setenv("TOOLBUS_ROUTE_PASSWORD", "")
 			t.Setenv("TOOLBUS_BRAVE_API_KEY", "")
