@@ -94,7 +94,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 
 	// A bad -model is refused before an embedded node starts.
-	checkGateway := func(gw gateway.Config) error { return checkModel(req.Model, gw, bf.server == "") }
+	checkGateway := func(gw gateway.Config) error { return checkModel("-model", req.Model, gw, bf.server == "") }
 	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, checkGateway, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
@@ -124,7 +124,9 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // checkModel refuses a model spec before any node starts: one of no known kind, and,
 // for the embedded node (embedded), one its gateway cannot open (a missing key). A
 // remote node opens the model with its own keys, so only the spec's kind is checked.
-func checkModel(model string, gw gateway.Config, embedded bool) error {
+// name is where the spec came from: a flag ("-model", whose bad kind is a usage
+// error) or a file ("workflow file: model").
+func checkModel(name, model string, gw gateway.Config, embedded bool) error {
 	if model == "" {
 		return nil // a script
 	}
@@ -133,9 +135,12 @@ func checkModel(model string, gw gateway.Config, embedded bool) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, gateway.ErrUnknownModel) || strings.Contains(err.Error(), "names no model"):
-		return usagef("-model %v", err)
+		if strings.HasPrefix(name, "-") {
+			return usagef("%s %v", name, err)
+		}
+		return fmt.Errorf("%s %v", name, err)
 	case embedded:
-		return fmt.Errorf("-model %s: %w", model, err)
+		return fmt.Errorf("%s %s: %w", name, model, err)
 	}
 	return nil
 }

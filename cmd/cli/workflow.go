@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
@@ -97,13 +99,23 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := jsonpos.Decode(docName(pos[0]), doc, &def, true); err != nil {
 		return fmt.Errorf("workflow file: %w", err)
 	}
-	if def.Model == "" {
+	fromFile := def.Model != ""
+	if !fromFile {
 		def.Model = *model
 	}
 	if err := def.Check(); err != nil {
 		return err
 	}
-	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, nil, *logFile, *verbose, stderr)
+	// A bad model is refused before an embedded node starts, as run does: its kind
+	// always, a missing key when the embedded node would open it for a task without a
+	// script.
+	needsModel := slices.ContainsFunc(def.Tasks, func(t workflow.TaskDef) bool { return len(t.Script) == 0 })
+	name := "-model"
+	if fromFile {
+		name = "workflow file: model"
+	}
+	checkGateway := func(gw gateway.Config) error { return checkModel(name, def.Model, gw, bf.server == "" && needsModel) }
+	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, checkGateway, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}

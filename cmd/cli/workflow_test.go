@@ -168,10 +168,14 @@ func TestWorkflowCommands(t *testing.T) {
 }
 
 func TestWorkflowRefusals(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "")
 	ctx := testContext(t)
 	bad := writeWorkflow(t, `{"title":"t","tasks":[
 		{"id":"a","instructions":"A.","result_schema":{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true}}},"script":{"responses":[{"text":"x"}]}},
 		{"id":"b","instructions":"B after {{tasks.a.result}}.","result_schema":{"type":"array"},"script":{"responses":[{"text":"x"}]}}]}`)
+	// A task without a script: its turn needs the model.
+	const unscriptedDoc = `{"title":"t","tasks":[{"id":"a","instructions":"Say hi.","result_schema":{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]}}]}`
+	unscripted := writeWorkflow(t, unscriptedDoc)
 	for _, tc := range []struct {
 		name   string
 		args   []string
@@ -189,12 +193,20 @@ func TestWorkflowRefusals(t *testing.T) {
 		{"view without server", []string{"view", "x"}, exitUsage, []string{"this needs -server"}},
 		{"detach without server", []string{"start", "-detach", bad}, exitUsage, []string{"-detach leaves the workflow to a running bus"}},
 		{"script model", []string{"start", "-model", "script:x.json", bad}, exitUsage, []string{"a workflow plays scripts per task"}},
+		// A bad model is refused before the embedded node starts (not by workflow_start).
+		{"unknown model", []string{"start", "-model", "nope", unscripted}, exitUsage, []string{`toolbus workflow: -model unknown model spec "nope"`}},
+		{"model without key", []string{"start", "-model", "openai:gpt-5", unscripted}, exitFailed, []string{"toolbus: -model openai:gpt-5: responses gateway for gpt-5: no API key: set OPENAI_API_KEY\n"}},
+		{"file's model without key", []string{"start", writeWorkflow(t, strings.Replace(unscriptedDoc, `"title"`, `"model":"openai:gpt-5","title"`, 1))}, exitFailed,
+			[]string{"toolbus: workflow file: model openai:gpt-5: responses gateway for gpt-5: no API key"}},
 		{"bad state", []string{"list", "-server", "nats://127.0.0.1:1", "-state", "done"}, exitUsage, []string{`-state "done": want running`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := cli(ctx, append([]string{"workflow"}, tc.args...)...)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d\n%s", code, tc.code, stderr)
+			}
+			if strings.Contains(stderr, "workflow_start:") {
+				t.Errorf("refused by a node, not before one started:\n%s", stderr)
 			}
 			for _, want := range tc.stderr {
 				if !strings.Contains(stderr, want) {
