@@ -71,7 +71,7 @@ var commands = []command{
 	{"jobs", "list, show or cancel background jobs (needs -server)", cmdJobs},
 	{"schedules", "list, show or remove schedules (needs -server)", cmdSchedules},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
-	{"workflow", "start a workflow and follow it; view, list or cancel workflows (needs -server)", cmdWorkflow},
+	{"workflow", "start a workflow and follow it; view, list or cancel workflows (these need -server)", cmdWorkflow},
 	{"bench", "run the performance suite", runBench},
 	{"version", "print the module version and the VCS revision this program was built from", cmdVersion},
 }
@@ -152,9 +152,9 @@ Usage: toolbus <command> [flags] [args]
 Commands:
 `)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
 	}
-	fmt.Fprint(w, `  help     show this help
+	fmt.Fprint(w, `  help      show this help
 
 Without -server, run and call start an embedded bus and node in the process
 (no port, a temporary store). With -server (or NATS_URL) they use the nodes of
