@@ -15,9 +15,9 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
@@ -255,7 +255,7 @@ func (h *bgHarness) job(id string) (jobs.Job, error) {
 func (h *bgHarness) waitJob(id string, state bus.TurnState) jobs.Job {
 	h.t.Helper()
 	var j jobs.Job
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		var err error
 		if j, err = h.job(id); err != nil {
 			return err
@@ -419,7 +419,7 @@ func TestJobLifecycle(t *testing.T) {
 	if j.Node != "n1" || j.Started.IsZero() {
 		t.Errorf("running job %+v", j)
 	}
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if h.gate.waiting() != 1 {
 			return errors.New("the job has not reached the gate")
 		}
@@ -477,7 +477,7 @@ func TestJobLifecycle(t *testing.T) {
 		t.Errorf("cancel an ended job: %s %q", r.Outcome, replyText(r))
 	}
 	// The cancelled queued job's turn was taken from the intake by now, and found ended.
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		store, err := h.turns()
 		if err != nil {
 			return err

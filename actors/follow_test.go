@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 func TestFollow(t *testing.T) {
@@ -46,7 +46,7 @@ func TestFollow(t *testing.T) {
 		final, err = Follow(ctx, nc, "t1", time.Second, func(st bus.TurnStatus) { heard <- st })
 		done <- err
 	}()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		publish("t1", bus.StatusStarted, bus.TurnStatus{Turn: "t1", Node: "n1", Lease: time.Minute})
 		select {
 		case <-heard:
@@ -67,7 +67,7 @@ func TestFollow(t *testing.T) {
 		_, err := Follow(ctx, nc, "t2", 300*time.Millisecond, func(st bus.TurnStatus) { heard2 <- st })
 		done <- err
 	}()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		publish("t2", bus.StatusBeat, bus.TurnStatus{Turn: "t2", Node: "n1", Lease: 50 * time.Millisecond})
 		select {
 		case <-heard2:

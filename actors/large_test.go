@@ -22,9 +22,9 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
@@ -178,7 +178,7 @@ func TestLargeArguments(t *testing.T) {
 			}
 		}
 		// What was stored for the calls in flight is gone with them.
-		wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 			obs, err := js.ObjectStore(ctx, bus.ObjectPayloads)
 			if err != nil {
 				return err

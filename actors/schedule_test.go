@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
 
@@ -32,7 +32,7 @@ func (h *bgHarness) createSchedule(agent, args string, child ...gateway.ScriptSt
 func (h *bgHarness) waitFired(id string, n int, within time.Duration) schedule.Schedule {
 	h.t.Helper()
 	var s schedule.Schedule
-	wait.CheckFor(h.t, within, 50*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, within, 50*time.Millisecond, func() error {
 		var err error
 		if s, err = h.schedule(id); err != nil {
 			return err
@@ -49,7 +49,7 @@ func (h *bgHarness) waitFired(id string, n int, within time.Duration) schedule.S
 func (h *bgHarness) waitTurn(id string) bus.TurnRecord {
 	h.t.Helper()
 	var rec bus.TurnRecord
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		var err error
 		if rec, err = h.turn(id); err != nil {
 			return err
@@ -125,7 +125,7 @@ func TestScheduleEveryFires(t *testing.T) {
 	// Counted firings, each a turn of its own that completes; no timing asserted beyond
 	// a generous bound.
 	sch = h.waitFired(sch.ID, 3, 60*time.Second)
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		store, err := h.turns()
 		if err != nil {
 			return err
@@ -149,7 +149,7 @@ func TestScheduleEveryFires(t *testing.T) {
 	// Overlap: while a fired turn waits at the gate, the next firings are skipped.
 	h.gate.shut()
 	before := h.waitFired(sch.ID, sch.Fired, time.Second)
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		s, err := h.schedule(sch.ID)
 		if err != nil {
 			return err
@@ -176,7 +176,7 @@ func TestScheduleEveryFires(t *testing.T) {
 	if n, _ := h.scheduleMessages(sch.ID); n != 0 {
 		t.Errorf("the cancelled schedule still has %d messages in the intake", n)
 	}
-	wait.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if _, n := h.scheduleMessages(sch.ID); n != 0 {
 			return fmt.Errorf("%d firings still queued", n)
 		}
@@ -198,7 +198,7 @@ func TestScheduleOverlapQueue(t *testing.T) {
 	first := h.waitFired(sch.ID, 1, 30*time.Second)
 	// While the first waits at the gate, firings wait in the intake: none skipped, none
 	// started.
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if _, n := h.scheduleMessages(sch.ID); n < 2 {
 			return fmt.Errorf("%d firings waiting", n)
 		}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // TestHostRestartsAfterItsConnectionCloses closes a host's connection from outside: the
@@ -71,7 +71,7 @@ func TestHostRestartsAfterItsConnectionCloses(t *testing.T) {
 
 	hostConn := n.connByName(t, "toolbus-host-sup@n1")
 	hostConn.Close()
-	wait.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if !strings.Contains(logs.String(), "category host restarted") {
 			return errors.New("the host was not restarted; log:\n" + logs.String())
 		}

@@ -18,10 +18,10 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -854,7 +854,7 @@ func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
 	if got := outputText(outputs(TurnResult{Transcript: items})["b"]); got != strings.Repeat("x", 2<<20) {
 		t.Errorf("the transcript holds %d bytes of the 2 MiB output", len(got))
 	}
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		obs, err := js.ObjectStore(ctx, bus.ObjectPayloads)
 		if err != nil {
 			return err
@@ -1022,7 +1022,7 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
 	// The host's last event follows its reply: wait for it.
 	want := []string{"evt.completed", "evt.completed", "evt.started", "evt.started", "status.done", "status.started", "status.step"}
-	wait.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if got := skipped(); !slices.Equal(got, want) {
 			return fmt.Errorf("with nobody watching, the turn and host left out %q, want %q", got, want)
 		}
@@ -1059,7 +1059,7 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
-	wait.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		got := slices.Sorted(slices.Values(seen))

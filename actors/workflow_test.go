@@ -15,9 +15,9 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/web"
 	"github.com/toolbus/toolbus/toolsets/workflow"
@@ -178,7 +178,7 @@ func (h *wfHarness) workflow(id string) *bus.Workflow {
 func (h *wfHarness) waitEnded(id string) *bus.Workflow {
 	h.t.Helper()
 	var wf *bus.Workflow
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		wf = h.workflow(id)
 		if !wf.State.Ended() {
 			return fmt.Errorf("workflow still %s:\n%s", wf.State, workflow.View(wf))
@@ -566,7 +566,7 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 	}
 	// The turns' ends were settled after the cancel without changing it, and c's turn
 	// was never queued.
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		for _, turn := range []string{turnA, turnB} {
 			if rec, err := h.turnRecord(turn); err != nil || rec.State != bus.TurnAborted {
 				return fmt.Errorf("turn %s record: %s %v", turn, rec.State, err)
@@ -605,7 +605,7 @@ func TestWorkflowStateSurvivesRestart(t *testing.T) {
 			Script:       script(t, gateway.ScriptStep{DelayMS: 1500}, submit(`{"n":14,"note":"doubled"}`))},
 	}})
 	second := bus.AttemptTurn(wf.ID, "second", 1)
-	wait.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if rec, err := h.turnRecord(second); err != nil || rec.State != bus.TurnRunning {
 			return fmt.Errorf("second task's turn: %s %v", rec.State, err)
 		}

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // TestRolesUseTheStore uses the store as the roles of a listening node's users do
@@ -89,7 +89,7 @@ func TestRolesUseTheStore(t *testing.T) {
 	}
 
 	// The host's index follows the operator's writes.
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		r, err := host.Recall(ctx, "ann", Query{Text: "gondola"})
 		if err == nil && len(r.Hits) != 2 {
 			err = fmt.Errorf("host recall: %d hits, want 2", len(r.Hits))

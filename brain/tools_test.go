@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // call runs one tool of Tools(s) as agent, with arguments validated against its schema
@@ -183,7 +183,7 @@ func TestIndexFollowsChanges(t *testing.T) {
 	}
 	expect := func(q string, want ...string) {
 		t.Helper()
-		wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 			if got := hits(q); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 				return fmt.Errorf("recall %q: %v, want %v", q, got, want)
 			}

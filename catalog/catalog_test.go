@@ -17,7 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -339,7 +339,7 @@ func TestCatalogWatchHearsAnnouncements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !cat.Refreshed() {
 			return errors.New("no first refresh")
 		}
@@ -353,13 +353,13 @@ func TestCatalogWatchHearsAnnouncements(t *testing.T) {
 		}
 	}
 	announce(bus.CatalogUp)
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := cat.Namespace("crm")
 		return err
 	})
 	stop()
 	announce(bus.CatalogDown)
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if _, err := cat.Namespace("crm"); !errors.Is(err, ErrNotServed) {
 			return fmt.Errorf("crm still in the catalog: %v", err)
 		}
@@ -424,7 +424,7 @@ func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !cat.Refreshed() {
 			return errors.New("no first refresh")
 		}
@@ -434,7 +434,7 @@ func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
 	if err := nc.Publish(bus.CatalogChanged, b); err != nil {
 		t.Fatal(err)
 	}
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if !cat.awaiting() {
 			return errors.New("the announcement is not heard yet")
 		}
@@ -454,14 +454,14 @@ func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
 	if err := nc.Publish(bus.CatalogChanged, b); err != nil {
 		t.Fatal(err)
 	}
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if !cat.awaiting() {
 			return errors.New("the announcement is not heard yet")
 		}
 		return nil
 	})
 	serve(t, srv, "node-m", spec("idle", "later", "later", "I."))
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := cat.Namespace("later")
 		return err
 	})

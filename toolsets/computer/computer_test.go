@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 
 	"github.com/toolbus/toolbus/internal/label"
 )
@@ -618,7 +618,7 @@ func alive(pid int) bool {
 // waitFor waits until the command has created file.
 func waitFor(t *testing.T, file string) {
 	t.Helper()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		_, err := os.Stat(file)
 		return err
 	})
@@ -645,7 +645,7 @@ func TestRunCommandCancelKillsProcessTree(t *testing.T) {
 				done <- outcome{res, err}
 			}()
 			waitFor(t, filepath.Join(home, "started"))
-			wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
+			bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
 			cancel()
 			o := <-done
 			if o.err != nil {

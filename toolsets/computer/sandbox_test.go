@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // modes are the sandbox modes the command tests run in.
@@ -72,7 +72,7 @@ func sleepers(marker string, n int) error {
 // noneLeft waits until no process of the host holds marker in its command line.
 func noneLeft(t *testing.T, marker string) {
 	t.Helper()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if left := processes(marker); len(left) > 0 {
 			return fmt.Errorf("processes outlived the call: %v", left)
 		}
@@ -278,7 +278,7 @@ func TestSandboxLeavesNothingRunning(t *testing.T) {
 			done <- res
 		}()
 		// The three detached sleeps and the command's own run, seen from outside.
-		wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 4) })
+		bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 4) })
 		cancel()
 		res := <-done
 		if d := details[CommandDetails](t, res); !d.Cancelled {
