@@ -323,6 +323,7 @@ func gateStep() gateway.ScriptStep {
 const gateNS = `"namespaces":[{"name":"gate","load":"upfront"}]`
 
 func TestJobToolsOnlyWhereSpawnAllowed(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{})
 	h.profile(`{"version":3,"agent":"spawner","jobs":{"spawn":true}}`)
 	h.profile(`{"version":3,"agent":"nospawn","jobs":{"spawn":false},"schedules":{"enabled":true}}`)
@@ -397,6 +398,7 @@ func TestJobToolsOnlyWhereSpawnAllowed(t *testing.T) {
 }
 
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	// One turn at a time: a job queued behind a running one stays queued.
 	h := startBackground(t, bgConfig{maxTurns: 1})
 	h.profile(`{"version":3,"agent":"ann","jobs":{"spawn":true,"keep":"2h"},` + gateNS + `}`)
@@ -519,6 +521,7 @@ func TestJobLifecycle(t *testing.T) {
 }
 
 func TestJobLimits(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{})
 	h.profile(`{"version":3,"agent":"ann","jobs":{"spawn":true,"max_running":1,"max_per_hour":2},` + gateNS + `}`)
 	main := h.runMain("ann", gateway.Script{

@@ -78,6 +78,7 @@ func (h *bgHarness) scheduleMessages(id string) (schedules, firings uint64) {
 }
 
 func TestScheduleOnceFires(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	at := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
@@ -115,6 +116,7 @@ func TestScheduleOnceFires(t *testing.T) {
 }
 
 func TestScheduleEveryFires(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true},` + gateNS + `}`)
 	h.gate.release()
@@ -192,6 +194,7 @@ func TestScheduleEveryFires(t *testing.T) {
 }
 
 func TestScheduleOverlapQueue(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true,"overlap":"queue"},` + gateNS + `}`)
 	_, sch := h.createSchedule("sam", `{"prompt":"Sync.","every":"1s"}`, gateStep(), say("Synced."))
@@ -217,6 +220,7 @@ func TestScheduleOverlapQueue(t *testing.T) {
 }
 
 func TestScheduleSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	_, every := h.createSchedule("sam", `{"prompt":"Tick.","every":"1s"}`, say("Tock."))
@@ -243,6 +247,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 }
 
 func TestScheduleRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{}) // the default minimum interval, a minute
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	h.profile(`{"version":3,"agent":"off"}`)

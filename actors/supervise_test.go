@@ -20,6 +20,7 @@ import (
 // host fails to the node, which logs it and restarts it on a new connection, and calls
 // reach it again.
 func TestHostRestartsAfterItsConnectionCloses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})

@@ -21,6 +21,7 @@ import (
 // category creates the bucket, recalls and reads them but cannot write; a watcher
 // reads; a host of another category cannot even read.
 func TestRolesUseTheStore(t *testing.T) {
+	t.Parallel()
 	users := []bus.User{}
 	for _, u := range []struct {
 		name       string

@@ -141,6 +141,7 @@ func userConn(t *testing.T, url, name string, opts ...nats.Option) (*nats.Conn, 
 // Only a turn node may publish a turn's status: a tool host, an operator or
 // a watcher that tries is refused, so none can forge a turn's end.
 func TestOnlyTurnRolePublishesStatus(t *testing.T) {
+	t.Parallel()
 	s, observer, _ := usersServer(t)
 	subject := TurnStatusSubject("t1", StatusDone)
 	got, err := observer.SubscribeSync(subject)
@@ -189,6 +190,7 @@ func TestOnlyTurnRolePublishesStatus(t *testing.T) {
 // TestRolesFromUsersFile checks each role's documented rights against the
 // real server: subjects, and JetStream reads and writes.
 func TestRolesFromUsersFile(t *testing.T) {
+	t.Parallel()
 	s, observer, kp := usersServer(t)
 	url := s.ClientURL()
 	creds := map[string]nats.Option{
@@ -490,6 +492,7 @@ func must[T any](v T, err error) T {
 }
 
 func TestParseUsersErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ doc, want string }{
 		{`[]`, ErrNoUsers.Error()},
 		{`[{"user":"a","role":"admin"}]`, "exactly one of password"},
@@ -547,6 +550,7 @@ func writeTestCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 }
 
 func TestTLSListener(t *testing.T) {
+	t.Parallel()
 	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
 	s, _ := startServer(t, Config{
 		Listen: "127.0.0.1:-1", Users: []User{{Name: "u", Password: "pw", Permissions: AdminPermissions()}},
@@ -593,6 +597,7 @@ func TestTLSListener(t *testing.T) {
 // certificates against the CA: the cluster forms and elects a JetStream
 // meta leader, and the route listener asks for TLS.
 func TestTLSRoutes(t *testing.T) {
+	t.Parallel()
 	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
 	nodes := startClusterWith(t, 3, func(c *Config) {
 		c.TLS = &TLSConfig{Cert: certFile, Key: keyFile, CA: caFile}
@@ -632,6 +637,7 @@ func TestTLSRoutes(t *testing.T) {
 }
 
 func TestRouteTLSNeedsCA(t *testing.T) {
+	t.Parallel()
 	_, certFile, keyFile := writeTestCA(t, t.TempDir())
 	s, err := Start(testContext(t), Config{
 		TLS:     &TLSConfig{Cert: certFile, Key: keyFile},

@@ -44,6 +44,7 @@ func specs(t testing.TB) []*toolbus.Spec {
 }
 
 func TestMetadataRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, s := range specs(t) {
 		t.Run(s.Name, func(t *testing.T) {
 			md := Metadata(s)
@@ -84,6 +85,7 @@ func assertSameSpec(t *testing.T, got, want *toolbus.Spec) {
 }
 
 func TestFromEndpointRefusals(t *testing.T) {
+	t.Parallel()
 	good := Metadata(specs(t)[1])
 	with := func(key, value string) map[string]string {
 		md := make(map[string]string, len(good))
@@ -182,6 +184,7 @@ func quick() Options {
 }
 
 func TestCatalogFollowsHostsComingAndGoing(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	cat := New(nc, quick())
 	ctx := t.Context()
@@ -246,6 +249,7 @@ func TestCatalogFollowsHostsComingAndGoing(t *testing.T) {
 }
 
 func TestCatalogRefusesDisagreeingHosts(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	cat := New(nc, quick())
 	for _, tc := range []struct {
@@ -295,6 +299,7 @@ func TestCatalogRefusesDisagreeingHosts(t *testing.T) {
 }
 
 func TestCatalogSkipsUnusableEndpoints(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	hostConn, err := srv.Connect("raw")
 	if err != nil {
@@ -330,6 +335,7 @@ func TestCatalogSkipsUnusableEndpoints(t *testing.T) {
 }
 
 func TestCatalogWatchHearsAnnouncements(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	// No periodic refresh: only the announcements can tell the catalog.
 	o := quick()
@@ -416,6 +422,7 @@ func FuzzFromEndpoint(f *testing.F) {
 // the catalog's next looks, without another announcement; and a turn's Ensure looks
 // again at once while an announced host is missing, whatever the catalog's age.
 func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	o := quick()
 	o.Refresh = -1

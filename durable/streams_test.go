@@ -17,6 +17,7 @@ import (
 // has one and takes every turn's subject; a stream already there keeps the limits an
 // operator gave it, and its messages.
 func TestTranscriptStream(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "transcripts")
@@ -66,6 +67,7 @@ func TestTranscriptStream(t *testing.T) {
 // message itself; purging the schedule's subject stops it. ScheduleMessages and
 // IntakeMessages count what the intake holds meanwhile.
 func TestIntakeHoldsSchedules(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "intake")
@@ -161,6 +163,7 @@ func TestIntakeHoldsSchedules(t *testing.T) {
 // TestIntakeCounts: ScheduleMessages counts a schedule's message and its firings not yet
 // taken, and nothing of a turn or schedule of another id; IntakeMessages counts all.
 func TestIntakeCounts(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "counts")
@@ -197,6 +200,7 @@ func TestIntakeCounts(t *testing.T) {
 // DeleteTranscript refuses a turn that has not ended and removes the transcript of one
 // that has, or of a turn without a record, and nothing of another turn.
 func TestStoredAndDeletedTranscript(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "stored")
@@ -259,6 +263,7 @@ func TestStoredAndDeletedTranscript(t *testing.T) {
 // retry, not an error; a record that differs is refused (ErrTurnExists), and nothing is
 // queued.
 func TestRestoreRecord(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "restore")

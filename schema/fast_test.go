@@ -24,6 +24,7 @@ var fastSchemas = [][]byte{fileSchema, noArgsSchema, numberSchema, benchSchema, 
 // TestFastCompiles: the keywords most tool schemas are made of compile; any other keyword,
 // anywhere, leaves the schema to the full validator.
 func TestFastCompiles(t *testing.T) {
+	t.Parallel()
 	for i, raw := range fastSchemas {
 		if compileFast(raw) == nil {
 			t.Errorf("fastSchemas[%d] did not compile: %s", i, raw)
@@ -62,6 +63,7 @@ func TestFastCompiles(t *testing.T) {
 // TestFastAgrees: where the fastNode says valid, kaptinlin does too; and for what tools
 // are usually sent, the fastNode answers without kaptinlin.
 func TestFastAgrees(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		schema []byte
 		args   string
@@ -160,6 +162,7 @@ func FuzzFastAgrees(f *testing.F) {
 // is left to kaptinlin's exact reading, so the two never disagree; and so is a bound
 // written that way.
 func TestFastRangeHandsOver(t *testing.T) {
+	t.Parallel()
 	const (
 		max0   = `{"type":"object","properties":{"n":{"type":"number","maximum":0}}}`
 		min0   = `{"type":"object","properties":{"n":{"type":"number","minimum":0}}}`

@@ -46,6 +46,7 @@ var richSchema = []byte(`{
 }`)
 
 func TestStrictGolden(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		schema   *Schema
@@ -107,6 +108,7 @@ func TestStrictGolden(t *testing.T) {
 }
 
 func TestStrictRefusals(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, schema, msg string }{
 		{"map", `{"type":"object","properties":{"m":{"type":"object","additionalProperties":{"type":"integer"}}}}`,
 			"at /properties/m: additionalProperties must be false in strict mode"},
@@ -158,6 +160,7 @@ func TestStrictRefusals(t *testing.T) {
 }
 
 func TestStrictIsComputedOnce(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON(richSchema)
 	a, b := s.Strict(), s.Strict()
 	if &a.JSON[0] != &b.JSON[0] {
@@ -398,6 +401,7 @@ func genScalar(r *rand.Rand) any {
 }
 
 func TestStrictEquivalenceProperty(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	for i, raw := range equivalenceSchemas {
 		s := MustFromJSON(raw)
@@ -461,6 +465,7 @@ func fanOutSchema(n int, required bool) []byte {
 // places is projected (or refused) with work bounded by the limits, not by
 // the number of places: before, 30 fanned-out definitions did not finish.
 func TestStrictBudget(t *testing.T) {
+	t.Parallel()
 	t.Run("fan-out over the limit", func(t *testing.T) {
 		raw := fanOutSchema(30, false)
 		s := MustFromJSON(raw)
@@ -675,6 +680,7 @@ func randomNullTree(r *rand.Rand, n int, cyclic bool) *nullTree {
 // TestNullablePathsMatchRoutes: the bounded walk lists exactly what walking
 // out every route lists, in the same order, with and without cycles.
 func TestNullablePathsMatchRoutes(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, cyclic := range []bool{false, true} {
 		for range 3000 {
@@ -753,6 +759,7 @@ func randomValue(r *rand.Rand, depth int) any {
 // TestStripMatchesRoutes: strip, looking at each tree once per value,
 // removes exactly what following every route removes.
 func TestStripMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, cyclic := range []bool{false, true} {
 		for range 3000 {

@@ -90,6 +90,7 @@ func withWeb(base []string, webTools ...string) []string {
 }
 
 func TestAssemblePerKind(t *testing.T) {
+	t.Parallel()
 	_, cat := busWithForeignHosts(t)
 	profile := &Profile{Version: 1, Agent: "ann", Namespaces: []NamespaceRef{
 		{Name: "billing", Load: LoadUpfront}, {Name: "ghost"}, {Name: "crm"},
@@ -220,6 +221,7 @@ func TestAssemblePerKind(t *testing.T) {
 }
 
 func TestTaskPolicyAdmitsOnlyReadsAndLocalTools(t *testing.T) {
+	t.Parallel()
 	p, err := PolicyFor(bus.TurnTask)
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +254,7 @@ func TestTaskPolicyAdmitsOnlyReadsAndLocalTools(t *testing.T) {
 }
 
 func TestAssembleRefusesClashes(t *testing.T) {
+	t.Parallel()
 	params := schema.MustFromJSON([]byte(`{"type":"object"}`))
 	dup := &toolbus.Spec{Name: "lookup", Category: "crm2", Namespace: "crm", Params: params}
 	builtinClaim := &toolbus.Spec{Name: "shell", Category: "computer", Namespace: "ops", Params: params}
@@ -281,6 +284,7 @@ func (c fakeCatalog) Tools(name string, _ bool) ([]*toolbus.Spec, error) {
 }
 
 func TestParseProfile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		doc   string
@@ -347,6 +351,7 @@ func TestParseProfile(t *testing.T) {
 }
 
 func TestProfilesStore(t *testing.T) {
+	t.Parallel()
 	srv, _ := busWithForeignHosts(t)
 	nc, err := srv.Connect("profiles")
 	if err != nil {
@@ -459,6 +464,7 @@ func FuzzParseProfile(f *testing.F) {
 // TestBrainFollowsProfile includes recall and get_page exactly in the turns of agents
 // whose profile enables the brain: main, job and task turns alike (they only read).
 func TestBrainFollowsProfile(t *testing.T) {
+	t.Parallel()
 	on := &Profile{Version: ProfileVersion, Agent: "ann", Brain: true}
 	off := &Profile{Version: ProfileVersion, Agent: "ann"}
 	brainTools := []string{"recall", "get_page"}

@@ -62,6 +62,7 @@ var everything = &Profile{Version: ProfileVersion, Agent: "ann",
 	Jobs: &JobsPolicy{Spawn: true}, Schedules: &SchedulesPolicy{Enabled: true}, Brain: true}
 
 func TestEveryToolIsComplete(t *testing.T) {
+	t.Parallel()
 	var tools []*toolbus.Tool
 	h := newHandles(t)
 	for _, c := range Categories() {
@@ -118,6 +119,7 @@ func TestEveryToolIsComplete(t *testing.T) {
 }
 
 func TestForCategory(t *testing.T) {
+	t.Parallel()
 	h := newHandles(t)
 	kv := h.Todos
 	for _, tc := range []struct {
@@ -183,6 +185,7 @@ func TestForCategory(t *testing.T) {
 // TestWebHostReadsProfiles: the web host finds each caller's binding in the profile
 // store, at every call.
 func TestWebHostReadsProfiles(t *testing.T) {
+	t.Parallel()
 	profiles := newHandles(t).Profiles
 	tools, err := ForCategory(web.Category, Handles{Profiles: profiles})
 	if err != nil {
@@ -214,6 +217,7 @@ func TestWebHostReadsProfiles(t *testing.T) {
 }
 
 func TestComputerConfigReachesSpecs(t *testing.T) {
+	t.Parallel()
 	kit, err := Assemble(bus.TurnSpec{}, nil, nil, Options{Computer: computer.Config{CommandTimeout: 7 * time.Second, MaxCommandTimeout: 9 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +289,7 @@ func newStore(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 // TestComputerHostReadsProfileLimits: run_command applies the calling agent's command
 // limits from its profile (Profile.Computer), over the node's, at each call.
 func TestComputerHostReadsProfileLimits(t *testing.T) {
+	t.Parallel()
 	profiles := newHandles(t).Profiles
 	cfg := computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}
 	tools, err := ForCategory(computer.Category, Handles{Profiles: profiles, Computer: cfg})

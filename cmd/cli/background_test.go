@@ -17,6 +17,7 @@ import (
 // TestJobsAndSchedulesCommands runs a turn that starts a job and creates a schedule, then
 // lists, shows, cancels and removes them with the command line.
 func TestJobsAndSchedulesCommands(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	dir := t.TempDir()

@@ -9,6 +9,7 @@ import (
 
 // The bench table fits in 120 columns, whatever the measurements' names.
 func TestBenchTableFits120Columns(t *testing.T) {
+	t.Parallel()
 	met, missed := true, false
 	r := benchReport{GoVersion: "go1.26.8", CPUs: 2, Results: []benchResult{
 		{Name: "raw NATS request-reply, 64 concurrent requesters", Unit: "calls/s", Value: 123456.7},

@@ -130,6 +130,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 }
 
 func TestRunDemo(t *testing.T) {
+	t.Parallel()
 	before := snapshot(t, demoHome)
 	code, stdout, stderr := cli(testContext(t), "run", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
 	if code != exitOK {
@@ -191,6 +192,7 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 func TestRunJSON(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := cli(testContext(t), "run", "-json", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
@@ -254,6 +256,7 @@ func writeScript(t testing.TB, script string) string {
 }
 
 func TestRunInterrupted(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t, sleepScript)
 	ctx, interrupt := context.WithCancel(testContext(t))
 	defer interrupt()
@@ -333,6 +336,7 @@ func (rb *remoteBus) args(cmd string, args ...string) []string {
 }
 
 func TestRunWithoutNode(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, false)
 	ctx := testContext(t)
 	for _, tc := range []struct {
@@ -354,6 +358,7 @@ func TestRunWithoutNode(t *testing.T) {
 }
 
 func TestRemoteRunWatchAndAbort(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 
@@ -443,6 +448,7 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 }
 
 func TestTools(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	kit, err := toolsets.Assemble(bus.TurnSpec{Agent: defaultAgent}, nil, nil, toolsets.Options{})
 	if err != nil {
@@ -524,6 +530,7 @@ func unquote(t *testing.T, raw json.RawMessage) string {
 }
 
 func TestCall(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		name       string
@@ -607,6 +614,7 @@ func TestCall(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		name   string
@@ -702,6 +710,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestParseArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		pos  []string
@@ -723,6 +732,7 @@ func TestParseArgs(t *testing.T) {
 
 // A password on the command line is refused: every user of the host could read it.
 func TestPasswordFlagRefused(t *testing.T) {
+	t.Parallel()
 	code, _, stderr := cli(testContext(t), "turns", "-server", "nats://127.0.0.1:1", "-user", "ops", "-pass", "secret-pw")
 	if code != exitUsage || !strings.Contains(stderr, "-pass-file FILE or the environment variable NATS_PASSWORD") {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr)

@@ -16,6 +16,7 @@ const workflowExample = "../../examples/workflow/compare.json"
 // TestWorkflowStartOffline runs the example workflow on an embedded bus with its scripted
 // task turns, as the README shows: the live view, then the workflow at its end.
 func TestWorkflowStartOffline(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	code, stdout, stderr := cli(ctx, "workflow", "start", workflowExample)
 	if code != exitOK {
@@ -77,6 +78,7 @@ func writeWorkflow(t *testing.T, doc string) string {
 // TestWorkflowCommands starts, follows, lists and cancels workflows on a remote bus, and
 // shows the refusals.
 func TestWorkflowCommands(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	wfCLI := func(sub string, args ...string) (int, string, string) {
@@ -140,6 +142,7 @@ func TestWorkflowCommands(t *testing.T) {
 }
 
 func TestWorkflowRefusals(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	bad := writeWorkflow(t, `{"title":"t","tasks":[
 		{"id":"a","instructions":"A.","result_schema":{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true}}},"script":{"responses":[{"text":"x"}]}},

@@ -166,6 +166,7 @@ func TestSandboxHidesTheNode(t *testing.T) {
 }
 
 func TestSandboxConfinesFiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	writeFile(t, filepath.Join(root, "b", "secret.txt"), "b's secret\n")
 	if err := os.MkdirAll(filepath.Join(root, "a"), 0o700); err != nil {
@@ -254,6 +255,7 @@ echo detached`, m)
 }
 
 func TestSandboxLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 
 	t.Run("finished", func(t *testing.T) {
@@ -289,6 +291,7 @@ func TestSandboxLeavesNothingRunning(t *testing.T) {
 }
 
 func TestSandboxNetwork(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +333,7 @@ func TestSandboxNetwork(t *testing.T) {
 }
 
 func TestSandboxCallEnv(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			cfg := inMode(mode)
@@ -350,6 +354,7 @@ func TestSandboxCallEnv(t *testing.T) {
 }
 
 func TestSandboxUnavailable(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "notes.md"), "a\n")
 	// A bubblewrap that cannot create namespaces, as on a host that forbids them.
@@ -411,6 +416,7 @@ func TestSandboxUnavailable(t *testing.T) {
 }
 
 func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
+	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	for _, home := range []string{"/", "/tmp"} {
 		_, err, _ := run(t, t.Context(), tool, home, map[string]any{"command": "true"})
@@ -421,6 +427,7 @@ func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
 }
 
 func TestSandboxReadOnlyPaths(t *testing.T) {
+	t.Parallel()
 	tools := t.TempDir() // a toolchain outside every home
 	writeFile(t, filepath.Join(tools, "bin", "hello"), "#!/bin/sh\necho hello from the toolchain\n")
 	if err := os.Chmod(filepath.Join(tools, "bin", "hello"), 0o755); err != nil {

@@ -19,6 +19,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestSummary(t *testing.T) {
+	t.Parallel()
 	j := Job{Calls: CountCalls([]bus.CallRecord{
 		{Tool: "read_file", Outcome: bus.OutcomeOK},
 		{Tool: "lookup", Namespace: "crm", Outcome: bus.OutcomeOK},
@@ -34,6 +35,7 @@ func TestSummary(t *testing.T) {
 }
 
 func TestLedgerLastHour(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 5, 4, 10, 30, 0, 0, time.UTC)
 	var l ledger
 	l.addStart(now.Add(-61 * time.Minute))
@@ -50,6 +52,7 @@ func TestLedgerLastHour(t *testing.T) {
 // died between the two writes) is freed; one taken a moment ago is not, or two jobs
 // starting at once would pass the limit together.
 func TestLedgerFreesLostPlaces(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})

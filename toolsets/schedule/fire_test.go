@@ -17,6 +17,7 @@ import (
 // TestDecided reads what an earlier delivery of a firing decided from the schedule's
 // record alone.
 func TestDecided(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		sch  Schedule
@@ -112,6 +113,7 @@ func (h *fireStore) record(turn string) (bus.TurnRecord, error) {
 // intake under the turn the second one queued, and a node that failed to claim that
 // turn would leave it queued for good, every later firing skipped behind it.
 func TestFireDecidesOnce(t *testing.T) {
+	t.Parallel()
 	h := newFireStore(t)
 	const id = "sch1"
 	prev := h.schedule(id, 1, time.Now().UTC())
@@ -153,6 +155,7 @@ func TestFireDecidesOnce(t *testing.T) {
 // TestFireDecidesOnce's fix could leave it) is ended by the next firing, which runs; one
 // whose firing is still in the intake holds the next firing back.
 func TestFireEndsAStrandedTurn(t *testing.T) {
+	t.Parallel()
 	h := newFireStore(t)
 	long := time.Now().UTC().Add(-2 * recordGrace)
 

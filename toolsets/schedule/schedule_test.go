@@ -43,6 +43,7 @@ func mustTime(t *testing.T, s string) time.Time {
 // few seconds in Kathmandu (UTC+05:45) fires then, and the server's next firing is the
 // one computed here.
 func TestScheduleCronTimeZone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		expr, zone, from, want string
 	}{
@@ -165,6 +166,7 @@ func TestScheduleCronTimeZone(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
+	t.Parallel()
 	now := mustTime(t, "2026-05-04T10:00:00Z")
 	for _, tc := range []struct {
 		args    CreateArgs

@@ -180,6 +180,7 @@ const textSchema = `{"type":"object","properties":{"text":{"type":"string"}},"re
 // does not need it runs, and the workflow ends. The turn whose end started b is settled
 // once and acknowledged: no warning, no redelivery, nothing left in the intake.
 func TestTemplateTooLargeFailsTask(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	aResult, _ := json.Marshal(map[string]string{"text": strings.Repeat("findings ", 40<<10/9)})
 	def := workflow.Definition{Title: "too big", Tasks: []workflow.TaskDef{
