@@ -2,7 +2,9 @@ package schema
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -202,4 +204,23 @@ func TestFromJSONRefusesDuplicateKeys(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), `duplicate key "type"`) {
 		t.Fatalf("FromJSON with a duplicate key = %v", err)
 	}
+}
+
+// TestValidateConcurrently validates against one schema from many goroutines, with
+// arguments the fast path leaves to kaptinlin's validator, which compiles a pattern and
+// a patternProperties key on first use (under -race, a race without validateWith's lock).
+func TestValidateConcurrently(t *testing.T) {
+	t.Parallel()
+	s := MustFromJSON([]byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+$"}},
+		"patternProperties":{"^x-":{"type":"string","pattern":"^v"}}}`))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			args := fmt.Sprintf(`{"id":"BAD%d","x-a":"w"}`, i)
+			if err := s.Validate(json.RawMessage(args)); err == nil {
+				t.Errorf("%s: valid, want refused", args)
+			}
+		})
+	}
+	wg.Wait()
 }
