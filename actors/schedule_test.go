@@ -28,6 +28,18 @@ func (h *bgHarness) createSchedule(agent, args string, child ...gateway.ScriptSt
 	return st, detailsOf[schedule.Schedule](h.t, st, "schedule_create")
 }
 
+// fireNow fires a schedule now, as the server does when it is due.
+func (h *bgHarness) fireNow(agent, id string) {
+	h.t.Helper()
+	store, err := schedule.Open(h.ctx(), h.js, 1, schedule.Config{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := store.FireNow(h.ctx(), agent, id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // waitFired waits until a schedule has started at least n turns, and returns it.
 func (h *bgHarness) waitFired(id string, n int, within time.Duration) schedule.Schedule {
 	h.t.Helper()
@@ -120,13 +132,18 @@ func TestScheduleEveryFires(t *testing.T) {
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true},` + gateNS + `}`)
 	h.gate.release()
-	main, sch := h.createSchedule("sam", `{"prompt":"Check the queue.","every":"1s"}`, gateStep(), say("Checked."))
-	if sch.Kind != schedule.KindEvery || sch.Every != "1s" || sch.Pattern != "@every 1s" {
+	// An hour apart: the test fires it (as the server does when it is due), so that it
+	// counts firings without waiting for them. The server's own firings are
+	// TestScheduleSurvivesRestart's.
+	main, sch := h.createSchedule("sam", `{"prompt":"Check the queue.","every":"1h"}`, gateStep(), say("Checked."))
+	if sch.Kind != schedule.KindEvery || sch.Every != "1h0m0s" || sch.Pattern != "@every 1h0m0s" {
 		t.Errorf("schedule %+v", sch)
 	}
-	// Counted firings, each a turn of its own that completes; no timing asserted beyond
-	// a generous bound.
-	sch = h.waitFired(sch.ID, 3, 60*time.Second)
+	// Counted firings, each a turn of its own that completes.
+	for n := 1; n <= 3; n++ {
+		h.fireNow("sam", sch.ID)
+		h.waitTurn(h.waitFired(sch.ID, n, 30*time.Second).LastTurn)
+	}
 	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		store, err := h.turns()
 		if err != nil {
@@ -150,7 +167,16 @@ func TestScheduleEveryFires(t *testing.T) {
 
 	// Overlap: while a fired turn waits at the gate, the next firings are skipped.
 	h.gate.shut()
-	before := h.waitFired(sch.ID, sch.Fired, time.Second)
+	before := h.waitFired(sch.ID, 3, time.Second)
+	h.fireNow("sam", sch.ID)
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if h.gate.waiting() != 1 {
+			return fmt.Errorf("%d fired turns wait at the gate", h.gate.waiting())
+		}
+		return nil
+	})
+	h.fireNow("sam", sch.ID)
+	h.fireNow("sam", sch.ID)
 	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		s, err := h.schedule(sch.ID)
 		if err != nil {
@@ -172,7 +198,7 @@ func TestScheduleEveryFires(t *testing.T) {
 	// Cancelled: its message leaves the intake, so it cannot fire again, and firings
 	// already queued start nothing.
 	r := h.call(schedule.Category, "schedule_cancel", "sam", main.Turn, `{"schedule_id":"`+sch.ID+`"}`)
-	if r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), "Cancelled schedule "+sch.ID+" (every 1s)") {
+	if r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), "Cancelled schedule "+sch.ID+" (every 1h0m0s)") {
 		t.Errorf("schedule_cancel: %s %q", r.Outcome, replyText(r))
 	}
 	if n, _ := h.scheduleMessages(sch.ID); n != 0 {
@@ -197,8 +223,18 @@ func TestScheduleOverlapQueue(t *testing.T) {
 	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true,"overlap":"queue"},` + gateNS + `}`)
-	_, sch := h.createSchedule("sam", `{"prompt":"Sync.","every":"1s"}`, gateStep(), say("Synced."))
+	// An hour apart: the test fires it (as the server does when it is due).
+	_, sch := h.createSchedule("sam", `{"prompt":"Sync.","every":"1h"}`, gateStep(), say("Synced."))
+	h.fireNow("sam", sch.ID)
 	first := h.waitFired(sch.ID, 1, 30*time.Second)
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if h.gate.waiting() != 1 {
+			return fmt.Errorf("%d fired turns wait at the gate", h.gate.waiting())
+		}
+		return nil
+	})
+	h.fireNow("sam", sch.ID)
+	h.fireNow("sam", sch.ID)
 	// While the first waits at the gate, firings wait in the intake: none skipped, none
 	// started.
 	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
