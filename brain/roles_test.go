@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -39,13 +38,7 @@ func TestRolesUseTheStore(t *testing.T) {
 		}
 		users = append(users, bus.User{Name: u.name, Password: "pw-" + u.name, Role: u.role, Permissions: p})
 	}
-	srv, err := bus.Start(testContext(t), bus.Config{
-		StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Users: users, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := bustest.Server(t, func(c *bus.Config) { c.Listen, c.Users = "127.0.0.1:-1", users })
 	// Each user's asynchronous errors (the refusals below) arrive on its channel.
 	errs := map[string]chan error{}
 	storeAs := func(user string) *Store {

@@ -1,11 +1,9 @@
 package catalog
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -130,19 +128,8 @@ func TestFromEndpointRefusals(t *testing.T) {
 // testBus is an embedded server with a connection for the catalog.
 func testBus(t *testing.T) (*bus.Server, *nats.Conn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := srv.Connect("catalog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return srv, nc
+	srv := bustest.Server(t, nil)
+	return srv, bustest.Conn(t, srv, "catalog")
 }
 
 // serve runs a category as a plain micro service on a connection of its own, answering

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
@@ -251,33 +250,7 @@ func newHandles(t testing.TB) Handles {
 
 func newJetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		ServerName: "toolsets-test", DontListen: true, JetStream: true, StoreDir: t.TempDir(),
-		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 256 << 20, NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		s.Shutdown()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return bustest.JetStream(t, bustest.Server(t, nil), "toolsets-test")
 }
 
 // newStore is a JetStream of its own and a todo bucket on it.

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 func TestMain(m *testing.M) {
@@ -55,16 +56,8 @@ func TestLedgerFreesLostPlaces(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	nc, err := srv.Connect("jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "jobs")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

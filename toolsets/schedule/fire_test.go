@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 )
 
@@ -54,16 +55,8 @@ type fireStore struct {
 func newFireStore(t *testing.T) *fireStore {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := srv.Connect("fire")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "fire")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

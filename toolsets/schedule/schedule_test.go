@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 )
 
@@ -97,16 +98,8 @@ func TestScheduleCronTimeZone(t *testing.T) {
 	// The server agrees.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	nc, err := srv.Connect("cron")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "cron")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
