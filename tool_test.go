@@ -16,6 +16,7 @@ type readArgs struct {
 }
 
 func TestDefineTypedTool(t *testing.T) {
+	t.Parallel()
 	tool, err := Define(Def[readArgs]{
 		Spec:                      Spec{Name: "read", Description: "Read a file", Category: "files", Mode: Parallel, ReadOnly: true},
 		DescribeActivity:          func(a readArgs) string { return "Reading " + a.Path },
@@ -48,6 +49,7 @@ func TestDefineTypedTool(t *testing.T) {
 }
 
 func TestDefineRefusals(t *testing.T) {
+	t.Parallel()
 	exec := func(ctx context.Context, c Call, a readArgs) (Result, error) { return Result{}, nil }
 	for _, tc := range []struct {
 		name string
@@ -76,6 +78,7 @@ func TestDefineRefusals(t *testing.T) {
 }
 
 func TestDefineKeepsRawSchemaBytes(t *testing.T) {
+	t.Parallel()
 	raw := json.RawMessage(`{ "type": "object",  "properties": {"n": {"type": "integer", "minimum": 2, "maximum": 9}} }`)
 	tool, err := Define(Def[map[string]int]{Spec: Spec{Name: "n", Category: "c"}, Schema: raw,
 		Execute: func(ctx context.Context, c Call, a map[string]int) (Result, error) { return Result{}, nil }})
@@ -88,6 +91,7 @@ func TestDefineKeepsRawSchemaBytes(t *testing.T) {
 }
 
 func TestExecuteDecodeError(t *testing.T) {
+	t.Parallel()
 	tool := MustDefine(Def[readArgs]{Spec: Spec{Name: "read", Category: "c"},
 		Execute: func(ctx context.Context, c Call, a readArgs) (Result, error) { return Result{}, nil }})
 	_, err := tool.Execute(context.Background(), Call{Args: json.RawMessage(`{"path":1}`)})
@@ -100,6 +104,7 @@ func TestExecuteDecodeError(t *testing.T) {
 }
 
 func TestModeText(t *testing.T) {
+	t.Parallel()
 	for _, m := range []Mode{Parallel, Sequential} {
 		b, err := m.MarshalText()
 		if err != nil {
@@ -117,6 +122,7 @@ func TestModeText(t *testing.T) {
 }
 
 func TestSetRefusesDuplicates(t *testing.T) {
+	t.Parallel()
 	mk := func(name string) *Tool {
 		return MustDefine(Def[readArgs]{Spec: Spec{Name: name, Category: "c"},
 			Execute: func(ctx context.Context, c Call, a readArgs) (Result, error) { return Result{}, nil }})
@@ -147,6 +153,7 @@ func TestSetRefusesDuplicates(t *testing.T) {
 }
 
 func TestResultHelpers(t *testing.T) {
+	t.Parallel()
 	r := Result{Content: []ContentPart{Text("one"), Image("image/png", []byte{1}), Text("two")}}
 	if r.Text() != "one\ntwo" {
 		t.Errorf("text %q", r.Text())

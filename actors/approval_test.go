@@ -77,6 +77,7 @@ func decide(t *testing.T, nc *nats.Conn, turn, call string, a bus.Approval) bus.
 }
 
 func TestApprovals(t *testing.T) {
+	t.Parallel()
 	var reads, writes atomic.Int32
 	var written atomic.Value
 	read := toolbus.MustDefine(toolbus.Def[valueArgs]{

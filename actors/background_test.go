@@ -15,9 +15,9 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
@@ -256,7 +256,7 @@ func (h *bgHarness) job(id string) (jobs.Job, error) {
 func (h *bgHarness) waitJob(id string, state bus.TurnState) jobs.Job {
 	h.t.Helper()
 	var j jobs.Job
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		var err error
 		if j, err = h.job(id); err != nil {
 			return err
@@ -324,6 +324,7 @@ func gateStep() gateway.ScriptStep {
 const gateNS = `"namespaces":[{"name":"gate","load":"upfront"}]`
 
 func TestJobToolsOnlyWhereSpawnAllowed(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{})
 	h.profile(`{"version":3,"agent":"spawner","jobs":{"spawn":true}}`)
 	h.profile(`{"version":3,"agent":"nospawn","jobs":{"spawn":false},"schedules":{"enabled":true}}`)
@@ -398,6 +399,7 @@ func TestJobToolsOnlyWhereSpawnAllowed(t *testing.T) {
 }
 
 func TestJobLifecycle(t *testing.T) {
+	t.Parallel()
 	// One turn at a time: a job queued behind a running one stays queued.
 	h := startBackground(t, bgConfig{maxTurns: 1})
 	h.profile(`{"version":3,"agent":"ann","jobs":{"spawn":true,"keep":"2h"},` + gateNS + `}`)
@@ -420,7 +422,7 @@ func TestJobLifecycle(t *testing.T) {
 	if j.Node != "n1" || j.Started.IsZero() {
 		t.Errorf("running job %+v", j)
 	}
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if h.gate.waiting() != 1 {
 			return errors.New("the job has not reached the gate")
 		}
@@ -478,7 +480,7 @@ func TestJobLifecycle(t *testing.T) {
 		t.Errorf("cancel an ended job: %s %q", r.Outcome, replyText(r))
 	}
 	// The cancelled queued job's turn was taken from the intake by now, and found ended.
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		store, err := h.turns()
 		if err != nil {
 			return err
@@ -520,6 +522,7 @@ func TestJobLifecycle(t *testing.T) {
 }
 
 func TestJobLimits(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{})
 	h.profile(`{"version":3,"agent":"ann","jobs":{"spawn":true,"max_running":1,"max_per_hour":2},` + gateNS + `}`)
 	main := h.runMain("ann", gateway.Script{

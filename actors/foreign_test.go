@@ -79,6 +79,7 @@ func (f *foreignHost) seen() []foreignRequest {
 }
 
 func TestForeignNamespaceInATurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -219,6 +220,7 @@ func TestForeignNamespaceInATurn(t *testing.T) {
 // A task turn must end through a call; text alone gets one repair instruction, then the
 // turn fails.
 func TestTaskTurnRepairsTextOnceThenFails(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	policy, err := toolsets.PolicyFor(bus.TurnTask)
 	if err != nil {
@@ -251,6 +253,7 @@ func TestTaskTurnRepairsTextOnceThenFails(t *testing.T) {
 // A local tool is answered inside the turn, after the same validation as any call, and
 // its Terminate ends the turn.
 func TestLocalToolIsAnsweredInsideTheTurn(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	submit := &toolbus.Spec{Name: "submit_result", Category: toolsets.LocalCategory,
 		Params: schema.MustFromJSON([]byte(`{"type":"object","properties":{"answer":{"type":"integer"}},"required":["answer"]}`))}

@@ -24,6 +24,7 @@ import (
 // other than "false" stops a destructive tool, and a bad header is refused
 // with the parser's message.
 func TestHostReadsRequestHeaders(t *testing.T) {
+	t.Parallel()
 	var wrote, peeked atomic.Int32
 	write := toolbus.MustDefine(toolbus.Def[noArgs]{
 		Spec: toolbus.Spec{Name: "write", Category: "test", Destructive: true},
@@ -137,6 +138,7 @@ func TestHostReadsRequestHeaders(t *testing.T) {
 // turn's stored spec, whatever the Toolbus-Agent header says; a header that names
 // another agent is refused; a turn without a record goes by its header.
 func TestHostTakesAgentFromStoredTurn(t *testing.T) {
+	t.Parallel()
 	var ran atomic.Int32
 	whoami := toolbus.MustDefine(toolbus.Def[noArgs]{
 		Spec: toolbus.Spec{Name: "whoami", Category: "test", ReadOnly: true},
@@ -216,6 +218,7 @@ func TestHostTakesAgentFromStoredTurn(t *testing.T) {
 // full. The vouched request below carries arguments the schema refuses, which a turn would
 // never send, to show the check was skipped, and only for that vouch.
 func TestHostTrustsOnlyItsNodesVouch(t *testing.T) {
+	t.Parallel()
 	var got atomic.Value
 	echo := toolbus.MustDefine(toolbus.Def[valueArgs]{
 		Spec: toolbus.Spec{Name: "echo", Category: "test", ReadOnly: true},

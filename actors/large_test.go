@@ -22,9 +22,9 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
@@ -51,6 +51,7 @@ func writeArgs(path, content string) string {
 // and the turn goes on to its answer. Both for a turn run in the node's process
 // (scripted model) and for a durable turn from the intake (a Chat Completions model).
 func TestLargeArguments(t *testing.T) {
+	t.Parallel()
 	const (
 		small = 2_000_000
 		huge  = 31 << 20
@@ -178,7 +179,7 @@ func TestLargeArguments(t *testing.T) {
 			}
 		}
 		// What was stored for the calls in flight is gone with them.
-		wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 			obs, err := js.ObjectStore(ctx, bus.ObjectPayloads)
 			if err != nil {
 				return err
@@ -271,6 +272,7 @@ func callOutcomes(calls []bus.CallRecord) []string {
 // elideOversized keeps a provider's raw call item (its id) with the arguments replaced,
 // leaves a response without such a call as it is, and prepare reads the size back.
 func TestElideOversized(t *testing.T) {
+	t.Parallel()
 	huge := writeArgs("huge.txt", strings.Repeat("x", bus.MaxCallPayload))
 	rawArgs, _ := json.Marshal(huge)
 	raw := `{"type":"function_call","id":"fc_1","call_id":"c1","name":"write_file","arguments":` + string(rawArgs) + `}`

@@ -78,6 +78,7 @@ func runCommands(t *testing.T, ctx context.Context, n *Node, cfg computer.Config
 // An aborted command that ignores SIGTERM is killed KillGrace later, within the turn's
 // abort grace: the call is stopped, not abandoned. Both use their defaults.
 func TestAbortedStubbornCommandIsStopped(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []computer.SandboxMode{computer.SandboxBwrap, computer.SandboxOff} {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
@@ -152,6 +153,7 @@ func TestTranscriptHoldsNoSecrets(t *testing.T) {
 // A node that hosts the computer tools says loudly when commands run without a sandbox,
 // and when run_command will refuse every call.
 func TestNodeLogsTheSandbox(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		cfg  computer.Config

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
 
@@ -28,11 +28,23 @@ func (h *bgHarness) createSchedule(agent, args string, child ...gateway.ScriptSt
 	return st, detailsOf[schedule.Schedule](h.t, st, "schedule_create")
 }
 
+// fireNow fires a schedule now, as the server does when it is due.
+func (h *bgHarness) fireNow(agent, id string) {
+	h.t.Helper()
+	store, err := schedule.Open(h.ctx(), h.js, 1, schedule.Config{})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := store.FireNow(h.ctx(), agent, id); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 // waitFired waits until a schedule has started at least n turns, and returns it.
 func (h *bgHarness) waitFired(id string, n int, within time.Duration) schedule.Schedule {
 	h.t.Helper()
 	var s schedule.Schedule
-	wait.CheckFor(h.t, within, 50*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, within, 50*time.Millisecond, func() error {
 		var err error
 		if s, err = h.schedule(id); err != nil {
 			return err
@@ -49,7 +61,7 @@ func (h *bgHarness) waitFired(id string, n int, within time.Duration) schedule.S
 func (h *bgHarness) waitTurn(id string) bus.TurnRecord {
 	h.t.Helper()
 	var rec bus.TurnRecord
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		var err error
 		if rec, err = h.turn(id); err != nil {
 			return err
@@ -78,6 +90,7 @@ func (h *bgHarness) scheduleMessages(id string) (schedules, firings uint64) {
 }
 
 func TestScheduleOnceFires(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	at := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
@@ -115,17 +128,23 @@ func TestScheduleOnceFires(t *testing.T) {
 }
 
 func TestScheduleEveryFires(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true},` + gateNS + `}`)
 	h.gate.release()
-	main, sch := h.createSchedule("sam", `{"prompt":"Check the queue.","every":"1s"}`, gateStep(), say("Checked."))
-	if sch.Kind != schedule.KindEvery || sch.Every != "1s" || sch.Pattern != "@every 1s" {
+	// An hour apart: the test fires it (as the server does when it is due), so that it
+	// counts firings without waiting for them. The server's own firings are
+	// TestScheduleSurvivesRestart's.
+	main, sch := h.createSchedule("sam", `{"prompt":"Check the queue.","every":"1h"}`, gateStep(), say("Checked."))
+	if sch.Kind != schedule.KindEvery || sch.Every != "1h0m0s" || sch.Pattern != "@every 1h0m0s" {
 		t.Errorf("schedule %+v", sch)
 	}
-	// Counted firings, each a turn of its own that completes; no timing asserted beyond
-	// a generous bound.
-	sch = h.waitFired(sch.ID, 3, 60*time.Second)
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	// Counted firings, each a turn of its own that completes.
+	for n := 1; n <= 3; n++ {
+		h.fireNow("sam", sch.ID)
+		h.waitTurn(h.waitFired(sch.ID, n, 30*time.Second).LastTurn)
+	}
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		store, err := h.turns()
 		if err != nil {
 			return err
@@ -148,8 +167,17 @@ func TestScheduleEveryFires(t *testing.T) {
 
 	// Overlap: while a fired turn waits at the gate, the next firings are skipped.
 	h.gate.shut()
-	before := h.waitFired(sch.ID, sch.Fired, time.Second)
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	before := h.waitFired(sch.ID, 3, time.Second)
+	h.fireNow("sam", sch.ID)
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if h.gate.waiting() != 1 {
+			return fmt.Errorf("%d fired turns wait at the gate", h.gate.waiting())
+		}
+		return nil
+	})
+	h.fireNow("sam", sch.ID)
+	h.fireNow("sam", sch.ID)
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		s, err := h.schedule(sch.ID)
 		if err != nil {
 			return err
@@ -170,13 +198,13 @@ func TestScheduleEveryFires(t *testing.T) {
 	// Cancelled: its message leaves the intake, so it cannot fire again, and firings
 	// already queued start nothing.
 	r := h.call(schedule.Category, "schedule_cancel", "sam", main.Turn, `{"schedule_id":"`+sch.ID+`"}`)
-	if r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), "Cancelled schedule "+sch.ID+" (every 1s)") {
+	if r.Outcome != bus.OutcomeOK || !strings.Contains(replyText(r), "Cancelled schedule "+sch.ID+" (every 1h0m0s)") {
 		t.Errorf("schedule_cancel: %s %q", r.Outcome, replyText(r))
 	}
 	if n, _ := h.scheduleMessages(sch.ID); n != 0 {
 		t.Errorf("the cancelled schedule still has %d messages in the intake", n)
 	}
-	wait.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		if _, n := h.scheduleMessages(sch.ID); n != 0 {
 			return fmt.Errorf("%d firings still queued", n)
 		}
@@ -192,13 +220,24 @@ func TestScheduleEveryFires(t *testing.T) {
 }
 
 func TestScheduleOverlapQueue(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true,"overlap":"queue"},` + gateNS + `}`)
-	_, sch := h.createSchedule("sam", `{"prompt":"Sync.","every":"1s"}`, gateStep(), say("Synced."))
+	// An hour apart: the test fires it (as the server does when it is due).
+	_, sch := h.createSchedule("sam", `{"prompt":"Sync.","every":"1h"}`, gateStep(), say("Synced."))
+	h.fireNow("sam", sch.ID)
 	first := h.waitFired(sch.ID, 1, 30*time.Second)
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		if h.gate.waiting() != 1 {
+			return fmt.Errorf("%d fired turns wait at the gate", h.gate.waiting())
+		}
+		return nil
+	})
+	h.fireNow("sam", sch.ID)
+	h.fireNow("sam", sch.ID)
 	// While the first waits at the gate, firings wait in the intake: none skipped, none
 	// started.
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		if _, n := h.scheduleMessages(sch.ID); n < 2 {
 			return fmt.Errorf("%d firings waiting", n)
 		}
@@ -217,6 +256,7 @@ func TestScheduleOverlapQueue(t *testing.T) {
 }
 
 func TestScheduleSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	_, every := h.createSchedule("sam", `{"prompt":"Tick.","every":"1s"}`, say("Tock."))
@@ -243,6 +283,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 }
 
 func TestScheduleRefusesBadInput(t *testing.T) {
+	t.Parallel()
 	h := startBackground(t, bgConfig{}) // the default minimum interval, a minute
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	h.profile(`{"version":3,"agent":"off"}`)

@@ -13,13 +13,14 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // TestHostRestartsAfterItsConnectionCloses closes a host's connection from outside: the
 // host fails to the node, which logs it and restarts it on a new connection, and calls
 // reach it again.
 func TestHostRestartsAfterItsConnectionCloses(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
@@ -71,7 +72,7 @@ func TestHostRestartsAfterItsConnectionCloses(t *testing.T) {
 
 	hostConn := n.connByName(t, "toolbus-host-sup@n1")
 	hostConn.Close()
-	wait.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if !strings.Contains(logs.String(), "category host restarted") {
 			return errors.New("the host was not restarted; log:\n" + logs.String())
 		}

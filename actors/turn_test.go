@@ -18,10 +18,10 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -197,6 +197,7 @@ func outcomes(res TurnResult) []string {
 }
 
 func TestParallelCallsRunTogether(t *testing.T) {
+	t.Parallel()
 	const n = 4
 	b := newBarrier(n)
 	rec := &recorder{}
@@ -232,6 +233,7 @@ func TestParallelCallsRunTogether(t *testing.T) {
 }
 
 func TestSequentialCallsNeverOverlapAndKeepOrder(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	step := toolbus.MustDefine(toolbus.Def[idArgs]{
 		Spec: toolbus.Spec{Name: "step", Category: "test", Mode: toolbus.Sequential},
@@ -265,6 +267,7 @@ func TestSequentialCallsNeverOverlapAndKeepOrder(t *testing.T) {
 // TestMixedBatchBarriers checks P P S P P: the first two run together, the
 // sequential call runs alone after both, and the last two run together after it.
 func TestMixedBatchBarriers(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	first, last := newBarrier(2), newBarrier(2)
 	par := toolbus.MustDefine(toolbus.Def[idArgs]{
@@ -311,6 +314,7 @@ func TestMixedBatchBarriers(t *testing.T) {
 }
 
 func TestResultsInModelOrder(t *testing.T) {
+	t.Parallel()
 	// Each call waits for the one after it to finish, so they finish in
 	// reverse order of the model's.
 	const n = 4
@@ -353,6 +357,7 @@ func TestResultsInModelOrder(t *testing.T) {
 }
 
 func TestBadCallsReachTheModelAndTheTurnGoesOn(t *testing.T) {
+	t.Parallel()
 	type pathArgs struct {
 		Path string `json:"path" jsonschema:"minLength=1"`
 	}
@@ -405,6 +410,7 @@ func TestBadCallsReachTheModelAndTheTurnGoesOn(t *testing.T) {
 }
 
 func TestHostRefusesInvalidDirectRequest(t *testing.T) {
+	t.Parallel()
 	type countArgs struct {
 		N int `json:"n" jsonschema:"minimum=1"`
 	}
@@ -482,6 +488,7 @@ func TestHostRefusesInvalidDirectRequest(t *testing.T) {
 }
 
 func TestDeadlineCancelsCall(t *testing.T) {
+	t.Parallel()
 	var sawCancel atomic.Bool
 	slow := toolbus.MustDefine(toolbus.Def[noArgs]{
 		Spec: toolbus.Spec{Name: "slow", Category: "test", Timeout: 100 * time.Millisecond},
@@ -506,6 +513,7 @@ func TestDeadlineCancelsCall(t *testing.T) {
 }
 
 func TestAbortRecordsHonestOutcomes(t *testing.T) {
+	t.Parallel()
 	started := newBarrier(3) // the three in-flight calls, plus the test
 	release := make(chan struct{})
 	var stopped atomic.Int32
@@ -577,6 +585,7 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 }
 
 func TestAbortWhileWaitingForModel(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	entered := make(chan struct{})
 	model := modelFunc(func(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
@@ -602,6 +611,7 @@ func (f modelFunc) Respond(ctx context.Context, req *gateway.Request) (*gateway.
 }
 
 func TestCategoryWithoutHostFailsFast(t *testing.T) {
+	t.Parallel()
 	orphan := toolbus.MustDefine(toolbus.Def[noArgs]{
 		Spec: toolbus.Spec{Name: "orphan", Category: "nobody", Timeout: time.Hour},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
@@ -624,6 +634,7 @@ func TestCategoryWithoutHostFailsFast(t *testing.T) {
 }
 
 func TestTerminateAndStepLimit(t *testing.T) {
+	t.Parallel()
 	stop := toolbus.MustDefine(toolbus.Def[noArgs]{
 		Spec: toolbus.Spec{Name: "stop", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
@@ -653,6 +664,7 @@ func TestTerminateAndStepLimit(t *testing.T) {
 }
 
 func TestTruncatedDestructiveCallIsRefused(t *testing.T) {
+	t.Parallel()
 	type writeArgs struct {
 		Path    string `json:"path"`
 		Content string `json:"content"`
@@ -678,6 +690,7 @@ func TestTruncatedDestructiveCallIsRefused(t *testing.T) {
 }
 
 func TestTranscriptIsStored(t *testing.T) {
+	t.Parallel()
 	echo := toolbus.MustDefine(toolbus.Def[idArgs]{
 		Spec: toolbus.Spec{Name: "echo", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, a idArgs) (toolbus.Result, error) {
@@ -699,6 +712,7 @@ func TestTranscriptIsStored(t *testing.T) {
 }
 
 func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
+	t.Parallel()
 	started := make(chan struct{})
 	release := make(chan struct{})
 	defer close(release)
@@ -742,6 +756,7 @@ func TestNodeStopEndsTurnsWithEveryCallAccounted(t *testing.T) {
 }
 
 func TestPanicBecomesErrorResult(t *testing.T) {
+	t.Parallel()
 	boom := toolbus.MustDefine(toolbus.Def[noArgs]{
 		Spec: toolbus.Spec{Name: "boom", Category: "test"},
 		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
@@ -773,6 +788,7 @@ func TestPanicBecomesErrorResult(t *testing.T) {
 }
 
 func TestHostConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	rec := &recorder{}
 	slow := toolbus.MustDefine(toolbus.Def[idArgs]{
 		Spec: toolbus.Spec{Name: "slow", Category: "limited", Timeout: 10 * time.Second},
@@ -818,6 +834,7 @@ func TestHostConcurrencyLimit(t *testing.T) {
 // A result too large for a message comes back through the object store, whole; one over
 // what a call may carry is an error the model sees, not a hang.
 func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
+	t.Parallel()
 	type sizeArgs struct {
 		N int `json:"n"`
 	}
@@ -854,7 +871,7 @@ func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
 	if got := outputText(outputs(TurnResult{Transcript: items})["b"]); got != strings.Repeat("x", 2<<20) {
 		t.Errorf("the transcript holds %d bytes of the 2 MiB output", len(got))
 	}
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		obs, err := js.ObjectStore(ctx, bus.ObjectPayloads)
 		if err != nil {
 			return err
@@ -915,6 +932,7 @@ func TestTranscriptRedactsSecrets(t *testing.T) {
 // TestDetailsAndPresentationsReachWatchers: a tool's details stay in the call's
 // record, and its presentation events are published on the event subject too.
 func TestDetailsAndPresentationsReachWatchers(t *testing.T) {
+	t.Parallel()
 	show := toolbus.MustDefine(toolbus.Def[struct{}]{
 		Spec: toolbus.Spec{Name: "show", Category: "test", Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
@@ -959,6 +977,7 @@ func TestDetailsAndPresentationsReachWatchers(t *testing.T) {
 // TestUsageAddsUp: each step's status carries its response's tokens, and the
 // turn's end the sum.
 func TestUsageAddsUp(t *testing.T) {
+	t.Parallel()
 	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
 		Spec: toolbus.Spec{Name: "noop", Category: "test", Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
@@ -987,6 +1006,7 @@ func TestUsageAddsUp(t *testing.T) {
 // TestUnwatchedTurnSendsOnlyItsCalls: with nobody subscribed, a turn's statuses and its
 // calls' events are not published at all; a watcher that subscribes gets every one.
 func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
+	t.Parallel()
 	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
 		Spec: toolbus.Spec{Name: "noop", Category: "test", Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
@@ -1022,7 +1042,7 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
 	// The host's last event follows its reply: wait for it.
 	want := []string{"evt.completed", "evt.completed", "evt.started", "evt.started", "status.done", "status.started", "status.step"}
-	wait.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if got := skipped(); !slices.Equal(got, want) {
 			return fmt.Errorf("with nobody watching, the turn and host left out %q, want %q", got, want)
 		}
@@ -1059,7 +1079,7 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
-	wait.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		mu.Lock()
 		defer mu.Unlock()
 		got := slices.Sorted(slices.Values(seen))
@@ -1076,6 +1096,7 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 // TestTraceparent: a turn's calls carry one trace id and a span id each, with the sampled
 // flag only where the node asks for it (NodeConfig.TraceSampled).
 func TestTraceparent(t *testing.T) {
+	t.Parallel()
 	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
 		Spec: toolbus.Spec{Name: "noop", Category: "test", Timeout: 10 * time.Second},
 		Execute: func(ctx context.Context, c toolbus.Call, _ struct{}) (toolbus.Result, error) {
@@ -1126,6 +1147,7 @@ func TestTraceparent(t *testing.T) {
 // that call's deadline (and the reply grace), also when a later call of the batch has the
 // earlier deadline.
 func TestCallsExpireInTheirOwnTime(t *testing.T) {
+	t.Parallel()
 	void := func(name string, timeout time.Duration) *toolbus.Tool {
 		return toolbus.MustDefine(toolbus.Def[struct{}]{
 			Spec: toolbus.Spec{Name: name, Category: "void", Timeout: timeout},

@@ -24,6 +24,7 @@ import (
 // page, through a real bus and a real web host that reads the agent's binding from the
 // profile store; an agent whose profile binds nothing has no web tools at all.
 func TestWebToolsInATurn(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 

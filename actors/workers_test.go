@@ -14,6 +14,7 @@ import (
 // close ends idle workers and does not wait forever for a job that never returns, and a
 // job given after close still runs.
 func TestWorkers(t *testing.T) {
+	t.Parallel()
 	w := newWorkers(4)
 	var ran atomic.Int32
 	var wg sync.WaitGroup

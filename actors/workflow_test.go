@@ -15,9 +15,9 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/web"
 	"github.com/toolbus/toolbus/toolsets/workflow"
@@ -178,7 +178,7 @@ func (h *wfHarness) workflow(id string) *bus.Workflow {
 func (h *wfHarness) waitEnded(id string) *bus.Workflow {
 	h.t.Helper()
 	var wf *bus.Workflow
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		wf = h.workflow(id)
 		if !wf.State.Ended() {
 			return fmt.Errorf("workflow still %s:\n%s", wf.State, workflow.View(wf))
@@ -228,6 +228,7 @@ func oneTask(s json.RawMessage, attempts int) workflow.Definition {
 // main turn's (computer, todo, workflow, namespaces), whatever the profile names. The web
 // and brain tools are expected where this build has their categories.
 func TestTaskTurnCatalogIsFixed(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	ctx := t.Context()
 	profiles, err := h.node.Profiles(ctx)
@@ -318,6 +319,7 @@ func TestTaskTurnCatalogIsFixed(t *testing.T) {
 // TestSubmitAcceptedEndsTurn: an accepted submit_result ends the task turn at once
 // (terminated, no further model step), and its value becomes the task's result.
 func TestSubmitAcceptedEndsTurn(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	wf := h.startWorkflow(oneTask(script(t,
 		submit(`{"n": 3, "note": "three"}`),
@@ -353,6 +355,7 @@ func TestSubmitAcceptedEndsTurn(t *testing.T) {
 // lists each leaf "path: message"; the turn goes on, and the model's fixed submission
 // is accepted.
 func TestSubmitRejectedKeepsTurn(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	wf := h.startWorkflow(oneTask(script(t,
 		submit(`{"n": "three"}`), // n is a string, note is missing
@@ -388,6 +391,7 @@ func TestSubmitRejectedKeepsTurn(t *testing.T) {
 // developer message saying it must end with submit_result; a second text answer fails
 // the task with a clear reason. After one repair, a submission still ends it well.
 func TestTextOnlyGetsOneRepairThenFails(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	policy, _ := toolsets.PolicyFor(bus.TurnTask)
 	repairs := func(items []gateway.Item) int {
@@ -438,6 +442,7 @@ func TestTextOnlyGetsOneRepairThenFails(t *testing.T) {
 // control plane refuses it against the persisted schema: nothing is written, the attempt
 // fails with the reason, and the next attempt runs.
 func TestPersistedSchemaRevalidation(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	ctx := t.Context()
 	strict := `{"type":"object","properties":{"n":{"type":"integer","minimum":10},"note":{"type":"string"}},"required":["n","note"]}`
@@ -497,6 +502,7 @@ func TestPersistedSchemaRevalidation(t *testing.T) {
 // TestWorkflowCancelAbortsTasks: workflow_cancel aborts the running task turns, records
 // their attempts and tasks as cancelled, and starts nothing that waited.
 func TestWorkflowCancelAbortsTasks(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	slow := script(t, gateway.ScriptStep{DelayMS: 60_000}, submit(`{"n":1,"note":"late"}`))
 	statuses := make(chan *nats.Msg, 64)
@@ -566,7 +572,7 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 	}
 	// The turns' ends were settled after the cancel without changing it, and c's turn
 	// was never queued.
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		for _, turn := range []string{turnA, turnB} {
 			if rec, err := h.turnRecord(turn); err != nil || rec.State != bus.TurnAborted {
 				return fmt.Errorf("turn %s record: %s %v", turn, rec.State, err)
@@ -597,6 +603,7 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 // the first task's result, the second's attempt, which the restarted node resumes (not
 // retries) and finishes, and the dependent input it was given.
 func TestWorkflowStateSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	wf := h.startWorkflow(workflow.Definition{Title: "two steps", Tasks: []workflow.TaskDef{
 		{ID: "first", Instructions: "Count.", ResultSchema: json.RawMessage(countSchema), Script: script(t, submit(`{"n":7,"note":"seven"}`))},
@@ -605,7 +612,7 @@ func TestWorkflowStateSurvivesRestart(t *testing.T) {
 			Script:       script(t, gateway.ScriptStep{DelayMS: 1500}, submit(`{"n":14,"note":"doubled"}`))},
 	}})
 	second := bus.AttemptTurn(wf.ID, "second", 1)
-	wait.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		if rec, err := h.turnRecord(second); err != nil || rec.State != bus.TurnRunning {
 			return fmt.Errorf("second task's turn: %s %v", rec.State, err)
 		}
@@ -644,6 +651,7 @@ func TestWorkflowStateSurvivesRestart(t *testing.T) {
 // run as turns of their own. A task turn nobody's workflow wants is refused at the
 // intake.
 func TestMainTurnStartsWorkflow(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	ctx := t.Context()
 	def, err := json.Marshal(oneTask(script(t, submit(`{"n":1,"note":"one"}`)), 1))
@@ -720,6 +728,7 @@ func TestMainTurnStartsWorkflow(t *testing.T) {
 // queues task turns through a node that does (toolbus.nodes.turn.start), and the
 // workflow completes there.
 func TestWorkflowHostWithoutTurns(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
@@ -761,6 +770,7 @@ func TestWorkflowHostWithoutTurns(t *testing.T) {
 // that resumes it, terminated with that submission, without asking the model again; the
 // result is written.
 func TestResumedTaskEndsWithItsAcceptedSubmission(t *testing.T) {
+	t.Parallel()
 	h := newWFHarness(t)
 	ctx := t.Context()
 	id := bus.NewID()

@@ -2,14 +2,13 @@ package brain
 
 import (
 	"context"
-	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // leakIgnore is the goroutine bleve keeps for the life of the process: its analysis
@@ -20,11 +19,8 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, leakIgnore)
 }
 
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
+// testContext is a context that ends with the test, or after a minute.
+func testContext(t testing.TB) context.Context { return bustest.Context(t) }
 
 // testBus is an embedded server with JetStream, its store in a test directory.
 type testBus struct {
@@ -33,27 +29,13 @@ type testBus struct {
 
 func startBus(t testing.TB) *testBus {
 	t.Helper()
-	srv, err := bus.Start(testContext(t), bus.Config{StoreDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	return &testBus{srv: srv}
+	return &testBus{srv: bustest.Server(t, nil)}
 }
 
 // js opens a connection of its own and its JetStream; the test closes it.
 func (b *testBus) js(t testing.TB, name string) jetstream.JetStream {
 	t.Helper()
-	nc, err := b.srv.Connect(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return bustest.JetStream(t, b.srv, name)
 }
 
 // store opens a store on a connection of its own, closed with the test.

@@ -43,6 +43,7 @@ var corpus = []Page{
 // title weighs most, words match through stemming, an exact phrase counts, tags filter,
 // and a query with nothing to find finds nothing.
 func TestRecallRanks(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	s := b.store(t, "brain", Options{})
 	ctx := testContext(t)

@@ -2,8 +2,9 @@ package brain
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // TestRolesUseTheStore uses the store as the roles of a listening node's users do
@@ -19,6 +20,7 @@ import (
 // category creates the bucket, recalls and reads them but cannot write; a watcher
 // reads; a host of another category cannot even read.
 func TestRolesUseTheStore(t *testing.T) {
+	t.Parallel()
 	users := []bus.User{}
 	for _, u := range []struct {
 		name       string
@@ -36,17 +38,20 @@ func TestRolesUseTheStore(t *testing.T) {
 		}
 		users = append(users, bus.User{Name: u.name, Password: "pw-" + u.name, Role: u.role, Permissions: p})
 	}
-	srv, err := bus.Start(testContext(t), bus.Config{
-		StoreDir: t.TempDir(), Listen: "127.0.0.1:-1", Users: users, Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := bustest.Server(t, func(c *bus.Config) { c.Listen, c.Users = "127.0.0.1:-1", users })
+	// Each user's asynchronous errors (the refusals below) arrive on its channel.
+	errs := map[string]chan error{}
 	storeAs := func(user string) *Store {
 		t.Helper()
+		ch := make(chan error, 64)
+		errs[user] = ch
 		nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(user, "pw-"+user), nats.Name(user), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
-			nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {})) // the refusals below are expected
+			nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+				select {
+				case ch <- err:
+				default:
+				}
+			}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,13 +64,44 @@ func TestRolesUseTheStore(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	}
-	// A refused request is not answered: it waits out its context.
-	refused := func(what string, f func(ctx context.Context) error) {
+	// A refused request is never answered: the server drops it and reports a permission
+	// violation of a JetStream subject to the user's connection at once. f is stopped then,
+	// instead of waiting out its context; it must fail, and the violation must come.
+	refused := func(what, user string, f func(ctx context.Context) error) {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		for drained := false; !drained; {
+			select {
+			case err := <-errs[user]:
+				t.Logf("%s: an earlier asynchronous error: %v", user, err)
+			default:
+				drained = true
+			}
+		}
+		ctx, cancel := context.WithCancel(testContext(t))
 		defer cancel()
+		seen := make(chan error, 1)
+		go func() {
+			for {
+				select {
+				case err := <-errs[user]:
+					if errors.Is(err, nats.ErrPermissionViolation) && (strings.Contains(err.Error(), `Publish to "$JS.`) ||
+						strings.Contains(err.Error(), `Publish to "$KV.`) || strings.Contains(err.Error(), `Publish to "$O.`)) {
+						cancel()
+						seen <- nil
+						return
+					}
+				case <-ctx.Done():
+					seen <- errors.New("no permission violation of a JetStream subject")
+					return
+				}
+			}
+		}()
 		if err := f(ctx); err == nil {
 			t.Errorf("%s: allowed, want refused", what)
+			cancel()
+		}
+		if err := <-seen; err != nil {
+			t.Errorf("%s: %v", what, err)
 		}
 	}
 	ctx := testContext(t)
@@ -89,7 +125,7 @@ func TestRolesUseTheStore(t *testing.T) {
 	}
 
 	// The host's index follows the operator's writes.
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		r, err := host.Recall(ctx, "ann", Query{Text: "gondola"})
 		if err == nil && len(r.Hits) != 2 {
 			err = fmt.Errorf("host recall: %d hits, want 2", len(r.Hits))
@@ -99,18 +135,18 @@ func TestRolesUseTheStore(t *testing.T) {
 	if ex, err := host.Read(ctx, "ann", "big", PageChunk); err != nil || ex.Offset != PageChunk {
 		t.Fatalf("host reads a large page: %+v, %v", ex.Offset, err)
 	}
-	refused("host writes", func(ctx context.Context) error {
+	refused("host writes", "host", func(ctx context.Context) error {
 		_, err := host.Put(ctx, "ann", Page{ID: "x", Title: "x"})
 		return err
 	})
 	if p, err := watch.Get(ctx, "ann", "big"); err != nil || p.Text != big+"more" {
 		t.Fatalf("watcher reads a large page: %d bytes, %v", len(p.Text), err)
 	}
-	refused("watcher writes", func(ctx context.Context) error {
+	refused("watcher writes", "watch", func(ctx context.Context) error {
 		_, err := watch.Put(ctx, "ann", Page{ID: "x", Title: "x"})
 		return err
 	})
-	refused("host of another category reads", func(ctx context.Context) error {
+	refused("host of another category reads", "fs", func(ctx context.Context) error {
 		_, err := fs.Get(ctx, "ann", "small")
 		return err
 	})

@@ -52,6 +52,7 @@ func objectNames(t *testing.T, js jetstream.JetStream, prefix string) []string {
 }
 
 func TestStoreRoundTrip(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	js := b.js(t, "check")
 	s := b.store(t, "brain", Options{})
@@ -149,6 +150,7 @@ func TestStoreRoundTrip(t *testing.T) {
 }
 
 func TestPageRules(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	s := b.store(t, "brain", Options{})
 	ctx := testContext(t)
@@ -189,6 +191,7 @@ func TestPageRules(t *testing.T) {
 }
 
 func TestSlug(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ title, want string }{
 		{"How we deploy", "how-we-deploy"},
 		{"  NATS: KV & object store!  ", "nats-kv-object-store"},
@@ -212,6 +215,7 @@ func TestSlug(t *testing.T) {
 // texts at once: every write lands in turn, and exactly the last one's object (or none)
 // remains.
 func TestRacingWritersLeaveOneObject(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	js := b.js(t, "check")
 	ctx := testContext(t)

@@ -15,7 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // call runs one tool of Tools(s) as agent, with arguments validated against its schema
@@ -56,6 +56,7 @@ var readOnMark = regexp.MustCompile(`\[The page goes on: call get_page with id "
 // the model would: following the offset each part names, the parts join into the text,
 // none longer than PageChunk, each cut at a line break or a character boundary.
 func TestGetPagePaging(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	s := b.store(t, "brain", Options{})
 	ctx := testContext(t)
@@ -163,6 +164,7 @@ func TestGetPagePaging(t *testing.T) {
 // the command line does) after the reader's index was built: each write, replace and
 // delete shows up in the reader's recalls.
 func TestIndexFollowsChanges(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	reader := b.store(t, "reader", Options{MaxIndexedBytes: 2000})
 	writer := b.store(t, "writer", Options{})
@@ -183,7 +185,7 @@ func TestIndexFollowsChanges(t *testing.T) {
 	}
 	expect := func(q string, want ...string) {
 		t.Helper()
-		wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 			if got := hits(q); !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
 				return fmt.Errorf("recall %q: %v, want %v", q, got, want)
 			}
@@ -229,6 +231,7 @@ func TestIndexFollowsChanges(t *testing.T) {
 // TestIndexesAreBounded holds one index at a time: recalling for another agent closes
 // the first agent's index, which the next recall builds again from the bucket.
 func TestIndexesAreBounded(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	s := b.store(t, "brain", Options{MaxIndexes: 1})
 	ctx := testContext(t)
@@ -264,6 +267,7 @@ func TestIndexesAreBounded(t *testing.T) {
 // TestTools checks the tools' contract: the specs the turn side sees are the hosts'
 // tools' specs, both read-only and parallel in the brain category; labels; a nil store.
 func TestTools(t *testing.T) {
+	t.Parallel()
 	specs := Specs()
 	tools := Tools(nil)
 	if !reflect.DeepEqual(specs, toolbus.SpecsOf(tools)) {
@@ -333,6 +337,7 @@ func TestTools(t *testing.T) {
 
 // TestRecallTool runs recall as a host would and reads what the model sees.
 func TestRecallTool(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	s := b.store(t, "brain", Options{})
 	ctx := testContext(t)
@@ -366,6 +371,7 @@ func TestRecallTool(t *testing.T) {
 }
 
 func TestWholeWords(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"…e **object** store keeps chunks…", "…**object** store keeps…"}, // the fragmenter counts characters: the last word may be cut
 		{"…**object** store keeps chun…", "…**object** store keeps…"},
@@ -384,6 +390,7 @@ func TestWholeWords(t *testing.T) {
 // indexes for, from several goroutines at once: indexes are evicted while others start
 // and search, and every recall still answers with its own agent's page.
 func TestConcurrentRecallsUnderEviction(t *testing.T) {
+	t.Parallel()
 	b := startBus(t)
 	s := b.store(t, "brain", Options{MaxIndexes: 2})
 	ctx := testContext(t)

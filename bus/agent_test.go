@@ -7,6 +7,7 @@ import (
 )
 
 func TestCheckAgent(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		id   string
 		want string // the error, "" for a good id

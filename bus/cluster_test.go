@@ -125,6 +125,7 @@ func eventually(ctx context.Context, t *testing.T, what string, ok func() bool) 
 }
 
 func TestClusterOfThree(t *testing.T) {
+	t.Parallel()
 	nodes := startCluster(t, 3)
 	ctx := testContext(t)
 
@@ -248,6 +249,7 @@ func TestClusterOfThree(t *testing.T) {
 // cluster alone: it can never elect a meta leader, so Start must give up
 // when ctx ends, and clean up.
 func TestClusterNodeStartHonoursContext(t *testing.T) {
+	t.Parallel()
 	ports := freePorts(t, 3)
 	ctx, cancel := context.WithCancel(testContext(t))
 	var routes []string
@@ -288,6 +290,7 @@ func TestClusterNodeStartHonoursContext(t *testing.T) {
 // TestInterestFollowsSubscriptions: Interest is true exactly while someone, on this
 // server or across a route, has a matching subscription, wildcards included.
 func TestInterestFollowsSubscriptions(t *testing.T) {
+	t.Parallel()
 	nodes := startCluster(t, 2)
 	ctx := testContext(t)
 	for _, s := range nodes {

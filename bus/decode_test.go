@@ -22,6 +22,7 @@ var replyCases = []ToolReply{
 // TestToolReplyCodec: AppendJSON writes what json.Marshal writes, and DecodeToolReply reads
 // it back as json.Unmarshal does.
 func TestToolReplyCodec(t *testing.T) {
+	t.Parallel()
 	for _, r := range replyCases {
 		want, err := json.Marshal(&r)
 		if err != nil {

@@ -16,6 +16,7 @@ var encodeCases = []Event{
 }
 
 func TestEventAppendJSON(t *testing.T) {
+	t.Parallel()
 	for _, e := range encodeCases {
 		want, err := json.Marshal(&e)
 		if err != nil {

@@ -16,6 +16,7 @@ var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 // TestEnvelopeGolden pins the wire format: the JSON of each envelope must
 // match its golden file, and decode back to the same value.
 func TestEnvelopeGolden(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
 	started := Event{Turn: "t1", Call: "c1", Tool: "read", Kind: EventStarted, Label: "Reading notes.md", Time: at}
 	tests := []struct {
@@ -79,6 +80,7 @@ func TestEnvelopeGolden(t *testing.T) {
 }
 
 func TestOutcomeValid(t *testing.T) {
+	t.Parallel()
 	for _, o := range []Outcome{OutcomeOK, OutcomeError, OutcomeInvalid, OutcomeNotStarted, OutcomeStopped,
 		OutcomeAbandoned, OutcomeTimeout, OutcomeUnavailable, OutcomePanic} {
 		if !o.Valid() {
@@ -93,6 +95,7 @@ func TestOutcomeValid(t *testing.T) {
 }
 
 func TestChildModel(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		spec   TurnSpec
 		model  string

@@ -10,6 +10,7 @@ import (
 )
 
 func TestCreateOnceAndGetRecord(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	kv, err := KeyValue(ctx, testJetStream(t, s, "records"), "records", 1)
@@ -45,6 +46,7 @@ func TestCreateOnceAndGetRecord(t *testing.T) {
 }
 
 func TestListKeys(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	kv, err := KeyValue(ctx, testJetStream(t, s, "keys"), "keys", 1)

@@ -11,6 +11,7 @@ import (
 )
 
 func TestSetHeaders(t *testing.T) {
+	t.Parallel()
 	deadline := time.Date(2026, 11, 29, 19, 9, 29, 391614127, time.FixedZone("CET", 3600))
 	tests := []struct {
 		name string
@@ -54,6 +55,7 @@ func TestSetHeaders(t *testing.T) {
 }
 
 func TestParseToolRequest(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", MaxIDLen)
 	tests := []struct {
 		name    string
@@ -143,6 +145,7 @@ func TestParseToolRequest(t *testing.T) {
 }
 
 func TestParseToolRequestErrors(t *testing.T) {
+	t.Parallel()
 	_, err := ParseToolRequest(nats.Header{HeaderAgent: {"a/b"}})
 	var he *HeaderError
 	if !errors.As(err, &he) || he.Name != HeaderAgent || he.Value != "a/b" || !errors.Is(err, ErrBadAgent) {
@@ -155,6 +158,7 @@ func TestParseToolRequestErrors(t *testing.T) {
 }
 
 func TestParseDeadline(t *testing.T) {
+	t.Parallel()
 	at := func(nsec int) time.Time { return time.Date(2026, 11, 29, 19, 9, 29, nsec, time.UTC) }
 	tests := []struct {
 		s    string

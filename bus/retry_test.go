@@ -13,6 +13,7 @@ import (
 )
 
 func TestRetryable(t *testing.T) {
+	t.Parallel()
 	api := func(code jetstream.ErrorCode, desc string) error {
 		return &jetstream.APIError{Code: 503, ErrorCode: code, Description: desc}
 	}
@@ -49,6 +50,7 @@ func TestRetryable(t *testing.T) {
 }
 
 func TestRetryBackoff(t *testing.T) {
+	t.Parallel()
 	want := []time.Duration{50, 100, 200, 400, 800, 1000, 1000, 1000}
 	for i, w := range want {
 		if got := retryBackoff(i + 1); got != w*time.Millisecond {
@@ -58,6 +60,7 @@ func TestRetryBackoff(t *testing.T) {
 }
 
 func TestRetry(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("boom")
 	tests := []struct {
 		name string
@@ -192,6 +195,7 @@ func TestRetry(t *testing.T) {
 // has a deadline within RetryAttemptTimeout, and failures are logged at
 // most once a second.
 func TestRetryBoundsAttemptsAndLogs(t *testing.T) {
+	t.Parallel()
 	rec := &logRecorder{}
 	const failures = 5 // 50+100+200+400+800 ms of backoff: one or two log lines
 	calls := 0
@@ -221,6 +225,7 @@ func TestRetryBoundsAttemptsAndLogs(t *testing.T) {
 // server answers no responders, as it does for a stream that has lost its
 // leader, until the stream exists.
 func TestRetryOnServer(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "retry")

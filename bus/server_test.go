@@ -18,6 +18,7 @@ import (
 )
 
 func TestStartInProcessOpensNoPort(t *testing.T) {
+	t.Parallel()
 	s, rec := startServer(t, Config{})
 
 	if got := s.ClientURL(); got != "" {
@@ -64,6 +65,7 @@ func TestStartInProcessOpensNoPort(t *testing.T) {
 }
 
 func TestOwnedStoreDirRemovedOnClose(t *testing.T) {
+	t.Parallel()
 	s, err := Start(testContext(t), Config{Logger: slog.New(&logRecorder{})})
 	if err != nil {
 		t.Fatal(err)
@@ -79,6 +81,7 @@ func TestOwnedStoreDirRemovedOnClose(t *testing.T) {
 }
 
 func TestCloseIsIdempotentAndClosesConnections(t *testing.T) {
+	t.Parallel()
 	s, err := Start(testContext(t), Config{Logger: slog.New(&logRecorder{})})
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +101,7 @@ func TestCloseIsIdempotentAndClosesConnections(t *testing.T) {
 }
 
 func TestStoreDirSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	start := func() (*Server, jetstream.KeyValue) {
 		s, err := Start(testContext(t), Config{StoreDir: dir, Logger: slog.New(&logRecorder{})})
@@ -141,6 +145,7 @@ func TestStoreDirSurvivesRestart(t *testing.T) {
 }
 
 func TestConfigErrors(t *testing.T) {
+	t.Parallel()
 	user := []User{{Name: "u", Password: "p"}}
 	tests := []struct {
 		name string
@@ -181,6 +186,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestListenerAuthentication(t *testing.T) {
+	t.Parallel()
 	s, rec := startServer(t, Config{Listen: "127.0.0.1:0", Users: []User{{Name: "alice", Password: "right"}}})
 	url := s.ClientURL()
 	if !strings.HasPrefix(url, "nats://127.0.0.1:") || strings.HasSuffix(url, ":0") || strings.HasSuffix(url, ":-1") {
@@ -274,6 +280,7 @@ func waitViolation(ctx context.Context, errs <-chan error, subject string) error
 }
 
 func TestRolePermissions(t *testing.T) {
+	t.Parallel()
 	s, observer := roleServer(t)
 	const turn, call = "t1", "c1"
 
@@ -374,6 +381,7 @@ func TestRolePermissions(t *testing.T) {
 // with its role: a micro service hosts the fs category, the turn discovers
 // it and calls a tool with its result subject as the reply subject.
 func TestRolesRunAToolCall(t *testing.T) {
+	t.Parallel()
 	s, _ := roleServer(t)
 	ctx := testContext(t)
 	host, hostErrs := roleConn(t, s, "fs")
@@ -432,6 +440,7 @@ func TestRolesRunAToolCall(t *testing.T) {
 }
 
 func TestJetStreamRoleUsesKeyValue(t *testing.T) {
+	t.Parallel()
 	s, _ := roleServer(t)
 	ctx := testContext(t)
 	nc, _ := roleConn(t, s, "todo")
@@ -468,6 +477,7 @@ func TestJetStreamRoleUsesKeyValue(t *testing.T) {
 }
 
 func TestServerFatalErrorReachesLoggerAndStart(t *testing.T) {
+	t.Parallel()
 	busy, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -494,6 +504,7 @@ func TestServerFatalErrorReachesLoggerAndStart(t *testing.T) {
 }
 
 func TestServerLoggerLevels(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		min      slog.Level
@@ -529,6 +540,7 @@ func TestServerLoggerLevels(t *testing.T) {
 
 // A refused connection names the server without the password of its URL.
 func TestDialErrorHidesURLCredentials(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{Listen: "127.0.0.1:0", Users: []User{{Name: "ops", Password: "right"}}})
 	url := strings.Replace(s.ClientURL(), "nats://", "nats://ops:wrongsecret@", 1)
 	nc, err := Dial(testContext(t), url, "dial-test", Credentials{})

@@ -7,6 +7,7 @@ import (
 )
 
 func TestEncodeStatusFits(t *testing.T) {
+	t.Parallel()
 	calls := func(n, details int) []CallRecord {
 		cs := make([]CallRecord, n)
 		for i := range cs {

@@ -35,6 +35,7 @@ func streamReplicas(ctx context.Context, t *testing.T, js jetstream.JetStream, s
 }
 
 func TestKeyValueOnSingleServer(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "kv")
@@ -64,6 +65,7 @@ func TestKeyValueOnSingleServer(t *testing.T) {
 }
 
 func TestEnsureKeyValueConcurrently(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "kv")
@@ -101,6 +103,7 @@ func TestEnsureKeyValueConcurrently(t *testing.T) {
 }
 
 func TestKeyValueRejectsBadBucket(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	js := testJetStream(t, s, "kv")
 	if _, err := KeyValue(testContext(t), js, "bad.name", 1); !errors.Is(err, jetstream.ErrInvalidBucketName) {
@@ -109,6 +112,7 @@ func TestKeyValueRejectsBadBucket(t *testing.T) {
 }
 
 func TestObjectStore(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "obj")
@@ -135,6 +139,7 @@ func TestObjectStore(t *testing.T) {
 // stream to a new configuration, keeping its messages. (Package durable tests the
 // configurations of its own streams.)
 func TestStream(t *testing.T) {
+	t.Parallel()
 	s, _ := startServer(t, Config{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "streams")
@@ -176,6 +181,7 @@ func TestStream(t *testing.T) {
 }
 
 func TestCapReplicas(t *testing.T) {
+	t.Parallel()
 	noPeers := &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: noSuitablePeers}
 	offline := &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: noSuitablePeers + ", peer offline"}
 	single := &jetstream.APIError{Code: 500, ErrorCode: errCodeReplicasNotSupported, Description: "replicas > 1 not supported in non-clustered mode"}

@@ -22,6 +22,7 @@ import (
 const smallFSEnv = "TOOLBUS_TEST_SMALL_FS"
 
 func TestStoreFillsAndRecovers(t *testing.T) {
+	t.Parallel()
 	const maxStore = 4 << 20
 	s, _ := startServer(t, Config{Name: "full1", MaxStore: maxStore})
 	ctx := testContext(t)
@@ -124,6 +125,7 @@ func TestStoreFillsAndRecovers(t *testing.T) {
 }
 
 func TestIsStoreFull(t *testing.T) {
+	t.Parallel()
 	api := func(code jetstream.ErrorCode, desc string) error {
 		return fmt.Errorf("publish: %w", &jetstream.APIError{Code: 503, ErrorCode: code, Description: desc})
 	}
@@ -164,6 +166,7 @@ func TestIsStoreFull(t *testing.T) {
 // TestStoreFailedWhenJetStreamStops: a JetStream that stops by itself, or a
 // store that logs a write error it will keep, closes Failed; Close does not.
 func TestStoreFailedWhenJetStreamStops(t *testing.T) {
+	t.Parallel()
 	t.Run("disabled", func(t *testing.T) {
 		s, _ := startServer(t, Config{Name: "dis1"})
 		// What handleOutOfSpace and a permission error do.
@@ -212,6 +215,7 @@ func waitFailed(t *testing.T, s *Server) {
 // purge is refused with it too), Failed closes with a full store named, and
 // a restart after space is freed writes again.
 func TestStoreDiskFullFailsServer(t *testing.T) {
+	t.Parallel()
 	root := os.Getenv(smallFSEnv)
 	if root == "" {
 		t.Skipf("set %s to a directory on a small filesystem", smallFSEnv)

@@ -16,6 +16,7 @@ import (
 const storeLockChildEnv = "TOOLBUS_TEST_STORE_LOCK_DIR"
 
 func TestStoreDirLocked(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := testContext(t)
 	s1, _ := startServer(t, Config{Name: "n1", StoreDir: dir})
@@ -79,6 +80,7 @@ func TestStoreDirLocked(t *testing.T) {
 
 // TestStoreDirLockedChild is the other process of TestStoreDirLocked.
 func TestStoreDirLockedChild(t *testing.T) {
+	t.Parallel()
 	dir := os.Getenv(storeLockChildEnv)
 	if dir == "" {
 		t.Skip("run by TestStoreDirLocked")

@@ -6,6 +6,7 @@ import (
 )
 
 func TestSubjectBuilders(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		got, want string
 	}{
@@ -34,6 +35,7 @@ func TestSubjectBuilders(t *testing.T) {
 }
 
 func TestParseIntakeFired(t *testing.T) {
+	t.Parallel()
 	for subject, want := range map[string]string{
 		IntakeFired("s1"):                 "s1",
 		"toolbus.intake.fired.":           "",
@@ -51,6 +53,7 @@ func TestParseIntakeFired(t *testing.T) {
 }
 
 func TestParseTurnSubject(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		subject string
 		want    TurnSubject
@@ -101,6 +104,7 @@ func TestParseTurnSubjectDoesNotAllocate(t *testing.T) {
 }
 
 func TestValidToken(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		s  string
 		ok bool
@@ -130,6 +134,7 @@ func TestValidToken(t *testing.T) {
 }
 
 func TestNewIDIsUnique(t *testing.T) {
+	t.Parallel()
 	seen := make(map[string]bool)
 	for range 1000 {
 		id := NewID()
@@ -141,6 +146,7 @@ func TestNewIDIsUnique(t *testing.T) {
 }
 
 func TestDeadlineRoundTrip(t *testing.T) {
+	t.Parallel()
 	local := time.Date(2026, 5, 4, 3, 2, 1, 123456789, time.FixedZone("X", 2*3600))
 	s := FormatDeadline(local)
 	if s != "2026-05-04T01:02:01.123456789Z" {

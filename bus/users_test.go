@@ -141,6 +141,7 @@ func userConn(t *testing.T, url, name string, opts ...nats.Option) (*nats.Conn, 
 // Only a turn node may publish a turn's status: a tool host, an operator or
 // a watcher that tries is refused, so none can forge a turn's end.
 func TestOnlyTurnRolePublishesStatus(t *testing.T) {
+	t.Parallel()
 	s, observer, _ := usersServer(t)
 	subject := TurnStatusSubject("t1", StatusDone)
 	got, err := observer.SubscribeSync(subject)
@@ -189,6 +190,7 @@ func TestOnlyTurnRolePublishesStatus(t *testing.T) {
 // TestRolesFromUsersFile checks each role's documented rights against the
 // real server: subjects, and JetStream reads and writes.
 func TestRolesFromUsersFile(t *testing.T) {
+	t.Parallel()
 	s, observer, kp := usersServer(t)
 	url := s.ClientURL()
 	creds := map[string]nats.Option{
@@ -350,17 +352,14 @@ func TestRolesFromUsersFile(t *testing.T) {
 		want := map[bool]string{true: "allowed", false: "denied"}[tc.allowed]
 		t.Run(fmt.Sprintf("%s %s %s %s", tc.user, op, tc.bucket, want), func(t *testing.T) {
 			nc, errs := userConn(t, url, tc.user, creds[tc.user])
-			err := kvUse(t, nc, tc.bucket, tc.write, tc.allowed)
-			if tc.allowed {
-				if err != nil {
+			use := func(ctx context.Context) error { return kvUse(ctx, nc, tc.bucket, tc.write) }
+			if !tc.allowed {
+				if err := refused(testContext(t), errs, jsRefused, use); err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			if err == nil {
-				t.Fatal("succeeded, want refused")
-			}
-			if err := waitAnyViolation(testContext(t), errs); err != nil {
+			if err := use(testContext(t)); err != nil {
 				t.Fatal(err)
 			}
 		})
@@ -389,25 +388,50 @@ func TestRolesFromUsersFile(t *testing.T) {
 		})
 	}
 	t.Run("watch may not take turns from the intake", func(t *testing.T) {
-		nc, _ := userConn(t, url, "watch", creds["watch"])
-		js, _ := jetstream.New(nc)
-		ctx, cancel := context.WithTimeout(testContext(t), time.Second)
-		defer cancel()
-		if _, err := js.Stream(ctx, StreamIntake); err == nil {
-			t.Fatal("the intake stream is readable by a watcher")
+		nc, errs := userConn(t, url, "watch", creds["watch"])
+		js, err := jetstream.New(nc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = refused(testContext(t), errs, jsRefused, func(ctx context.Context) error {
+			_, err := js.Stream(ctx, StreamIntake)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("the intake stream is readable by a watcher: %v", err)
 		}
 	})
 }
 
-// kvUse reads (Get and Keys) or writes (Put) the bucket. A refused request
-// times out, so it is bounded short when the case expects a refusal.
-func kvUse(t *testing.T, nc *nats.Conn, bucket string, write, allowed bool) error {
-	ctx := testContext(t)
-	if !allowed {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Second)
-		defer cancel()
+// jsRefused are the texts of the violation of a refused JetStream request: one of the
+// JetStream API, or a key-value write (a publish to the bucket's subject).
+var jsRefused = []string{`Publish to "$JS.API.`, `Publish to "$KV.`}
+
+// refused runs use, which makes requests, and checks that it fails because the server
+// refused one of them: it reports a permission violation whose text holds one of what. A
+// refused request is never answered: the server drops it (or the reply) and reports
+// the violation to the connection at once, on errs. So use is stopped (its context
+// cancelled) when that violation arrives, instead of waiting for its request to time
+// out. It returns an error if use succeeded or no such violation came within ctx.
+func refused(ctx context.Context, errs <-chan error, what []string, use func(context.Context) error) error {
+	useCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	violation := make(chan error, 1)
+	go func() {
+		err := waitViolationOf(ctx, errs, what)
+		if err == nil {
+			stop()
+		}
+		violation <- err
+	}()
+	if err := use(useCtx); err == nil {
+		return errors.New("succeeded, want refused")
 	}
+	return <-violation
+}
+
+// kvUse reads (Get and Keys) or writes (Put) the bucket.
+func kvUse(ctx context.Context, nc *nats.Conn, bucket string, write bool) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -441,15 +465,21 @@ func kvUse(t *testing.T, nc *nats.Conn, bucket string, write, allowed bool) erro
 	return nil
 }
 
-func waitAnyViolation(ctx context.Context, errs <-chan error) error {
+// waitViolationOf waits for a permission violation whose text holds one of what.
+func waitViolationOf(ctx context.Context, errs <-chan error, what []string) error {
 	for {
 		select {
 		case err := <-errs:
-			if errors.Is(err, nats.ErrPermissionViolation) {
-				return nil
+			if !errors.Is(err, nats.ErrPermissionViolation) {
+				continue
+			}
+			for _, w := range what {
+				if strings.Contains(err.Error(), w) {
+					return nil
+				}
 			}
 		case <-ctx.Done():
-			return errors.New("no permission violation")
+			return fmt.Errorf("no permission violation for any of %q", what)
 		}
 	}
 }
@@ -462,6 +492,7 @@ func must[T any](v T, err error) T {
 }
 
 func TestParseUsersErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ doc, want string }{
 		{`[]`, ErrNoUsers.Error()},
 		{`[{"user":"a","role":"admin"}]`, "exactly one of password"},
@@ -519,6 +550,7 @@ func writeTestCA(t *testing.T, dir string) (caFile, certFile, keyFile string) {
 }
 
 func TestTLSListener(t *testing.T) {
+	t.Parallel()
 	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
 	s, _ := startServer(t, Config{
 		Listen: "127.0.0.1:-1", Users: []User{{Name: "u", Password: "pw", Permissions: AdminPermissions()}},
@@ -565,6 +597,7 @@ func TestTLSListener(t *testing.T) {
 // certificates against the CA: the cluster forms and elects a JetStream
 // meta leader, and the route listener asks for TLS.
 func TestTLSRoutes(t *testing.T) {
+	t.Parallel()
 	caFile, certFile, keyFile := writeTestCA(t, t.TempDir())
 	nodes := startClusterWith(t, 3, func(c *Config) {
 		c.TLS = &TLSConfig{Cert: certFile, Key: keyFile, CA: caFile}
@@ -604,6 +637,7 @@ func TestTLSRoutes(t *testing.T) {
 }
 
 func TestRouteTLSNeedsCA(t *testing.T) {
+	t.Parallel()
 	_, certFile, keyFile := writeTestCA(t, t.TempDir())
 	s, err := Start(testContext(t), Config{
 		TLS:     &TLSConfig{Cert: certFile, Key: keyFile},

@@ -7,6 +7,7 @@ import (
 )
 
 func TestVouch(t *testing.T) {
+	t.Parallel()
 	key := bytes.Repeat([]byte{7}, VouchKeySize)
 	other := bytes.Repeat([]byte{8}, VouchKeySize)
 	sum := sha256.Sum256([]byte(`{"type":"object"}`))

@@ -1,11 +1,9 @@
 package catalog
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -17,7 +15,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -44,6 +42,7 @@ func specs(t testing.TB) []*toolbus.Spec {
 }
 
 func TestMetadataRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, s := range specs(t) {
 		t.Run(s.Name, func(t *testing.T) {
 			md := Metadata(s)
@@ -84,6 +83,7 @@ func assertSameSpec(t *testing.T, got, want *toolbus.Spec) {
 }
 
 func TestFromEndpointRefusals(t *testing.T) {
+	t.Parallel()
 	good := Metadata(specs(t)[1])
 	with := func(key, value string) map[string]string {
 		md := make(map[string]string, len(good))
@@ -128,19 +128,8 @@ func TestFromEndpointRefusals(t *testing.T) {
 // testBus is an embedded server with a connection for the catalog.
 func testBus(t *testing.T) (*bus.Server, *nats.Conn) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := srv.Connect("catalog")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return srv, nc
+	srv := bustest.Server(t, nil)
+	return srv, bustest.Conn(t, srv, "catalog")
 }
 
 // serve runs a category as a plain micro service on a connection of its own, answering
@@ -182,6 +171,7 @@ func quick() Options {
 }
 
 func TestCatalogFollowsHostsComingAndGoing(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	cat := New(nc, quick())
 	ctx := t.Context()
@@ -246,6 +236,7 @@ func TestCatalogFollowsHostsComingAndGoing(t *testing.T) {
 }
 
 func TestCatalogRefusesDisagreeingHosts(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	cat := New(nc, quick())
 	for _, tc := range []struct {
@@ -295,6 +286,7 @@ func TestCatalogRefusesDisagreeingHosts(t *testing.T) {
 }
 
 func TestCatalogSkipsUnusableEndpoints(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	hostConn, err := srv.Connect("raw")
 	if err != nil {
@@ -330,6 +322,7 @@ func TestCatalogSkipsUnusableEndpoints(t *testing.T) {
 }
 
 func TestCatalogWatchHearsAnnouncements(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	// No periodic refresh: only the announcements can tell the catalog.
 	o := quick()
@@ -339,7 +332,7 @@ func TestCatalogWatchHearsAnnouncements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !cat.Refreshed() {
 			return errors.New("no first refresh")
 		}
@@ -353,13 +346,13 @@ func TestCatalogWatchHearsAnnouncements(t *testing.T) {
 		}
 	}
 	announce(bus.CatalogUp)
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := cat.Namespace("crm")
 		return err
 	})
 	stop()
 	announce(bus.CatalogDown)
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if _, err := cat.Namespace("crm"); !errors.Is(err, ErrNotServed) {
 			return fmt.Errorf("crm still in the catalog: %v", err)
 		}
@@ -416,6 +409,7 @@ func FuzzFromEndpoint(f *testing.F) {
 // the catalog's next looks, without another announcement; and a turn's Ensure looks
 // again at once while an announced host is missing, whatever the catalog's age.
 func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
+	t.Parallel()
 	srv, nc := testBus(t)
 	o := quick()
 	o.Refresh = -1
@@ -424,7 +418,7 @@ func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cat.Close()
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !cat.Refreshed() {
 			return errors.New("no first refresh")
 		}
@@ -434,7 +428,7 @@ func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
 	if err := nc.Publish(bus.CatalogChanged, b); err != nil {
 		t.Fatal(err)
 	}
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if !cat.awaiting() {
 			return errors.New("the announcement is not heard yet")
 		}
@@ -454,14 +448,14 @@ func TestCatalogLooksAgainForAnAnnouncedHost(t *testing.T) {
 	if err := nc.Publish(bus.CatalogChanged, b); err != nil {
 		t.Fatal(err)
 	}
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if !cat.awaiting() {
 			return errors.New("the announcement is not heard yet")
 		}
 		return nil
 	})
 	serve(t, srv, "node-m", spec("idle", "later", "later", "I."))
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		_, err := cat.Namespace("later")
 		return err
 	})

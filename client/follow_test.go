@@ -9,7 +9,6 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/wait"
 )
 
 func TestFollow(t *testing.T) {
@@ -36,7 +35,7 @@ func TestFollow(t *testing.T) {
 		final, err = c.Follow(ctx, "t1", time.Second, func(m bus.TurnMessage) { heard <- *m.Status })
 		done <- err
 	}()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		publish("t1", bus.StatusStarted, bus.TurnStatus{Turn: "t1", Node: "n1", Lease: time.Minute})
 		select {
 		case <-heard:
@@ -57,7 +56,7 @@ func TestFollow(t *testing.T) {
 		_, err := c.Follow(ctx, "t2", 300*time.Millisecond, func(m bus.TurnMessage) { heard2 <- *m.Status })
 		done <- err
 	}()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		publish("t2", bus.StatusBeat, bus.TurnStatus{Turn: "t2", Node: "n1", Lease: 50 * time.Millisecond})
 		select {
 		case <-heard2:

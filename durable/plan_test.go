@@ -12,6 +12,7 @@ import (
 // TestPlanResume is the table of what a resumed turn does with the calls of its last
 // batch, from the transcript alone.
 func TestPlanResume(t *testing.T) {
+	t.Parallel()
 	user := gateway.UserMessage("go")
 	call := func(id, name string) gateway.Item {
 		return gateway.Item{Kind: gateway.KindFunctionCall, CallID: id, Name: name, Arguments: "{}"}
@@ -91,6 +92,7 @@ func TestPlanResume(t *testing.T) {
 }
 
 func TestNotesAreNotes(t *testing.T) {
+	t.Parallel()
 	for _, it := range []gateway.Item{ResumeNote(bus.Resume{Node: "n1"}), UsageNote(2, bus.Usage{OutputTokens: 1})} {
 		if !IsNote(it) {
 			t.Errorf("%s is not a note", it.Raw)

@@ -303,6 +303,49 @@ func (s *Store) PutSchedule(ctx context.Context, m *nats.Msg) error {
 	})
 }
 
+// FireScheduleNow publishes a firing of schedule id into the intake now, as JetStream
+// does when the schedule is due: the body and headers of the schedule's message (without
+// the scheduling headers) on its target, bus.IntakeFired(id), where the runners take it
+// as any other firing; the node's path from there on is the same. A one-shot schedule
+// ("@at") is purged by its firing, as the server's own does (HeaderScheduleNext
+// "purge"), so it fires no more. A repeating one keeps its times: the server sets
+// HeaderScheduler and HeaderScheduleNext (the next time) on its firings, which a client
+// may not, so this firing has neither. For tests, and for an operator's "fire now".
+func (s *Store) FireScheduleNow(ctx context.Context, id string) error {
+	if !bus.ValidToken(id) {
+		return fmt.Errorf("fire schedule: invalid schedule id %q", id)
+	}
+	return bus.Retry(ctx, "fire schedule "+id, nil, func(ctx context.Context) error {
+		st, err := s.intake(ctx)
+		if err != nil {
+			return err
+		}
+		sm, err := st.GetLastMsgForSubject(ctx, bus.IntakeSchedule(id))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("fire schedule %s: it has no message in the intake (it fires no more)", id)
+		}
+		if err != nil {
+			return err
+		}
+		m := nats.NewMsg(sm.Header.Get(bus.HeaderScheduleTarget))
+		if m.Subject != bus.IntakeFired(id) {
+			return fmt.Errorf("fire schedule %s: its message targets %q, not %q", id, m.Subject, bus.IntakeFired(id))
+		}
+		m.Data = sm.Data
+		for k, v := range sm.Header {
+			if !strings.HasPrefix(k, "Nats-Schedule") && !strings.HasPrefix(k, "Nats-Expected-") && k != nats.MsgIdHdr && k != nats.MsgRollup {
+				m.Header[k] = v
+			}
+		}
+		if strings.HasPrefix(sm.Header.Get(bus.HeaderSchedule), "@at ") {
+			m.Header.Set(bus.HeaderScheduler, bus.IntakeSchedule(id))
+			m.Header.Set(bus.HeaderScheduleNext, "purge")
+		}
+		_, err = s.js.PublishMsg(ctx, m)
+		return s.cfg.StoreFull(err)
+	})
+}
+
 // RemoveSchedule removes a schedule's message from the intake: it fires no more.
 func (s *Store) RemoveSchedule(ctx context.Context, id string) error {
 	return bus.Retry(ctx, "remove schedule "+id, nil, func(ctx context.Context) error {

@@ -17,6 +17,7 @@ import (
 // has one and takes every turn's subject; a stream already there keeps the limits an
 // operator gave it, and its messages.
 func TestTranscriptStream(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "transcripts")
@@ -66,6 +67,7 @@ func TestTranscriptStream(t *testing.T) {
 // message itself; purging the schedule's subject stops it. ScheduleMessages and
 // IntakeMessages count what the intake holds meanwhile.
 func TestIntakeHoldsSchedules(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "intake")
@@ -161,6 +163,7 @@ func TestIntakeHoldsSchedules(t *testing.T) {
 // TestIntakeCounts: ScheduleMessages counts a schedule's message and its firings not yet
 // taken, and nothing of a turn or schedule of another id; IntakeMessages counts all.
 func TestIntakeCounts(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "counts")
@@ -197,6 +200,7 @@ func TestIntakeCounts(t *testing.T) {
 // DeleteTranscript refuses a turn that has not ended and removes the transcript of one
 // that has, or of a turn without a record, and nothing of another turn.
 func TestStoredAndDeletedTranscript(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "stored")
@@ -259,6 +263,7 @@ func TestStoredAndDeletedTranscript(t *testing.T) {
 // retry, not an error; a record that differs is refused (ErrTurnExists), and nothing is
 // queued.
 func TestRestoreRecord(t *testing.T) {
+	t.Parallel()
 	srv := bustest.Server(t, nil)
 	ctx := bustest.Context(t)
 	js := bustest.JetStream(t, srv, "restore")
@@ -291,5 +296,69 @@ func TestRestoreRecord(t *testing.T) {
 	rec.Spec.ID = "t old"
 	if _, err := s.RestoreRecord(ctx, rec); err == nil {
 		t.Error("restored a record under an invalid id")
+	}
+}
+
+// TestFireScheduleNow: a schedule fired now is taken from the intake at once, as a
+// firing of the server: on its target, with its body and headers; a repeating schedule
+// stays and goes on firing, a one-shot one is purged by its firing, as the server's own.
+func TestFireScheduleNow(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t, nil)
+	ctx := bustest.Context(t)
+	js := bustest.JetStream(t, srv, "intake")
+	s := openStore(t, js, "n1", 1)
+	st, err := ensureIntake(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := st.CreateOrUpdateConsumer(ctx, runnerConsumerConfig("", time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339)
+	for id, pattern := range map[string]string{"every": "@every 1h", "once": "@at " + at} {
+		m := nats.NewMsg(bus.IntakeSchedule(id))
+		m.Data = []byte(`{"input":"` + id + `"}`)
+		m.Header.Set(bus.HeaderSchedule, pattern)
+		m.Header.Set(bus.HeaderScheduleTarget, bus.IntakeFired(id))
+		m.Header.Set(bus.HeaderAgent, "ann")
+		if err := s.PutSchedule(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.FireScheduleNow(ctx, "nothing"); err == nil || !strings.Contains(err.Error(), "no message in the intake") {
+		t.Errorf("fire a schedule that does not exist: %v", err)
+	}
+	for _, id := range []string{"every", "once", "every"} {
+		if err := s.FireScheduleNow(ctx, id); err != nil {
+			t.Fatalf("fire %s: %v", id, err)
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []jetstream.Msg
+		for msg := range batch.Messages() {
+			got = append(got, msg)
+			_ = msg.Ack()
+		}
+		if len(got) != 1 {
+			t.Fatalf("fire %s: %d firings taken, want 1", id, len(got))
+		}
+		f, h := got[0], got[0].Headers()
+		if sched, ok := bus.ParseIntakeFired(f.Subject()); !ok || sched != id || h.Get(bus.HeaderAgent) != "ann" ||
+			string(f.Data()) != `{"input":"`+id+`"}` || h.Get(bus.HeaderSchedule) != "" || h.Get(bus.HeaderScheduleTarget) != "" {
+			t.Errorf("firing of %s: %s, headers %v, body %s", id, f.Subject(), h, f.Data())
+		}
+	}
+	if n, f, err := s.ScheduleMessages(ctx, "every"); err != nil || n != 1 || f != 0 {
+		t.Errorf("the repeating schedule after its firings: %d messages and %d firings, %v; want 1 and 0", n, f, err)
+	}
+	if n, f, err := s.ScheduleMessages(ctx, "once"); err != nil || n != 0 || f != 0 {
+		t.Errorf("the one-shot schedule after its firing: %d messages and %d firings, %v; want none", n, f, err)
+	}
+	if err := s.FireScheduleNow(ctx, "once"); err == nil {
+		t.Error("a one-shot schedule fired twice")
 	}
 }

@@ -38,6 +38,7 @@ func newChat(t *testing.T, cfg gateway.Config) *gateway.Chat {
 }
 
 func TestChatRequestGolden(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{body: chatBody("chatcmpl-1", "stop", "Done.")})
 	var logs bytes.Buffer
 	cfg := api.config(&logs)
@@ -93,6 +94,7 @@ func TestChatRequestGolden(t *testing.T) {
 }
 
 func TestChatMultiStep(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t,
 		exchange{body: chatBody("c1", "tool_calls", "Reading both.",
 			chatCall("call_1", "read_file", `{"path":"a.md"}`), chatCall("call_2", "crm__get_customer", `{"customer_id":"C1"}`))},
@@ -146,6 +148,7 @@ func TestChatMultiStep(t *testing.T) {
 }
 
 func TestChatSoftwareToolSearch(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t,
 		exchange{body: chatBody("c1", "tool_calls", "", chatCall("call_s", "tool_search", `{"query":"shipping eta"}`))},
 		exchange{body: chatBody("c2", "tool_calls", "", chatCall("call_e", "get_shipping_eta", `{"order_id":"o42"}`))},
@@ -205,6 +208,7 @@ func TestChatSoftwareToolSearch(t *testing.T) {
 }
 
 func TestChatTruncation(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{body: chatBody("c1", "length", "", chatCall("call_1", "set_limits", `{"max": 1`))})
 	resp, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
 		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
@@ -217,6 +221,7 @@ func TestChatTruncation(t *testing.T) {
 }
 
 func TestChatNoKey(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{body: chatBody("c1", "stop", "hi")})
 	cfg := api.config(&bytes.Buffer{})
 	cfg.APIKey = ""
@@ -229,6 +234,7 @@ func TestChatNoKey(t *testing.T) {
 }
 
 func TestChatErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		ex     exchange
@@ -256,6 +262,7 @@ func TestChatErrors(t *testing.T) {
 }
 
 func TestChatToolSearchNameClash(t *testing.T) {
+	t.Parallel()
 	tools := append(testTools(t), rawTool(t, toolbusDef("tool_search")))
 	api := newFakeAPI(t)
 	_, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(),

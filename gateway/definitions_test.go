@@ -26,6 +26,7 @@ func sentTools(t *testing.T, api *fakeAPI, i int) json.RawMessage {
 // test tool set: namespaces, deferred tools, strict projections, a strict fallback and
 // a raw schema with HTML-like characters and odd number spellings.
 func TestToolDefinitionsAreWhatIsSent(t *testing.T) {
+	t.Parallel()
 	tools := testTools(t)
 	for _, tc := range []struct {
 		name   string
@@ -67,6 +68,7 @@ func TestToolDefinitionsAreWhatIsSent(t *testing.T) {
 }
 
 func TestResponsesToolDefinitionsShape(t *testing.T) {
+	t.Parallel()
 	tools := testTools(t)
 	for _, tc := range []struct {
 		hosted    bool
@@ -119,6 +121,7 @@ func defName(def any) string {
 }
 
 func TestChatToolDefinitionsShape(t *testing.T) {
+	t.Parallel()
 	raw, err := gateway.ChatToolDefinitions(testTools(t))
 	if err != nil {
 		t.Fatal(err)
@@ -141,6 +144,7 @@ func TestChatToolDefinitionsShape(t *testing.T) {
 }
 
 func TestToolDefinitionsEmpty(t *testing.T) {
+	t.Parallel()
 	for name, get := range map[string]func([]*toolbus.Spec) (json.RawMessage, error){
 		"responses": func(ts []*toolbus.Spec) (json.RawMessage, error) { return gateway.ResponsesToolDefinitions(ts, false) },
 		"chat":      gateway.ChatToolDefinitions,
@@ -156,6 +160,7 @@ func TestToolDefinitionsEmpty(t *testing.T) {
 // and both go out flattened, distinct from a built-in of that name; a flattened name
 // that would pass the providers' 64 characters is shortened, stably.
 func TestChatFlatteningIsCollisionFree(t *testing.T) {
+	t.Parallel()
 	spec := func(name, namespace string) *toolbus.Spec {
 		return rawTool(t, toolbus.Def[map[string]any]{Spec: toolbus.Spec{Name: name, Namespace: namespace}, Schema: json.RawMessage(`{"type":"object","properties":{}}`)})
 	}

@@ -28,6 +28,7 @@ func deferredTool(t *testing.T, name, namespace, description string) *toolbus.Sp
 }
 
 func TestSearchDeferred(t *testing.T) {
+	t.Parallel()
 	eager, err := toolbus.Define(toolbus.Def[map[string]any]{
 		Spec:   toolbus.Spec{Name: "list_open_orders_now", Description: "open orders", Category: "test"},
 		Schema: json.RawMessage(`{"type":"object","properties":{}}`),
@@ -72,6 +73,7 @@ func TestSearchDeferred(t *testing.T) {
 }
 
 func TestSearchQuery(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ args, want string }{
 		{`{"query":"open orders"}`, "open orders"},
 		{`{"paths":["crm","mail"]}`, "crm mail"},
@@ -86,6 +88,7 @@ func TestSearchQuery(t *testing.T) {
 }
 
 func TestAppendField(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ obj, want string }{
 		{`{}`, `{"p":{"a":1.50}}`},
 		{`{"name":"x"}`, `{"name":"x","p":{"a":1.50}}`},
@@ -97,6 +100,7 @@ func TestAppendField(t *testing.T) {
 }
 
 func TestRedactor(t *testing.T) {
+	t.Parallel()
 	const key = "sk-proj-abcdef123456"
 	for _, tc := range []struct{ key, in, want string }{
 		{key, "bad key " + key + ".", "bad key [redacted]."},

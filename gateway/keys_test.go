@@ -16,6 +16,7 @@ import (
 // OPENAI_API_KEY reaches the OpenAI API only; another base URL gets the key given for it,
 // or none.
 func TestKeyGoesOnlyToItsEndpoint(t *testing.T) {
+	t.Parallel()
 	const endpointKey = "sk-endpoint-5d1f0a9b7c"
 	for _, tc := range []struct {
 		name     string
@@ -45,6 +46,7 @@ func TestKeyGoesOnlyToItsEndpoint(t *testing.T) {
 
 // An endpoint that wants a key it did not get says why it did not get OPENAI_API_KEY.
 func TestKeyWithheldExplained(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{status: http.StatusUnauthorized, body: `{"error":{"message":"missing bearer token"}}`})
 	cfg := api.config(&bytes.Buffer{})
 	cfg.APIKey, cfg.OpenAIKey = "", testKey
@@ -67,6 +69,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 
 // The OpenAI API, at its default base URL, gets OPENAI_API_KEY.
 func TestOpenAIKeyGoesToOpenAI(t *testing.T) {
+	t.Parallel()
 	var got *http.Request
 	client := &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		got = r
@@ -82,6 +85,7 @@ func TestOpenAIKeyGoesToOpenAI(t *testing.T) {
 }
 
 func TestIsOpenAIAPI(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		url  string
 		want bool
@@ -107,6 +111,7 @@ func TestIsOpenAIAPI(t *testing.T) {
 }
 
 func TestReadKeyFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)

@@ -25,6 +25,8 @@ func ask(t *testing.T, m gateway.Model) (*gateway.Response, error) {
 // A silent endpoint: every attempt times out, each is retried as a network error would
 // be, and the call ends naming the endpoint, the timeout and the attempts made.
 func TestRequestTimeoutRetriedThenReported(t *testing.T) {
+	// Not parallel: each attempt must reach the server within its 50 ms, which the
+	// other tests of the package running beside it made it miss (under -race).
 	for _, tc := range []struct {
 		name     string
 		retries  int
@@ -72,6 +74,7 @@ func TestRequestTimeoutRetriedThenReported(t *testing.T) {
 // An answer that begins and then stalls is cut at the timeout too, and not retried:
 // the endpoint is alive and working on it.
 func TestRequestTimeoutStalledBody(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
@@ -90,6 +93,7 @@ func TestRequestTimeoutStalledBody(t *testing.T) {
 // An endpoint that sends without end: the step fails at the cap with a *gateway.Error,
 // and memory grows with the cap, not with what the server sent.
 func TestResponseBodyCapped(t *testing.T) {
+	t.Parallel()
 	const serverMax = 512 << 20 // bounds the server's loop should the cap fail
 	for _, tc := range []struct {
 		name   string
@@ -152,6 +156,7 @@ func TestResponseBodyCapped(t *testing.T) {
 
 // A body announced larger than the cap is refused before a byte of it is read.
 func TestResponseBodyAnnouncedTooLarge(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")

@@ -10,6 +10,7 @@ import (
 )
 
 func TestOpen(t *testing.T) {
+	t.Parallel()
 	withKey := gateway.Config{APIKey: testKey}
 	openAIKey := gateway.Config{OpenAIKey: testKey}
 	local := gateway.Config{BaseURL: "http://localhost:11434/v1"}
@@ -105,6 +106,7 @@ func TestConfigFromEnv(t *testing.T) {
 }
 
 func TestOpenErrorsHideKey(t *testing.T) {
+	t.Parallel()
 	for _, spec := range []string{"openai:", "bogus", "chat:"} {
 		_, err := gateway.Open(spec, gateway.Config{APIKey: testKey})
 		if err == nil {

@@ -71,6 +71,7 @@ func goldenTranscript() []gateway.Item {
 }
 
 func TestResponsesRequestGolden(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		hosted bool
@@ -136,6 +137,7 @@ func TestResponsesRequestGolden(t *testing.T) {
 }
 
 func TestResponsesMultiStepParallelCalls(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t,
 		exchange{body: responseBody("resp_1", reasoningOut,
 			callOut("call_1", "read_file", "", `{"path":"a.md"}`),
@@ -222,6 +224,7 @@ func newResponsesItems(t *testing.T, api *fakeAPI, i int) []json.RawMessage {
 }
 
 func TestResponsesClientToolSearch(t *testing.T) {
+	t.Parallel()
 	searchCall := `{"type":"tool_search_call","id":"ts_1","call_id":"call_ts","execution":"client","status":"completed","arguments":{"query":"crm"}}`
 	api := newFakeAPI(t,
 		exchange{body: responseBody("resp_1", searchCall)},
@@ -288,6 +291,7 @@ func TestResponsesClientToolSearch(t *testing.T) {
 }
 
 func TestResponsesToolSearchFindsNothing(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t,
 		exchange{body: responseBody("resp_1", `{"type":"tool_search_call","call_id":"c1","execution":"client","status":"completed","arguments":{"query":"weather forecast"}}`)},
 		exchange{body: responseBody("resp_2", messageOut("I have no weather tool."))},
@@ -307,6 +311,7 @@ func TestResponsesToolSearchFindsNothing(t *testing.T) {
 }
 
 func TestResponsesSearchRoundsBounded(t *testing.T) {
+	t.Parallel()
 	search := func(i int) exchange {
 		return exchange{body: responseBody(fmt.Sprint("resp_", i), fmt.Sprintf(
 			`{"type":"tool_search_call","call_id":"c%d","execution":"client","status":"completed","arguments":{"query":"crm"}}`, i))}
@@ -324,6 +329,7 @@ func TestResponsesSearchRoundsBounded(t *testing.T) {
 }
 
 func TestResponsesHostedToolSearch(t *testing.T) {
+	t.Parallel()
 	// A hosted search comes back already answered: the gateway carries both items
 	// through and answers nothing itself.
 	hostedCall := `{"type":"tool_search_call","execution":"server","call_id":null,"status":"completed","arguments":{"paths":["crm"]}}`
@@ -349,6 +355,7 @@ func TestResponsesHostedToolSearch(t *testing.T) {
 }
 
 func TestResponsesTruncation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name      string
 		status    string
@@ -389,6 +396,7 @@ func TestResponsesTruncation(t *testing.T) {
 }
 
 func TestResponsesRetryAfter(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t,
 		exchange{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "1"},
 			body: `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`},
@@ -441,6 +449,7 @@ func TestRetryWarningOmitsEmptyRetryAfter(t *testing.T) {
 }
 
 func TestResponsesRetriesExhausted(t *testing.T) {
+	t.Parallel()
 	// Retry-After-Ms keeps the test short; the attempt count is what is checked.
 	fail := exchange{status: http.StatusInternalServerError, header: map[string]string{"Retry-After-Ms": "5"},
 		body: `{"error":{"message":"The server had an error while processing your request."}}`}
@@ -469,6 +478,7 @@ func TestResponsesRetriesExhausted(t *testing.T) {
 }
 
 func TestResponsesRetriesNetworkError(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{drop: true}, exchange{body: responseBody("resp_1", messageOut("ok"))})
 	resp, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
 		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
@@ -481,6 +491,7 @@ func TestResponsesRetriesNetworkError(t *testing.T) {
 }
 
 func TestResponsesFatalStatus(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		status int
 		body   string
@@ -521,6 +532,7 @@ func TestResponsesFatalStatus(t *testing.T) {
 }
 
 func TestResponsesMalformed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ name, body string }{
 		{"truncated JSON", `{"id":"resp_1","output":[{"type":"mess`},
 		{"not JSON", `<html>gateway error</html>`},
@@ -539,6 +551,7 @@ func TestResponsesMalformed(t *testing.T) {
 }
 
 func TestResponsesFailedStatus(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{body: `{"id":"resp_1","status":"failed","error":{"code":"server_error","message":"The model crashed."},"output":[]}`})
 	_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
 	var gwErr *gateway.Error
@@ -548,6 +561,7 @@ func TestResponsesFailedStatus(t *testing.T) {
 }
 
 func TestResponsesAbort(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t, exchange{hang: true})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -566,6 +580,7 @@ func TestResponsesAbort(t *testing.T) {
 }
 
 func TestResponsesKeyNeverLeaks(t *testing.T) {
+	t.Parallel()
 	// A server that echoes the key everywhere it can: in model text, in arguments, in
 	// reasoning and in an error.
 	echo := "your key is " + testKey
@@ -601,6 +616,7 @@ func TestResponsesKeyNeverLeaks(t *testing.T) {
 }
 
 func TestResponsesCallNamespace(t *testing.T) {
+	t.Parallel()
 	// A top-level tool loaded by a client search comes back namespaced by its own name;
 	// the turn must see it as the top-level tool it is.
 	api := newFakeAPI(t, exchange{body: responseBody("resp_1",
@@ -628,6 +644,7 @@ func TestResponsesCallNamespace(t *testing.T) {
 // strict, with the strict projection of the task's result schema wrapped as the one
 // required property "result" of a closed parameters object.
 func TestSubmitResultGolden(t *testing.T) {
+	t.Parallel()
 	result := `{"type":"object","description":"One library compared.",` +
 		`"properties":{"name":{"type":"string"},"stars":{"type":"integer","minimum":0},` +
 		`"license":{"enum":["MIT","Apache-2.0","BSD-3-Clause"]},"notes":{"type":"string","default":""},` +

@@ -46,6 +46,7 @@ func processesRunning(t testing.TB, cmdline string) []string {
 }
 
 func TestAbortFromAnotherProcess(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "n1", "-home", t.TempDir())
 	n.waitReady(t)
 

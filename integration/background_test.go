@@ -23,6 +23,7 @@ import (
 // node resumes the job to its end, and the schedule goes on firing, its turns taken by
 // the nodes left.
 func TestJobsAndSchedulesSurviveNodeLoss(t *testing.T) {
+	t.Parallel()
 	nodes := threeNodes(t, "-categories=jobs,schedule", "-schedule-min-interval", "1s")
 	urls := urlsOf(nodes)
 	server := strings.Join(urls, ",")

@@ -254,6 +254,7 @@ func slowCall(id, tool string, seconds float64) scriptCall {
 // TestTurnResumesAfterNodeKill kills the node that drives a turn while a read-only and a
 // destructive call are in flight; another node resumes the turn from its checkpoint.
 func TestTurnResumesAfterNodeKill(t *testing.T) {
+	t.Parallel()
 	nodes := threeNodes(t, "-categories=")
 	urls := urlsOf(nodes)
 	nc := connect(t, strings.Join(urls, ","))
@@ -334,6 +335,7 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 // call runs: the call finishes, the turn goes back to the intake at its checkpoint, and
 // another node goes on from there, with nothing abandoned.
 func TestGracefulStopHandsTurnsOver(t *testing.T) {
+	t.Parallel()
 	nodes := threeNodes(t, "-categories=")
 	urls := urlsOf(nodes)
 	nc := connect(t, strings.Join(urls, ","))
@@ -417,6 +419,7 @@ func turnRecord(t testing.TB, nc *nats.Conn, id string) bus.TurnRecord {
 // TestNodeRestartResumesOwnTurns kills a lone node in a turn and starts it again on the
 // same store: it resumes its own turn.
 func TestNodeRestartResumesOwnTurns(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "solo", "-categories=", "-turn-lease", "2s")
 	n.waitReady(t)
 	nc := connect(t, n.url)
@@ -457,6 +460,7 @@ func TestNodeRestartResumesOwnTurns(t *testing.T) {
 
 // TestDuplicateTurnIDRefused starts a turn id twice.
 func TestDuplicateTurnIDRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "dup", "-categories=")
 	n.waitReady(t)
 	nc := connect(t, n.url)
@@ -485,6 +489,7 @@ func TestDuplicateTurnIDRefused(t *testing.T) {
 // TestClientSeesLostOwner kills the only node while `toolbus run` follows its turn: run
 // says the node seems lost, then gives up with what to do.
 func TestClientSeesLostOwner(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "lonely", "-categories=", "-turn-lease", "1s")
 	n.waitReady(t)
 	nc := connect(t, n.url)
@@ -523,6 +528,7 @@ var soakTurns = flag.Int("soak.turns", 24, "turns in TestSoakDurableTurns (the l
 // nodes are killed with -9 and started again: no turn is lost, and no destructive call
 // runs twice (one in flight when its node died is abandoned, never run again).
 func TestSoakDurableTurns(t *testing.T) {
+	t.Parallel()
 	// n3 is never killed: its goroutines and memory show whether the runtime leaks.
 	monitor := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	nodes := threeNodesWith(t, map[int][]string{2: {"-monitor", monitor}}, "-categories=", "-max-turns", "4")

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -52,7 +53,22 @@ var bins struct {
 	dir string
 }
 
+// parallelTests is how many tests run at once when -parallel is not given. The tests
+// mostly wait on the processes they start, which run outside this one, so the default
+// of go test (GOMAXPROCS, 2 on the CI machine) would leave the machine idle. With 4,
+// the longest tests (each 20-30 s of leases and timed calls) often started last.
+const parallelTests = 6
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
+			fmt.Fprintln(os.Stderr, "integration:", err)
+			os.Exit(1)
+		}
+	}
 	dir, err := os.MkdirTemp("", "toolbus-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
@@ -85,15 +101,18 @@ func prepareBinaries(dir string) {
 		bins.nodeErr, bins.cliErr, bins.natsErr = err, err, err
 		return
 	}
-	bins.node, bins.nodeErr = goBuild(goCmd, root, dir, "node")
-	bins.cli, bins.cliErr = goBuild(goCmd, root, dir, "cli")
-
 	binDir := os.Getenv("TOOLBUS_TEST_BIN")
 	if binDir == "" {
 		binDir = filepath.Join(root, "integration", ".bin")
 	}
 	bins.dir = binDir
-	bins.nats, bins.natsErr = installNatsCLI(goCmd, binDir)
+	// At once: with a warm build cache each is mostly a link, a few seconds of the
+	// package's run.
+	var wg sync.WaitGroup
+	wg.Go(func() { bins.node, bins.nodeErr = goBuild(goCmd, root, dir, "node") })
+	wg.Go(func() { bins.cli, bins.cliErr = goBuild(goCmd, root, dir, "cli") })
+	wg.Go(func() { bins.nats, bins.natsErr = installNatsCLI(goCmd, binDir) })
+	wg.Wait()
 }
 
 // repoRoot is the module root: tests run in the package directory.
@@ -292,9 +311,16 @@ type process struct {
 // test ends; if the test failed, its output is logged.
 func startProcess(t testing.TB, name, bin string, args ...string) *process {
 	t.Helper()
+	return startProcessEnv(t, name, bin, nil, args...)
+}
+
+// startProcessEnv is startProcess with env ("K=V") added to the child's environment:
+// what a test would otherwise set with t.Setenv, which a parallel test may not.
+func startProcessEnv(t testing.TB, name, bin string, env []string, args ...string) *process {
+	t.Helper()
 	p := &process{name: name, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = childEnv(filepath.Join(t.TempDir(), "home"))
+	p.cmd.Env = append(childEnv(filepath.Join(t.TempDir(), "home")), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	// Pdeathsig kills the child if the test binary dies without cleaning up.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -392,6 +418,7 @@ type node struct {
 	passFile string
 	proc     *process
 	args     []string // what it was started with, for a restart
+	env      []string // added to its environment, for a restart
 }
 
 // startNode starts `node -name name` with a client listener on a free
@@ -400,7 +427,13 @@ type node struct {
 // wait for the node: see waitReady.
 func startNode(t testing.TB, name string, args ...string) *node {
 	t.Helper()
-	n := &node{name: name, port: freePort(t), dir: filepath.Join(t.TempDir(), name)}
+	return startNodeEnv(t, name, nil, args...)
+}
+
+// startNodeEnv is startNode with env ("K=V") added to the node's environment.
+func startNodeEnv(t testing.TB, name string, env []string, args ...string) *node {
+	t.Helper()
+	n := &node{name: name, port: freePort(t), dir: filepath.Join(t.TempDir(), name), env: env}
 	n.url = fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", testUser, testPass, n.port)
 	n.passFile = writePassFile(t, n.dir, testPass)
 	base := []string{
@@ -411,7 +444,7 @@ func startNode(t testing.TB, name string, args ...string) *node {
 		"-home-root", filepath.Join(n.dir, "homes"),
 	}
 	n.args = append(base, args...)
-	n.proc = startProcess(t, "node "+name, nodeBin(t), n.args...)
+	n.proc = startProcessEnv(t, "node "+name, nodeBin(t), n.env, n.args...)
 	return n
 }
 
@@ -436,7 +469,7 @@ func writePassFile(t testing.TB, dir, pass string) string {
 // restart starts the node again, as it was started (same port, store and homes).
 func (n *node) restart(t testing.TB) {
 	t.Helper()
-	n.proc = startProcess(t, "node "+n.name+" (restarted)", nodeBin(t), n.args...)
+	n.proc = startProcessEnv(t, "node "+n.name+" (restarted)", nodeBin(t), n.env, n.args...)
 }
 
 // waitReady waits until the node says it serves its categories and turns.

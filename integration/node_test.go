@@ -55,6 +55,7 @@ func (r toolReply) text() string {
 }
 
 func TestMicroLs(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	n := startNode(t, "n1", "-home", home)
 	n.waitReady(t)
@@ -167,6 +168,7 @@ func TestMicroLs(t *testing.T) {
 }
 
 func TestNatsReqRunsTool(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "n1")
 	homes := filepath.Join(n.dir, "homes")
 	// A request without Toolbus-Agent runs as agent "default".
@@ -265,6 +267,7 @@ func TestNatsReqRunsTool(t *testing.T) {
 }
 
 func TestWrongPasswordRefused(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "n1")
 	n.waitReady(t)
 	addr := n.url[strings.LastIndex(n.url, "@")+1:]

@@ -66,6 +66,9 @@ func (l *statusLog) each(f func(statusSeen)) {
 // resumed on the live nodes while it is paused; continued (SIGCONT), it writes nothing
 // more to them; every turn completes with one output per call, no destructive call ran
 // twice, and every client exits 0, those connected through the paused server too.
+//
+// It runs alone (not t.Parallel): it times a pause against the lease, and the other
+// tests' nodes on the same cores would move its turns for reasons of their own.
 func TestPausedNodeIsFenced(t *testing.T) {
 	// The lease: 3 s churned live turns under a CPU hog (a late progress tick is a
 	// lost lease, correctly taken over, but noisy).

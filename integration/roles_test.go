@@ -29,6 +29,7 @@ import (
 // category: it reads the turn's record (its role allows that much) and runs the call in
 // the home of the turn's stored agent.
 func TestNodeWithUsersFileAndOperatorCLI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	users := filepath.Join(dir, "users.json")
 	doc := `[
@@ -157,6 +158,7 @@ func waitViolations(t *testing.T, who string, errs <-chan error, subjects ...str
 // are refused as permissions violations and receive nothing; the operator gets its
 // replies, and the watcher still reads what it may.
 func TestInboxIsPrivate(t *testing.T) {
+	t.Parallel()
 	n, server, as := rolesNode(t, `[
 	  {"user": "ops", "password": "ops-pw-5d1c", "role": "operator"},
 	  {"user": "watch", "password": "watch-pw-77e0", "role": "watcher"},
@@ -217,6 +219,7 @@ func TestInboxIsPrivate(t *testing.T) {
 // refuses it, the turn keeps waiting and takes the command's real output. The crm host
 // still answers the turn's call of its own tool.
 func TestHostAnswersOnlyItsCalls(t *testing.T) {
+	t.Parallel()
 	n, server, as := rolesNode(t, `[
 	  {"user": "ops", "password": "ops-pw-5d1c", "role": "operator"},
 	  {"user": "tools", "password": "tools-pw-0b9a", "role": "tool", "categories": ["computer"]},

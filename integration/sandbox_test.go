@@ -30,6 +30,7 @@ func withMarker(marker string) []string {
 // A node killed with SIGKILL takes its commands' processes with it, detached ones too:
 // bubblewrap dies with the node, and the sandbox with bubblewrap.
 func TestCommandDiesWithNode(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "n1")
 	n.waitReady(t)
 
@@ -73,10 +74,11 @@ func TestCommandDiesWithNode(t *testing.T) {
 // A command sees nothing of the node process that runs it: not its environment, not its
 // password.
 func TestCommandSeesNothingOfTheNode(t *testing.T) {
+	t.Parallel()
 	const secret = "sk-integration-3c7f-not-a-real-key"
-	t.Setenv("SOME_API_KEY", secret) // in the node's environment (childEnv keeps it)
 	const pass = "pw-of-the-node-user-91b2"
-	n := startNode(t, "n1", "-pass-file", writePassFile(t, t.TempDir(), pass))
+	// In the node's environment, as a variable of the test's own would be (childEnv keeps it).
+	n := startNodeEnv(t, "n1", []string{"SOME_API_KEY=" + secret}, "-pass-file", writePassFile(t, t.TempDir(), pass))
 	n.waitReady(t)
 	url := fmt.Sprintf("nats://%s:%s@127.0.0.1:%d", testUser, pass, n.port)
 

@@ -106,6 +106,7 @@ const defaultSandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 // runs a scripted turn that loads it, lists the server's tools and calls its echo tool
 // through run_command and mcporter, in the sandbox. The outputs reach the transcript.
 func TestMCPSkillThroughMcporter(t *testing.T) {
+	t.Parallel()
 	prefix := mcpPrefix(t)
 	n := startNode(t, "n1", "-sandbox-ro", prefix)
 	n.waitReady(t)

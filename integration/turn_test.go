@@ -154,6 +154,7 @@ func waitForResponders(t testing.TB, nc *nats.Conn, subject, body string, want b
 }
 
 func TestClusterCrossNode(t *testing.T) {
+	t.Parallel()
 	var cport [3]int
 	var routes []string
 	for i := range cport {

@@ -279,6 +279,7 @@ type crmEvent struct {
 }
 
 func TestWorkerNodeServes(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, "n1")
 	n.waitReady(t)
 	w := startWorkerNode(t, n, "js1")
@@ -605,6 +606,7 @@ func writeNamespacedScript(t testing.TB, answer string, calls ...crmScriptCall) 
 // TestWorkerNodeTurn has turns call the worker's tools by namespace. It needs
 // agent profiles (`cli agent set`) and external namespaces in turns.
 func TestWorkerNodeTurn(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	if err := os.WriteFile(filepath.Join(home, "pipeline.md"), []byte("Q3 pipeline\n"), 0o600); err != nil {
 		t.Fatal(err)

@@ -74,6 +74,7 @@ func startWorkflow(t testing.TB, nc *nats.Conn, agent string, def any) bus.Workf
 // while its model thinks: another node resumes the turn (the same attempt, not a retry),
 // the task finishes there, and its result is written once.
 func TestTaskSurvivesNodeLoss(t *testing.T) {
+	t.Parallel()
 	nodes := threeNodes(t, "-categories=workflow")
 	urls := urlsOf(nodes)
 	nc := connect(t, strings.Join(urls, ","))

@@ -149,6 +149,7 @@ func TestParseFlags(t *testing.T) {
 // TestHelp: -h prints the usage in the layout of every toolbus command, with
 // every flag, and is no error to report.
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	var out strings.Builder
 	_, err := parseFlags("toolbus node", []string{"-h"}, &out)
 	if !errors.Is(err, flag.ErrHelp) {

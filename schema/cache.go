@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"hash/maphash"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -196,4 +197,24 @@ func formatNames(raw []byte) []string {
 	}
 	walk(doc)
 	return names
+}
+
+// validateLocks serialize kaptinlin's Validate per compiled validator. It compiles a
+// "pattern" (and a patternProperties key) on first use and keeps it in the schema node
+// without a lock, so two goroutines validating against one validator race: a data race
+// on the node, a concurrent map write for patternProperties. Validators are shared
+// (the cache gives equal documents one), so the lock is the validator's, not the
+// Schema's: one of a fixed set, chosen by the validator's address. The fast path, which
+// answers most valid arguments, takes none.
+var (
+	validateLocks    [64]sync.Mutex
+	validateLockSeed = maphash.MakeSeed()
+)
+
+// validateWith validates instance with v under v's lock.
+func validateWith(v *jsonschema.Schema, instance any) *jsonschema.EvaluationResult {
+	mu := &validateLocks[maphash.Comparable(validateLockSeed, v)%uint64(len(validateLocks))]
+	mu.Lock()
+	defer mu.Unlock()
+	return v.Validate(instance)
 }

@@ -24,6 +24,7 @@ var fastSchemas = [][]byte{fileSchema, noArgsSchema, numberSchema, benchSchema, 
 // TestFastCompiles: the keywords most tool schemas are made of compile; any other keyword,
 // anywhere, leaves the schema to the full validator.
 func TestFastCompiles(t *testing.T) {
+	t.Parallel()
 	for i, raw := range fastSchemas {
 		if compileFast(raw) == nil {
 			t.Errorf("fastSchemas[%d] did not compile: %s", i, raw)
@@ -62,6 +63,7 @@ func TestFastCompiles(t *testing.T) {
 // TestFastAgrees: where the fastNode says valid, kaptinlin does too; and for what tools
 // are usually sent, the fastNode answers without kaptinlin.
 func TestFastAgrees(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		schema []byte
 		args   string
@@ -114,7 +116,7 @@ func TestFastAgrees(t *testing.T) {
 		if fast != tc.fast {
 			t.Errorf("%s: fastNode valid = %v, want %v", tc.args, fast, tc.fast)
 		}
-		if full := s.validator.Validate(v).IsValid(); fast && !full {
+		if full := validateWith(s.validator, v).IsValid(); fast && !full {
 			t.Errorf("%s: the fastNode accepts what kaptinlin refuses (schema %s)", tc.args, tc.schema)
 		}
 	}
@@ -149,7 +151,7 @@ func FuzzFastAgrees(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if fast.valid(v) && !s.validator.Validate(v).IsValid() {
+		if fast.valid(v) && !validateWith(s.validator, v).IsValid() {
 			t.Fatalf("the fastNode accepts %s, which kaptinlin refuses against %s", args, raw)
 		}
 	})
@@ -160,6 +162,7 @@ func FuzzFastAgrees(f *testing.F) {
 // is left to kaptinlin's exact reading, so the two never disagree; and so is a bound
 // written that way.
 func TestFastRangeHandsOver(t *testing.T) {
+	t.Parallel()
 	const (
 		max0   = `{"type":"object","properties":{"n":{"type":"number","maximum":0}}}`
 		min0   = `{"type":"object","properties":{"n":{"type":"number","minimum":0}}}`
@@ -203,7 +206,7 @@ func TestFastRangeHandsOver(t *testing.T) {
 		if got := f.valid(v); got != tc.fast {
 			t.Errorf("%s against %s: fastNode valid = %v, want %v", tc.args, tc.schema, got, tc.fast)
 		}
-		if got := s.validator.Validate(v).IsValid(); got != tc.valid {
+		if got := validateWith(s.validator, v).IsValid(); got != tc.valid {
 			t.Errorf("%s against %s: kaptinlin valid = %v, want %v", tc.args, tc.schema, got, tc.valid)
 		}
 		if err := s.Validate([]byte(tc.args)); (err == nil) != tc.valid {

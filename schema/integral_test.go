@@ -10,6 +10,7 @@ import (
 // validates, and a tool with an int field then failed to decode it. Parse
 // writes it as 2 wherever the schema certainly says integer, and nowhere else.
 func TestIntegralFloatArguments(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON([]byte(`{"type":"object","properties":{"limit":{"type":"integer","minimum":1}},"required":["limit"]}`))
 	args, err := s.Parse(`{"limit": 2.0}`, ParseOptions{})
 	if err != nil {
@@ -72,6 +73,7 @@ func TestIntegralFloatArguments(t *testing.T) {
 }
 
 func TestPlainInteger(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"2.0": "2", "2e0": "2", "1.0E2": "100", "-3.000": "-3", "250e-1": "25", "-0.0": "0", "0e99999": "0",
 		"0.0001e4": "1", "1E+2": "100", "123.4500e2": "12345", "1e19": "10000000000000000000",

@@ -285,6 +285,7 @@ var ladderCases = []ladderCase{
 }
 
 func TestParseLadder(t *testing.T) {
+	t.Parallel()
 	if len(ladderCases) < 30 {
 		t.Fatalf("only %d ladder cases", len(ladderCases))
 	}
@@ -326,6 +327,7 @@ func TestParseLadder(t *testing.T) {
 }
 
 func TestParseErrorDetails(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON(fileSchema)
 
 	_, err := s.Parse(`{"path":"a","mode":"write","tags":["x"`, ParseOptions{Destructive: true})
@@ -362,6 +364,7 @@ func TestParseErrorDetails(t *testing.T) {
 // string that also needs another repair (a trailing comma). want is the
 // string as decoded; empty means refused as ambiguous.
 func TestParseEscapes(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON([]byte(`{"type":"object","properties":{"p":{"type":"string"}}}`))
 	for _, tc := range []struct {
 		in, want string
@@ -409,6 +412,7 @@ func TestParseEscapes(t *testing.T) {
 // model wrote it: the JSON number it becomes ("" when it is left alone) or
 // the start of why it is refused.
 func TestFixNumber(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, repl, problem string }{
 		{in: "12"}, {in: "-0"}, {in: "1.5e3"}, {in: "5."}, {in: "1_000"}, {in: "0x"}, {in: "0x1g"}, {in: "0b102"},
 		{in: "12px"}, {in: "2024-01-05"}, {in: "..."}, {in: "-"}, {in: "+"}, {in: "1e"},
@@ -438,6 +442,7 @@ func TestFixNumber(t *testing.T) {
 // number keeps its spelling, except an integer where the schema says
 // integer (TestIntegralFloatArguments), which is no repair either.
 func TestParseDoesNotRepairWhatIsValid(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ schema, in, want string }{
 		{string(fileSchema), `{"path":"tab\there \u00e9","mode":"read","limit":1.0e1}`, `{"limit":10,"mode":"read","path":"tab\there é"}`},
 		{string(numberSchema), `{"n":1.0e1}`, `{"n":1.0e1}`},

@@ -64,6 +64,7 @@ const everyTagGolden = `{"type":"object","properties":{` +
 	`},"required":["agent","path","mode","level","when","point","count","options","Untagged"],"additionalProperties":false}`
 
 func TestForGolden(t *testing.T) {
+	t.Parallel()
 	s, err := For[everyTag]()
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +83,7 @@ func TestForGolden(t *testing.T) {
 }
 
 func TestForValidatesWhatEncodingJSONProduces(t *testing.T) {
+	t.Parallel()
 	depth := 2
 	v := everyTag{
 		everyTagBase: everyTagBase{Agent: "a"},
@@ -150,6 +152,7 @@ type withChan struct {
 }
 
 func TestForErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		for_ func() (*Schema, error)
@@ -181,6 +184,7 @@ func TestForErrors(t *testing.T) {
 }
 
 func TestForShallowFieldWins(t *testing.T) {
+	t.Parallel()
 	s := MustFor[shadowed]()
 	want := `{"type":"object","properties":{"Title":{"type":"integer"}},"required":["Title"],"additionalProperties":false}`
 	if got := string(s.JSON()); got != want {
@@ -189,6 +193,7 @@ func TestForShallowFieldWins(t *testing.T) {
 }
 
 func TestMustPanics(t *testing.T) {
+	t.Parallel()
 	for name, f := range map[string]func(){
 		"MustFor":      func() { MustFor[int]() },
 		"MustFromJSON": func() { MustFromJSON([]byte(`{"type":"array"}`)) },

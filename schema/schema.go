@@ -205,7 +205,7 @@ func (s *Schema) validate(v any) error {
 	if f := s.fast(); f != nil && f.valid(v) {
 		return nil // certainly valid; anything else gets kaptinlin's verdict and words
 	}
-	res := s.validator.Validate(v)
+	res := validateWith(s.validator, v)
 	if res.IsValid() {
 		return nil
 	}

@@ -2,13 +2,16 @@ package schema
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 )
 
 func TestFromJSONRootMustBeObject(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		raw  string
@@ -42,6 +45,7 @@ func TestFromJSONRootMustBeObject(t *testing.T) {
 }
 
 func TestFromJSONRefusesBadSchemas(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, raw, wantSubstr string
 	}{
@@ -68,6 +72,7 @@ func TestFromJSONRefusesBadSchemas(t *testing.T) {
 }
 
 func TestFromJSONAcceptsDialectsAndLocalRefs(t *testing.T) {
+	t.Parallel()
 	for _, raw := range []string{
 		`{"$schema":"http://json-schema.org/draft-07/schema#","type":"object","properties":{"a":{"$ref":"#/definitions/A"}},"definitions":{"A":{"type":"string"}}}`,
 		`{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object","properties":{"a":{"$ref":"#/$defs/A"}},"$defs":{"A":{"type":"string"}}}`,
@@ -81,6 +86,7 @@ func TestFromJSONAcceptsDialectsAndLocalRefs(t *testing.T) {
 }
 
 func TestJSONIsByteForByte(t *testing.T) {
+	t.Parallel()
 	raw := []byte("{\n  \"type\" : \"object\",\n  \"required\": [\"n\"],\n  \"properties\": {\"n\": {\"maximum\": 10, \"type\": \"integer\", \"minimum\": 1}}\n}\n")
 	s := MustFromJSON(raw)
 	got := s.JSON()
@@ -95,6 +101,7 @@ func TestJSONIsByteForByte(t *testing.T) {
 }
 
 func TestValidatorsAreSharedByContent(t *testing.T) {
+	t.Parallel()
 	a := MustFromJSON(fileSchema)
 	b := MustFromJSON(bytes.Clone(fileSchema))
 	if a.validator != b.validator {
@@ -107,6 +114,7 @@ func TestValidatorsAreSharedByContent(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON(fileSchema)
 	tests := []struct {
 		name   string
@@ -145,6 +153,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestValidationErrorListsAtMostTen(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON([]byte(`{"type":"object","additionalProperties":{"type":"integer"}}`))
 	err := s.Validate([]byte(`{"a":"x","b":"x","c":"x","d":"x","e":"x","f":"x","g":"x","h":"x","i":"x","j":"x","k":"x","l":"x"}`))
 	want := "arguments do not match the schema:"
@@ -160,6 +169,7 @@ func TestValidationErrorListsAtMostTen(t *testing.T) {
 // TestConcurrentUse runs every entry point of one Schema from several
 // goroutines; go test -race checks the lazily built parts.
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON([]byte(`{"type":"object","properties":{"q":{"type":"string"},"n":{"type":"integer"}},"required":["q"]}`))
 	var wg sync.WaitGroup
 	for range 8 {
@@ -189,8 +199,28 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 func TestFromJSONRefusesDuplicateKeys(t *testing.T) {
+	t.Parallel()
 	_, err := FromJSON([]byte(`{"type":"object","properties":{"a":{"type":"string","type":"integer"}}}`))
 	if err == nil || !strings.Contains(err.Error(), `duplicate key "type"`) {
 		t.Fatalf("FromJSON with a duplicate key = %v", err)
 	}
+}
+
+// TestValidateConcurrently validates against one schema from many goroutines, with
+// arguments the fast path leaves to kaptinlin's validator, which compiles a pattern and
+// a patternProperties key on first use (under -race, a race without validateWith's lock).
+func TestValidateConcurrently(t *testing.T) {
+	t.Parallel()
+	s := MustFromJSON([]byte(`{"type":"object","properties":{"id":{"type":"string","pattern":"^[a-z]+$"}},
+		"patternProperties":{"^x-":{"type":"string","pattern":"^v"}}}`))
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			args := fmt.Sprintf(`{"id":"BAD%d","x-a":"w"}`, i)
+			if err := s.Validate(json.RawMessage(args)); err == nil {
+				t.Errorf("%s: valid, want refused", args)
+			}
+		})
+	}
+	wg.Wait()
 }

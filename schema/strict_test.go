@@ -46,6 +46,7 @@ var richSchema = []byte(`{
 }`)
 
 func TestStrictGolden(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		schema   *Schema
@@ -107,6 +108,7 @@ func TestStrictGolden(t *testing.T) {
 }
 
 func TestStrictRefusals(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ name, schema, msg string }{
 		{"map", `{"type":"object","properties":{"m":{"type":"object","additionalProperties":{"type":"integer"}}}}`,
 			"at /properties/m: additionalProperties must be false in strict mode"},
@@ -158,6 +160,7 @@ func TestStrictRefusals(t *testing.T) {
 }
 
 func TestStrictIsComputedOnce(t *testing.T) {
+	t.Parallel()
 	s := MustFromJSON(richSchema)
 	a, b := s.Strict(), s.Strict()
 	if &a.JSON[0] != &b.JSON[0] {
@@ -207,7 +210,7 @@ func checkStrictEquivalence(t *testing.T, s *Schema, instance any) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	accepts := func(v *jsonschema.Schema, x any) bool { return v.Validate(deepCopy(x)).IsValid() }
+	accepts := func(v *jsonschema.Schema, x any) bool { return validateWith(v, deepCopy(x)).IsValid() }
 	fill := func(x any) any {
 		c := deepCopy(x)
 		fillAbsent(c, s.doc(), s.doc())
@@ -398,14 +401,24 @@ func genScalar(r *rand.Rand) any {
 }
 
 func TestStrictEquivalenceProperty(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
+	// 3000 instances a schema; 600 under -race or -short. The check runs in one
+	// goroutine, so the race detector finds nothing in it that a run without it would
+	// miss, and makes it about ten times slower (7 s for 3000). The full count runs
+	// without -race (go test ./schema: under 1 s), and .ci/run's fuzzing runs
+	// FuzzStrictEquivalence, the same property, on 10 000 inputs more. 600 still draw
+	// both outcomes of each schema often (checked below).
+	n := 3000
+	if raceEnabled || testing.Short() {
+		n = 600
+	}
 	for i, raw := range equivalenceSchemas {
 		s := MustFromJSON(raw)
 		accepted := 0
-		const n = 3000
 		for range n {
 			inst := genInstance(r, s.doc(), s.doc(), 0)
-			if s.validator.Validate(deepCopy(inst)).IsValid() {
+			if validateWith(s.validator, deepCopy(inst)).IsValid() {
 				accepted++
 			}
 			checkStrictEquivalence(t, s, inst)
@@ -461,6 +474,7 @@ func fanOutSchema(n int, required bool) []byte {
 // places is projected (or refused) with work bounded by the limits, not by
 // the number of places: before, 30 fanned-out definitions did not finish.
 func TestStrictBudget(t *testing.T) {
+	t.Parallel()
 	t.Run("fan-out over the limit", func(t *testing.T) {
 		raw := fanOutSchema(30, false)
 		s := MustFromJSON(raw)
@@ -675,6 +689,7 @@ func randomNullTree(r *rand.Rand, n int, cyclic bool) *nullTree {
 // TestNullablePathsMatchRoutes: the bounded walk lists exactly what walking
 // out every route lists, in the same order, with and without cycles.
 func TestNullablePathsMatchRoutes(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, cyclic := range []bool{false, true} {
 		for range 3000 {
@@ -753,6 +768,7 @@ func randomValue(r *rand.Rand, depth int) any {
 // TestStripMatchesRoutes: strip, looking at each tree once per value,
 // removes exactly what following every route removes.
 func TestStripMatchesRoutes(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(9, 10))
 	for _, cyclic := range []bool{false, true} {
 		for range 3000 {

@@ -3,7 +3,6 @@ package toolsets
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/web"
@@ -26,11 +26,7 @@ func busWithForeignHosts(t *testing.T) (*bus.Server, *catalog.Catalog) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
+	srv := bustest.Server(t, nil)
 	params := schema.MustFromJSON([]byte(`{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`))
 	for _, c := range []struct {
 		category string
@@ -90,6 +86,7 @@ func withWeb(base []string, webTools ...string) []string {
 }
 
 func TestAssemblePerKind(t *testing.T) {
+	t.Parallel()
 	_, cat := busWithForeignHosts(t)
 	profile := &Profile{Version: 1, Agent: "ann", Namespaces: []NamespaceRef{
 		{Name: "billing", Load: LoadUpfront}, {Name: "ghost"}, {Name: "crm"},
@@ -220,6 +217,7 @@ func TestAssemblePerKind(t *testing.T) {
 }
 
 func TestTaskPolicyAdmitsOnlyReadsAndLocalTools(t *testing.T) {
+	t.Parallel()
 	p, err := PolicyFor(bus.TurnTask)
 	if err != nil {
 		t.Fatal(err)
@@ -252,6 +250,7 @@ func TestTaskPolicyAdmitsOnlyReadsAndLocalTools(t *testing.T) {
 }
 
 func TestAssembleRefusesClashes(t *testing.T) {
+	t.Parallel()
 	params := schema.MustFromJSON([]byte(`{"type":"object"}`))
 	dup := &toolbus.Spec{Name: "lookup", Category: "crm2", Namespace: "crm", Params: params}
 	builtinClaim := &toolbus.Spec{Name: "shell", Category: "computer", Namespace: "ops", Params: params}
@@ -281,6 +280,7 @@ func (c fakeCatalog) Tools(name string, _ bool) ([]*toolbus.Spec, error) {
 }
 
 func TestParseProfile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		doc   string
@@ -347,6 +347,7 @@ func TestParseProfile(t *testing.T) {
 }
 
 func TestProfilesStore(t *testing.T) {
+	t.Parallel()
 	srv, _ := busWithForeignHosts(t)
 	nc, err := srv.Connect("profiles")
 	if err != nil {
@@ -459,6 +460,7 @@ func FuzzParseProfile(f *testing.F) {
 // TestBrainFollowsProfile includes recall and get_page exactly in the turns of agents
 // whose profile enables the brain: main, job and task turns alike (they only read).
 func TestBrainFollowsProfile(t *testing.T) {
+	t.Parallel()
 	on := &Profile{Version: ProfileVersion, Agent: "ann", Brain: true}
 	off := &Profile{Version: ProfileVersion, Agent: "ann"}
 	brainTools := []string{"recall", "get_page"}

@@ -40,6 +40,7 @@ func skillHome(t *testing.T) (root, home string) {
 }
 
 func TestAssembleSkills(t *testing.T) {
+	t.Parallel()
 	root, home := skillHome(t)
 	withSkills := &Profile{Version: 3, Agent: "ann", Skills: []string{"notes", "broken", "plain", "gone"}}
 	without := &Profile{Version: 3, Agent: "ann"}
@@ -118,6 +119,7 @@ func TestAssembleSkills(t *testing.T) {
 // square of the depth, and 63 000 unclosed '[' (a 63 KB file) ran the node out of memory,
 // again on each restart as it resumed the turn. The skill beside it still loads.
 func TestDeepFrontMatterIsANote(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	home := filepath.Join(root, "ann")
 	writeHomeFile(t, home, "skills/deep/SKILL.md", "---\nname: deep\ndescription: d\nmetadata: "+strings.Repeat("[", 63000)+"\n---\nbody\n")
@@ -171,6 +173,7 @@ func TestDeepFrontMatterIsANote(t *testing.T) {
 }
 
 func TestLoadSkill(t *testing.T) {
+	t.Parallel()
 	root, home := skillHome(t)
 	profile := &Profile{Version: 3, Agent: "ann", Skills: []string{"notes", "broken", "plain"}}
 	kit, err := Assemble(bus.TurnSpec{Kind: bus.TurnMain, Agent: "ann"}, profile, nil, Options{HomeRoot: root})
@@ -235,6 +238,7 @@ func TestLoadSkill(t *testing.T) {
 }
 
 func TestAgentHome(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		opts        Options
 		agent, want string

@@ -7,13 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
@@ -62,6 +61,7 @@ var everything = &Profile{Version: ProfileVersion, Agent: "ann",
 	Jobs: &JobsPolicy{Spawn: true}, Schedules: &SchedulesPolicy{Enabled: true}, Brain: true}
 
 func TestEveryToolIsComplete(t *testing.T) {
+	t.Parallel()
 	var tools []*toolbus.Tool
 	h := newHandles(t)
 	for _, c := range Categories() {
@@ -118,6 +118,7 @@ func TestEveryToolIsComplete(t *testing.T) {
 }
 
 func TestForCategory(t *testing.T) {
+	t.Parallel()
 	h := newHandles(t)
 	kv := h.Todos
 	for _, tc := range []struct {
@@ -183,6 +184,7 @@ func TestForCategory(t *testing.T) {
 // TestWebHostReadsProfiles: the web host finds each caller's binding in the profile
 // store, at every call.
 func TestWebHostReadsProfiles(t *testing.T) {
+	t.Parallel()
 	profiles := newHandles(t).Profiles
 	tools, err := ForCategory(web.Category, Handles{Profiles: profiles})
 	if err != nil {
@@ -214,6 +216,7 @@ func TestWebHostReadsProfiles(t *testing.T) {
 }
 
 func TestComputerConfigReachesSpecs(t *testing.T) {
+	t.Parallel()
 	kit, err := Assemble(bus.TurnSpec{}, nil, nil, Options{Computer: computer.Config{CommandTimeout: 7 * time.Second, MaxCommandTimeout: 9 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
@@ -247,33 +250,7 @@ func newHandles(t testing.TB) Handles {
 
 func newJetStream(t testing.TB) jetstream.JetStream {
 	t.Helper()
-	s, err := server.NewServer(&server.Options{
-		ServerName: "toolsets-test", DontListen: true, JetStream: true, StoreDir: t.TempDir(),
-		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 256 << 20, NoSigs: true, NoLog: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats server not ready")
-	}
-	nc, err := nats.Connect("", nats.InProcessServer(s))
-	if err != nil {
-		s.Shutdown()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		nc.Close()
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
+	return bustest.JetStream(t, bustest.Server(t, nil), "toolsets-test")
 }
 
 // newStore is a JetStream of its own and a todo bucket on it.
@@ -285,6 +262,7 @@ func newStore(t testing.TB) (jetstream.JetStream, jetstream.KeyValue) {
 // TestComputerHostReadsProfileLimits: run_command applies the calling agent's command
 // limits from its profile (Profile.Computer), over the node's, at each call.
 func TestComputerHostReadsProfileLimits(t *testing.T) {
+	t.Parallel()
 	profiles := newHandles(t).Profiles
 	cfg := computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}
 	tools, err := ForCategory(computer.Category, Handles{Profiles: profiles, Computer: cfg})

@@ -132,3 +132,19 @@ func tryCluster(t testing.TB, n int, edit func(*bus.Config)) ([]*bus.Server, err
 	wg.Wait()
 	return nodes, errors.Join(errs...)
 }
+
+// CheckFor calls f every `every` until it returns nil or total has passed, then fails the
+// test with f's last error: the tests' one way to wait for an event (as nats.go's
+// checkFor), never a bare sleep.
+func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	var err error
+	for time.Now().Before(deadline) {
+		if err = f(); err == nil {
+			return
+		}
+		time.Sleep(every)
+	}
+	t.Fatal(err)
+}

@@ -19,6 +19,7 @@ import (
 // TestAgentProfiles writes, reads, lists and removes a profile through the command line,
 // and shows that the profile decides which foreign namespaces the agent's tools include.
 func TestAgentProfiles(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	hostConn, err := rb.srv.Connect("worker")
@@ -130,6 +131,7 @@ func TestAgentProfiles(t *testing.T) {
 // TestAgentWebTools: the -web flags of agent set bind the web tools, and tools -agent
 // -json shows exactly the ones the profile binds, for main and task turns.
 func TestAgentWebTools(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	run := func(words []string, rest ...string) (int, string, string) {

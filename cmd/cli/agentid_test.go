@@ -20,6 +20,7 @@ import (
 // host's Toolbus-Agent header, the todo store and a node's StartTurn (whose
 // turn then calls a tool as that agent).
 func TestOneAgentRule(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	nc, err := rb.srv.Connect("agent-rule")

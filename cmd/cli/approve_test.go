@@ -15,6 +15,7 @@ import (
 // waits; `run` says how to decide; `toolbus approve` lets the call run, and with -refuse
 // the model is told and the command never runs.
 func TestApproveFromAnotherShell(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	creds := []string{"-server", rb.url, "-user", "ops", "-pass-file", rb.passFile}
@@ -89,6 +90,7 @@ func TestApproveFromAnotherShell(t *testing.T) {
 
 // A turn spec larger than the bus carries is refused before it is sent, saying so.
 func TestRunRefusesASpecOverMaxPayload(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	huge := strings.Repeat("be brief. ", 120_000) // 1.2 MB, over the default 1 MiB

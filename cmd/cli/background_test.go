@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
@@ -17,6 +17,7 @@ import (
 // TestJobsAndSchedulesCommands runs a turn that starts a job and creates a schedule, then
 // lists, shows, cancels and removes them with the command line.
 func TestJobsAndSchedulesCommands(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	dir := t.TempDir()
@@ -56,7 +57,7 @@ func TestJobsAndSchedulesCommands(t *testing.T) {
 		t.Fatalf("jobs list -json: %d %s %s", code, out, errOut)
 	}
 	id := all[0].ID
-	wait.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
+	bustest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
 		code, out, errOut := run("jobs", "show", id)
 		if code != exitOK || !strings.Contains(out, "completed") {
 			return fmt.Errorf("jobs show: %d %s %s", code, out, errOut)

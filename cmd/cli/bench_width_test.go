@@ -25,6 +25,7 @@ func checkWidth(t *testing.T, out string, width int) {
 
 // The bench table fits in 120 columns, whatever the measurements' names.
 func TestBenchTableFits120Columns(t *testing.T) {
+	t.Parallel()
 	met, missed := true, false
 	r := bench.Report{GoVersion: "go1.26.8", CPUs: 2, Results: []bench.Row{
 		{Name: "raw NATS request-reply, 64 concurrent requesters", Unit: "calls/s", Value: 123456.7},

@@ -32,6 +32,7 @@ func withStdin(t *testing.T, text string, f func()) {
 // enables the brain in a profile, and runs a turn whose scripted model recalls and reads
 // a page on a node of the bus.
 func TestBrainCommands(t *testing.T) {
+	// Not parallel: withStdin swaps os.Stdin.
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	// subArgs are the words of `toolbus CMD SUB` with the bus flags, then args.

@@ -30,6 +30,7 @@ func parseElapsed(t *testing.T, s string) time.Duration {
 // the status and the summary all count that step as step 2, and the summary's
 // duration is at least the turn's own, from its start to its end.
 func TestTurnFigures(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	bc, err := startEmbedded(ctx, embedOptions{home: demoHome, turns: true}, newLogger(&output{}))
 	if err != nil {
@@ -79,6 +80,7 @@ func TestTurnFigures(t *testing.T) {
 // TestRunShowsTokens: the summary counts the tokens the model reported in the
 // whole turn.
 func TestRunShowsTokens(t *testing.T) {
+	t.Parallel()
 	script := filepath.Join(t.TempDir(), "script.json")
 	if err := os.WriteFile(script, []byte(`{"responses":[
 		{"calls":[{"name":"list_files","arguments":"{\"path\":\".\"}"}],"usage":{"input_tokens":100,"output_tokens":10}},

@@ -19,6 +19,7 @@ import (
 // readable lines above the live area, once each (with -v, once per attempt,
 // the later ones while the live area is drawn), and none is left inside it.
 func TestLogAboveLiveArea(t *testing.T) {
+	t.Parallel()
 	for _, verbose := range []bool{false, true} {
 		t.Run(fmt.Sprintf("verbose=%v", verbose), func(t *testing.T) { testLogAboveLiveArea(t, verbose) })
 	}
@@ -77,6 +78,7 @@ func testLogAboveLiveArea(t *testing.T, verbose bool) {
 
 // TestLogViewOnce shows a repeated warning once, and every time with -v.
 func TestLogViewOnce(t *testing.T) {
+	t.Parallel()
 	for _, verbose := range []bool{false, true} {
 		var out bytes.Buffer
 		v, _ := newLogView(&out, "", verbose)

@@ -131,6 +131,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 }
 
 func TestRunDemo(t *testing.T) {
+	t.Parallel()
 	before := snapshot(t, demoHome)
 	code, stdout, stderr := cli(testContext(t), "run", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
 	if code != exitOK {
@@ -192,6 +193,7 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 func TestRunJSON(t *testing.T) {
+	t.Parallel()
 	code, stdout, stderr := cli(testContext(t), "run", "-json", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
@@ -255,6 +257,7 @@ func writeScript(t testing.TB, script string) string {
 }
 
 func TestRunInterrupted(t *testing.T) {
+	t.Parallel()
 	script := writeScript(t, sleepScript)
 	ctx, interrupt := context.WithCancel(testContext(t))
 	defer interrupt()
@@ -334,6 +337,7 @@ func (rb *remoteBus) args(cmd string, args ...string) []string {
 }
 
 func TestRunWithoutNode(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, false)
 	ctx := testContext(t)
 	for _, tc := range []struct {
@@ -355,6 +359,7 @@ func TestRunWithoutNode(t *testing.T) {
 }
 
 func TestRemoteRunWatchAndAbort(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 
@@ -444,6 +449,7 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 }
 
 func TestTools(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	kit, err := toolsets.Assemble(bus.TurnSpec{Agent: defaultAgent}, nil, nil, toolsets.Options{})
 	if err != nil {
@@ -525,6 +531,7 @@ func unquote(t *testing.T, raw json.RawMessage) string {
 }
 
 func TestCall(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		name       string
@@ -619,6 +626,7 @@ func TestCall(t *testing.T) {
 }
 
 func TestUsageErrors(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	for _, tc := range []struct {
 		name   string
@@ -721,6 +729,7 @@ func TestHelp(t *testing.T) {
 }
 
 func TestParseArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		args []string
 		pos  []string
@@ -742,6 +751,7 @@ func TestParseArgs(t *testing.T) {
 
 // A password on the command line is refused: every user of the host could read it.
 func TestPasswordFlagRefused(t *testing.T) {
+	t.Parallel()
 	code, _, stderr := cli(testContext(t), "turns", "-server", "nats://127.0.0.1:1", "-user", "ops", "-pass", "secret-pw")
 	if code != exitUsage || !strings.Contains(stderr, "-pass-file FILE or the environment variable NATS_PASSWORD") {
 		t.Errorf("exit %d, stderr:\n%s", code, stderr)

@@ -7,6 +7,7 @@ import (
 
 // TestNode runs `toolbus node` until it is ready, then stops it as Ctrl-C would.
 func TestNode(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
 	var stdout, stderr output

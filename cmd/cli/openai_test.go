@@ -475,6 +475,8 @@ func TestRunModelServerKeyScope(t *testing.T) {
 // A model endpoint that never answers ends the turn after -request-timeout
 // per attempt, with an error that says so, instead of waiting in silence.
 func TestRunModelServerSilent(t *testing.T) {
+	// Not parallel: each attempt must reach the server within its 50 ms, which the
+	// other tests of the package running beside it made it miss (under -race).
 	var attempts sync.WaitGroup
 	attempts.Add(1 + gateway.DefaultMaxRetries)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -108,6 +108,7 @@ func playTurn(t *testing.T, r *renderer, out *bytes.Buffer, clock *fakeClock) {
 }
 
 func TestRenderer(t *testing.T) {
+	t.Parallel()
 	final := []string{
 		"turn T1 on node n1",
 		"Looking.",
@@ -147,6 +148,7 @@ func TestRenderer(t *testing.T) {
 }
 
 func TestRendererMatchesRecordsByTool(t *testing.T) {
+	t.Parallel()
 	// A model call id that is not a valid subject token travels under another
 	// id on the bus; the batch record still settles the call shown.
 	var out bytes.Buffer
@@ -195,6 +197,7 @@ func TestRepairNoteNamesTheCall(t *testing.T) {
 }
 
 func TestTruncateAndElapsed(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"short", "short"},
 		{"exactly ten", "exactly t…"},
@@ -223,6 +226,7 @@ func TestTruncateAndElapsed(t *testing.T) {
 // While the model thinks, a terminal shows how long it has been thinking:
 // from the turn's start or a batch record until the turn's next message.
 func TestRendererWaitsForModel(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	clock := &fakeClock{t: time.Unix(1e9, 0)}
 	r := &renderer{w: &out, tty: true, width: func() int { return 60 }, now: clock.now}
@@ -263,6 +267,7 @@ func TestRendererWaitsForModel(t *testing.T) {
 }
 
 func TestRendererPlainShowsNoWait(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	r := &renderer{w: &out, now: time.Now}
 	r.started("T1", "n1")
@@ -275,6 +280,7 @@ func TestRendererPlainShowsNoWait(t *testing.T) {
 }
 
 func TestDescribeApproval(t *testing.T) {
+	t.Parallel()
 	deadline := time.Date(2026, 11, 30, 21, 0, 0, 0, time.Local)
 	for _, tc := range []struct {
 		req  bus.ApprovalRequest

@@ -50,6 +50,7 @@ func toolNames(t *testing.T, out string) []string {
 // TestSkills enables skills with agent set, lists and shows them, sees load_skill in the
 // agent's tools (and not in another's), and runs a turn that loads one.
 func TestSkills(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, false)
 	ctx := testContext(t)
 	root := t.TempDir()

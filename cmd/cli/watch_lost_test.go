@@ -12,6 +12,7 @@ import (
 )
 
 func TestWatchSaysWhenATurnsNodeGoesSilent(t *testing.T) {
+	t.Parallel()
 	status := func(kind string, st bus.TurnStatus) bus.TurnMessage {
 		b, _ := json.Marshal(st)
 		return decoded(t, &nats.Msg{Subject: bus.TurnStatusSubject("turn-1", kind), Data: b})
@@ -46,6 +47,7 @@ func TestWatchSaysWhenATurnsNodeGoesSilent(t *testing.T) {
 
 // TestWatchPresentation: watch shows a presentation event's label and data.
 func TestWatchPresentation(t *testing.T) {
+	t.Parallel()
 	ev := bus.Event{Turn: "T1", Call: "c1", Tool: "show", Kind: bus.EventPresentation, Label: "3 rows", Data: json.RawMessage(`[1,2,3]`)}
 	b, _ := json.Marshal(ev)
 	line, ok := watchLine(decoded(t, &nats.Msg{Subject: bus.EventSubject("T1", "c1", bus.EventPresentation), Data: b}), time.Now())

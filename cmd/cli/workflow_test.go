@@ -16,6 +16,7 @@ const workflowExample = "../../examples/workflow/compare.json"
 // TestWorkflowStartOffline runs the example workflow on an embedded bus with its scripted
 // task turns, as the README shows: the live view, then the workflow at its end.
 func TestWorkflowStartOffline(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	code, stdout, stderr := cli(ctx, "workflow", "start", workflowExample)
 	if code != exitOK {
@@ -95,6 +96,7 @@ func writeWorkflow(t *testing.T, doc string) string {
 // TestWorkflowCommands starts, follows, lists and cancels workflows on a remote bus, and
 // shows the refusals.
 func TestWorkflowCommands(t *testing.T) {
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	wfCLI := func(sub string, args ...string) (int, string, string) {

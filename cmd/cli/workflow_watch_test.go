@@ -19,6 +19,7 @@ import (
 // passes on the bucket's subject, and a follower that read that subject showed a task
 // ending twice. The follower shows the revisions the bucket stored, each change once.
 func TestFollowWorkflowShowsStoredRevisions(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
 	if err != nil {

@@ -48,6 +48,7 @@ var valueCases = []string{
 // TestDecodeValue: what DecodeValue reads equals encoding/json's reading; what it declines,
 // encoding/json reads too or refuses.
 func TestDecodeValue(t *testing.T) {
+	t.Parallel()
 	accepted := 0
 	for _, in := range valueCases {
 		if checkValue(t, []byte(in)) {

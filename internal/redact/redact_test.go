@@ -3,6 +3,7 @@ package redact
 import "testing"
 
 func TestURL(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"nats://ops:bad@127.0.0.1:4222", "nats://ops:xxxxx@127.0.0.1:4222"},
 		{"nats://s3cr3tt0ken@127.0.0.1:4222", "nats://redacted@127.0.0.1:4222"},

@@ -16,7 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 
 	"github.com/toolbus/toolbus/internal/label"
 )
@@ -119,6 +119,7 @@ func newEscapes(t *testing.T) escapes {
 }
 
 func TestPathConfinement(t *testing.T) {
+	t.Parallel()
 	s := newEscapes(t)
 	cases := []struct {
 		name, path string
@@ -187,6 +188,7 @@ func TestPathConfinement(t *testing.T) {
 }
 
 func TestHomeRoot(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	cfg := testConfig
 	cfg.HomeRoot = root
@@ -236,6 +238,7 @@ func numberedLines(n int) string {
 }
 
 func TestReadFileOffsetLimit(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "ten.txt"), numberedLines(10))
 	writeFile(t, filepath.Join(home, "noeol.txt"), "a\nb")
@@ -275,6 +278,7 @@ func TestReadFileOffsetLimit(t *testing.T) {
 }
 
 func TestReadFileRefusals(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "bin.dat"), "ELF\x00\x01\x02")
 	writeFile(t, filepath.Join(home, "latin1.txt"), "caf\xe9\n")
@@ -315,6 +319,7 @@ func TestReadFileRefusals(t *testing.T) {
 }
 
 func TestReadFileOutputCap(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "long.txt"), numberedLines(1000))
 	writeFile(t, filepath.Join(home, "wide.txt"), strings.Repeat("é", 3000)+"\nend\n")
@@ -357,6 +362,7 @@ func TestReadFileOutputCap(t *testing.T) {
 }
 
 func TestWriteReadRoundTrip(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	write := toolNamed(t, testConfig, "write_file")
 	read := toolNamed(t, testConfig, "read_file")
@@ -400,6 +406,7 @@ func TestWriteReadRoundTrip(t *testing.T) {
 }
 
 func TestWriteFileRefusals(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "full.txt"), strings.Repeat("x", 90))
 	if err := os.Mkdir(filepath.Join(home, "dir"), 0o755); err != nil {
@@ -432,6 +439,7 @@ func TestWriteFileRefusals(t *testing.T) {
 }
 
 func TestListFiles(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "b.txt"), "bb")
 	writeFile(t, filepath.Join(home, "a.txt"), "a")
@@ -576,6 +584,7 @@ func testRunCommand(t *testing.T, mode SandboxMode) {
 }
 
 func TestRunCommandOutputCap(t *testing.T) {
+	t.Parallel()
 	cfg := testConfig
 	cfg.MaxOutput = 2000
 	tool := toolNamed(t, cfg, "run_command")
@@ -618,13 +627,14 @@ func alive(pid int) bool {
 // waitFor waits until the command has created file.
 func waitFor(t *testing.T, file string) {
 	t.Helper()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		_, err := os.Stat(file)
 		return err
 	})
 }
 
 func TestRunCommandCancelKillsProcessTree(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
@@ -645,7 +655,7 @@ func TestRunCommandCancelKillsProcessTree(t *testing.T) {
 				done <- outcome{res, err}
 			}()
 			waitFor(t, filepath.Join(home, "started"))
-			wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
+			bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 2) })
 			cancel()
 			o := <-done
 			if o.err != nil {
@@ -661,6 +671,7 @@ func TestRunCommandCancelKillsProcessTree(t *testing.T) {
 }
 
 func TestRunCommandTimeoutKillsStubbornTree(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
@@ -698,6 +709,7 @@ func TestRunCommandTimeoutKillsStubbornTree(t *testing.T) {
 }
 
 func TestRunCommandBackgroundProcessesDoNotOutliveIt(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
@@ -722,6 +734,7 @@ func TestRunCommandBackgroundProcessesDoNotOutliveIt(t *testing.T) {
 }
 
 func TestRunCommandProgress(t *testing.T) {
+	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	res, err, p := run(t, t.Context(), tool, t.TempDir(), map[string]any{"command": "echo tick; sleep 2.2"})
 	if err != nil || res.IsError {
@@ -746,6 +759,7 @@ func mustJSON(t testing.TB, v any) json.RawMessage {
 }
 
 func TestToolContract(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "notes.md"), "a\nb\nc\n")
 	samples := map[string]struct {
@@ -802,6 +816,7 @@ func TestToolContract(t *testing.T) {
 }
 
 func TestSchemasRejectBadArgs(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ tool, args string }{
 		{"read_file", `{}`},
 		{"read_file", `{"path":"a","offset":0}`},
@@ -820,6 +835,7 @@ func TestSchemasRejectBadArgs(t *testing.T) {
 }
 
 func TestCapture(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		limit  int
@@ -923,6 +939,7 @@ func execTrue(dir string) error {
 }
 
 func TestRunCommandCancelledBeforeStart(t *testing.T) {
+	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()

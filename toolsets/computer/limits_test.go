@@ -229,6 +229,7 @@ func TestCommandLimits(t *testing.T) {
 // TestCommandLimitsPerAgent: an agent's limits (the call's options) win over the node's,
 // field by field; a negative one turns a limit off; an invalid one refuses the call.
 func TestCommandLimitsPerAgent(t *testing.T) {
+	t.Parallel()
 	h := needCgroups(t)
 	cfg := limited(SandboxBwrap)
 	cfg.CallOptions = func(agent string) CallSandbox {
@@ -251,6 +252,7 @@ func TestCommandLimitsPerAgent(t *testing.T) {
 }
 
 func TestLimitsConfig(t *testing.T) {
+	t.Parallel()
 	d := Config{}.withDefaults().Limits
 	if d != (Limits{Pids: DefaultPids, Memory: DefaultMemory, CPUSeconds: DefaultCPUSeconds, FileSize: DefaultFileSize, TmpSize: DefaultTmpSize}) {
 		t.Errorf("defaults %+v", d)

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 // modes are the sandbox modes the command tests run in.
@@ -72,7 +72,7 @@ func sleepers(marker string, n int) error {
 // noneLeft waits until no process of the host holds marker in its command line.
 func noneLeft(t *testing.T, marker string) {
 	t.Helper()
-	wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if left := processes(marker); len(left) > 0 {
 			return fmt.Errorf("processes outlived the call: %v", left)
 		}
@@ -166,6 +166,7 @@ func TestSandboxHidesTheNode(t *testing.T) {
 }
 
 func TestSandboxConfinesFiles(t *testing.T) {
+	t.Parallel()
 	root := t.TempDir()
 	writeFile(t, filepath.Join(root, "b", "secret.txt"), "b's secret\n")
 	if err := os.MkdirAll(filepath.Join(root, "a"), 0o700); err != nil {
@@ -254,6 +255,7 @@ echo detached`, m)
 }
 
 func TestSandboxLeavesNothingRunning(t *testing.T) {
+	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 
 	t.Run("finished", func(t *testing.T) {
@@ -278,7 +280,7 @@ func TestSandboxLeavesNothingRunning(t *testing.T) {
 			done <- res
 		}()
 		// The three detached sleeps and the command's own run, seen from outside.
-		wait.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 4) })
+		bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error { return sleepers(m, 4) })
 		cancel()
 		res := <-done
 		if d := details[CommandDetails](t, res); !d.Cancelled {
@@ -289,6 +291,7 @@ func TestSandboxLeavesNothingRunning(t *testing.T) {
 }
 
 func TestSandboxNetwork(t *testing.T) {
+	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +333,7 @@ func TestSandboxNetwork(t *testing.T) {
 }
 
 func TestSandboxCallEnv(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			cfg := inMode(mode)
@@ -350,6 +354,7 @@ func TestSandboxCallEnv(t *testing.T) {
 }
 
 func TestSandboxUnavailable(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, filepath.Join(home, "notes.md"), "a\n")
 	// A bubblewrap that cannot create namespaces, as on a host that forbids them.
@@ -411,6 +416,7 @@ func TestSandboxUnavailable(t *testing.T) {
 }
 
 func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
+	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	for _, home := range []string{"/", "/tmp"} {
 		_, err, _ := run(t, t.Context(), tool, home, map[string]any{"command": "true"})
@@ -421,6 +427,7 @@ func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
 }
 
 func TestSandboxReadOnlyPaths(t *testing.T) {
+	t.Parallel()
 	tools := t.TempDir() // a toolchain outside every home
 	writeFile(t, filepath.Join(tools, "bin", "hello"), "#!/bin/sh\necho hello from the toolchain\n")
 	if err := os.Chmod(filepath.Join(tools, "bin", "hello"), 0o755); err != nil {

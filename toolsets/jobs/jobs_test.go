@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 func TestMain(m *testing.M) {
@@ -19,6 +20,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestSummary(t *testing.T) {
+	t.Parallel()
 	j := Job{Calls: CountCalls([]bus.CallRecord{
 		{Tool: "read_file", Outcome: bus.OutcomeOK},
 		{Tool: "lookup", Namespace: "crm", Outcome: bus.OutcomeOK},
@@ -34,6 +36,7 @@ func TestSummary(t *testing.T) {
 }
 
 func TestLedgerLastHour(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 5, 4, 10, 30, 0, 0, time.UTC)
 	var l ledger
 	l.addStart(now.Add(-61 * time.Minute))
@@ -50,18 +53,11 @@ func TestLedgerLastHour(t *testing.T) {
 // died between the two writes) is freed; one taken a moment ago is not, or two jobs
 // starting at once would pass the limit together.
 func TestLedgerFreesLostPlaces(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	nc, err := srv.Connect("jobs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "jobs")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 )
 
@@ -22,18 +23,11 @@ import (
 // the store goes on: a schedule within the bounds is created, fires when it was told
 // to, and its firing starts a turn.
 func TestScheduleBoundsRefused(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	nc, err := srv.Connect("bounds")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "bounds")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -135,6 +129,7 @@ func TestScheduleBoundsRefused(t *testing.T) {
 // TestPlanBounds table-tests the bounds of every, at and a cron's first firing, with the
 // default minimum interval unless the case says otherwise.
 func TestPlanBounds(t *testing.T) {
+	t.Parallel()
 	if ServerEnd.Format(time.RFC3339Nano) != "2262-04-11T23:47:16.854775807Z" {
 		t.Errorf("ServerEnd %s", ServerEnd.Format(time.RFC3339Nano))
 	}
@@ -359,6 +354,7 @@ func TestPlanBounds(t *testing.T) {
 // fires four times a second) starts no turn when it fires: its message leaves the
 // intake, so it fires no more, and its record says why.
 func TestFireStopsUntimeable(t *testing.T) {
+	t.Parallel()
 	h := newFireStore(t)
 	const id = "huge"
 	created := time.Now().UTC().Truncate(time.Second)

@@ -11,12 +11,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 )
 
 // TestDecided reads what an earlier delivery of a firing decided from the schedule's
 // record alone.
 func TestDecided(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		sch  Schedule
@@ -53,16 +55,8 @@ type fireStore struct {
 func newFireStore(t *testing.T) *fireStore {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := srv.Connect("fire")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "fire")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +106,7 @@ func (h *fireStore) record(turn string) (bus.TurnRecord, error) {
 // intake under the turn the second one queued, and a node that failed to claim that
 // turn would leave it queued for good, every later firing skipped behind it.
 func TestFireDecidesOnce(t *testing.T) {
+	t.Parallel()
 	h := newFireStore(t)
 	const id = "sch1"
 	prev := h.schedule(id, 1, time.Now().UTC())
@@ -153,6 +148,7 @@ func TestFireDecidesOnce(t *testing.T) {
 // TestFireDecidesOnce's fix could leave it) is ended by the next firing, which runs; one
 // whose firing is still in the intake holds the next firing back.
 func TestFireEndsAStrandedTurn(t *testing.T) {
+	t.Parallel()
 	h := newFireStore(t)
 	long := time.Now().UTC().Add(-2 * recordGrace)
 

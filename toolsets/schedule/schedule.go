@@ -556,6 +556,17 @@ func (s *Store) Cancel(ctx context.Context, agent, id string) (Schedule, error) 
 	return sch, nil
 }
 
+// FireNow fires an agent's schedule now, as the server does when it is due (see
+// durable.Store.FireScheduleNow): a node takes the firing and decides it with Fire, as
+// any other. A one-shot schedule fires no more after it. For tests, which need not wait
+// for a schedule's time, and for an operator's "fire now".
+func (s *Store) FireNow(ctx context.Context, agent, id string) error {
+	if _, _, err := s.Get(ctx, agent, id); err != nil {
+		return err
+	}
+	return s.turns.FireScheduleNow(ctx, id)
+}
+
 // Verdict is what a node does with a firing it took from the intake.
 type Verdict uint8
 

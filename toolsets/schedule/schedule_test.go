@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 )
 
@@ -43,6 +44,7 @@ func mustTime(t *testing.T, s string) time.Time {
 // few seconds in Kathmandu (UTC+05:45) fires then, and the server's next firing is the
 // one computed here.
 func TestScheduleCronTimeZone(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		expr, zone, from, want string
 	}{
@@ -96,16 +98,8 @@ func TestScheduleCronTimeZone(t *testing.T) {
 	// The server agrees.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	nc, err := srv.Connect("cron")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	srv := bustest.Server(t, nil)
+	nc := bustest.Conn(t, srv, "cron")
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +159,7 @@ func TestScheduleCronTimeZone(t *testing.T) {
 }
 
 func TestPlan(t *testing.T) {
+	t.Parallel()
 	now := mustTime(t, "2026-05-04T10:00:00Z")
 	for _, tc := range []struct {
 		args    CreateArgs

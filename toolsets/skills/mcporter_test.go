@@ -47,6 +47,7 @@ func skill(t *testing.T, home, name, servers string) *Skill {
 }
 
 func TestWriteMcporterConfig(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	notes := skill(t, home, "notes", "mcp:\n  everything:\n    command: mcp-server-everything\n    args: [stdio]\n    env: {LEVEL: debug}\n  local:\n    command: ./server.sh\n    cwd: bin\n")
 	web := skill(t, home, "web", "mcp:\n  search:\n    url: https://mcp.example.com/mcp\n    headers: {Authorization: Bearer $TOKEN}\n  everything:\n    command: other-server\n")
@@ -144,6 +145,7 @@ func TestWriteMcporterConfig(t *testing.T) {
 }
 
 func TestWriteMcporterConfigCleansUp(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	notes := skill(t, home, "notes", "mcp:\n  everything:\n    command: mcp-server-everything\n")
 	if _, err := WriteMcporterConfig(home, []*Skill{notes}); err != nil {
@@ -161,6 +163,7 @@ func TestWriteMcporterConfigCleansUp(t *testing.T) {
 }
 
 func TestWriteMcporterConfigRefuses(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	notes := skill(t, home, "notes", "mcp:\n  everything:\n    command: mcp-server-everything\n")
 

@@ -43,6 +43,7 @@ Write notes as the team does.
 `
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		text string
@@ -104,6 +105,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestLoad(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, home, "skills/notes/SKILL.md", notesSkill)
 	writeFile(t, home, "skills/notes/reference.md", "# Reference\n")
@@ -177,6 +179,7 @@ func TestLoad(t *testing.T) {
 }
 
 func TestLoadBoundsTheFileList(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, home, "skills/many/SKILL.md", "---\nname: many\ndescription: d\n---\n")
 	for i := range MaxFiles + 20 {
@@ -195,6 +198,7 @@ func TestLoadBoundsTheFileList(t *testing.T) {
 }
 
 func TestReadFile(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, home, "skills/notes/SKILL.md", notesSkill)
 	writeFile(t, home, "skills/notes/reference.md", "# Reference\n")
@@ -252,6 +256,7 @@ func TestReadFile(t *testing.T) {
 }
 
 func TestText(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, home, "skills/notes/SKILL.md", notesSkill)
 	writeFile(t, home, "skills/notes/reference.md", "# Reference\n")
@@ -293,6 +298,7 @@ func TestText(t *testing.T) {
 // A named pipe in a skill's place is refused at once: opening it for reading would
 // otherwise wait for a writer, and hold the turn's assembly.
 func TestNamedPipesDoNotBlock(t *testing.T) {
+	t.Parallel()
 	home := t.TempDir()
 	writeFile(t, home, "skills/notes/SKILL.md", notesSkill)
 	for _, p := range []string{"skills/pipe/SKILL.md", "skills/notes/pipe.md", "config/mcporter.json"} {
@@ -319,6 +325,7 @@ func TestNamedPipesDoNotBlock(t *testing.T) {
 // the square of the depth: depth counts blocks and flow collections alike; what is
 // quoted, in a block scalar or in a comment does not nest.
 func TestFrontMatterBounds(t *testing.T) {
+	t.Parallel()
 	fm := func(yml string) string { return "---\nname: notes\ndescription: d\n" + yml + "---\nbody\n" }
 	var indented strings.Builder
 	indented.WriteString("metadata:\n")
@@ -406,6 +413,7 @@ func FuzzParse(f *testing.F) {
 // goccy/go-yaml has panicked on malformed text before (its issues 274, 439, 479); a panic
 // is a problem of the skill, not the node's end.
 func TestGuardedRecovers(t *testing.T) {
+	t.Parallel()
 	err := guarded(func() error { panic("index out of range [1] with length 1") })
 	if err == nil || err.Error() != "the YAML parser failed on it (index out of range [1] with length 1)" {
 		t.Errorf("guarded: %v", err)

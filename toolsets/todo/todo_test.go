@@ -103,6 +103,7 @@ func items(specs ...string) map[string]any {
 }
 
 func TestReadWrite(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	read, write := toolNamed(t, kv, "todo_read"), toolNamed(t, kv, "todo_write")
 
@@ -167,6 +168,7 @@ func TestReadWrite(t *testing.T) {
 }
 
 func TestAgentsAreIsolated(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	write, read := toolNamed(t, kv, "todo_write"), toolNamed(t, kv, "todo_read")
 	for _, agent := range []string{"alice", "bob"} {
@@ -190,6 +192,7 @@ func TestAgentsAreIsolated(t *testing.T) {
 }
 
 func TestWriteRules(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	write := toolNamed(t, kv, "todo_write")
 	many := make([]string, MaxItems+1)
@@ -219,6 +222,7 @@ func TestWriteRules(t *testing.T) {
 }
 
 func TestSchemaRejectsBadArgs(t *testing.T) {
+	t.Parallel()
 	write := toolNamed(t, nil, "todo_write")
 	for _, args := range []string{
 		`{"todos":[{"id":"1","content":"x","status":"done"}]}`,
@@ -240,6 +244,7 @@ func TestSchemaRejectsBadArgs(t *testing.T) {
 }
 
 func TestAgentKeys(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	write := toolNamed(t, kv, "todo_write")
 	for _, tc := range []struct {
@@ -270,6 +275,7 @@ func TestAgentKeys(t *testing.T) {
 }
 
 func TestWithoutStore(t *testing.T) {
+	t.Parallel()
 	for _, tool := range Tools(nil) {
 		_, err := tool.Execute(context.Background(), toolbus.Call{Agent: "a", Args: json.RawMessage(`{"todos":[]}`)})
 		if !errors.Is(err, ErrNoStore) {
@@ -281,6 +287,7 @@ func TestWithoutStore(t *testing.T) {
 // Writers of one agent's list racing each other: compare-and-set applies every write on top
 // of the one before, so no version is handed out twice and none is skipped.
 func TestConcurrentWritersLoseNoUpdate(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	write := toolNamed(t, kv, "todo_write")
 	const writers, each = 6, 5
@@ -326,6 +333,7 @@ func TestConcurrentWritersLoseNoUpdate(t *testing.T) {
 }
 
 func TestReplacingAnotherTurnsListSaysSo(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	write := toolNamed(t, kv, "todo_write")
 	if _, err := call(t, write, "agent-1", "turn-a", items("a1:pending:Fetch data", "a2:pending:Plot it")); err != nil {
@@ -351,6 +359,7 @@ func TestReplacingAnotherTurnsListSaysSo(t *testing.T) {
 }
 
 func TestCorruptListIsReplaced(t *testing.T) {
+	t.Parallel()
 	kv := newBucket(t)
 	if _, err := kv.Put(context.Background(), "agent-1", []byte("not json")); err != nil {
 		t.Fatal(err)
@@ -368,6 +377,7 @@ func TestCorruptListIsReplaced(t *testing.T) {
 }
 
 func TestToolContract(t *testing.T) {
+	t.Parallel()
 	for _, tool := range Tools(nil) {
 		if tool.Category != Category || tool.Description == "" || tool.DescribeActivity == nil || tool.DescribeCompletedActivity == nil {
 			t.Errorf("%s: incomplete definition", tool.Name)
@@ -411,6 +421,7 @@ func BenchmarkWrite(b *testing.B) {
 // deleted; after a node is lost, one without a leader) gets "no responders";
 // the store asks again until the call's context ends, then says why.
 func TestStoreWaitsForAnAnswer(t *testing.T) {
+	t.Parallel()
 	js, kv := newStore(t)
 	if err := js.DeleteKeyValue(t.Context(), "todos"); err != nil {
 		t.Fatal(err)

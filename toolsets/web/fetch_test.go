@@ -46,6 +46,7 @@ func mustContain(t *testing.T, what, text string, parts ...string) {
 }
 
 func TestFetchPrivateAddresses(t *testing.T) {
+	t.Parallel()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "the node's own service")
@@ -83,6 +84,7 @@ func TestFetchPrivateAddresses(t *testing.T) {
 }
 
 func TestFetchRedirects(t *testing.T) {
+	t.Parallel()
 	// Every server here is on loopback: the test's address policy takes the port of
 	// "public" for a public address and everything else for private.
 	private := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -150,6 +152,7 @@ func TestFetchRedirects(t *testing.T) {
 }
 
 func TestFetchCaps(t *testing.T) {
+	t.Parallel()
 	release := make(chan struct{})
 	defer close(release)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -204,6 +207,7 @@ func TestFetchCaps(t *testing.T) {
 }
 
 func TestFetchContentTypes(t *testing.T) {
+	t.Parallel()
 	article, err := os.ReadFile("testdata/article.html")
 	if err != nil {
 		t.Fatal(err)
@@ -284,6 +288,7 @@ func TestFetchContentTypes(t *testing.T) {
 // TestFetchArticle reads a realistic article page: its main content comes back as
 // Markdown, its navigation, ads, cookie banner, sidebar and footer do not.
 func TestFetchArticle(t *testing.T) {
+	t.Parallel()
 	article, err := os.ReadFile("testdata/article.html")
 	if err != nil {
 		t.Fatal(err)
@@ -334,6 +339,7 @@ func TestFetchArticle(t *testing.T) {
 }
 
 func TestFetchReadsOnFromOffset(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	for i := range 3000 {
 		fmt.Fprintf(&b, "Line %04d of a long plain text page, with some words ü.\n", i)
@@ -400,6 +406,7 @@ func TestFetchReadsOnFromOffset(t *testing.T) {
 }
 
 func TestFetchRefusals(t *testing.T) {
+	t.Parallel()
 	tl := fetchTools(Config{})
 	for _, tc := range []struct {
 		agent, url, want string
@@ -424,6 +431,7 @@ func TestFetchRefusals(t *testing.T) {
 }
 
 func TestAddrReason(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]string{
 		"127.0.0.1": "loopback", "127.8.9.1": "loopback", "::1": "loopback", "::ffff:127.0.0.1": "loopback",
 		"10.1.2.3": "private", "172.16.0.1": "private", "192.168.1.1": "private", "fd00::1": "private",
@@ -439,6 +447,7 @@ func TestAddrReason(t *testing.T) {
 }
 
 func TestSpecs(t *testing.T) {
+	t.Parallel()
 	names := func(specs []*toolbus.Spec) []string {
 		var out []string
 		for _, s := range specs {
@@ -481,6 +490,7 @@ func TestSpecs(t *testing.T) {
 }
 
 func TestShortURL(t *testing.T) {
+	t.Parallel()
 	for in, want := range map[string]string{
 		"https://www.example.com":                        "example.com",
 		"https://example.com/":                           "example.com",

@@ -100,6 +100,7 @@ const (
 )
 
 func TestSearchProviders(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		provider  string
 		answer    string
@@ -211,6 +212,7 @@ func TestSearchProviders(t *testing.T) {
 }
 
 func TestSearchCountIsBounded(t *testing.T) {
+	t.Parallel()
 	tl := toolNamed(t, Tools(Config{}), "web_search")
 	for _, args := range []string{`{"query":"x","count":0}`, `{"query":"x","count":21}`, `{"query":""}`, `{"count":3}`} {
 		if err := tl.Params.Validate([]byte(args)); err == nil {
@@ -243,6 +245,7 @@ func TestSearchCountIsBounded(t *testing.T) {
 }
 
 func TestSearchProviderErrors(t *testing.T) {
+	t.Parallel()
 	type answer struct {
 		status int
 		header map[string]string
@@ -314,6 +317,7 @@ func TestSearchProviderErrors(t *testing.T) {
 // TestSearchKeyScoping: a key goes to its provider's official API and to the endpoints
 // the operator allowed, never to a URL a profile names on its own.
 func TestSearchKeyScoping(t *testing.T) {
+	t.Parallel()
 	var s seen
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.add(r)
@@ -387,6 +391,7 @@ func TestSearchKeyScoping(t *testing.T) {
 }
 
 func TestSplitProviderValue(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, provider, value, err string }{
 		{"brave=/etc/k", Brave, "/etc/k", ""},
 		{"Tavily=https://p/x", Tavily, "https://p/x", ""},

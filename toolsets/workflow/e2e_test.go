@@ -17,9 +17,9 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
@@ -144,7 +144,7 @@ func (h *harness) workflow(id string) *bus.Workflow {
 func (h *harness) waitEnded(id string) *bus.Workflow {
 	h.t.Helper()
 	var wf *bus.Workflow
-	wait.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(h.t, 30*time.Second, 20*time.Millisecond, func() error {
 		wf = h.workflow(id)
 		if !wf.State.Ended() {
 			var tasks []string
@@ -180,6 +180,7 @@ const textSchema = `{"type":"object","properties":{"text":{"type":"string"}},"re
 // does not need it runs, and the workflow ends. The turn whose end started b is settled
 // once and acknowledged: no warning, no redelivery, nothing left in the intake.
 func TestTemplateTooLargeFailsTask(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t)
 	aResult, _ := json.Marshal(map[string]string{"text": strings.Repeat("findings ", 40<<10/9)})
 	def := workflow.Definition{Title: "too big", Tasks: []workflow.TaskDef{
@@ -224,7 +225,7 @@ func TestTemplateTooLargeFailsTask(t *testing.T) {
 	}
 	// Every task turn's intake message is acknowledged (a's was, after its settle
 	// moved the workflow on), and nothing was settled twice or warned about.
-	wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		n, err := turns.IntakeMessages(t.Context())
 		if err != nil {
 			return err

@@ -11,7 +11,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/wait"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
@@ -96,7 +96,7 @@ func TestTaskResultFormatAsserted(t *testing.T) {
 			t.Fatal(err)
 		}
 		var refusal string
-		wait.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 			items, err := turns.ReadTranscript(t.Context(), bus.AttemptTurn(wf.ID, "a", 1))
 			if err != nil {
 				return err

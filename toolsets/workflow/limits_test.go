@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 )
 
@@ -34,6 +34,7 @@ func textResult(n int) json.RawMessage {
 // attempt; the task after it fails as a dependency's failure says; a task that does not
 // need it starts; the same instructions with fewer references start.
 func TestInstructionsCapCheck(t *testing.T) {
+	t.Parallel()
 	now := time.Now().UTC()
 	a := textResult(40 << 10)
 	wf := &bus.Workflow{ID: "w", Agent: "x", Title: "caps", State: bus.WorkflowRunning, Tasks: []bus.Task{
@@ -103,6 +104,7 @@ func TestInstructionsCapCheck(t *testing.T) {
 // past its cap is not written; the attempt fails saying so, and the task tries again
 // while it has attempts.
 func TestResultOverDocumentCapFailsAttempt(t *testing.T) {
+	t.Parallel()
 	wf := &bus.Workflow{ID: "w", Agent: "x", Title: "doc", State: bus.WorkflowRunning, Tasks: []bus.Task{
 		{ID: "a", Instructions: strings.Repeat("i", 6<<10), ResultSchema: json.RawMessage(textSchema), MaxAttempts: 2, State: bus.TaskRunning,
 			Attempts: []bus.Attempt{{N: 1, Turn: "w-a-1"}}},
@@ -138,6 +140,7 @@ func TestResultOverDocumentCapFailsAttempt(t *testing.T) {
 }
 
 func TestTooLarge(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err  error
 		want bool
@@ -184,23 +187,8 @@ func (r *fakeRunner) Abort(string, string) error { return nil }
 // newTestEngine is an engine on an embedded server, with run as its runner.
 func newTestEngine(t *testing.T, run Runner) *Engine {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	nc, err := srv.Connect("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := bustest.JetStream(t, bustest.Server(t, nil), "test")
 	return NewEngine(js, 1, run, quiet)
 }
 
@@ -209,6 +197,7 @@ func newTestEngine(t *testing.T, run Runner) *Engine {
 // ends, its other task done) and Settle succeeds, so the ended turn's intake message is
 // acknowledged rather than settled again and again. Settling it again changes nothing.
 func TestUnqueueableTurnFailsTask(t *testing.T) {
+	t.Parallel()
 	run := &fakeRunner{refuse: func(spec bus.TurnSpec) error {
 		if spec.Task == "b" {
 			return fmt.Errorf("start turn %s: %w", spec.ID, durable.SpecTooLarge(1229588, 1048576))
@@ -255,6 +244,7 @@ func TestUnqueueableTurnFailsTask(t *testing.T) {
 // under the bus's 1 MiB, holds summaries only (no instructions or results), and the
 // pages walk every workflow once, newest first; a state filter pages the same way.
 func TestWorkflowListPages(t *testing.T) {
+	t.Parallel()
 	e := newTestEngine(t, &fakeRunner{})
 	ctx := t.Context()
 	var ids []string // oldest first
@@ -362,6 +352,7 @@ func TestWorkflowListPages(t *testing.T) {
 // in its size and says how to read those it leaves out; with task_id, one task's whole
 // result.
 func TestViewLeavesOutResultsPastItsSize(t *testing.T) {
+	t.Parallel()
 	wf := &bus.Workflow{ID: "w", Title: "big results", State: bus.WorkflowCompleted}
 	for i := range 5 {
 		wf.Tasks = append(wf.Tasks, bus.Task{ID: fmt.Sprintf("t%d", i), State: bus.TaskDone, MaxAttempts: 1, Result: textResult(60 << 10)})

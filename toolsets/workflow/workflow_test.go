@@ -7,6 +7,7 @@ import (
 )
 
 func TestSubmitSpecWrapsTheSchema(t *testing.T) {
+	t.Parallel()
 	result := `{"$schema":"https://json-schema.org/draft/2020-12/schema","type":"object",` +
 		`"properties":{"item":{"$ref":"#/$defs/item"},"tags":{"type":"array","items":{"type":"string"}}},` +
 		`"required":["item"],"$defs":{"item":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}}`
@@ -36,6 +37,7 @@ func TestSubmitSpecWrapsTheSchema(t *testing.T) {
 }
 
 func TestCheckResultSchemaNamesThePath(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		schema, want string
 	}{
@@ -60,6 +62,7 @@ func TestCheckResultSchemaNamesThePath(t *testing.T) {
 }
 
 func TestDefinitionCheck(t *testing.T) {
+	t.Parallel()
 	good := json.RawMessage(`{"type":"object","properties":{"x":{"type":"string"}},"required":["x"]}`)
 	def := Definition{Title: "", Tasks: []TaskDef{
 		{ID: "a", Instructions: "A", ResultSchema: good},
@@ -103,6 +106,7 @@ func TestDefinitionCheck(t *testing.T) {
 }
 
 func TestRender(t *testing.T) {
+	t.Parallel()
 	results := map[string]json.RawMessage{
 		"a": json.RawMessage(`{ "name": "bleve", "stars": 10, "tags": ["search"], "owner": {"login": "blevesearch"} }`),
 	}
