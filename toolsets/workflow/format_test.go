@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
