@@ -143,7 +143,7 @@ func TestRunDemo(t *testing.T) {
 		"✓ Listed 4 entries in the home directory (",
 		"✓ Read 8 lines of README.md (",
 		"✓ Read 5 lines of notes.txt (",
-		"↳ read_file: arguments repaired (repair)\n",
+		"↳ read_file (Read 5 lines of notes.txt): arguments repaired (repair)\n",
 		"→ Running `sh check.sh`\n",
 		"✓ Ran `sh check.sh` (exit 0) (",
 		"✓ Updated the todo list: 0 of 3 done (",
