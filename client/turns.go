@@ -255,3 +255,30 @@ type RunOutput struct {
 	Status     bus.TurnStatus `json:"status"`
 	Transcript []gateway.Item `json:"transcript"`
 }
+
+// Ended reads a turn's end from its record, for a follower that may have missed the
+// done status (its connection moved to another server while the turn ended: a
+// subscription hears nothing that was published while it was away). ok is false while
+// the turn runs, or when the bus keeps no record of it. The status has the record's
+// state, owner, step and error, each call's outcome as its batch stored it, and the
+// final text from the transcript.
+func (c *Client) Ended(ctx context.Context, turn string) (st bus.TurnStatus, ok bool, err error) {
+	rec, err := c.Record(ctx, turn)
+	if err != nil || rec == nil || !rec.State.Ended() {
+		return bus.TurnStatus{}, false, err
+	}
+	st = bus.TurnStatus{Turn: turn, Node: rec.Owner, Agent: rec.Spec.Agent, Kind: rec.Spec.Kind,
+		State: rec.State, Step: rec.Step, Error: rec.Error, Time: rec.Updated}
+	for _, cs := range rec.Batch {
+		st.Calls = append(st.Calls, bus.CallRecord{Call: cs.Call, Tool: cs.Tool, Namespace: cs.Namespace, Outcome: cs.Outcome})
+	}
+	if items, terr := c.Transcript(ctx, turn); terr == nil {
+		for i := len(items) - 1; i >= 0; i-- {
+			if it := items[i]; it.Kind == gateway.KindMessage && it.Role == gateway.RoleAssistant && it.Text != "" {
+				st.Text = it.Text
+				break
+			}
+		}
+	}
+	return st, true, nil
+}

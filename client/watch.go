@@ -20,6 +20,7 @@ type Watch struct {
 	// C delivers the messages, in the order the server sent them.
 	C <-chan bus.TurnMessage
 
+	c    *Client
 	sub  *nats.Subscription
 	stop chan struct{}
 	once sync.Once
@@ -45,7 +46,7 @@ func (c *Client) Watch(turn string) (*Watch, error) {
 // watch subscribes to subject, one under the turns' subjects.
 func (c *Client) watch(subject string) (*Watch, error) {
 	ch := make(chan bus.TurnMessage, watchBuffer)
-	w := &Watch{C: ch, stop: make(chan struct{})}
+	w := &Watch{C: ch, c: c, stop: make(chan struct{})}
 	sub, err := c.nc.Subscribe(subject, func(m *nats.Msg) {
 		tm, err := bus.DecodeTurnMessage(m)
 		if err != nil {
@@ -148,6 +149,11 @@ func FollowWatch(ctx context.Context, w *Watch, turn string, giveUp time.Duratio
 		case <-ctx.Done():
 			return bus.TurnStatus{}, ctx.Err()
 		case <-silent.C:
+			// A lease without a word: the turn may have ended while this connection
+			// was moving to another server, its done status missed. Its record says.
+			if st, ok := w.Ended(ctx, turn); ok {
+				return st, nil
+			}
 			if _, waited := live.Silent(); live.Lost(giveUp) {
 				return bus.TurnStatus{}, fmt.Errorf("turn %s: %w within %s", turn, ErrNodeLost, waited)
 			}
@@ -168,4 +174,16 @@ func FollowWatch(ctx context.Context, w *Watch, turn string, giveUp time.Duratio
 			}
 		}
 	}
+}
+
+// endedPatience bounds reading a turn's record and transcript on a silence.
+const endedPatience = 5 * time.Second
+
+// Ended reads the watched turn's end from its record, for a follower that heard nothing
+// for a lease (Client.Ended): false while it runs.
+func (w *Watch) Ended(ctx context.Context, turn string) (bus.TurnStatus, bool) {
+	ctx, cancel := context.WithTimeout(ctx, endedPatience)
+	defer cancel()
+	st, ok, err := w.c.Ended(ctx, turn)
+	return st, ok && err == nil
 }

@@ -227,6 +227,12 @@ func followTurn(ctx context.Context, bc *busConn, nodeName string, req bus.TurnS
 				r.println(r.style(ansiDim, l))
 			}
 		case <-lost.C:
+			// A lease without a word: the turn may have ended while this connection
+			// was moving to another server (a paused one), its done status missed.
+			if st, ok := w.Ended(ctx, req.ID); ok {
+				r.done(st, time.Since(began))
+				return st, nil
+			}
 			if err := ow.silent(); err != nil {
 				return bus.TurnStatus{}, err
 			}
