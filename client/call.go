@@ -15,8 +15,8 @@ import (
 )
 
 // Tool looks up a tool served on the bus by its name (namespace.name for a namespaced
-// one) in the bus's live catalog. A name nobody serves is catalog.ErrNotServed, with
-// the served names in its text.
+// one) in the bus's live catalog. A name nobody serves is catalog.ErrNotServed
+// (errors.Is), its text naming the tools that are served.
 func (c *Client) Tool(ctx context.Context, name string) (*toolbus.Spec, error) {
 	cat := catalog.New(c.nc, catalog.Options{Logger: c.log})
 	if err := cat.Refresh(ctx); err != nil {
@@ -24,7 +24,7 @@ func (c *Client) Tool(ctx context.Context, name string) (*toolbus.Spec, error) {
 	}
 	spec, err := cat.Lookup(name)
 	if errors.Is(err, catalog.ErrNotServed) {
-		return nil, fmt.Errorf("%w: unknown tool %q; the tools served on %s are: %s", catalog.ErrNotServed, name, c.where, servedNames(cat))
+		return nil, &refusal{msg: fmt.Sprintf("unknown tool %q; the tools served on %s are: %s", name, c.where, servedNames(cat)), is: catalog.ErrNotServed}
 	}
 	return spec, err
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -59,14 +57,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer bc.Close()
-	cat := catalog.New(bc.nc, catalog.Options{Logger: newLogger(stderr)})
-	if err := cat.Refresh(ctx); err != nil {
-		return err
-	}
-	tool, err := cat.Lookup(name)
-	if errors.Is(err, catalog.ErrNotServed) {
-		return fmt.Errorf("unknown tool %q; the tools served on %s are: %s", name, bc.where, strings.Join(servedNames(cat), ", "))
-	}
+	tool, err := bc.cl.Tool(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -143,20 +134,6 @@ func gatingNote(ctx context.Context, nc *nats.Conn, agent string, tool *toolbus.
 		why = "it has no profile, so not " + what
 	}
 	return fmt.Sprintf("agent %s's turns would not have %s (%s); call runs it anyway: a direct call skips the profile's gating", agent, tool.QualifiedName(), why)
-}
-
-// servedNames lists the qualified names of the tools on the bus.
-func servedNames(cat *catalog.Catalog) []string {
-	var names []string
-	for _, c := range cat.Categories() {
-		for _, s := range c.Specs {
-			names = append(names, s.QualifiedName())
-		}
-	}
-	if len(names) == 0 {
-		return []string{"none"}
-	}
-	return names
 }
 
 func rungNames(rungs []schema.Rung) []string {
