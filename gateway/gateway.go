@@ -31,6 +31,35 @@ type Request struct {
 	ParallelToolCalls bool
 	// Step counts model calls in this turn, from 0.
 	Step int
+	// Stream, when set, asks for the response as it arrives. A gateway that streams calls
+	// it with each piece in the order the provider sent it, on Respond's goroutine, before
+	// Respond returns; the Response Respond returns still holds every item whole. A gateway
+	// that does not stream (or is told not to) never calls it. It must not block for long:
+	// the provider's connection waits on it.
+	Stream func(StreamEvent)
+}
+
+// StreamEventKind names a piece of a streamed response.
+type StreamEventKind string
+
+const (
+	// StreamText is a piece of assistant text (Text), in order; Index is the position of
+	// the message item it belongs to.
+	StreamText StreamEventKind = "text"
+	// StreamItem is an item that is complete (Item): a function call whose arguments are
+	// whole and may be dispatched at once, a message, a reasoning or opaque item. A call
+	// cut by the output limit never arrives as a StreamItem; it is only in the Response,
+	// marked Truncated.
+	StreamItem StreamEventKind = "item"
+)
+
+// StreamEvent is one piece of a streamed response.
+type StreamEvent struct {
+	Kind StreamEventKind
+	// Index is the item's position in the response's output, as the provider numbers it.
+	Index int
+	Text  string
+	Item  *Item
 }
 
 // ItemKind is the kind of a transcript item.
