@@ -577,39 +577,78 @@ func TestSoakDurableTurns(t *testing.T) {
 		})
 	}
 
-	// Kill and start again a node at a time while the turns run.
+	// Read the records through the node that is never killed, each read bounded: a
+	// request sent while a connection is being re-established waits out its context.
+	js, err := jetstream.New(connect(t, steady.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// record reads a turn's record; the zero record when it cannot be read now.
+	record := func(id string) bus.TurnRecord {
+		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer rcancel()
+		store, err := durable.Open(rctx, js, durable.Config{})
+		if err != nil || !store.HasTurns() {
+			return bus.TurnRecord{}
+		}
+		rec, _, _ := store.Record(rctx, id)
+		return rec
+	}
+	// holder is a node that may be stopped and a running turn it holds: each stop then
+	// costs a turn its node, whatever the machine's speed.
+	holder := func() (*node, string) {
+		for _, id := range ids {
+			rec := record(id)
+			if rec.State != bus.TurnRunning {
+				continue
+			}
+			for _, v := range nodes[:2] {
+				if rec.Owner == v.name {
+					return v, id
+				}
+			}
+		}
+		return nil, ""
+	}
+
+	// Stop a node at a time while the turns run, a pause and a kill in turn.
 	stop := make(chan struct{})
 	var chaos sync.WaitGroup
-	// A kill at a time, and a pause after each restart for the cluster to settle: a
+	// A stop at a time, and a pause after each restart for the cluster to settle: a
 	// three-node cluster keeps its quorum through one node lost, not through constant churn.
 	kills, pauses, maxKills := 0, 0, max(2, n/10)
 	var chaosErr error
+	wait := func(d time.Duration) bool {
+		select {
+		case <-stop:
+			return false
+		case <-time.After(d):
+			return true
+		}
+	}
 	chaos.Go(func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			case <-time.After(time.Second):
-			}
+		for wait(250 * time.Millisecond) {
 			if kills+pauses >= maxKills {
 				return
 			}
-			victim := nodes[i%2]
-			if i%2 == 0 {
-				// A pause longer than the lease and a takeover, then on: a paused node
-				// is a lost node, and woken it writes nothing for the turns it lost.
+			victim, turn := holder()
+			if victim == nil {
+				continue
+			}
+			if pauses <= kills {
+				// Paused until another node has taken the turn (a paused node is a lost
+				// node), then on: woken, it writes nothing for the turns it lost.
 				pid := victim.proc.cmd.Process.Pid
 				_ = syscall.Kill(-pid, syscall.SIGSTOP)
 				pauses++
-				select {
-				case <-stop:
-				case <-time.After(6 * time.Second):
+				for until := time.Now().Add(time.Minute); time.Now().Before(until) && wait(100*time.Millisecond); {
+					if rec := record(turn); rec.Owner != "" && rec.Owner != victim.name || rec.State.Ended() {
+						break
+					}
 				}
 				_ = syscall.Kill(-pid, syscall.SIGCONT)
-				select {
-				case <-stop:
+				if !wait(time.Second) {
 					return
-				case <-time.After(time.Second):
 				}
 				continue
 			}
@@ -622,25 +661,15 @@ func TestSoakDurableTurns(t *testing.T) {
 					chaosErr = fmt.Errorf("node %s did not come back: %v\n%s", victim.name, victim.proc.err, tail(victim.proc.stderr.String()))
 					return
 				}
-				select {
-				case <-stop:
+				if !wait(50 * time.Millisecond) {
 					return
-				case <-time.After(50 * time.Millisecond):
 				}
 			}
-			select {
-			case <-stop:
+			if !wait(3 * time.Second) {
 				return
-			case <-time.After(3 * time.Second):
 			}
 		}
 	})
-	// Read the records through the node that is never killed, each read bounded: a
-	// request sent while a connection is being re-established waits out its context.
-	js, err := jetstream.New(connect(t, steady.url))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var states map[string]int
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -695,6 +724,10 @@ func TestSoakDurableTurns(t *testing.T) {
 		}
 		repeated += a.RepeatedPos
 		stale += a.StaleAfterFence
+		if a.RepeatedPos+a.StaleAfterFence > 0 {
+			t.Logf("%s: claims of its messages in stream order %v", id, a.Epochs)
+			logRecord(t, js, id)
+		}
 		for _, k := range a.Outputs {
 			if k > 1 {
 				doubleOutputs++
@@ -731,4 +764,34 @@ func TestSoakDurableTurns(t *testing.T) {
 		return nil
 	})
 	t.Logf("%s: %d toolbus goroutines and %d MiB resident at the start, %d and %d MiB at the end", steady.name, startG, startMem>>20, endG, endMem>>20)
+}
+
+// logRecord logs a turn's record and its transcript's messages as stored (position,
+// claim, step, the kinds of their items): what a failed audit needs to be read.
+func logRecord(t *testing.T, js jetstream.JetStream, id string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store, err := durable.Open(ctx, js, durable.Config{})
+	if err != nil {
+		t.Logf("%s: open the store: %v", id, err)
+		return
+	}
+	if rec, _, err := store.Record(ctx, id); err == nil {
+		b, _ := json.Marshal(rec)
+		t.Logf("%s: record %s", id, b)
+	}
+	msgs, err := store.StoredTranscript(ctx, id)
+	if err != nil {
+		t.Logf("%s: stored transcript: %v", id, err)
+		return
+	}
+	for _, m := range msgs {
+		var items []struct {
+			Kind   string `json:"kind"`
+			CallID string `json:"call_id"`
+		}
+		_ = json.Unmarshal(m.Data, &items)
+		t.Logf("%s: seq %d pos %s epoch %s step %s items %v", id, m.Seq, m.Header.Get(bus.HeaderSeq), m.Header.Get(bus.HeaderEpoch), m.Header.Get(bus.HeaderStep), items)
+	}
 }
