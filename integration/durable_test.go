@@ -68,16 +68,29 @@ func slowhostBinary(t testing.TB) string {
 
 // slowhost is a running slowhost process and its execution log.
 type slowhost struct {
-	proc *process
-	log  string
+	proc    *process
+	log     string
+	release string // created by Release
+}
+
+// held is the seconds of a slow call held until releaseHeld.
+const held = -1
+
+// releaseHeld ends every held call, those in flight and those to come.
+func (h *slowhost) releaseHeld(t testing.TB) {
+	t.Helper()
+	if err := os.WriteFile(h.release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // startSlowhost starts slowhost connected to the given client URLs (it reconnects to
 // any of them) and waits until the bus sees its category.
 func startSlowhost(t testing.TB, nc *nats.Conn, urls ...string) *slowhost {
 	t.Helper()
-	h := &slowhost{log: filepath.Join(t.TempDir(), "slowhost.log")}
-	h.proc = startProcess(t, "slowhost", slowhostBinary(t), "-server", strings.Join(urls, ","), "-log", h.log)
+	dir := t.TempDir()
+	h := &slowhost{log: filepath.Join(dir, "slowhost.log"), release: filepath.Join(dir, "release")}
+	h.proc = startProcess(t, "slowhost", slowhostBinary(t), "-server", strings.Join(urls, ","), "-log", h.log, "-release", h.release)
 	checkFor(t, "slowhost on the bus", func() error {
 		if _, err := nc.Request("$SRV.PING.toolbus-slow", nil, time.Second); err != nil {
 			return fmt.Errorf("slowhost not on the bus: %v\n%s", err, h.proc.stderr.String())
@@ -265,8 +278,8 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 	started := startedTurns(t, nc)
 	script := slowScript(t, []scriptCall{
 		slowCall("q1", "wait", 0), // finishes and is recorded before the kill
-		slowCall("r1", "wait", 4), // read-only, in flight: runs again
-		slowCall("d1", "mark", 4), // destructive, in flight: abandoned
+		slowCall("r1", "wait", held), // read-only, in flight: runs again
+		slowCall("d1", "mark", held), // destructive, in flight: abandoned
 	})
 	run := startProcess(t, "toolbus run", cliBin(t), "run", "-server", strings.Join(urls, ","), "-agent", "dur",
 		"-model", "script:"+script, "-json", "work slowly")
@@ -283,6 +296,14 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 		t.Fatalf("turn started on unknown node %q", first.Node)
 	}
 	owner.proc.kill()
+	// Held until the read-only call runs again on the node that resumed the turn.
+	checkFor(t, "r1 started again", func() error {
+		if n := host.count("start r1"); n < 2 {
+			return fmt.Errorf("r1 started %d times", n)
+		}
+		return nil
+	})
+	host.releaseHeld(t)
 	if code := run.wait(t); code != 0 {
 		t.Fatalf("toolbus run exited %d\nstdout:\n%s\nstderr:\n%s", code, run.stdout.String(), run.stderr.String())
 	}

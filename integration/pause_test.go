@@ -96,8 +96,8 @@ func TestPausedNodeIsFenced(t *testing.T) {
 		list := append([]string{via.url}, otherURLs(nodes, via))
 		script := slowScript(t, []scriptCall{
 			slowCall(fmt.Sprintf("q%d", i), "wait", 0),
-			slowCall(fmt.Sprintf("r%d", i), "wait", 8),
-			slowCall(fmt.Sprintf("d%d", i), "mark", 8),
+			slowCall(fmt.Sprintf("r%d", i), "wait", held),
+			slowCall(fmt.Sprintf("d%d", i), "mark", held),
 		})
 		run := startProcess(t, fmt.Sprintf("toolbus run %d", i), cliBin(t), "run", "-server", strings.Join(list, ","),
 			"-agent", "dur", "-model", "script:"+script, "-json", "work slowly")
@@ -171,6 +171,9 @@ func TestPausedNodeIsFenced(t *testing.T) {
 	// in hand must be refused.
 	woke := time.Now()
 	resume()
+	// And the calls in flight end: the new owners' ones, and the paused node's, whose
+	// answers its turns no longer take.
+	host.releaseHeld(t)
 
 	for i, c := range clients {
 		if code := c.proc.wait(t); code != 0 {

@@ -1,6 +1,8 @@
 // Command slowhost serves the category "slow" for the durable-turn tests: tools that take
 // the time they are asked for and log each execution's start and end to a file, so a
-// test can count how often each call ran. It is a plain micro service (catalog.Serve),
+// test can count how often each call ran. A call asked to wait a negative number of
+// seconds is held until the release file (-release) exists: a test then decides when
+// the calls in flight end, instead of guessing a duration long enough. It is a plain micro service (catalog.Serve),
 // as a worker in another process would be, and reconnects to any node of the cluster.
 package main
 
@@ -27,6 +29,7 @@ import (
 func main() {
 	servers := flag.String("server", "", "comma-separated NATS URLs")
 	logPath := flag.String("log", "", "file to log executions to")
+	release := flag.String("release", "", "file whose existence ends the held calls (seconds < 0)")
 	flag.Parse()
 	nc, err := nats.Connect(*servers, nats.Name("slowhost"), nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond),
 		// As bus.Dial: a server that stops running (paused) is left within seconds.
@@ -63,7 +66,15 @@ func main() {
 			}
 			_ = json.Unmarshal(r.Data(), &a)
 			note("start " + a.ID)
-			time.Sleep(time.Duration(a.Seconds * float64(time.Second)))
+			if a.Seconds < 0 {
+				// A poll of a file, in a test's helper: no bus subject for the test to
+				// be allowed to publish on.
+				for _, err := os.Stat(*release); err != nil; _, err = os.Stat(*release) {
+					time.Sleep(20 * time.Millisecond)
+				}
+			} else {
+				time.Sleep(time.Duration(a.Seconds * float64(time.Second)))
+			}
 			note("end " + a.ID)
 			b, _ := json.Marshal(bus.ToolReply{Call: req.Call, Tool: s.Name, Outcome: bus.OutcomeOK,
 				Content: []bus.ContentPart{{Type: bus.ContentText, Text: s.Name + " " + a.ID + " done"}}})
