@@ -10,9 +10,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
@@ -86,7 +88,7 @@ func NewAnthropic(model string, cfg Config) (*Anthropic, error) {
 		option.WithMaxRetries(cfg.maxRetries()),
 		// No option.WithRequestTimeout, as for the OpenAI gateways: boundAttempts times
 		// each attempt itself, its body (the whole stream) included, and caps the body.
-		option.WithMiddleware(logAttempts(ProviderAnthropic, c.log, c.red), cfg.boundAttempts(ep.url)),
+		option.WithMiddleware(logAttempts(ProviderAnthropic, c.log, c.red), cfg.boundAttempts(ep.url), capRetryAfter(c.log)),
 		// An environment variable of the SDK would put the requests' content (tool
 		// outputs, which may hold secrets) into its spans; toolbus says what it records.
 		option.WithOpenTelemetryTracesContentMode(option.OpenTelemetryContentModeMetadataOnly),
@@ -102,6 +104,49 @@ func NewAnthropic(model string, cfg Config) (*Anthropic, error) {
 	// ANTHROPIC_* variables other than the two ConfigFromEnv reads (profiles, auth
 	// tokens, custom headers) never reach a request unasked.
 	return &Anthropic{client: c, ep: ep, service: anthropic.NewMessageService(opts...)}, nil
+}
+
+// maxRetryAfter is the longest wait a server's retry-after may ask for and be retried,
+// as the OpenAI SDK has it; the Anthropic SDK would wait as long as it is told.
+const maxRetryAfter = 2 * time.Minute
+
+// capRetryAfter ends the call on a retriable answer whose retry-after (or
+// retry-after-ms) asks for a wait over maxRetryAfter, through the SDK's own
+// x-should-retry header, so that the three wires wait alike.
+func capRetryAfter(log *slog.Logger) option.Middleware {
+	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(req)
+		if err != nil || !retriable(res.StatusCode) {
+			return res, err
+		}
+		if wait, ok := retryAfter(res.Header); ok && wait > maxRetryAfter {
+			log.LogAttrs(req.Context(), slog.LevelWarn, "the server asks for a wait longer than toolbus retries after; not retried",
+				slog.String("provider", ProviderAnthropic), slog.Int("status", res.StatusCode), slog.Duration("wait", wait), slog.Duration("max", maxRetryAfter))
+			res.Header.Set("X-Should-Retry", "false")
+		}
+		return res, nil
+	}
+}
+
+// retryAfter reads the wait a server asks for as the SDK does: retry-after-ms, else
+// retry-after in seconds or as an HTTP date.
+func retryAfter(h http.Header) (time.Duration, bool) {
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		if ms, err := strconv.ParseFloat(v, 64); err == nil {
+			return time.Duration(ms * float64(time.Millisecond)), true
+		}
+	}
+	v := h.Get("Retry-After")
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseFloat(v, 64); err == nil {
+		return time.Duration(s * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return time.Until(t), true
+	}
+	return 0, false
 }
 
 // IsAnthropicAPI reports whether baseURL is the Anthropic API: https on AnthropicHost,

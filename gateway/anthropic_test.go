@@ -559,6 +559,20 @@ func TestAnthropicRetries(t *testing.T) {
 			t.Errorf("third attempt's retry count %q", got)
 		}
 	})
+	t.Run("retry-after too long", func(t *testing.T) {
+		t.Parallel()
+		api := newFakeAPI(t, exchange{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "600"},
+			body: `{"type":"error","error":{"type":"rate_limit_error","message":"rate limited"}}`})
+		var logs bytes.Buffer
+		_, err := newAnthropic(t, anthropicConfig(api, &logs)).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+		var gwErr *gateway.Error
+		if !errors.As(err, &gwErr) || gwErr.Status != http.StatusTooManyRequests || !strings.Contains(gwErr.Message, "rate_limit_error: rate limited") {
+			t.Fatalf("err = %v, want the 429 at once", err)
+		}
+		if n := len(api.requests()); n != 1 || !strings.Contains(logs.String(), "not retried") {
+			t.Errorf("%d requests; logs:\n%s", n, logs.String())
+		}
+	})
 	for _, tc := range []struct {
 		status int
 		body   string
