@@ -593,3 +593,51 @@ func TestRunModelServerSilent(t *testing.T) {
 		t.Errorf("stderr:\n%s\nwant three failed attempts, then:%s", stderr, want)
 	}
 }
+
+// ANTHROPIC_API_KEY goes only to Anthropic and to the ANTHROPIC_BASE_URL it is set
+// with: a server at another -base-url gets no key, or the one -api-key-file (or
+// TOOLBUS_MODEL_API_KEY) gives it, always as x-api-key; OPENAI_BASE_URL is not the
+// endpoint of an anthropic: model.
+func TestRunAnthropicKeyScope(t *testing.T) {
+	const anthropicKey = "sk-ant-never-local-7d6c5b4a"
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	answer := modelStep{body: anthropicMessage("msg_1", "end_turn", 0, 0, `{"type":"text","text":"Hello."}`)}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		baseURL bool // -base-url names the server
+		key     string
+	}{
+		{"ANTHROPIC_API_KEY withheld", nil, nil, true, ""},
+		{"key file", []string{"-api-key-file", keyFile}, nil, true, fakeKey},
+		{"the endpoint's variable", nil, map[string]string{gateway.EnvModelAPIKey: fakeKey}, true, fakeKey},
+		{"ANTHROPIC_BASE_URL with its key", nil, map[string]string{gateway.EnvAnthropicBaseURL: "SERVER"}, false, anthropicKey},
+		{"OPENAI_BASE_URL beside it", nil, map[string]string{gateway.EnvAnthropicBaseURL: "SERVER", gateway.EnvBaseURL: "http://openai.invalid/v1"}, false, anthropicKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newModelServer(t, "/v1/messages", answer)
+			srv.authHeader, srv.auth = "X-Api-Key", tc.key
+			t.Setenv(gateway.EnvAnthropicKey, anthropicKey)
+			for _, k := range []string{gateway.EnvModelAPIKey, gateway.EnvAnthropicBaseURL, gateway.EnvBaseURL} {
+				t.Setenv(k, strings.ReplaceAll(tc.env[k], "SERVER", srv.srv.URL))
+			}
+			args := []string{"run", "-model", "anthropic:claude-test", "-home", demoHome}
+			if tc.baseURL {
+				args = append(args, "-base-url", srv.srv.URL)
+			}
+			code, stdout, stderr := cli(testContext(t), append(append(args, tc.args...), demoPrompt)...)
+			if code != exitOK || srv.requests() != 1 {
+				t.Fatalf("exit %d after %d requests; stderr:\n%s\nstdout:\n%s", code, srv.requests(), stderr, stdout)
+			}
+			for _, key := range []string{anthropicKey, fakeKey} {
+				if strings.Contains(stdout+stderr, key) {
+					t.Errorf("a key was printed:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+				}
+			}
+		})
+	}
+}
