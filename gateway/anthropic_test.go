@@ -617,6 +617,7 @@ func TestAnthropicKeyScope(t *testing.T) {
 		{"the same endpoint given twice", map[string]string{gateway.EnvAnthropicKey: anthropicKey, gateway.EnvAnthropicBaseURL: "SERVER/"}, true, anthropicKey},
 		{"the endpoint's own key", map[string]string{gateway.EnvAnthropicKey: anthropicKey, gateway.EnvModelAPIKey: endpointKey}, true, endpointKey},
 		{"OPENAI_BASE_URL is not the endpoint", map[string]string{gateway.EnvAnthropicKey: anthropicKey, gateway.EnvAnthropicBaseURL: "SERVER", gateway.EnvBaseURL: "http://openai-proxy.invalid/v1"}, false, anthropicKey},
+		{"-base-url is the endpoint, also when OPENAI_BASE_URL names it", map[string]string{gateway.EnvAnthropicKey: anthropicKey, gateway.EnvBaseURL: "SERVER"}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := newFakeAPI(t, hello)
@@ -628,7 +629,7 @@ func TestAnthropicKeyScope(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.flag {
-				cfg.BaseURL = api.srv.URL
+				cfg.SetBaseURL(api.srv.URL)
 			}
 			cfg.HTTPClient = api.srv.Client()
 			if _, err := ask(t, newAnthropic(t, cfg)); err != nil {

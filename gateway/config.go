@@ -158,6 +158,11 @@ func ConfigFromEnv() (Config, error) {
 	return c, nil
 }
 
+// SetBaseURL sets the base URL given for the model (a flag, a program's setting),
+// whatever its gateway. Unlike OPENAI_BASE_URL, which ConfigFromEnv reads for the
+// OpenAI-protocol gateways alone, it is the Anthropic gateway's endpoint too.
+func (c *Config) SetBaseURL(u string) { c.BaseURL, c.envBaseURL = u, "" }
+
 // maxKeyFile bounds a key file: a key is a line, not a document.
 const maxKeyFile = 64 << 10
 

@@ -49,7 +49,7 @@ func (g *GatewayFlags) Config() (gateway.Config, error) {
 		return gateway.Config{}, err
 	}
 	if g.BaseURL != "" {
-		gw.BaseURL = g.BaseURL
+		gw.SetBaseURL(g.BaseURL)
 	}
 	if g.KeyFile != "" {
 		if gw.APIKey, err = gateway.ReadKeyFile(g.KeyFile); err != nil {
