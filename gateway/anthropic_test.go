@@ -701,3 +701,27 @@ func TestAnthropicToolNames(t *testing.T) {
 		t.Errorf("the tool search's name: err = %v", err)
 	}
 }
+
+// A response the API paused (pause_turn, a long run of its hosted tools) is sent back
+// as it is and continued within the same step; the step holds both parts.
+func TestAnthropicPauseTurn(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t,
+		exchange{body: anthropicMessage("msg_1", "pause_turn", "", textBlock("Searching."), futureBlock)},
+		exchange{body: anthropicMessage("msg_2", "end_turn", "", textBlock("Found it."))},
+	)
+	resp, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(),
+		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("Find a.md.")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kinds(resp.Items), []gateway.ItemKind{gateway.KindMessage, gateway.KindOpaque, gateway.KindMessage}; !slices.Equal(got, want) {
+		t.Fatalf("items %v, want %v", got, want)
+	}
+	if resp.ID != "msg_2" || resp.Text() != "Searching.\nFound it." || resp.Usage.OutputTokens != 24 {
+		t.Errorf("response %+v", resp)
+	}
+	if want := `{"content":[{"text":"Searching.","type":"text"},` + compact(t, []byte(futureBlock)) + `],"role":"assistant"}`; !strings.Contains(string(api.requests()[1].body), want) {
+		t.Errorf("the paused content was not sent back; want %s in\n%s", want, api.requests()[1].body)
+	}
+}
