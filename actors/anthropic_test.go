@@ -7,15 +7,20 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // anthropicServer speaks the Messages API (POST /v1/messages, JSON): each request is
@@ -166,6 +171,76 @@ func TestAnthropicTurn(t *testing.T) {
 		if c.Type == "tool_result" {
 			t.Errorf("a second tool_result after the first %d: %+v", len(uses), c)
 		}
+	}
+}
+
+// A durable turn whose spec names an anthropic: model: the node opens it with its own
+// gateway configuration, and the turn runs two read-only list_files at once.
+func TestAnthropicDurableTurn(t *testing.T) {
+	t.Parallel()
+	api := newAnthropicServer(t,
+		messagesAnswer("msg_1", "tool_use",
+			`{"type":"tool_use","id":"toolu_01A","name":"list_files","input":{"path":"."}}`,
+			`{"type":"tool_use","id":"toolu_01B","name":"list_files","input":{"path":"sub"}}`),
+		messagesAnswer("msg_2", "end_turn", `{"type":"text","text":"Listed."}`),
+	)
+	home := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(home, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(home, "sub", "notes.txt"), []byte("hi\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	n, err := StartNode(ctx, NodeConfig{
+		Name:       "n1",
+		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
+		Categories: []string{computer.Category},
+		Home:       home,
+		Turns:      true,
+		Gateway:    gateway.Config{BaseURL: api.srv.URL, APIKey: "sk-ant-turn-test-0a1b2c3d", HTTPClient: api.srv.Client(), MaxRetries: -1},
+		Logger:     DiscardLogger(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	id := bus.NewID()
+	done, err := n.Conn().SubscribeSync(bus.TurnStatusSubject(id, bus.StatusDone))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = done.Unsubscribe() }()
+	if err := n.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "list both", Model: "anthropic:claude-test"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	m, err := done.NextMsg(30 * time.Second)
+	if err != nil {
+		t.Fatalf("the turn did not end: %v", err)
+	}
+	var st bus.TurnStatus
+	if err := json.Unmarshal(m.Data, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.State != bus.TurnCompleted || st.Text != "Listed." || len(st.Calls) != 2 {
+		t.Fatalf("turn %s with %d calls: %q %s", st.State, len(st.Calls), st.Text, st.Error)
+	}
+	for _, c := range st.Calls {
+		if c.Outcome != bus.OutcomeOK {
+			t.Errorf("call %s: %s %s", c.Call, c.Outcome, c.Error)
+		}
+	}
+	if body := string(api.request(1)); !strings.Contains(body, `"tool_use_id":"toolu_01A"`) || !strings.Contains(body, "notes.txt") {
+		t.Errorf("the second request lacks the results:\n%s", body)
 	}
 }
 
