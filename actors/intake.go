@@ -284,6 +284,10 @@ func (in *intake) prepare(ctx context.Context, lease *durable.Lease, log *slog.L
 		in.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err), log)
 		return nil, nil
 	}
+	if err := checkTools(model, kit); err != nil {
+		in.endUnstarted(ctx, lease, bus.TurnFailed, err, log)
+		return nil, nil
+	}
 	return &TurnConfig{Spec: spec, Model: model, Kit: kit, Unavailable: func(string) { n.catalog.Kick() }}, nil
 }
 

@@ -515,6 +515,9 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 			cfg.Unavailable = func(string) { cat.Kick() }
 		}
 	}
+	if err := checkTools(cfg.Model, cfg.Kit); err != nil {
+		return "", err
+	}
 	if cfg.Spec.ID == "" {
 		cfg.Spec.ID = bus.NewID()
 	}
@@ -634,6 +637,25 @@ func (n *Node) startHere(ctx context.Context, spec bus.TurnSpec) (string, error)
 		return "", fmt.Errorf("start turn: %w", err)
 	}
 	return n.Spawn(ctx, TurnConfig{Spec: spec, Model: model})
+}
+
+// toolChecker is a model whose API has rules of its own for the tools a turn sends
+// (gateway.Anthropic: names), checked once the turn's kit is assembled rather than at
+// its first request.
+type toolChecker interface {
+	CheckTools([]*toolbus.Spec) error
+}
+
+// checkTools applies the model's rules for tools to a kit.
+func checkTools(model gateway.Model, kit *toolsets.Kit) error {
+	tc, ok := model.(toolChecker)
+	if !ok || kit == nil || kit.Tools == nil {
+		return nil
+	}
+	if err := tc.CheckTools(kit.Tools.Specs()); err != nil {
+		return fmt.Errorf("%w: %w", ErrModel, err)
+	}
+	return nil
 }
 
 func (n *Node) model(spec bus.TurnSpec) (gateway.Model, error) {

@@ -18,7 +18,11 @@ func ResumeNote(r bus.Resume) gateway.Item {
 
 // UsageNote is the note that holds one step's tokens.
 func UsageNote(step int, u bus.Usage) gateway.Item {
-	raw, _ := json.Marshal(map[string]any{"type": "toolbus.usage", "step": step, "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens})
+	note := map[string]any{"type": "toolbus.usage", "step": step, "input_tokens": u.InputTokens, "output_tokens": u.OutputTokens}
+	if u.CacheCreationInputTokens != 0 || u.CacheReadInputTokens != 0 {
+		note["cache_creation_input_tokens"], note["cache_read_input_tokens"] = u.CacheCreationInputTokens, u.CacheReadInputTokens
+	}
+	raw, _ := json.Marshal(note)
 	return gateway.Note(raw)
 }
 

@@ -82,7 +82,7 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 		}
 		res, err := m.service.New(ctx, params)
 		if err != nil {
-			return nil, classify(ctx, ProviderChat, m.cfg, m.red, err)
+			return nil, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
 		}
 		if len(res.Choices) == 0 {
 			return nil, &Error{Provider: ProviderChat, Message: "malformed response: no choices"}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -29,6 +30,12 @@ const (
 	EnvBaseURL     = "OPENAI_BASE_URL"
 	// EnvRequestTimeout is Config.RequestTimeout, in Go's duration syntax (90s, 2m).
 	EnvRequestTimeout = "TOOLBUS_REQUEST_TIMEOUT"
+	// EnvAnthropicKey is Anthropic's key (Config.AnthropicKey): it goes only to the
+	// Anthropic API, or to EnvAnthropicBaseURL of the same environment.
+	EnvAnthropicKey = "ANTHROPIC_API_KEY"
+	// EnvAnthropicBaseURL is the endpoint of the Anthropic gateway when no base URL is
+	// given (Config.AnthropicBaseURL), as the Anthropic SDKs read it.
+	EnvAnthropicBaseURL = "ANTHROPIC_BASE_URL"
 )
 
 // OpenAIHost is the host of the OpenAI API, the only one OPENAI_API_KEY is sent to
@@ -105,19 +112,39 @@ type Config struct {
 	// MaxSteps bounds the model calls of one turn. The turn enforces it; the gateways
 	// only carry it.
 	MaxSteps int
+
+	// AnthropicKey is Anthropic's key (ANTHROPIC_API_KEY), for the [Anthropic] gateway.
+	// It is sent only when APIKey is empty and the gateway's endpoint is the Anthropic
+	// API (https on AnthropicHost) or AnthropicBaseURL; no other endpoint ever sees it.
+	AnthropicKey string
+	// AnthropicBaseURL is ANTHROPIC_BASE_URL: the Anthropic gateway's endpoint when
+	// BaseURL names none (a proxy, a company gateway), and the one endpoint besides the
+	// Anthropic API that AnthropicKey, read from the same environment, is sent to.
+	AnthropicBaseURL string
+	// NoPromptCache leaves out the cache_control breakpoints the Anthropic gateway puts
+	// on the tool list and the instructions, which repeat at every step of a turn.
+	NoPromptCache bool
+
+	// envBaseURL is the OPENAI_BASE_URL ConfigFromEnv put in BaseURL: the endpoint of
+	// the OpenAI-protocol gateways, which the Anthropic gateway does not take for its own.
+	envBaseURL string
 }
 
 // ConfigFromEnv returns a Config holding OPENAI_API_KEY (as OpenAIKey),
-// TOOLBUS_MODEL_API_KEY (as APIKey), OPENAI_BASE_URL and TOOLBUS_REQUEST_TIMEOUT. When
+// TOOLBUS_MODEL_API_KEY (as APIKey), OPENAI_BASE_URL, ANTHROPIC_API_KEY,
+// ANTHROPIC_BASE_URL and TOOLBUS_REQUEST_TIMEOUT. When
 // OPENAI_API_KEY and OPENAI_BASE_URL are both set, the key is the base URL's
 // (OpenAIBaseURL), as every OpenAI SDK reads the pair. It fails only on a request
 // timeout that is no duration.
 func ConfigFromEnv() (Config, error) {
 	c := Config{
-		OpenAIKey: os.Getenv(EnvAPIKey),
-		APIKey:    os.Getenv(EnvModelAPIKey),
-		BaseURL:   os.Getenv(EnvBaseURL),
+		OpenAIKey:        os.Getenv(EnvAPIKey),
+		APIKey:           os.Getenv(EnvModelAPIKey),
+		BaseURL:          os.Getenv(EnvBaseURL),
+		AnthropicKey:     os.Getenv(EnvAnthropicKey),
+		AnthropicBaseURL: os.Getenv(EnvAnthropicBaseURL),
 	}
+	c.envBaseURL = c.BaseURL
 	if c.OpenAIKey != "" {
 		c.OpenAIBaseURL = c.BaseURL
 	}
@@ -130,6 +157,11 @@ func ConfigFromEnv() (Config, error) {
 	}
 	return c, nil
 }
+
+// SetBaseURL sets the base URL given for the model (a flag, a program's setting),
+// whatever its gateway. Unlike OPENAI_BASE_URL, which ConfigFromEnv reads for the
+// OpenAI-protocol gateways alone, it is the Anthropic gateway's endpoint too.
+func (c *Config) SetBaseURL(u string) { c.BaseURL, c.envBaseURL = u, "" }
 
 // maxKeyFile bounds a key file: a key is a line, not a document.
 const maxKeyFile = 64 << 10
@@ -302,7 +334,7 @@ func (c Config) requestOptions(provider string, log *slog.Logger, red redactor) 
 		option.WithMaxRetries(c.maxRetries()),
 		// No option.WithRequestTimeout: the SDK does not retry an attempt that
 		// timed out. boundAttempts times each attempt itself, and bounds its body.
-		option.WithMiddleware(logAttempts(provider, log, red), c.boundAttempts()),
+		option.WithMiddleware(logAttempts(provider, log, red), c.boundAttempts(c.baseURL())),
 	}
 	if c.HTTPClient != nil {
 		opts = append(opts, option.WithHTTPClient(c.HTTPClient))
@@ -366,7 +398,7 @@ func newRedactor(keys ...string) redactor {
 }
 
 // redactor of the keys of c.
-func (c Config) redactor() redactor { return newRedactor(c.APIKey, c.OpenAIKey) }
+func (c Config) redactor() redactor { return newRedactor(c.APIKey, c.OpenAIKey, c.AnthropicKey) }
 
 const redacted = "[redacted]"
 
@@ -414,10 +446,23 @@ func (r redactor) error(err error) error {
 	return &redactedError{msg: r.string(msg), err: err}
 }
 
+// endpoint is where a gateway sends its requests, and with which key: what its errors
+// name when a request fails.
+type endpoint struct {
+	url    string // the base URL
+	key    string // the key sent to it, empty for none
+	advice string // where that key comes from (keyAdvice)
+}
+
+// openAIEndpoint is the endpoint of the OpenAI-protocol gateways.
+func (c Config) openAIEndpoint() endpoint {
+	return endpoint{url: c.baseURL(), key: c.apiKey(), advice: c.keyAdvice()}
+}
+
 // classify turns an SDK error into what Respond returns: the caller's context error when
 // it ended the call, a *Error for failures that retrying will not mend, and a wrapped
 // error otherwise. Every message is redacted.
-func classify(ctx context.Context, provider string, cfg Config, red redactor, err error) error {
+func classify(ctx context.Context, provider string, ep endpoint, red redactor, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("%s: %w", provider, ctxErr)
 	}
@@ -425,7 +470,7 @@ func classify(ctx context.Context, provider string, cfg Config, red redactor, er
 	if errors.As(err, &large) {
 		return &Error{Provider: provider, Message: fmt.Sprintf(
 			"response body exceeds %s; stopped reading it (is %s an endpoint of this API? the cap is Config.MaxResponseBytes)",
-			formatBytes(large.limit), redact.URL(cfg.baseURL()))}
+			formatBytes(large.limit), redact.URL(ep.url))}
 	}
 	var timeout *attemptTimeout
 	if errors.As(err, &timeout) {
@@ -433,7 +478,11 @@ func classify(ctx context.Context, provider string, cfg Config, red redactor, er
 	}
 	var apiErr *openai.Error
 	if errors.As(err, &apiErr) {
-		return &Error{Provider: provider, Status: apiErr.StatusCode, Message: red.string(statusMessage(apiErr, cfg))}
+		return &Error{Provider: provider, Status: apiErr.StatusCode, Message: red.string(statusMessage(apiErr.StatusCode, apiErr.Message, ep))}
+	}
+	var anthropicErr *anthropic.Error
+	if errors.As(err, &anthropicErr) {
+		return anthropicError(provider, ep, red, anthropicErr)
 	}
 	var syntaxErr *json.SyntaxError
 	var typeErr *json.UnmarshalTypeError
@@ -444,21 +493,20 @@ func classify(ctx context.Context, provider string, cfg Config, red redactor, er
 }
 
 // statusMessage explains an HTTP failure, naming the likely cause of the common ones.
-func statusMessage(apiErr *openai.Error, cfg Config) string {
-	msg := apiErr.Message
+func statusMessage(status int, msg string, ep endpoint) string {
 	if msg == "" {
-		msg = http.StatusText(apiErr.StatusCode)
+		msg = http.StatusText(status)
 	}
-	switch apiErr.StatusCode {
+	switch status {
 	case http.StatusUnauthorized:
-		if cfg.apiKey() == "" {
-			return fmt.Sprintf("the endpoint wants an API key and none was sent (%s): %s", cfg.keyAdvice(), msg)
+		if ep.key == "" {
+			return fmt.Sprintf("the endpoint wants an API key and none was sent (%s): %s", ep.advice, msg)
 		}
-		return fmt.Sprintf("the API key was refused (%s): %s", cfg.keyAdvice(), msg)
+		return fmt.Sprintf("the API key was refused (%s): %s", ep.advice, msg)
 	case http.StatusForbidden:
 		return fmt.Sprintf("access denied (the key lacks permission for this model or endpoint): %s", msg)
 	case http.StatusNotFound:
-		return fmt.Sprintf("not found at %s (unknown model, or the endpoint does not speak this API): %s", redact.URL(cfg.baseURL()), msg)
+		return fmt.Sprintf("not found at %s (unknown model, or the endpoint does not speak this API): %s", redact.URL(ep.url), msg)
 	}
 	return msg
 }

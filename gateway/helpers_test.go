@@ -101,10 +101,10 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		conn.Close()
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
 	for k, v := range ex.header {
 		w.Header().Set(k, v)
 	}
-	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(cmp.Or(ex.status, http.StatusOK))
 	io.WriteString(w, ex.body)
 }

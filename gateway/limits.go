@@ -56,9 +56,9 @@ func (e *bodyTooLarge) Error() string {
 // and caps the body. The SDK reads a body whole (io.ReadAll) before decoding it; the
 // cap makes that read fail at the limit instead of growing with whatever the server
 // sends, and closing the body then drops the connection, unread.
-func (c Config) boundAttempts() option.Middleware {
+func (c Config) boundAttempts(baseURL string) option.Middleware {
 	timeout, limit := c.requestTimeout(), c.maxResponseBytes()
-	endpoint := redact.URL(c.baseURL())
+	endpoint := redact.URL(baseURL)
 	return func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 		attempt := 1
 		if n, err := strconv.Atoi(req.Header.Get("X-Stainless-Retry-Count")); err == nil {

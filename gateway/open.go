@@ -11,6 +11,8 @@ import (
 //	openai:MODEL   the OpenAI Responses API, or any endpoint speaking it (cfg.BaseURL)
 //	chat:MODEL     the Chat Completions API, e.g. a local Ollama, vLLM, llama.cpp or
 //	               LM Studio server at cfg.BaseURL
+//	anthropic:MODEL  the Anthropic Messages API, or any endpoint speaking it
+//	               (cfg.BaseURL, else cfg.AnthropicBaseURL)
 //
 // Any other spec yields an error wrapping ErrUnknownModel.
 func Open(spec string, cfg Config) (Model, error) {
@@ -25,6 +27,8 @@ func Open(spec string, cfg Config) (Model, error) {
 		return NewResponses(name, cfg)
 	case ok && kind == "chat":
 		return NewChat(name, cfg)
+	case ok && kind == "anthropic":
+		return NewAnthropic(name, cfg)
 	}
-	return nil, fmt.Errorf("%w %q: want script:FILE, openai:MODEL (Responses API) or chat:MODEL (Chat Completions, with -base-url)", ErrUnknownModel, spec)
+	return nil, fmt.Errorf("%w %q: want script:FILE, openai:MODEL (Responses API), chat:MODEL (Chat Completions, with -base-url) or anthropic:MODEL (Messages API)", ErrUnknownModel, spec)
 }

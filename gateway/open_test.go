@@ -38,7 +38,11 @@ func TestOpen(t *testing.T) {
 		{spec: "chat:qwen3:8b", cfg: local, want: "*gateway.Chat", model: "qwen3:8b"},
 		{spec: "openai:", cfg: withKey, wantErr: "names no model"},
 		{spec: "gpt-5.4", cfg: withKey, unknown: true},
-		{spec: "anthropic:claude", cfg: withKey, unknown: true},
+		{spec: "anthropic:claude-sonnet-4-5", cfg: withKey, want: "*gateway.Anthropic", model: "claude-sonnet-4-5"},
+		{spec: "anthropic:claude-sonnet-4-5", cfg: gateway.Config{AnthropicKey: testKey}, want: "*gateway.Anthropic", model: "claude-sonnet-4-5"},
+		{spec: "anthropic:claude-sonnet-4-5", cfg: openAIKey, wantErr: "no API key: set ANTHROPIC_API_KEY"},
+		{spec: "anthropic:claude-sonnet-4-5", cfg: local, want: "*gateway.Anthropic", model: "claude-sonnet-4-5"},
+		{spec: "gemini:flash", cfg: withKey, unknown: true},
 		{spec: "", unknown: true},
 	} {
 		t.Run(tc.spec, func(t *testing.T) {
@@ -48,7 +52,7 @@ func TestOpen(t *testing.T) {
 				if !errors.Is(err, gateway.ErrUnknownModel) {
 					t.Fatalf("err = %v, want ErrUnknownModel", err)
 				}
-				for _, form := range []string{"script:FILE", "openai:MODEL", "chat:MODEL"} {
+				for _, form := range []string{"script:FILE", "openai:MODEL", "chat:MODEL", "anthropic:MODEL"} {
 					if !strings.Contains(err.Error(), form) {
 						t.Errorf("error %q does not list %s", err, form)
 					}
@@ -80,6 +84,8 @@ func typeName(m gateway.Model) string {
 		return "*gateway.Responses"
 	case *gateway.Chat:
 		return "*gateway.Chat"
+	case *gateway.Anthropic:
+		return "*gateway.Anthropic"
 	}
 	return "unknown"
 }

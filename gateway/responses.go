@@ -65,7 +65,7 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 	for round := 1; ; round++ {
 		res, err := m.service.New(ctx, m.params(req, input, tools))
 		if err != nil {
-			return nil, classify(ctx, ProviderResponses, m.cfg, m.red, err)
+			return nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
 		}
 		items, searches, err := m.output(res, req.Tools)
 		if err != nil {

@@ -16,15 +16,17 @@ type GatewayFlags struct {
 	BaseURL, KeyFile string
 	RequestTimeout   time.Duration
 	HostedSearch     bool
+	NoPromptCache    bool
 }
 
-// Register adds -base-url, -api-key-file, -request-timeout and, with hostedSearch,
-// -hosted-tool-search to fs. prefix starts each usage line ("embedded node: " where a
+// Register adds -base-url, -api-key-file, -request-timeout, -no-prompt-cache and, with
+// hostedSearch, -hosted-tool-search to fs. prefix starts each usage line ("embedded node: " where a
 // command also works against a remote node, which uses its own).
 func (g *GatewayFlags) Register(fs *flag.FlagSet, prefix string, hostedSearch bool) {
-	fs.StringVar(&g.BaseURL, "base-url", "", prefix+"the model API's base URL (default env OPENAI_BASE_URL, else OpenAI). OPENAI_API_KEY is sent only to https://api.openai.com and to OPENAI_BASE_URL; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
+	fs.StringVar(&g.BaseURL, "base-url", "", prefix+"the model API's base URL (default env OPENAI_BASE_URL, else OpenAI; for anthropic: models env ANTHROPIC_BASE_URL, else Anthropic). OPENAI_API_KEY is sent only to https://api.openai.com and to OPENAI_BASE_URL, ANTHROPIC_API_KEY only to https://api.anthropic.com and to ANTHROPIC_BASE_URL; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
 	fs.StringVar(&g.KeyFile, "api-key-file", "", prefix+"a file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", 0, fmt.Sprintf(prefix+"how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
+	fs.BoolVar(&g.NoPromptCache, "no-prompt-cache", false, prefix+"anthropic: models: send no cache_control breakpoints (default: on the tool list and the instructions, which repeat at every step)")
 	if hostedSearch {
 		fs.BoolVar(&g.HostedSearch, "hosted-tool-search", false, prefix+"openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 	}
@@ -47,7 +49,7 @@ func (g *GatewayFlags) Config() (gateway.Config, error) {
 		return gateway.Config{}, err
 	}
 	if g.BaseURL != "" {
-		gw.BaseURL = g.BaseURL
+		gw.SetBaseURL(g.BaseURL)
 	}
 	if g.KeyFile != "" {
 		if gw.APIKey, err = gateway.ReadKeyFile(g.KeyFile); err != nil {
@@ -59,5 +61,6 @@ func (g *GatewayFlags) Config() (gateway.Config, error) {
 		gw.RequestTimeout = g.RequestTimeout
 	}
 	gw.HostedToolSearch = g.HostedSearch
+	gw.NoPromptCache = g.NoPromptCache
 	return gw, nil
 }

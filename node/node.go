@@ -135,7 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		defer cancel()
 	}
 	redact.AddEnvSecrets()
-	redact.AddSecrets(cfg.Node.Gateway.APIKey)
+	redact.AddSecrets(cfg.Node.Gateway.APIKey, cfg.Node.Gateway.OpenAIKey, cfg.Node.Gateway.AnthropicKey)
 
 	n := &Node{cfg: cfg}
 	if cfg.Server != "" {

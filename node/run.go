@@ -22,7 +22,7 @@ type Turn struct {
 	Agent        string
 	Instructions string
 	Input        string
-	// Model names the model: "openai:MODEL", "chat:MODEL" (with the node's
+	// Model names the model: "openai:MODEL", "chat:MODEL", "anthropic:MODEL" (with the node's
 	// Node.Gateway) or "script:FILE". Script, when set, is used instead.
 	Model string
 	// Script is a scripted model as JSON (gateway.Script: {"responses": [...]}), which

@@ -465,20 +465,26 @@ func TestTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	anthropicDefs, err := gateway.AnthropicToolDefinitions(kit.Tools.Specs())
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
 		want json.RawMessage // what the gateway sends
 		// name of definition i in its JSON
 		nameOf func(def map[string]json.RawMessage) string
+		typ    string // of every definition: "function", or none (a Messages API custom tool)
 	}{
-		{"responses", []string{"-json"}, responsesDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }},
-		{"responses explicit", []string{"-json", "-api", "responses", "-hosted-tool-search"}, responsesDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }},
+		{"responses", []string{"-json"}, responsesDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }, "function"},
+		{"responses explicit", []string{"-json", "-api", "responses", "-hosted-tool-search"}, responsesDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }, "function"},
 		{"chat", []string{"-api", "chat", "-json"}, chatDefs, func(d map[string]json.RawMessage) string {
 			var fn struct{ Name string }
 			_ = json.Unmarshal(d["function"], &fn)
 			return fn.Name
-		}},
+		}, "function"},
+		{"anthropic", []string{"-api", "anthropic", "-json"}, anthropicDefs, func(d map[string]json.RawMessage) string { return unquote(t, d["name"]) }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := cli(ctx, append([]string{"tools"}, tc.args...)...)
@@ -499,7 +505,7 @@ func TestTools(t *testing.T) {
 			}
 			var names []string
 			for _, d := range defs {
-				if unquote(t, d["type"]) != "function" {
+				if d["type"] != nil && unquote(t, d["type"]) != tc.typ || d["type"] == nil && tc.typ != "" {
 					t.Errorf("definition of type %s", d["type"])
 				}
 				names = append(names, tc.nameOf(d))
@@ -648,9 +654,9 @@ func TestUsageErrors(t *testing.T) {
 		{"run negative request timeout", []string{"run", "-request-timeout", "-1s", "-model", "openai:m", "hi"}, exitUsage, "-request-timeout -1s: want a positive duration"},
 		{"bad agent", []string{"tools", "-agent", "a.b"}, exitUsage, `-agent "a.b"`},
 		{"bad flag", []string{"tools", "-nope"}, exitUsage, "flag provided but not defined: -nope"},
-		{"tools unknown api", []string{"tools", "-json", "-api", "anthropic"}, exitUsage, `-api "anthropic": want responses or chat`},
+		{"tools unknown api", []string{"tools", "-json", "-api", "gemini"}, exitUsage, `-api "gemini": want responses, chat or anthropic`},
 		{"tools -api without -json", []string{"tools", "-api", "chat"}, exitUsage, "add -json"},
-		{"tools hosted search on chat", []string{"tools", "-json", "-api", "chat", "-hosted-tool-search"}, exitUsage, "Chat Completions has no hosted tool search"},
+		{"tools hosted search on chat", []string{"tools", "-json", "-api", "chat", "-hosted-tool-search"}, exitUsage, "-hosted-tool-search is a Responses API choice"},
 		{"missing script", []string{"run", "-model", "script:/does/not/exist.json", "hi"}, exitFailed, "toolbus: load script: "},
 		{"call without tool", []string{"call"}, exitUsage, "want a tool name"},
 		{"run script without file", []string{"run", "-model", "script:", "hi"}, exitUsage, "-model script: wants a file: script:FILE"},

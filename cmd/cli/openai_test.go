@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,8 +40,9 @@ type modelServer struct {
 	path  string
 	steps []modelStep
 
-	// auth is the Authorization header every request must carry.
-	auth string
+	// auth is the value of authHeader (Authorization unless set) every request must
+	// carry.
+	auth, authHeader string
 
 	mu   sync.Mutex
 	seen int
@@ -66,8 +68,12 @@ func (s *modelServer) serve(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != s.path {
 		s.t.Errorf("request %d: %s %s, want POST %s", n+1, r.Method, r.URL.Path, s.path)
 	}
-	if got := r.Header.Get("Authorization"); got != s.auth {
-		s.t.Errorf("request %d: Authorization %q, want %q", n+1, got, s.auth)
+	header := cmp.Or(s.authHeader, "Authorization")
+	if got := r.Header.Get(header); got != s.auth {
+		s.t.Errorf("request %d: %s %q, want %q", n+1, header, got, s.auth)
+	}
+	if header != "Authorization" && r.Header.Get("Authorization") != "" {
+		s.t.Errorf("request %d: an Authorization header beside %s", n+1, header)
 	}
 	if n >= len(s.steps) {
 		s.t.Errorf("unexpected request %d:\n%s", n+1, body)
@@ -289,8 +295,85 @@ func chatScript(t *testing.T) []modelStep {
 	}
 }
 
-// The issue's acceptance: run -model openai:... (and chat:...) against a
-// server speaking the API works end to end from the command line.
+// anthropicMessage is a Messages API answer; its usage reads cacheRead tokens from the
+// prompt cache and writes cacheWrite to it.
+func anthropicMessage(id, stop string, cacheWrite, cacheRead int, blocks ...string) string {
+	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":"claude-test","content":[%s],"stop_reason":%q,"stop_sequence":null,`+
+		`"usage":{"input_tokens":60,"output_tokens":15,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d}}`,
+		id, strings.Join(blocks, ","), stop, cacheWrite, cacheRead)
+}
+
+// anthropicScript is the Messages API conversation of the acceptance test.
+func anthropicScript(t *testing.T) []modelStep {
+	readme := demoReadme(t)
+	return []modelStep{
+		{
+			check: func(t *testing.T, body []byte) {
+				var req struct {
+					Model string `json:"model"`
+					Tools []struct {
+						Name string `json:"name"`
+					} `json:"tools"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("first request is not JSON: %v\n%s", err, body)
+					return
+				}
+				tools := map[string]bool{}
+				for _, tool := range req.Tools {
+					tools[tool.Name] = true
+				}
+				if req.Model != "claude-test" || !tools["list_files"] || !tools["read_file"] {
+					t.Errorf("first request: model %q, tools %v", req.Model, tools)
+				}
+			},
+			body: anthropicMessage("msg_1", "tool_use", 1500, 0,
+				fmt.Sprintf(`{"type":"tool_use","id":%q,"name":"list_files","input":{"path":"."}}`, listCall),
+				fmt.Sprintf(`{"type":"tool_use","id":%q,"name":"read_file","input":{"path":"README.md"}}`, readCall)),
+		},
+		{
+			check: func(t *testing.T, body []byte) {
+				var req struct {
+					Messages []struct {
+						Role    string `json:"role"`
+						Content []struct {
+							Type      string `json:"type"`
+							ToolUseID string `json:"tool_use_id"`
+							Content   []struct {
+								Text string `json:"text"`
+							} `json:"content"`
+						} `json:"content"`
+					} `json:"messages"`
+				}
+				if err := json.Unmarshal(body, &req); err != nil {
+					t.Errorf("second request is not JSON: %v\n%s", err, body)
+					return
+				}
+				calls, outputs := 0, map[string]string{}
+				for _, m := range req.Messages {
+					for _, c := range m.Content {
+						switch c.Type {
+						case "tool_use":
+							calls++
+						case "tool_result":
+							for _, p := range c.Content {
+								outputs[c.ToolUseID] += p.Text
+							}
+						}
+					}
+				}
+				if calls != 2 {
+					t.Errorf("second request carries %d tool_use blocks, want 2:\n%s", calls, body)
+				}
+				wantOutputs(t, outputs, readme)
+			},
+			body: anthropicMessage("msg_2", "end_turn", 0, 1500, `{"type":"text","text":"All good."}`),
+		},
+	}
+}
+
+// The issue's acceptance: run -model openai:... (and chat:..., anthropic:...) against
+// a server speaking the API works end to end from the command line.
 func TestRunAgainstModelServer(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -303,11 +386,18 @@ func TestRunAgainstModelServer(t *testing.T) {
 		{"responses json", "openai:gpt-test", "/v1/responses", responsesScript, true},
 		{"chat", "chat:llama-test", "/v1/chat/completions", chatScript, false},
 		{"chat json", "chat:llama-test", "/v1/chat/completions", chatScript, true},
+		{"anthropic", "anthropic:claude-test", "/v1/messages", anthropicScript, false},
+		{"anthropic json", "anthropic:claude-test", "/v1/messages", anthropicScript, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(gateway.EnvModelAPIKey, fakeKey)
 			srv := newModelServer(t, tc.path, tc.steps(t)...)
-			args := []string{"run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome}
+			base := srv.baseURL()
+			if strings.HasPrefix(tc.model, "anthropic:") {
+				// The Messages API's root is the host: the SDK asks for v1/messages.
+				base, srv.authHeader, srv.auth = srv.srv.URL, "X-Api-Key", fakeKey
+			}
+			args := []string{"run", "-model", tc.model, "-base-url", base, "-home", demoHome}
 			if tc.json {
 				args = append(args, "-json")
 			}
@@ -337,6 +427,11 @@ func TestRunAgainstModelServer(t *testing.T) {
 			} {
 				if !strings.Contains(stdout, want) {
 					t.Errorf("output lacks %q:\n%s", want, stdout)
+				}
+			}
+			if strings.HasPrefix(tc.model, "anthropic:") {
+				if want := "3120 tokens in, 30 out (cache: 1500 written, 1500 read)"; !strings.Contains(stdout, want) {
+					t.Errorf("the turn summary lacks %q:\n%s", want, stdout)
 				}
 			}
 		})
@@ -496,5 +591,53 @@ func TestRunModelServerSilent(t *testing.T) {
 	want := fmt.Sprintf("\ntoolbus: turn failed: model failed: model step 1: chat: no answer from %s/v1 within 50ms (3 attempts)\n", srv.URL)
 	if !strings.HasSuffix(stderr, want) || strings.Count(stderr, "model request failed") != 3 {
 		t.Errorf("stderr:\n%s\nwant three failed attempts, then:%s", stderr, want)
+	}
+}
+
+// ANTHROPIC_API_KEY goes only to Anthropic and to the ANTHROPIC_BASE_URL it is set
+// with: a server at another -base-url gets no key, or the one -api-key-file (or
+// TOOLBUS_MODEL_API_KEY) gives it, always as x-api-key; OPENAI_BASE_URL is not the
+// endpoint of an anthropic: model.
+func TestRunAnthropicKeyScope(t *testing.T) {
+	const anthropicKey = "sk-ant-never-local-7d6c5b4a"
+	keyFile := filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	answer := modelStep{body: anthropicMessage("msg_1", "end_turn", 0, 0, `{"type":"text","text":"Hello."}`)}
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		baseURL bool // -base-url names the server
+		key     string
+	}{
+		{"ANTHROPIC_API_KEY withheld", nil, nil, true, ""},
+		{"key file", []string{"-api-key-file", keyFile}, nil, true, fakeKey},
+		{"the endpoint's variable", nil, map[string]string{gateway.EnvModelAPIKey: fakeKey}, true, fakeKey},
+		{"ANTHROPIC_BASE_URL with its key", nil, map[string]string{gateway.EnvAnthropicBaseURL: "SERVER"}, false, anthropicKey},
+		{"OPENAI_BASE_URL beside it", nil, map[string]string{gateway.EnvAnthropicBaseURL: "SERVER", gateway.EnvBaseURL: "http://openai.invalid/v1"}, false, anthropicKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newModelServer(t, "/v1/messages", answer)
+			srv.authHeader, srv.auth = "X-Api-Key", tc.key
+			t.Setenv(gateway.EnvAnthropicKey, anthropicKey)
+			for _, k := range []string{gateway.EnvModelAPIKey, gateway.EnvAnthropicBaseURL, gateway.EnvBaseURL} {
+				t.Setenv(k, strings.ReplaceAll(tc.env[k], "SERVER", srv.srv.URL))
+			}
+			args := []string{"run", "-model", "anthropic:claude-test", "-home", demoHome}
+			if tc.baseURL {
+				args = append(args, "-base-url", srv.srv.URL)
+			}
+			code, stdout, stderr := cli(testContext(t), append(append(args, tc.args...), demoPrompt)...)
+			if code != exitOK || srv.requests() != 1 {
+				t.Fatalf("exit %d after %d requests; stderr:\n%s\nstdout:\n%s", code, srv.requests(), stderr, stdout)
+			}
+			for _, key := range []string{anthropicKey, fakeKey} {
+				if strings.Contains(stdout+stderr, key) {
+					t.Errorf("a key was printed:\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+				}
+			}
+		})
 	}
 }

@@ -430,9 +430,14 @@ func endedAs(st bus.TurnStatus) string {
 	return string(st.State)
 }
 
-// tokens says how many tokens the model read and wrote.
+// tokens says how many tokens the model read and wrote, and of those it read, how many
+// the provider wrote to its prompt cache and read from it.
 func tokens(u bus.Usage) string {
-	return fmt.Sprintf("%d tokens in, %d out", u.InputTokens, u.OutputTokens)
+	s := fmt.Sprintf("%d tokens in, %d out", u.InputTokens, u.OutputTokens)
+	if u.CacheCreationInputTokens != 0 || u.CacheReadInputTokens != 0 {
+		s += fmt.Sprintf(" (cache: %d written, %d read)", u.CacheCreationInputTokens, u.CacheReadInputTokens)
+	}
+	return s
 }
 
 // indentRest indents the lines after the first, so that a multi-line error

@@ -35,7 +35,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	var gf node.GatewayFlags
 	gf.Register(fs, "embedded node: ", true)
 	var (
-		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs a key) or chat:MODEL (Chat Completions, e.g. a local server at -base-url) (env TOOLBUS_MODEL)")
+		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs a key), chat:MODEL (Chat Completions, e.g. a local server at -base-url) or anthropic:MODEL (Messages API, ANTHROPIC_API_KEY) (env TOOLBUS_MODEL)")
 		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
 		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
 		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools read, write and run commands")
@@ -57,7 +57,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	case prompt == "":
 		return usagef("no prompt: say what the turn should do")
 	case *model == "":
-		return usagef("no model: pass -model script:FILE, openai:MODEL or chat:MODEL")
+		return usagef("no model: pass -model script:FILE, openai:MODEL, chat:MODEL or anthropic:MODEL")
 	case *maxSteps < 0:
 		return usagef("-max-steps %d: want a positive number", *maxSteps)
 	case *nodeName != "" && bf.server == "":
@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search", "sandbox"} {
+		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search", "no-prompt-cache", "sandbox"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
 			}

@@ -24,6 +24,7 @@ import (
 const (
 	apiResponses = "responses"
 	apiChat      = "chat"
+	apiAnthropic = "anthropic"
 )
 
 func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -36,13 +37,15 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"With -json, prints the \"tools\" array of a model request byte for byte as the\n"+
 			"gateway sends it (indented): with -api responses, namespaced tools grouped into\n"+
 			"namespace tools and deferred ones behind tool_search; with -api chat, plain\n"+
-			"functions (namespaced ones as namespace__name) as in a turn's first request.\n"+
+			"functions (namespaced ones as namespace__name) as in a turn's first request;\n"+
+			"with -api anthropic, the Messages API's tools (namespace__name, deferred ones\n"+
+			"behind its hosted tool search, the cache_control breakpoint on the last).\n"+
 			"A strict tool carries the strict projection of its schema.", stderr)
 	var bf busFlags
 	bf.register(fs)
 	var (
 		asJSON  = fs.Bool("json", false, "print the tool definitions as the model API receives them")
-		api     = fs.String("api", apiResponses, "with -json: the API whose format to print, responses or chat")
+		api     = fs.String("api", apiResponses, "with -json: the API whose format to print, responses, chat or anthropic")
 		hosted  = fs.Bool("hosted-tool-search", false, "with -json -api responses: print the tool_search tool as the provider-hosted one (as run -hosted-tool-search sends it)")
 		agent   = fs.String("agent", defaultAgent, "assemble the tools of this agent (its profile needs -server)")
 		kind    = fs.String("kind", string(bus.TurnMain), "the kind of turn to assemble: main, job or task")
@@ -57,12 +60,12 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch {
 	case len(pos) > 0:
 		return usagef("unexpected arguments %q", pos)
-	case *api != apiResponses && *api != apiChat:
-		return usagef("-api %q: want %s or %s", *api, apiResponses, apiChat)
+	case *api != apiResponses && *api != apiChat && *api != apiAnthropic:
+		return usagef("-api %q: want %s, %s or %s", *api, apiResponses, apiChat, apiAnthropic)
 	case (set["api"] || set["hosted-tool-search"]) && !*asJSON:
 		return usagef("-api and -hosted-tool-search choose the format of -json: add -json")
-	case *hosted && *api == apiChat:
-		return usagef("-hosted-tool-search is a Responses API feature: Chat Completions has no hosted tool search")
+	case *hosted && *api != apiResponses:
+		return usagef("-hosted-tool-search is a Responses API choice: with -api %s the tool search is always the same", *api)
 	case !bus.TurnKind(*kind).Valid():
 		return usagef("-kind %q: want main, job or task", *kind)
 	case *listBus && bf.server == "":
@@ -186,6 +189,8 @@ func printToolDefs(stdout, stderr io.Writer, set *toolbus.Set, api string, hoste
 	switch api {
 	case apiChat:
 		defs, err = gateway.ChatToolDefinitions(specs)
+	case apiAnthropic:
+		defs, err = gateway.AnthropicToolDefinitions(specs)
 	default:
 		defs, err = gateway.ResponsesToolDefinitions(specs, hosted)
 	}

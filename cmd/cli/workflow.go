@@ -61,7 +61,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	gf.Register(fs, "embedded node: ", false)
 	var (
 		agent    = fs.String("agent", defaultAgent, "the agent the workflow runs for")
-		model    = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL or chat:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
+		model    = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL, chat:MODEL or anthropic:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
 		asJSON   = fs.Bool("json", false, "print only the workflow's document at the end (with -detach: at once), as JSON")
 		detach   = fs.Bool("detach", false, "with -server: return once the workflow has started, without following it")
 		storeDir = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
@@ -82,7 +82,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"store-dir", "base-url", "api-key-file", "request-timeout", "log"} {
+		for _, f := range []string{"store-dir", "base-url", "api-key-file", "request-timeout", "no-prompt-cache", "log"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote nodes use their own", f)
 			}

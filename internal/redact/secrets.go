@@ -21,7 +21,7 @@ const MinSecretLen = 6
 
 // SecretEnv are the environment variables whose values the process keeps
 // out of what it stores (AddEnvSecrets).
-var SecretEnv = []string{"OPENAI_API_KEY", "TOOLBUS_MODEL_API_KEY", "NATS_PASSWORD", "TOOLBUS_ROUTE_PASSWORD",
+var SecretEnv = []string{"OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TOOLBUS_MODEL_API_KEY", "NATS_PASSWORD", "TOOLBUS_ROUTE_PASSWORD",
 	"TOOLBUS_BRAVE_API_KEY", "TOOLBUS_TAVILY_API_KEY"}
 
 var (
