@@ -297,9 +297,16 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 	}
 	owner.proc.kill()
 	// Held until the read-only call runs again on the node that resumed the turn.
+	liveJS, err := jetstream.New(connect(t, otherURLs(nodes, owner)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	checkFor(t, "r1 started again", func() error {
 		if n := host.count("start r1"); n < 2 {
-			return fmt.Errorf("r1 started %d times", n)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			rec, _ := json.Marshal(turnRecordOf(ctx, liveJS, first.Turn))
+			return fmt.Errorf("r1 started %d times; the turn's record: %s", n, rec)
 		}
 		return nil
 	})
