@@ -550,7 +550,7 @@ func TestClientSeesLostOwner(t *testing.T) {
 }
 
 // soakTurns is the number of turns of TestSoakDurableTurns; CI runs the short form.
-var soakTurns = flag.Int("soak.turns", 24, "turns in TestSoakDurableTurns (the long form: 300, with kills and pauses)")
+var soakTurns = flag.Int("soak.turns", 12, "turns in TestSoakDurableTurns (the long form: 300, with kills and pauses)")
 
 // TestSoakDurableTurns runs many turns of several calls over a three-node cluster while
 // nodes are killed with -9 and started again: no turn is lost, and no destructive call
