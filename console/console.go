@@ -70,12 +70,19 @@ func (c *Config) validate() error {
 	if c.Client == nil {
 		return errors.New("console: no client")
 	}
-	host, _, err := net.SplitHostPort(c.Addr)
+	return CheckAddr(c.Addr, c.Password != "")
+}
+
+// CheckAddr refuses an address a console cannot listen on as configured: one that is
+// not host:port, or one other hosts reach when the console has no password
+// (ErrNeedsPassword).
+func CheckAddr(addr string, password bool) error {
+	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("console: address %q: %w", c.Addr, err)
+		return fmt.Errorf("console: address %q: %w", addr, err)
 	}
-	if !isLoopback(host) && c.Password == "" {
-		return fmt.Errorf("console: %s: %w, or listen on 127.0.0.1", c.Addr, ErrNeedsPassword)
+	if !isLoopback(host) && !password {
+		return fmt.Errorf("console: %s: %w, or listen on 127.0.0.1", addr, ErrNeedsPassword)
 	}
 	return nil
 }
