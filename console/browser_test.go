@@ -173,7 +173,7 @@ func screenshot(t *testing.T, tab context.Context, name string) {
 	if !filepath.IsAbs(dir) {
 		dir = filepath.Join("..", dir)
 	}
-	png, err := chromedp.Run(tab, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(tab, chromedp.FullScreenshot(100))
 	if err != nil {
 		t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -309,7 +309,7 @@ const lanesJS = `[...document.querySelectorAll('#timeline .lane')].map(l => ({ca
 
 // A scripted turn of three steps: parallel reads and a sequential write, then a read
 // and a write, then its answer, each response 1.2 s apart. The list shows the turn as
-// it starts; its page shows the first batch while the turn still runs, then the
+// it starts, beside two others, and filters them by agent; its page shows the first batch while the turn still runs, then the
 // second, and at the end every call's outcome.
 func TestConsoleLiveTurn(t *testing.T) {
 	t.Parallel()
@@ -330,9 +330,14 @@ func TestConsoleLiveTurn(t *testing.T) {
 	    {"id":"c6","name":"write_file","arguments":"{\"path\":\"out.txt\",\"content\":\"two\\n\",\"append\":true}"},
 	    {"id":"c7","name":"read_file","arguments":"{\"path\":\"out.txt\"}"}]},
 	  {"delay_ms":1200,"text":"Both files read, out.txt written."}]}`
+	w.start(t, "side1", "bob", `{"responses":[{"text":"Nothing to do."}]}`)
+	w.start(t, "side2", "cy", `{"responses":[{"calls":[{"id":"x1","name":"no_such_tool","arguments":"{}"}]},{"text":"That tool does not exist."}]}`)
 	w.start(t, id, "ann", script)
-	waitFor(t, tab, "the turn in the list", `!!document.querySelector('#turns tr[data-turn="`+id+`"]')`)
-	screenshot(t, tab, "console-turns")
+	waitFor(t, tab, "the turns in the list", `document.querySelectorAll('#turns tr[data-turn]').length === 3`)
+	do(t, tab, "filter by agent", chromedp.SendKeys(chromedp.CSS(`#f-agent`), "ann"))
+	waitFor(t, tab, "the filtered list", `[...document.querySelectorAll('#turns tr[data-turn]')].map(r => r.dataset.turn).join() === '`+id+`'`)
+	do(t, tab, "clear the filter", chromedp.Evaluate[chromedp.Void](`(f => { f.value = ''; f.dispatchEvent(new Event('input')); })(document.getElementById('f-agent'))`))
+	waitFor(t, tab, "the whole list", `document.querySelectorAll('#turns tr[data-turn]').length === 3`)
 
 	do(t, tab, "open the turn", chromedp.Click(chromedp.CSS(`#turns tr[data-turn="`+id+`"] a`)), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
 	running := `document.getElementById('turn-state').dataset.state === 'running'`
@@ -364,6 +369,15 @@ func TestConsoleLiveTurn(t *testing.T) {
 		t.Errorf("c2's detail lacks its arguments or result:\n%s", detail)
 	}
 	screenshot(t, tab, "console-turn")
+
+	// The list followed the turn to its end.
+	do(t, tab, "back to the list", chromedp.Navigate(w.url+"#/"), chromedp.WaitVisible(chromedp.CSS(`#turns tr[data-turn="`+id+`"]`)))
+	row := eval[[]string](t, tab, `[...document.querySelectorAll('#turns tr[data-turn="`+id+`"] td')].map(td => td.textContent)`)
+	if got := strings.Join(row[:7], "|"); got != id+"|ann|main|completed|n1|3|7" {
+		t.Errorf("the list's row: %s", got)
+	}
+	waitFor(t, tab, "the side turns ended", `[...document.querySelectorAll('#turns tr[data-turn]')].every(r => r.dataset.state === 'completed')`)
+	screenshot(t, tab, "console-turns")
 	if b, err := os.ReadFile(filepath.Join(w.home, "out.txt")); err != nil || string(b) != "one\ntwo\n" {
 		t.Errorf("out.txt: %q %v", b, err)
 	}
