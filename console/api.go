@@ -26,6 +26,7 @@ const (
 	countedTurns = 50       // the newest turns whose calls a list counts from their transcripts
 	maxText      = 32 << 10 // of one argument string, output or text
 	maxReason    = 2000     // of a reason given on the page
+	maxHeldAsks  = 64       // calls of a running turn asked whether they are held, when its page opens
 )
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
@@ -184,14 +185,23 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		v.Items = append(v.Items, iv)
 	}
 	if rec != nil && rec.State == bus.TurnRunning {
-		// A call held before this page opened: ask the turn (the request the command
-		// line's approve makes first). A user who may not ask is refused: none shown.
-		for _, cs := range rec.Batch {
-			if cs.State != bus.CallPending {
+		// A call held before this page opened is one of the calls the transcript has
+		// no output of yet: ask the turn about each (the request the command line's
+		// approve makes first). A user who may not ask is refused: none shown.
+		answered := map[string]bool{}
+		for _, it := range items {
+			if it.Kind == gateway.KindCallOutput {
+				answered[it.CallID] = true
+			}
+		}
+		asked := 0
+		for _, it := range items {
+			if it.Kind != gateway.KindFunctionCall || answered[it.CallID] || !bus.ValidID(it.CallID) || asked == maxHeldAsks {
 				continue
 			}
+			asked++
 			hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			reply, err := s.cl.Approve(hctx, id, cs.Call, bus.Approval{})
+			reply, err := s.cl.Approve(hctx, id, it.CallID, bus.Approval{})
 			cancel()
 			if err == nil && reply.Request != nil {
 				v.Held = append(v.Held, reply.Request)

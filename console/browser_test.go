@@ -378,6 +378,14 @@ func TestConsoleLiveTurn(t *testing.T) {
 	}
 	waitFor(t, tab, "the side turns ended", `[...document.querySelectorAll('#turns tr[data-turn]')].every(r => r.dataset.state === 'completed')`)
 	screenshot(t, tab, "console-turns")
+
+	// Opened after its end, the turn shows the same calls and outcomes, from its
+	// transcript and record alone.
+	do(t, tab, "open the ended turn", chromedp.Navigate(w.url+"#/turn/"+id), chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS(`#turn-end`)))
+	waitFor(t, tab, "the ended turn's calls", `document.querySelectorAll('#timeline .lane').length === 7`)
+	if got := eval[[]lane](t, tab, lanesJS); fmt.Sprint(got) != fmt.Sprint(lanes) {
+		t.Errorf("after the end: %v, live: %v", got, lanes)
+	}
 	if b, err := os.ReadFile(filepath.Join(w.home, "out.txt")); err != nil || string(b) != "one\ntwo\n" {
 		t.Errorf("out.txt: %q %v", b, err)
 	}
@@ -403,6 +411,10 @@ func TestConsoleApprove(t *testing.T) {
 	if lane := eval[string](t, tab, `document.querySelector('.lane[data-call="w1"]')?.dataset.outcome || ''`); lane != "held" {
 		t.Errorf("the held call's lane says %q", lane)
 	}
+	// A page opened after the call was held asks the turn for it.
+	late := newTab(t)
+	do(t, late, "open the turn's page late", chromedp.Navigate(w.url+"#/turn/"+id))
+	waitFor(t, late, "the held call, late", `!!document.querySelector('.held[data-call="w1"] button.approve')`)
 	do(t, tab, "approve", chromedp.Click(chromedp.CSS(`.held[data-call="w1"] button.approve`)))
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "the call's outcome", `document.querySelector('.lane[data-call="w1"]').dataset.outcome === 'ok'`)
