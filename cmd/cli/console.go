@@ -56,14 +56,14 @@ func cmdConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer con.Close()
-	who := "as " + bf.user
-	if bf.user == "" {
-		who = "with the connection's own rights"
+	switch {
+	case bc.node != nil:
+		fmt.Fprintf(stderr, "toolbus console on %s, on the embedded bus of node %s (Ctrl-C stops it)\n", con.URL(), embeddedNode)
+	case bf.user != "":
+		fmt.Fprintf(stderr, "toolbus console on %s, acting as %s on %s (Ctrl-C stops it)\n", con.URL(), bf.user, bc.where)
+	default:
+		fmt.Fprintf(stderr, "toolbus console on %s, acting as the connection's user on %s (Ctrl-C stops it)\n", con.URL(), bc.where)
 	}
-	if bc.node != nil {
-		who = "on the embedded bus"
-	}
-	fmt.Fprintf(stderr, "toolbus console on %s, acting %s on %s (Ctrl-C stops it)\n", con.URL(), who, bc.where)
 	<-ctx.Done()
 	return nil
 }
