@@ -103,6 +103,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}()
 	q := r.URL.Query()
 	var (
+		quiet bool // leave out heartbeats
 		turns <-chan bus.TurnMessage
 		wfs   <-chan client.WorkflowEvent
 		only  func(turn string) bool
@@ -115,7 +116,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer wt.Stop()
-		turns = wt.C
+		turns, quiet = wt.C, true
 	case "turn":
 		id := q.Get("id")
 		wt, err := s.cl.Watch(id)
@@ -181,6 +182,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 			}
 			fl.Flush()
 		case m := <-turns:
+			if quiet && m.Subject.Status == bus.StatusBeat {
+				continue // a list has no use for a running turn's heartbeat
+			}
 			if !send("msg", feedOf(m)) {
 				return
 			}

@@ -435,7 +435,11 @@ function showTurn(id) {
           s.calls.length ? el('span', {}, s.calls.length + (s.calls.length === 1 ? ' call' : ' calls')) : null,
           tokens ? el('span', {}, tokens) : null));
       if (s.text) box.append(el('div', {class: 'say'}, s.text));
-      if (s.calls.length) box.append(...runs(s.calls, outputs));
+      if (s.calls.length) {
+        const r = runs(s.calls, outputs);
+        if (r.span) box.firstChild.append(el('span', {class: 'axis', title: 'the bars\' time axis'}, 'axis 0–' + ms(r.span * 1e6)));
+        box.append(...r.nodes);
+      }
       kids.push(box);
     }
     const st = T.done || (ended(turnState()) ? {state: turnState(), error: rec && rec.error} : null);
@@ -486,9 +490,11 @@ function showTurn(id) {
       }
     }
     const total = Math.max(1, ...[...span.values()].map(s => s[1]));
-    return groups.map(g => el('div', {class: 'run ' + (g.seq ? 'sequential' : 'parallel')},
+    // An axis in milliseconds when the bars are timed; calls laid out by order alone have none.
+    const measured = timed || calls.some(c => (T.live.get(c.call_id) || {}).record);
+    return {span: measured ? total : 0, nodes: groups.map(g => el('div', {class: 'run ' + (g.seq ? 'sequential' : 'parallel')},
       el('div', {class: 'run-label'}, g.seq ? 'sequential · barrier' : (g.calls.length > 1 ? 'parallel × ' + g.calls.length : 'parallel')),
-      g.calls.map(c => lane(c, outputs, span.get(c.call_id), total))));
+      g.calls.map(c => lane(c, outputs, span.get(c.call_id), total))))};
   }
 
   function lane(c, outputs, [a, b], total) {
@@ -501,8 +507,11 @@ function showTurn(id) {
     const name = (c.namespace ? c.namespace + '.' : '') + c.name;
     const rungs = (r.rungs || []).filter(x => x !== 'as_is'); // as_is: nothing to repair
     const dur = r.duration_ns ? ms(r.duration_ns) : (f.started && !f.ended && outcome === 'running' ? ms((Date.now() - new Date(f.started).getTime()) * 1e6) : '');
-    const row = el('div', {class: 'lane', 'data-call': c.call_id, 'data-outcome': outcome, title: c.call_id,
-      onclick: e => { if (e.target.closest('.detail')) return; T.open.has(c.call_id) ? T.open.delete(c.call_id) : T.open.add(c.call_id); renderTimeline(); }},
+    const toggle = () => { T.open.has(c.call_id) ? T.open.delete(c.call_id) : T.open.add(c.call_id); renderTimeline(); document.querySelector(`.lane[data-call="${CSS.escape(c.call_id)}"]`)?.focus(); };
+    const row = el('div', {class: 'lane', 'data-call': c.call_id, 'data-outcome': outcome, title: 'call ' + c.call_id + ': arguments and result',
+      tabindex: 0, role: 'button', 'aria-expanded': T.open.has(c.call_id) ? 'true' : 'false',
+      onclick: e => { if (!e.target.closest('.detail')) toggle(); },
+      onkeydown: e => { if ((e.key === 'Enter' || e.key === ' ') && e.target === e.currentTarget) { e.preventDefault(); toggle(); } }},
       el('span', {class: 'lname'}, name),
       el('div', {class: 'track'}, bar),
       el('span', {class: 'lmeta'}, el('span', {class: 'outcome', 'data-outcome': outcome}, outcome), dur ? dur + ' · ' : '',
