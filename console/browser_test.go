@@ -526,6 +526,47 @@ func TestConsoleWorkflow(t *testing.T) {
 	do(t, tab, "the list", chromedp.Navigate(w.url+"#/workflows"), chromedp.WaitVisible(chromedp.CSS(`#workflows tr[data-workflow="`+wf.ID+`"][data-state="completed"]`)))
 }
 
+// A turn of an agent that may spawn jobs and make schedules starts a job that thinks
+// for a minute and a yearly schedule: the jobs page lists both; Cancel stops the job
+// (job_cancel on the agent's behalf) and Remove deletes the schedule.
+func TestConsoleJobsAndSchedules(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, worldOptions{})
+	ctx := bustest.Context(t)
+	p, err := w.cl.Profiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Put(ctx, []byte(`{"version":3,"agent":"helper","jobs":{"spawn":true,"max_running":2,"max_per_hour":10,"keep":"24h"},"schedules":{"enabled":true}}`)); err != nil {
+		t.Fatal(err)
+	}
+	tab := newTab(t)
+	do(t, tab, "open the jobs", chromedp.Navigate(w.url+"#/jobs"), chromedp.WaitVisible(chromedp.CSS(`#jobs`)))
+	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
+	w.start(t, "spawner", "helper", `{"responses":[
+	  {"calls":[{"id":"j1","name":"job_start","arguments":"{\"prompt\": \"Think for a minute.\"}"},
+	            {"id":"s1","name":"schedule_create","arguments":"{\"prompt\": \"Happy new year.\", \"cron\": \"@yearly\"}"}]},
+	  {"text":"Started."}],
+	  "child":{"responses":[{"delay_ms":60000,"text":"done"}]}}`)
+	waitFor(t, tab, "the running job", `!!document.querySelector('#jobs tr[data-job][data-state="running"] button')`)
+	waitFor(t, tab, "the schedule", `!!document.querySelector('#schedules tr[data-schedule] button')`)
+	if next := eval[string](t, tab, `document.querySelector('#schedules tr[data-schedule] td:nth-child(4)').textContent`); next == "–" || next == "" {
+		t.Errorf("the schedule's next firing: %q", next)
+	}
+	do(t, tab, "cancel the job", chromedp.Click(chromedp.CSS(`#jobs tr[data-job] button`)))
+	waitFor(t, tab, "the cancelled job", `(r => r && r.dataset.state !== 'running' && r.dataset.state !== 'queued' && !r.querySelector('button'))(document.querySelector('#jobs tr[data-job]'))`)
+	do(t, tab, "remove the schedule", chromedp.Click(chromedp.CSS(`#schedules tr[data-schedule] button`)))
+	waitFor(t, tab, "the schedule gone", `!document.querySelector('#schedules tr[data-schedule]')`)
+	js, err := w.cl.Jobs(ctx, "")
+	if err != nil || len(js) != 1 || !js[0].State.Ended() {
+		t.Fatalf("jobs: %+v %v", js, err)
+	}
+	ss, err := w.cl.Schedules(ctx, "")
+	if err != nil || len(ss) != 0 {
+		t.Fatalf("schedules: %+v %v", ss, err)
+	}
+}
+
 // A console whose NATS user is a watcher shows the turns, the held call and the
 // buttons, but the bus refuses what the buttons ask: the page says so, the call stays
 // held and the turn runs on.
