@@ -445,6 +445,30 @@ func TestConsoleApprove(t *testing.T) {
 	}
 }
 
+// Refuse, with a reason, tells the model and the tool never runs.
+func TestConsoleRefuse(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, worldOptions{})
+	w.needsApprovals(t, "careful")
+	tab := newTab(t)
+	const id = "refuse1"
+	do(t, tab, "open the turn's page", chromedp.Navigate(w.url+"#/turn/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
+	w.start(t, id, "careful", `{"responses":[
+	  {"calls":[{"id":"w1","name":"write_file","arguments":"{\"path\":\"refused.txt\",\"content\":\"no\\n\"}"}]},
+	  {"text":"Not written, then."}]}`)
+	waitFor(t, tab, "the held call", `!!document.querySelector('.held[data-call="w1"] button.refuse')`)
+	do(t, tab, "refuse", chromedp.SendKeys(chromedp.CSS(`.held[data-call="w1"] input.reason`), "not on a Friday"),
+		chromedp.Click(chromedp.CSS(`.held[data-call="w1"] button.refuse`)))
+	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
+	waitFor(t, tab, "the refused outcome", `document.querySelector('.lane[data-call="w1"]').dataset.outcome === 'refused'`)
+	do(t, tab, "open the call", chromedp.Click(chromedp.CSS(`.lane[data-call="w1"] .lname`)))
+	waitFor(t, tab, "the model's word", `document.querySelector('.lane[data-call="w1"] .detail').innerText.includes('not on a Friday')`)
+	if _, err := os.Stat(filepath.Join(w.home, "refused.txt")); !os.IsNotExist(err) {
+		t.Errorf("the refused call ran: %v", err)
+	}
+}
+
 // The Abort button, with a reason, stops a turn whose model thinks for a minute: the
 // page shows it aborted, and its record keeps the reason.
 func TestConsoleAbort(t *testing.T) {
@@ -524,6 +548,66 @@ func TestConsoleWorkflow(t *testing.T) {
 	}
 	screenshot(t, tab, "console-workflow")
 	do(t, tab, "the list", chromedp.Navigate(w.url+"#/workflows"), chromedp.WaitVisible(chromedp.CSS(`#workflows tr[data-workflow="`+wf.ID+`"][data-state="completed"]`)))
+}
+
+// Cancel workflow, with a reason, on a workflow whose task thinks for a minute: its page
+// shows it cancelled, the task too.
+func TestConsoleWorkflowCancel(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, worldOptions{})
+	tab := newTab(t)
+	ctx := bustest.Context(t)
+	var spec *toolbus.Spec
+	for _, s := range workflow.Specs() {
+		if s.Name == "workflow_start" {
+			spec = s
+		}
+	}
+	def := `{"title":"Slow","tasks":[{"id":"slow","instructions":"Think.","result_schema":{"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]},
+	  "script":{"responses":[{"delay_ms":60000},{"calls":[{"name":"submit_result","arguments":"{\"result\":{\"ok\":true}}"}]}]}}]}`
+	args, err := spec.Params.Parse(def, schema.ParseOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err := w.cl.Call(ctx, spec, "default", args)
+	if err != nil || reply.Outcome != bus.OutcomeOK {
+		t.Fatalf("workflow_start: %v %+v", err, reply)
+	}
+	var wf bus.Workflow
+	if err := json.Unmarshal(reply.Details, &wf); err != nil {
+		t.Fatal(err)
+	}
+	do(t, tab, "open the workflow", chromedp.Navigate(w.url+"#/workflow/default/"+wf.ID), chromedp.WaitVisible(chromedp.CSS(`#wf-cancel`)))
+	waitFor(t, tab, "the running task", `document.querySelector('#graph g.task[data-task="slow"]').dataset.state === 'running'`)
+	do(t, tab, "cancel", chromedp.SendKeys(chromedp.CSS(`#view input.reason`), "changed my mind"), chromedp.Click(chromedp.CSS(`#wf-cancel`)))
+	waitFor(t, tab, "the cancelled workflow", `document.getElementById('wf-state').dataset.state === 'cancelled'`)
+	waitFor(t, tab, "the cancelled task", `document.querySelector('#graph g.task[data-task="slow"]').dataset.state === 'cancelled'`)
+	if text := eval[string](t, tab, `document.getElementById('view').innerText`); !strings.Contains(text, "changed my mind") {
+		t.Errorf("the page lacks the reason:\n%s", text)
+	}
+}
+
+// The nodes page lists the node with the categories it hosts, and each category's tools.
+func TestConsoleNodes(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, worldOptions{})
+	tab := newTab(t)
+	do(t, tab, "open the nodes", chromedp.Navigate(w.url+"#/nodes"), chromedp.WaitVisible(chromedp.CSS(`#nodes tr[data-node="n1"]`)))
+	hosts := eval[string](t, tab, `document.querySelector('#nodes tr[data-node="n1"]').innerText`)
+	for _, c := range toolsets.Categories() {
+		if !strings.Contains(hosts, c) {
+			t.Errorf("node n1 does not show %s: %q", c, hosts)
+		}
+	}
+	tools := eval[string](t, tab, `document.querySelector('#categories tr[data-category="computer"]').innerText`)
+	for _, name := range []string{"list_files", "read_file", "write_file", "run_command"} {
+		if !strings.Contains(tools, name) {
+			t.Errorf("computer lacks %s: %q", name, tools)
+		}
+	}
+	if seq := eval[string](t, tab, `document.querySelector('#categories tr[data-category="computer"] .chip.seq.destructive')?.textContent || ''`); seq != "write_file" {
+		t.Errorf("the first sequential destructive chip of computer is %q", seq)
+	}
 }
 
 // A turn of an agent that may spawn jobs and make schedules starts a job that thinks

@@ -565,18 +565,24 @@ function showWorkflow(agent, id) {
     if (m.kind === 'status' && m.name !== 'beat') { turns.set(m.turn_id, m.status); render(); }
   }, load);
 
+  // The cancel's reason and button are made once, so that a revision arriving while a
+  // reason is typed leaves it be.
+  const reason = el('input', {class: 'reason', placeholder: 'reason (recorded with the workflow)'});
+  const actions = el('div', {class: 'toolbar'}, reason,
+    el('button', {class: 'danger', id: 'wf-cancel', onclick: e => act(e.target, '/api/workflow/cancel', {agent, workflow_id: id, reason: reason.value})
+      .then(out => { if (out && out.workflow_id) { wf = out; render(); } })}, 'Cancel workflow'));
+  const title = el('h1', {}, 'Workflow ', el('span', {class: 'id'}, id)), facts = el('dl', {class: 'facts'});
+  actions.hidden = true; // until the document says it runs
+  head.append(title, facts, actions);
+
   function render() {
     if (!wf) return;
-    const reason = el('input', {class: 'reason', placeholder: 'reason (recorded with the workflow)'});
     const done = wf.tasks.filter(t => t.state === 'done').length;
-    head.replaceChildren(...[
-      el('h1', {}, 'Workflow ', el('span', {class: 'id'}, wf.workflow_id), ' ', stateTag(wf.state, 'wf-state')),
-      el('dl', {class: 'facts'}, [['title', wf.title], ['agent', wf.agent], ['tasks', done + ' / ' + wf.tasks.length + ' done'],
-        ['created', stamp(wf.created)], ['ended', stamp(wf.ended)], ...(wf.parent_turn_id ? [['parent', el('a', {href: '#/turn/' + wf.parent_turn_id}, wf.parent_turn_id)]] : []),
-        ...(wf.error ? [['error', wf.error]] : [])].map(([k, v]) => el('div', {}, el('dt', {}, k), el('dd', {}, v)))),
-      ended(wf.state) ? null : el('div', {class: 'toolbar'}, reason,
-        el('button', {class: 'danger', id: 'wf-cancel', onclick: e => act(e.target, '/api/workflow/cancel', {agent: wf.agent, workflow_id: wf.workflow_id, reason: reason.value})
-          .then(out => { if (out && out.workflow_id) { wf = out; render(); } })}, 'Cancel workflow'))].filter(Boolean));
+    title.replaceChildren('Workflow ', el('span', {class: 'id'}, wf.workflow_id), ' ', stateTag(wf.state, 'wf-state'));
+    facts.replaceChildren(...[['title', wf.title], ['agent', wf.agent], ['tasks', done + ' / ' + wf.tasks.length + ' done'],
+      ['created', stamp(wf.created)], ['ended', stamp(wf.ended)], ...(wf.parent_turn_id ? [['parent', el('a', {href: '#/turn/' + wf.parent_turn_id}, wf.parent_turn_id)]] : []),
+      ...(wf.error ? [['error', wf.error]] : [])].map(([k, v]) => el('div', {}, el('dt', {}, k), el('dd', {}, v))));
+    actions.hidden = ended(wf.state);
     drawGraph();
     tasks.replaceChildren(el('table', {id: 'tasks'},
       el('thead', {}, el('tr', {}, ['task', 'state', 'depends on', 'attempts', 'result or error'].map(h => el('th', {}, h)))),
