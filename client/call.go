@@ -92,10 +92,12 @@ func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, arg
 		case <-rctx.Done():
 		}
 	}()
-	resp, err := c.nc.RequestMsgWithContext(rctx, m)
+	resp, err := c.request(rctx, m)
 	cancel()
 	<-watched
 	switch {
+	case errors.Is(err, ErrRefused):
+		return bus.ToolReply{}, fmt.Errorf("call %s: %w", tool.Name, err)
 	case errors.Is(err, nats.ErrNoResponders):
 		return bus.ToolReply{}, fmt.Errorf("no host serves the %s category on %s: start a node with -categories %s", tool.Category, c.where, tool.Category)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -80,7 +80,8 @@ func (r *refusal) Unwrap() error { return r.is }
 
 // Abort asks a turn to stop: it calls the model no more, starts no new call and
 // cancels the calls in flight, whose hosts listen on the same subject. It returns once
-// the server has the abort; the turn's done status says how it ended.
+// the server has the abort; the turn's done status says how it ended. A user whose
+// role may not abort (a watcher) gets ErrRefused.
 func (c *Client) Abort(ctx context.Context, turn, reason string) error {
 	if !bus.ValidToken(turn) {
 		return fmt.Errorf("abort: invalid turn id %q", turn)
@@ -97,6 +98,9 @@ func (c *Client) Abort(ctx context.Context, turn, reason string) error {
 	if err := c.nc.Flush(); err != nil {
 		return fmt.Errorf("abort %s: %w", turn, err)
 	}
+	if err := c.refused(bus.AbortSubject(turn)); err != nil {
+		return fmt.Errorf("abort %s: %w", turn, err)
+	}
 	return nil
 }
 
@@ -105,7 +109,8 @@ const ApproveTimeout = 10 * time.Second
 
 // Approve sends a decision on a call the turn holds for approval, and returns the
 // turn's answer. A decision with an empty Decision asks for the held call's request
-// (its arguments, their hash) without deciding.
+// (its arguments, their hash) without deciding. A user whose role may not decide (a
+// watcher) gets ErrRefused.
 func (c *Client) Approve(ctx context.Context, turn, call string, a bus.Approval) (bus.ApprovalReply, error) {
 	b, err := json.Marshal(a)
 	if err != nil {
@@ -113,8 +118,10 @@ func (c *Client) Approve(ctx context.Context, turn, call string, a bus.Approval)
 	}
 	rctx, cancel := context.WithTimeout(ctx, ApproveTimeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, bus.ApproveSubject(turn, call), b)
+	m, err := c.request(rctx, &nats.Msg{Subject: bus.ApproveSubject(turn, call), Data: b})
 	switch {
+	case errors.Is(err, ErrRefused):
+		return bus.ApprovalReply{}, fmt.Errorf("approve %s %s: %w", turn, call, err)
 	case errors.Is(err, nats.ErrNoResponders):
 		return bus.ApprovalReply{}, c.notRunning(ctx, turn)
 	case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:

@@ -43,6 +43,10 @@ func (c *Client) Watch(turn string) (*Watch, error) {
 	return c.watch(subject)
 }
 
+// WatchStatuses subscribes to the statuses of every turn (started, step, beat, done),
+// and nothing else of them: what a list of turns follows.
+func (c *Client) WatchStatuses() (*Watch, error) { return c.watch(bus.AllStatuses) }
+
 // watch subscribes to subject, one under the turns' subjects.
 func (c *Client) watch(subject string) (*Watch, error) {
 	ch := make(chan bus.TurnMessage, watchBuffer)

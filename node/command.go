@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/secretflag"
@@ -83,6 +84,7 @@ type options struct {
 	webKeyFiles, webKeyEndpoints repeated
 	webKeys                      map[string]web.Key
 	sandboxRO                    pathList
+	console                      ConsoleFlags
 }
 
 // pathList collects a repeated path flag, each made absolute.
@@ -160,6 +162,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	o.sandbox = computer.SandboxBwrap
 	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
+	o.console.Register(fs, "console", "", "console-password-file")
 	fs.Var(&o.sandboxRO, "sandbox-ro", "show the folder `DIR` to sandboxed commands, read-only, at its own path; its bin folder, if any, goes on their PATH (repeatable; e.g. an npm prefix that mcporter was installed into with npm install -g)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s %s\n\n%s\n\nExample:\n  %s\n\nFlags:\n", prog, Synopsis, About, Example)
@@ -221,6 +224,9 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected arguments %q", fs.Args())
+	}
+	if err := o.console.Check(); err != nil {
+		return nil, err
 	}
 	if o.schedMin < schedule.ServerMinInterval {
 		return nil, usagef("-schedule-min-interval %s: JetStream fires schedules at most once a second", o.schedMin)
@@ -389,6 +395,22 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	cats := cfg.Node.Categories
 	where := node.Where()
 	storeFailed := node.Failed()
+	if o.console.Addr != "" {
+		// The console acts with the node's own connection: give it a user of its own
+		// (toolbus console -server … -user) to limit what its buttons may do.
+		nc, err := node.Connect("toolbus-console")
+		if err != nil {
+			return err
+		}
+		cl := client.New(nc, client.OwnConn(), client.Where(where), client.Logger(log))
+		defer cl.Close()
+		con, err := o.console.Start(cl, "console of node "+o.name, log)
+		if err != nil {
+			return err
+		}
+		defer con.Close()
+		log.Info("console ready", "url", con.URL())
+	}
 	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
 	select {
 	case <-ctx.Done():

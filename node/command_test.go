@@ -55,6 +55,19 @@ func TestParseFlags(t *testing.T) {
 		{name: "env user without password", env: map[string]string{"NATS_USER": "ops"}, wantErr: "NATS_USER=ops has no password: give it with -pass-file FILE or the environment variable NATS_PASSWORD"},
 		{name: "password on the command line", args: []string{"-pass", "secret"}, wantErr: "-pass-file FILE or the environment variable NATS_PASSWORD"},
 		{name: "route password on the command line", args: []string{"-route-pass", "secret"}, wantErr: "-route-pass-file"},
+		{name: "console off loopback without a password", args: []string{"-console", "0.0.0.0:7070"},
+			wantErr: "-console 0.0.0.0:7070 is reachable from other hosts: give the console a password with -console-password-file FILE"},
+		{name: "console off loopback with a password", args: []string{"-console", "0.0.0.0:7070", "-console-password-file", passFile},
+			check: func(t *testing.T, o *options) {
+				if o.console.Addr != "0.0.0.0:7070" || o.console.password != "from-file-pw" {
+					t.Errorf("console %+v", o.console)
+				}
+			}},
+		{name: "console on loopback", args: []string{"-console", "127.0.0.1:7070"}, check: func(t *testing.T, o *options) {
+			if o.console.Addr != "127.0.0.1:7070" || o.console.password != "" {
+				t.Errorf("console %+v", o.console)
+			}
+		}},
 		{name: "route password file", args: []string{"-route-pass-file", passFile}, check: func(t *testing.T, o *options) {
 			if o.routePass != "from-file-pw" {
 				t.Errorf("route pass %q", o.routePass)

@@ -1,12 +1,17 @@
 package node
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"time"
 
+	"github.com/toolbus/toolbus/client"
+	"github.com/toolbus/toolbus/console"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/internal/secretflag"
 )
 
 // GatewayFlags are the flags that configure a node's model gateway: the one set that
@@ -63,4 +68,49 @@ func (g *GatewayFlags) Config() (gateway.Config, error) {
 	gw.HostedToolSearch = g.HostedSearch
 	gw.NoPromptCache = g.NoPromptCache
 	return gw, nil
+}
+
+// ConsoleFlags are the flags of a web console (package console): where it listens and
+// the file of its password. `toolbus node -console ADDR` and `toolbus console` register
+// them under their own names.
+type ConsoleFlags struct {
+	Addr, PasswordFile string
+	addrFlag, passFlag string
+	password           string
+}
+
+// Register adds the address flag (default addr; "" serves no console) and
+// the password file flag under the given names.
+func (c *ConsoleFlags) Register(fs *flag.FlagSet, addrFlag, addr, passFlag string) {
+	c.addrFlag, c.passFlag = addrFlag, passFlag
+	fs.StringVar(&c.Addr, addrFlag, addr, "serve the web console on this host:port (loopback only unless it has a password)")
+	fs.StringVar(&c.PasswordFile, passFlag, "", "file holding the web console's password, asked by basic authentication; required off loopback (default env TOOLBUS_CONSOLE_PASSWORD)")
+}
+
+// Check reads the password (after parsing, so that -h never prints it; it is
+// registered for redaction) and refuses an address other hosts reach without one,
+// before anything starts.
+func (c *ConsoleFlags) Check() error {
+	if c.Addr == "" {
+		return nil
+	}
+	var err error
+	if c.password, err = secretflag.Read(c.PasswordFile, "TOOLBUS_CONSOLE_PASSWORD"); err != nil {
+		return fmt.Errorf("-%s: %w", c.passFlag, err)
+	}
+	redact.AddSecrets(c.password)
+	err = console.CheckAddr(c.Addr, c.password != "")
+	if errors.Is(err, console.ErrNeedsPassword) {
+		return usagef("-%s %s is reachable from other hosts: give the console a password with -%s FILE (or the environment variable TOOLBUS_CONSOLE_PASSWORD), or listen on 127.0.0.1", c.addrFlag, c.Addr, c.passFlag)
+	}
+	if err != nil {
+		return usagef("-%s: %v", c.addrFlag, err)
+	}
+	return nil
+}
+
+// Start serves the console on cl, acting as cl's user; call Check first. by names
+// who decides the approvals made on its pages.
+func (c *ConsoleFlags) Start(cl *client.Client, by string, log *slog.Logger) (*console.Server, error) {
+	return console.Start(console.Config{Addr: c.Addr, Password: c.password, Client: cl, By: by, Logger: log})
 }

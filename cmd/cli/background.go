@@ -12,10 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
@@ -284,8 +282,12 @@ func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	args2, _ := json.Marshal(map[string]string{"job_id": j.ID, "reason": *reason})
-	return toolOnBehalf(ctx, nc, jobs.Category, "job_cancel", j.Agent, args2, stdout)
+	text, err := client.New(nc).CancelJob(ctx, j.ID, *reason)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, text)
+	return nil
 }
 
 func schedulesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -346,27 +348,11 @@ func schedulesRm(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	args2, _ := json.Marshal(map[string]string{"schedule_id": s.ID})
-	return toolOnBehalf(ctx, nc, schedule.Category, "schedule_cancel", s.Agent, args2, stdout)
-}
-
-// toolOnBehalf calls a tool of category as agent and prints its answer; an error result
-// is the command's error.
-func toolOnBehalf(ctx context.Context, nc *nats.Conn, category, tool, agent string, args []byte, stdout io.Writer) error {
-	spec := &toolbus.Spec{Name: tool, Category: category, Timeout: 30 * time.Second}
-	reply, err := newBusConn(nc, nil).cl.Call(ctx, spec, agent, schema.Args{JSON: args})
+	text, err := client.New(nc).RemoveSchedule(ctx, s.ID)
 	if err != nil {
 		return err
 	}
-	res := toolbus.Result{Content: reply.Content}
-	if reply.Outcome != bus.OutcomeOK {
-		msg := reply.Error
-		if msg == "" {
-			msg = res.Text()
-		}
-		return fmt.Errorf("%s: %s", tool, msg)
-	}
-	fmt.Fprintln(stdout, res.Text())
+	fmt.Fprintln(stdout, text)
 	return nil
 }
 

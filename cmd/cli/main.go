@@ -72,6 +72,7 @@ var commands = []command{
 	{"schedules", "list, show or remove schedules (needs -server)", cmdSchedules},
 	{"watch", "print the events of one turn or of all turns (needs -server)", cmdWatch},
 	{"workflow", "start a workflow and follow it; view, list or cancel workflows (these need -server)", cmdWorkflow},
+	{"console", "serve the web console: turns, timelines, approvals, workflows, jobs, nodes", cmdConsole},
 	{"bench", "run the performance suite", runBench},
 	{"version", "print the module version and the VCS revision this program was built from", cmdVersion},
 }
@@ -197,6 +198,7 @@ var examples = map[string]string{
 	"turns":           "toolbus turns -server nats://127.0.0.1:4222",
 	"resume":          "toolbus resume -server nats://127.0.0.1:4222 TURN",
 	"watch":           "toolbus watch -server nats://127.0.0.1:4222",
+	"console":         "toolbus console -server nats://127.0.0.1:4222 -user ops -pass-file ops.pass",
 	"workflow":        "toolbus workflow start examples/workflow/compare.json",
 	"workflow start":  "toolbus workflow start -server nats://127.0.0.1:4222 -model openai:gpt-5.4 compare.json",
 	"workflow view":   "toolbus workflow view -server nats://127.0.0.1:4222 -follow ID",

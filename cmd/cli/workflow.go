@@ -300,8 +300,7 @@ func workflowCancel(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer bc.Close()
-	req, _ := json.Marshal(map[string]string{"workflow_id": pos[0], "reason": cmp.Or(*reason, "cancelled from the command line")})
-	wf, err := callWorkflowTool(ctx, bc, "workflow_cancel", *agent, req)
+	wf, err := bc.cl.CancelWorkflow(ctx, *agent, pos[0], cmp.Or(*reason, "cancelled from the command line"))
 	if err != nil {
 		return err
 	}
