@@ -219,6 +219,7 @@ func (in *intake) spec(ctx context.Context, msg jetstream.Msg) (bus.TurnSpec, bo
 	var spec bus.TurnSpec
 	if sched, ok := bus.ParseIntakeFired(msg.Subject()); ok {
 		// A schedule's firing: it becomes a turn of its own, or is settled here.
+		in.n.cfg.Telemetry.ScheduleFired()
 		if spec, ok = in.n.svc.Fire(ctx, msg, sched); !ok {
 			return spec, false
 		}
