@@ -128,7 +128,7 @@ func (tt *Turn) Aborted(reason string) {
 	if tt == nil || tt.span == nil {
 		return
 	}
-	tt.span.AddEvent(EventAbort, trace.WithAttributes(attribute.String("toolbus.abort.reason", capText(reason, 256))))
+	tt.span.AddEvent(EventAbort, trace.WithAttributes(attribute.String("toolbus.abort.reason", tt.t.describe(reason, "aborted"))))
 }
 
 // TurnEnd is how a turn's run on this node ended.
@@ -178,7 +178,7 @@ func (tt *Turn) End(e TurnEnd) {
 		keyInputTokens.Int64(e.Input), keyOutputTokens.Int64(e.Output))
 	if e.Err != "" && state != "aborted" {
 		tt.span.SetAttributes(keyErrorType.String(state))
-		tt.span.SetStatus(codes.Error, capText(e.Err, 512))
+		tt.span.SetStatus(codes.Error, tt.t.describe(e.Err, state))
 	}
 	tt.span.End()
 }
@@ -254,7 +254,7 @@ func (tt *Turn) EndStep(e StepEnd) {
 	}
 	if e.Err != nil {
 		s.span.SetAttributes(keyErrorType.String("model_error"))
-		s.span.SetStatus(codes.Error, capText(redactText(e.Err.Error()), 512))
+		s.span.SetStatus(codes.Error, tt.t.describe(e.Err.Error(), "model_error"))
 	} else {
 		reason := "stop"
 		switch {
@@ -276,7 +276,7 @@ func (tt *Turn) Retried(attempt int, why string) {
 	if tt == nil || tt.step == nil || tt.step.span == nil {
 		return
 	}
-	tt.step.span.AddEvent(EventRetry, trace.WithAttributes(attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.reason", capText(why, 256))))
+	tt.step.span.AddEvent(EventRetry, trace.WithAttributes(attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.reason", tt.t.describe(why, "retried"))))
 }
 
 // CallInfo names a call.
@@ -430,7 +430,7 @@ func (tt *Turn) EndCall(c *Call, e CallEnd) {
 	c.span.SetAttributes(attrs...)
 	if e.Outcome != "ok" {
 		c.span.SetAttributes(keyErrorType.String(e.Outcome))
-		c.span.SetStatus(codes.Error, capText(redactText(e.Error), 512))
+		c.span.SetStatus(codes.Error, tt.t.describe(e.Error, e.Outcome))
 	}
 	c.span.End(trace.WithTimestamp(e.End))
 }
@@ -537,7 +537,7 @@ func (hc HostCall) End(outcome, errText string) {
 	hc.span.SetAttributes(KeyOutcome.String(outcome))
 	if outcome != "ok" {
 		hc.span.SetAttributes(keyErrorType.String(outcome))
-		hc.span.SetStatus(codes.Error, capText(redactText(errText), 512))
+		hc.span.SetStatus(codes.Error, hc.t.describe(errText, outcome))
 	}
 	hc.span.End()
 }
@@ -570,6 +570,16 @@ func (c *injectCarrier) Set(key, value string) {
 	if strings.EqualFold(key, traceparentHeader) {
 		c.traceparent = value
 	}
+}
+
+// describe is a failed span's status description: the error's text only where content is
+// recorded (Config.RecordContent), since a tool's error may quote what it read;
+// otherwise the outcome alone.
+func (t *Telemetry) describe(text, outcome string) string {
+	if !t.cfg.RecordContent {
+		return outcome
+	}
+	return capText(redactText(text), 512)
 }
 
 // redactText is s with the process's secrets redacted.
