@@ -167,10 +167,10 @@ func (tt *Turn) End(e TurnEnd) {
 			clear(tt.held)
 		}
 	}
-	if tt.step != nil {
-		tt.step.span.End() // a step whose reply never came (aborted, handed back)
-		tt.step = nil
+	if s := tt.step; s != nil && s.span != nil && !s.ended {
+		s.span.End() // a step whose reply never came (aborted, handed back)
 	}
+	tt.step = nil
 	if tt.span == nil {
 		return
 	}
@@ -198,6 +198,7 @@ type stepSpan struct {
 	ctx   context.Context
 	start time.Time
 	n     int
+	ended bool
 }
 
 // StartStep begins model step n (from 0): its chat span, a child of the turn's.
@@ -205,8 +206,8 @@ func (tt *Turn) StartStep(n int) {
 	if tt == nil {
 		return
 	}
-	if tt.step != nil && tt.step.span != nil {
-		tt.step.span.End()
+	if p := tt.step; p != nil && p.span != nil && !p.ended {
+		p.span.End()
 	}
 	s := &stepSpan{start: time.Now(), n: n}
 	if tt.span != nil {
@@ -231,10 +232,11 @@ type StepEnd struct {
 // EndStep ends the current step's chat span. The span stays the parent of the calls the
 // step asked for, which run after it ends.
 func (tt *Turn) EndStep(e StepEnd) {
-	if tt == nil || tt.step == nil {
+	if tt == nil || tt.step == nil || tt.step.ended {
 		return
 	}
 	s := tt.step
+	s.ended = true
 	outcome := "ok"
 	if e.Err != nil {
 		outcome = "error"
@@ -273,7 +275,7 @@ func (tt *Turn) EndStep(e StepEnd) {
 
 // Retried records a retried model request on the current step.
 func (tt *Turn) Retried(attempt int, why string) {
-	if tt == nil || tt.step == nil || tt.step.span == nil {
+	if tt == nil || tt.step == nil || tt.step.span == nil || tt.step.ended {
 		return
 	}
 	tt.step.span.AddEvent(EventRetry, trace.WithAttributes(attribute.Int("toolbus.attempt", attempt), attribute.String("toolbus.reason", tt.t.describe(why, "retried"))))
