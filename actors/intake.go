@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -62,6 +63,16 @@ func (n *Node) openIntake(ctx context.Context) error {
 		return err
 	}
 	n.intake = &intake{n: n, log: n.log, store: store, running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
+	// Read at each scrape (one stream info request), not kept up to date on every turn.
+	n.cfg.Telemetry.SetBacklog(func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		v, err := store.IntakeMessages(ctx)
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(v)
+	})
 	return nil
 }
 

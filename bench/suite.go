@@ -148,6 +148,15 @@ func (s *suite) runAll(ctx context.Context) ([]Row, error) {
 		out = append(out, single, compare(eight, single, 1.3, true))
 	}
 
+	if want("traced") {
+		s.say("no-op calls through a turn, traced to an OTLP/HTTP receiver and not, taking turns…")
+		rows, err := s.traced(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+
 	if want("throughput") {
 		s.say("concurrent throughput: raw request-reply and %d turns, taking turns…", s.cfg.Turns)
 		rawT, turnsT, err := s.throughputs(ctx)

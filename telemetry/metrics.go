@@ -122,7 +122,7 @@ func (t *Telemetry) SetBacklog(f func() float64) {
 	m := t.metrics
 	m.backlogOnce.Do(func() {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricIntakeBacklog,
-			Help: "Turn messages in the intake that no node has taken yet (the whole bus's, as this node sees it)."}, f))
+			Help: "Messages in the turn intake stream, the whole bus's: queued turns, running turns not yet settled, and schedules."}, f))
 	})
 }
 
