@@ -270,7 +270,7 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 		}
 	}
 	if t.Failed() || testing.Verbose() {
-		t.Log(otlptest.Tree(spans, mainTrace, "gen_ai.tool.call.id"))
+		t.Log(otlptest.Tree(spans, mainTrace, "gen_ai.tool.call.id", "toolbus.call.outcome", "gen_ai.usage.input_tokens"))
 		for _, kind := range []string{"job", "task"} {
 			s := kinds(spans, kind)[0]
 			t.Log(otlptest.Tree(spans, s.TraceID, "gen_ai.tool.call.id", "toolbus.workflow.id"))
@@ -435,8 +435,8 @@ func TestNoExporterNoCost(t *testing.T) {
 			t.Fatal("the spy saw no request")
 		}
 		_ = sub.Unsubscribe()
-		if len(tp) != 55 || !strings.HasPrefix(tp, "00-") || !strings.HasSuffix(tp, "-00") {
-			t.Errorf("traceparent %q: want the turn's own, not sampled", tp)
+		if want := "00-" + telemetry.TurnTraceID(res.Turn).String() + "-"; len(tp) != 55 || !strings.HasPrefix(tp, want) || !strings.HasSuffix(tp, "-00") {
+			t.Errorf("traceparent %q: want the turn's own trace (%s…), not sampled", tp, want)
 		}
 		if err := tel.Flush(t.Context()); err != nil {
 			t.Fatal(err)

@@ -362,7 +362,7 @@ func (t *turn) over() bool { return t.phase >= phaseDone }
 
 func (t *turn) start(ctx actor.Context) {
 	t.sys, t.self = ctx.ActorSystem(), ctx.Self()
-	t.trace = randomHex(16)
+	t.trace = telemetry.TurnTraceID(t.cfg.Spec.ID).String() // the turn's trace, traced or not
 	t.instructions = t.cfg.Spec.Instructions
 	if extra := t.cfg.Kit.Instructions; extra != "" {
 		if t.instructions != "" {
