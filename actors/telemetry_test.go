@@ -176,6 +176,9 @@ func TestTraceAcrossNodes(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log(otlptest.Tree(spans, trace, "gen_ai.tool.call.id", "toolbus.tool.category"))
+		for _, s := range named(spans, trace, "") {
+			t.Logf("%s (%s): %v", s.Name, s.Instance, s.Attrs)
+		}
 	}
 }
 

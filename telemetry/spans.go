@@ -512,9 +512,10 @@ func (t *Telemetry) StartHostCall(traceparent string, h HostInfo) HostCall {
 		return hc
 	}
 	ctx := propagatorOf.Extract(context.Background(), traceparentCarrier(traceparent))
+	// No gen_ai.operation.name: the call's execute_tool span is the turn's, and a backend
+	// that counts tool executions must count it once.
 	attrs := []attribute.KeyValue{
-		keyOperation.String(OpExecuteTool), keyToolName.String(h.Tool), keyToolCallID.String(h.ID),
-		keyToolType.String("function"), KeyCategory.String(h.Category), KeyNode.String(h.Node),
+		keyToolName.String(h.Tool), keyToolCallID.String(h.ID), KeyCategory.String(h.Category), KeyNode.String(h.Node),
 	}
 	if h.Turn != "" {
 		attrs = append(attrs, keyConversation.String(h.Turn))
