@@ -112,22 +112,29 @@ func echoTool(cat string) *toolbus.Tool {
 	})
 }
 
-// TestTraceAcrossNodes: two nodes on one bus, each exporting its own spans; a turn on n1
-// calls a category hosted on n2. One trace: the turn's invoke_agent span, a chat span per
-// step, the call's execute_tool span under the step that asked for it, and under that the
-// host's span, exported by n2.
+// TestTraceAcrossNodes: two nodes, each on its own server of one NATS cluster and each
+// exporting its own spans; a turn on n1 calls a category hosted on n2. One trace: the
+// turn's invoke_agent span, a chat span per step, the call's execute_tool span under the
+// step that asked for it, and under that the host's span, exported by n2.
 func TestTraceAcrossNodes(t *testing.T) {
 	t.Parallel()
 	r := otlptest.New()
 	defer r.Close()
-	srv := bustest.Server(t, nil)
+	srvs := bustest.Cluster(t, 2, nil)
 	tel1, tel2 := tracingTo(t, "n1", r, nil), tracingTo(t, "n2", r, nil)
-	n1 := startTracedNode(t, srv, "n1", tel1, nil)
-	n2 := startTracedNode(t, srv, "n2", tel2, nil)
+	n1 := startTracedNode(t, srvs[0], "n1", tel1, nil)
+	n2 := startTracedNode(t, srvs[1], "n2", tel2, nil)
 	tool := echoTool("far")
 	if err := n2.Host(bustest.Context(t), "far", []*toolbus.Tool{tool}); err != nil {
 		t.Fatal(err)
 	}
+	// The host's interest crosses the route before the turn calls it.
+	bustest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !srvs[0].Interest(bus.ToolSubject("far", "echo")) {
+			return errors.New("n1's server does not see n2's host yet")
+		}
+		return nil
+	})
 	model, err := gateway.NewScripted(gateway.Script{Responses: []gateway.ScriptStep{
 		step(gateway.ScriptCall{ID: "c1", Name: "echo", Arguments: `{"text":"hello"}`}), say("done"),
 	}})
