@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/telemetry/otlptest"
 	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
 
@@ -189,9 +190,9 @@ func TestTraceAcrossNodes(t *testing.T) {
 	}
 }
 
-// TestTraceLinksJobsAndTasks: a main turn that starts a background job and a workflow; the
-// job's turn and the workflow task's turn are traces of their own whose invoke_agent spans
-// link to the main turn's.
+// TestTraceLinksJobsAndTasks: a main turn that starts a background job, a workflow and a
+// schedule; the job's turn, the workflow task's turn and the schedule firing's turn are
+// traces of their own whose invoke_agent spans link to the main turn's.
 func TestTraceLinksJobsAndTasks(t *testing.T) {
 	t.Parallel()
 	r := otlptest.New()
@@ -199,13 +200,13 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 	srv := bustest.Server(t, nil)
 	tel := tracingTo(t, "n1", r, nil)
 	n := startTracedNode(t, srv, "n1", tel, func(c *NodeConfig) {
-		c.Categories, c.Turns, c.TurnLease = []string{jobs.Category, workflow.Category}, true, 5*time.Second
+		c.Categories, c.Turns, c.TurnLease = []string{jobs.Category, workflow.Category, schedule.Category}, true, 5*time.Second
 	})
 	p, err := n.Profiles(bustest.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Put(bustest.Context(t), []byte(`{"version":3,"agent":"ann","jobs":{"spawn":true}}`)); err != nil {
+	if _, err := p.Put(bustest.Context(t), []byte(`{"version":3,"agent":"ann","jobs":{"spawn":true},"schedules":{"enabled":true}}`)); err != nil {
 		t.Fatal(err)
 	}
 	def, err := json.Marshal(oneTask(script(t, submit(`{"n":1,"note":"one"}`)), 1))
@@ -216,7 +217,8 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 		Responses: []gateway.ScriptStep{
 			step(call("job_start", `{"prompt":"look it up"}`)),
 			step(gateway.ScriptCall{Name: "workflow_start", Arguments: string(def)}),
-			say("started both"),
+			step(call("schedule_create", `{"prompt":"tick","every":"1h"}`)),
+			say("started them"),
 		},
 		Child: &gateway.Script{Responses: []gateway.ScriptStep{say("found it")}},
 	})
@@ -237,9 +239,20 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 		t.Fatal("the main turn did not end:", err)
 	}
 	var st bus.TurnStatus
-	if err := json.Unmarshal(m.Data, &st); err != nil || st.State != bus.TurnCompleted || len(st.Calls) != 2 ||
-		st.Calls[0].Outcome != bus.OutcomeOK || st.Calls[1].Outcome != bus.OutcomeOK {
+	if err := json.Unmarshal(m.Data, &st); err != nil || st.State != bus.TurnCompleted || len(st.Calls) != 3 ||
+		st.Calls[0].Outcome != bus.OutcomeOK || st.Calls[1].Outcome != bus.OutcomeOK || st.Calls[2].Outcome != bus.OutcomeOK {
 		t.Fatalf("main turn: %+v %v", st, err)
+	}
+	var sch schedule.Schedule
+	if err := json.Unmarshal(st.Calls[2].Details, &sch); err != nil {
+		t.Fatal(err)
+	}
+	store, err := schedule.Open(bustest.Context(t), bustest.JetStream(t, srv, "scheduler"), 1, schedule.Config{})
+	if err == nil {
+		err = store.FireNow(bustest.Context(t), "ann", sch.ID) // as the server does when it is due
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	mainTrace := telemetry.TurnTraceID(id).String()
@@ -253,17 +266,25 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 		return out
 	}
 	spans := waitSpans(t, r, func(spans []otlptest.Span) error {
-		if len(kinds(spans, "main")) != 1 || len(kinds(spans, "job")) != 1 || len(kinds(spans, "task")) != 1 {
-			return fmt.Errorf("ended turns' spans so far: main %d, job %d, task %d", len(kinds(spans, "main")), len(kinds(spans, "job")), len(kinds(spans, "task")))
+		if len(kinds(spans, "main")) != 2 || len(kinds(spans, "job")) != 1 || len(kinds(spans, "task")) != 1 {
+			return fmt.Errorf("ended turns' spans so far: main %d (with the schedule's), job %d, task %d", len(kinds(spans, "main")), len(kinds(spans, "job")), len(kinds(spans, "task")))
 		}
 		return nil
 	}, tel)
-	root := kinds(spans, "main")[0]
+	var root, fired otlptest.Span
+	for _, s := range kinds(spans, "main") {
+		if s.Attrs["gen_ai.conversation.id"] == id {
+			root = s
+		} else {
+			fired = s
+		}
+	}
 	if root.TraceID != mainTrace {
 		t.Fatalf("main turn's trace %s, want %s", root.TraceID, mainTrace)
 	}
-	for _, kind := range []string{"job", "task"} {
-		s := kinds(spans, kind)[0]
+	started := map[string]otlptest.Span{"job": kinds(spans, "job")[0], "task": kinds(spans, "task")[0], "schedule": fired}
+	for _, kind := range []string{"job", "task", "schedule"} {
+		s := started[kind]
 		conv := s.Attrs["gen_ai.conversation.id"]
 		if s.TraceID == mainTrace || s.TraceID != telemetry.TurnTraceID(conv).String() {
 			t.Errorf("%s turn %s: trace %s, want its own (%s)", kind, conv, s.TraceID, telemetry.TurnTraceID(conv))
@@ -281,9 +302,8 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Log(otlptest.Tree(spans, mainTrace, "gen_ai.tool.call.id", "toolbus.call.outcome", "gen_ai.usage.input_tokens"))
-		for _, kind := range []string{"job", "task"} {
-			s := kinds(spans, kind)[0]
-			t.Log(otlptest.Tree(spans, s.TraceID, "gen_ai.tool.call.id", "toolbus.workflow.id"))
+		for _, kind := range []string{"job", "task", "schedule"} {
+			t.Log(otlptest.Tree(spans, started[kind].TraceID, "gen_ai.tool.call.id", "toolbus.turn.kind", "toolbus.workflow.id"))
 		}
 	}
 }
