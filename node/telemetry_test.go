@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/telemetry"
+	"github.com/toolbus/toolbus/telemetry/otlptest"
 )
 
 // scrape reads the metrics endpoint at url with Prometheus's text parser.
@@ -163,5 +164,36 @@ func TestMetricsEndpoint(t *testing.T) {
 		for _, name := range []string{telemetry.MetricCalls, telemetry.MetricTurnsEnded} {
 			t.Log(fmt.Sprint(after[name]))
 		}
+	}
+}
+
+// TestStartTracesFromEnv: a node started without a Telemetry traces when the process's
+// environment names an OTLP endpoint (as `toolbus run` does), and exports its last spans
+// when it closes. Not parallel: it sets the environment.
+func TestStartTracesFromEnv(t *testing.T) {
+	r := otlptest.New()
+	defer r.Close()
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.URL())
+	t.Setenv("OTEL_SERVICE_NAME", "toolbus-env")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := Start(ctx, Config{Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{echoTool(t, "echo", "env")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := n.Run(ctx, Turn{Input: "go", Script: `{"responses": [{"calls": [{"name": "echo", "arguments": "{}"}]}, {"text": "done"}]}`})
+	n.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	trace := telemetry.TurnTraceID(res.Turn).String()
+	names := map[string]int{}
+	for _, s := range r.Spans() {
+		if s.TraceID == trace && s.Service == "toolbus-env" {
+			names[strings.Fields(s.Name)[0]]++
+		}
+	}
+	if names["invoke_agent"] != 1 || names["chat"] != 2 || names["execute_tool"] != 1 || names[telemetry.HostSpanPrefix] != 1 {
+		t.Errorf("spans exported by the time the node closed: %v", names)
 	}
 }
