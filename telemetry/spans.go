@@ -103,6 +103,9 @@ func (t *Telemetry) StartTurn(info TurnInfo) *Turn {
 	}
 	tt.ctx, tt.span = t.tracer.Start(withRoot(context.Background(), root), name,
 		trace.WithSpanKind(trace.SpanKindInternal), trace.WithAttributes(attrs...), trace.WithLinks(links...), trace.WithNewRoot())
+	if info.Resumed {
+		tt.span.AddEvent(EventResume, trace.WithAttributes(KeyNode.String(info.Node)))
+	}
 	return tt
 }
 
