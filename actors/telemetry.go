@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/telemetry"
 )
 
@@ -16,7 +17,7 @@ func (t *turn) startTelemetry(resumed bool) {
 	s := t.cfg.Spec
 	t.tel = t.cfg.telemetry.StartTurn(telemetry.TurnInfo{
 		ID: s.ID, Kind: string(s.Kind), Agent: s.Agent, Node: t.cfg.Node,
-		Parent: s.Parent, Workflow: s.Workflow, Task: s.Task, Model: modelSpec(s.Model, len(s.Script) > 0),
+		Parent: s.Parent, Workflow: s.Workflow, Task: s.Task, Model: t.modelSpec(),
 		Resumed: resumed,
 	})
 	if t.tel == nil {
@@ -38,12 +39,18 @@ func (t *turn) endTelemetry() {
 	t.tel.End(telemetry.TurnEnd{State: "queued", Steps: t.step, HandedBack: true})
 }
 
-// modelSpec is the spec's model for telemetry: an inline script is a script.
-func modelSpec(model string, script bool) string {
-	if script || strings.HasPrefix(model, "script:") {
+// modelSpec is the turn's model spec for telemetry: a script is a script (its file or
+// document is no label); a model the program gave without a spec is unknown.
+func (t *turn) modelSpec() string {
+	s := t.cfg.Spec
+	_, scripted := t.cfg.Model.(*gateway.Scripted)
+	switch {
+	case len(s.Script) > 0 || strings.HasPrefix(s.Model, "script:") || (s.Model == "" && scripted):
 		return "script:"
+	case s.Model == "":
+		return "unknown:unknown"
 	}
-	return model
+	return s.Model
 }
 
 // stepEnded ends the current step's telemetry with the model's reply.

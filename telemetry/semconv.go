@@ -114,7 +114,7 @@ func Provider(spec string) (provider, model string) {
 	kind, name, ok := strings.Cut(spec, ":")
 	if !ok {
 		if spec == "" {
-			return "toolbus.script", "script"
+			return "unknown", "unknown"
 		}
 		return "unknown", spec
 	}
