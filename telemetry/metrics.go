@@ -34,8 +34,9 @@ const (
 
 // Caps on the values a label takes: past them, further values count as "other".
 const (
-	maxToolValues  = 256
-	maxModelValues = 32
+	maxToolValues     = 256
+	maxCategoryValues = 64
+	maxModelValues    = 32
 )
 
 // Metrics are a node's Prometheus metrics, in a registry of their own (not the global
@@ -53,7 +54,7 @@ type Metrics struct {
 	turnsStartedC, turnsEndedC *prometheus.CounterVec
 	turnsRunningG              *prometheus.GaugeVec
 	resumesC                   *prometheus.CounterVec
-	tools, models              boundedLabel
+	tools, categories, models  boundedLabel
 	backlogOnce                sync.Once
 }
 
@@ -65,7 +66,8 @@ var callBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
 var modelBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
 
 func newMetrics() *Metrics {
-	m := &Metrics{reg: prometheus.NewRegistry(), tools: boundedLabel{max: maxToolValues}, models: boundedLabel{max: maxModelValues}}
+	m := &Metrics{reg: prometheus.NewRegistry(), tools: boundedLabel{max: maxToolValues},
+		categories: boundedLabel{max: maxCategoryValues}, models: boundedLabel{max: maxModelValues}}
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
 		m.reg.MustRegister(c)

@@ -40,7 +40,8 @@ type Turn struct {
 	span            trace.Span // nil: not tracing
 	ctx             context.Context
 	kind            string
-	provider, model string
+	provider, model string // the model's name, and as a label (capped)
+	modelLabel      string
 	step            *stepSpan           // the current step
 	held            map[string]struct{} // calls this turn counts in approvals_waiting
 	ended           bool
@@ -55,7 +56,7 @@ func (t *Telemetry) StartTurn(info TurnInfo) *Turn {
 	tt := &Turn{t: t, kind: kindLabel(info.Kind)}
 	tt.provider, tt.model = Provider(info.Model)
 	if m := t.metrics; m != nil {
-		tt.model = m.models.bound(tt.model)
+		tt.modelLabel = m.models.bound(tt.model)
 		m.turnsStartedC.WithLabelValues(tt.kind).Inc()
 		m.turnsRunningG.WithLabelValues(tt.kind).Inc()
 		if info.Resumed {
@@ -79,7 +80,7 @@ func (t *Telemetry) StartTurn(info TurnInfo) *Turn {
 		keyOperation.String(OpInvokeAgent),
 		keyProvider.String(tt.provider),
 		keyConversation.String(info.ID),
-		keyRequestModel.String(Model(info.Model)),
+		keyRequestModel.String(tt.model),
 		KeyTurnKind.String(tt.kind),
 		KeyNode.String(info.Node),
 	}
@@ -107,12 +108,6 @@ func (t *Telemetry) StartTurn(info TurnInfo) *Turn {
 		tt.span.AddEvent(EventResume, trace.WithAttributes(KeyNode.String(info.Node)))
 	}
 	return tt
-}
-
-// Model is the model's name in a model spec (Provider's second half).
-func Model(spec string) string {
-	_, m := Provider(spec)
-	return m
 }
 
 // kindLabel is a turn kind as a label: main, job or task (anything else is other).
@@ -245,13 +240,13 @@ func (tt *Turn) EndStep(e StepEnd) {
 		outcome = "error"
 	}
 	if m := tt.t.metrics; m != nil {
-		m.modelRequests.WithLabelValues(tt.provider, tt.model, outcome).Inc()
-		m.modelDuration.WithLabelValues(tt.provider, tt.model).Observe(time.Since(s.start).Seconds())
+		m.modelRequests.WithLabelValues(tt.provider, tt.modelLabel, outcome).Inc()
+		m.modelDuration.WithLabelValues(tt.provider, tt.modelLabel).Observe(time.Since(s.start).Seconds())
 		if e.Input > 0 {
-			m.modelTokens.WithLabelValues(tt.provider, tt.model, "input").Add(float64(e.Input))
+			m.modelTokens.WithLabelValues(tt.provider, tt.modelLabel, "input").Add(float64(e.Input))
 		}
 		if e.Output > 0 {
-			m.modelTokens.WithLabelValues(tt.provider, tt.model, "output").Add(float64(e.Output))
+			m.modelTokens.WithLabelValues(tt.provider, tt.modelLabel, "output").Add(float64(e.Output))
 		}
 	}
 	if s.span == nil {
@@ -406,7 +401,7 @@ func (tt *Turn) EndCall(c *Call, e CallEnd) {
 		start = e.End
 	}
 	if m := tt.t.metrics; m != nil {
-		cat, tool, outcome := labelOr(e.Category), m.tools.bound(labelOr(e.Tool)), labelOr(e.Outcome)
+		cat, tool, outcome := m.categories.bound(labelOr(e.Category)), m.tools.bound(labelOr(e.Tool)), labelOr(e.Outcome)
 		m.calls.WithLabelValues(cat, tool, outcome).Inc()
 		m.callDuration.WithLabelValues(cat, tool, outcome).Observe(e.End.Sub(start).Seconds())
 	}
@@ -533,9 +528,9 @@ func (hc HostCall) End(outcome, errText string) {
 		return
 	}
 	if m := hc.t.metrics; m != nil {
-		tool := m.tools.bound(hc.tool)
-		m.hostCalls.WithLabelValues(hc.category, tool, labelOr(outcome)).Inc()
-		m.hostDuration.WithLabelValues(hc.category, tool).Observe(time.Since(hc.start).Seconds())
+		cat, tool := m.categories.bound(hc.category), m.tools.bound(hc.tool)
+		m.hostCalls.WithLabelValues(cat, tool, labelOr(outcome)).Inc()
+		m.hostDuration.WithLabelValues(cat, tool).Observe(time.Since(hc.start).Seconds())
 	}
 	if hc.span == nil {
 		return
