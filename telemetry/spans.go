@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -550,7 +551,8 @@ var propagatorOf = propagation.TraceContext{}
 // traceparentCarrier carries one traceparent header to Extract.
 type traceparentCarrier string
 
-const traceparentHeader = "traceparent"
+// traceparentHeader is the header the propagator reads and writes, the one bus defines.
+const traceparentHeader = bus.HeaderTraceparent
 
 func (c traceparentCarrier) Get(key string) string {
 	if strings.EqualFold(key, traceparentHeader) {
