@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/telemetry"
 )
 
 // hold keeps a call that the agent's approval policy holds: it counts as in flight (a
@@ -26,6 +27,7 @@ func (t *turn) hold(pc *pendingCall, timeout time.Duration) {
 	t.seqRunning = pc.tool.Mode == toolbus.Sequential
 	sys, self, id := t.sys, t.self, pc.wireID
 	pc.timer = time.AfterFunc(timeout, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
+	t.tel.Approval(pc.span, id, telemetry.ApprovalRequested, "")
 	// The person deciding should see what the call would do in the host's own words; the
 	// host answers that off the mailbox, and the request goes out with what it said.
 	req, nc, log := t.approvalRequest(pc), t.cfg.Conn, t.log
@@ -126,6 +128,7 @@ func (t *turn) onApprove(wireID string, m *nats.Msg, a *bus.Approval, decodeErr 
 		pc.timer.Stop()
 	}
 	if a.Decision == bus.ApprovalRefuse {
+		t.tel.Approval(pc.span, wireID, telemetry.ApprovalRefused, who)
 		msg := fmt.Sprintf("call refused by %s before it ran", who)
 		if a.Reason != "" {
 			msg += ": " + a.Reason
@@ -134,6 +137,7 @@ func (t *turn) onApprove(wireID string, m *nats.Msg, a *bus.Approval, decodeErr 
 		return
 	}
 	pc.held, pc.approved = false, true
+	t.tel.Approval(pc.span, wireID, telemetry.ApprovalGranted, who)
 	t.running-- // send counts it again
 	remaining := time.Until(pc.deadline)
 	if remaining <= 0 {

@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/telemetry"
 )
 
 // Defaults of a category host.
@@ -60,6 +61,8 @@ type HostConfig struct {
 	// payloads reads large arguments and stores large replies (bus.ObjectPayloads); nil:
 	// the host opens them through its own connection on first use.
 	payloads *bus.Payloads
+	// telemetry records the calls' host spans and metrics (NodeConfig.Telemetry).
+	telemetry *telemetry.Telemetry
 }
 
 // hostCall is a tool request taken from the micro handler.
@@ -71,6 +74,7 @@ type hostCall struct {
 	// payload names the object that holds the arguments (Toolbus-Payload), when they were
 	// too large for the message.
 	payload bus.PayloadRef
+	tel     telemetry.HostCall // its span on this node, and its count
 }
 
 // hostReady asks a host whether it serves; it answers with hostStarted.
@@ -447,6 +451,7 @@ func (e *turnAborted) Error() string {
 func (h *host) begin(m *hostCall) {
 	req, badHeader := bus.ParseToolRequest(nats.Header(m.req.Headers()))
 	m.trace, m.vouch, m.payload = req.Traceparent, req.Vouch, req.Payload
+	m.tel = h.cfg.telemetry.StartHostCall(req.Traceparent, telemetry.HostInfo{Category: h.cfg.Category, Tool: m.tool.Name, ID: req.Call, Turn: req.Turn, Node: h.cfg.Node})
 	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
 	timeout := m.tool.Timeout
 	if timeout <= 0 {
@@ -462,14 +467,14 @@ func (h *host) begin(m *hostCall) {
 	st := h.stats[m.tool.Name]
 	if badHeader != nil {
 		st.errors.Add(1)
-		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
+		h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
 		return
 	}
 	// A turn refuses these itself; a direct request must not get past either.
 	// Any Toolbus-Truncated but "false" counts (bus.ParseToolRequest).
 	if req.Truncated && m.tool.Destructive {
 		st.errors.Add(1)
-		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid,
+		h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid,
 			Error: "arguments were cut off (truncated); re-issue the call with the complete arguments"})
 		return
 	}
@@ -477,7 +482,7 @@ func (h *host) begin(m *hostCall) {
 	// redelivery) is not run: its caller has given up on it.
 	if !req.Deadline.IsZero() && !req.Deadline.After(time.Now()) {
 		st.errors.Add(1)
-		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeTimeout,
+		h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeTimeout,
 			Error: "deadline already past on arrival (" + bus.FormatDeadline(req.Deadline) + "); the tool did not run"})
 		return
 	}
@@ -489,7 +494,7 @@ func (h *host) begin(m *hostCall) {
 		h.mu.Unlock()
 		cancelDeadline()
 		cancel(nil)
-		h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeUnavailable, Error: "the category host is stopping"})
+		h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeUnavailable, Error: "the category host is stopping"})
 		return
 	}
 	if call.Turn != "" {
@@ -512,7 +517,7 @@ func (h *host) begin(m *hostCall) {
 				outcome = bus.OutcomeInvalid
 			}
 			st.errors.Add(1)
-			h.reply(m.req, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: outcome, Error: err.Error()})
+			h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: outcome, Error: err.Error()})
 		} else {
 			h.run(cctx, call, m)
 		}
@@ -561,7 +566,7 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		if args, outcome, reply.Error = h.arguments(ctx, tool, m.payload); reply.Error != "" {
 			reply.Outcome = outcome
 			st.errors.Add(1)
-			h.reply(m.req, reply)
+			h.replyCall(m, reply)
 			return
 		}
 	}
@@ -574,7 +579,7 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 		if err := tool.Params.Validate(args); err != nil {
 			reply.Outcome, reply.Error = bus.OutcomeInvalid, "invalid arguments for "+tool.Name+": "+err.Error()
 			st.errors.Add(1)
-			h.reply(m.req, reply)
+			h.replyCall(m, reply)
 			return
 		}
 	}
@@ -586,7 +591,7 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	case <-ctx.Done():
 		reply.Outcome, reply.Error = h.cancelOutcome(ctx), "cancelled while waiting for an execution slot: "+context.Cause(ctx).Error()
 		st.errors.Add(1)
-		h.reply(m.req, reply)
+		h.replyCall(m, reply)
 		return
 	}
 
@@ -667,7 +672,7 @@ func (h *host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	}
 	reply.Label = completedLabel(tool, args, res, reply)
 	// The caller waits for the reply, not for the event: reply first.
-	h.reply(m.req, reply)
+	h.replyCall(m, reply)
 	// The presentation events travel in the reply for the turn, and on the
 	// event subject for whoever watches the turn.
 	for _, ev := range reply.Events {
@@ -761,6 +766,12 @@ func execute(ctx context.Context, t *toolbus.Tool, call toolbus.Call) (res toolb
 	}()
 	res, err = t.Execute(ctx, call)
 	return res, err, nil
+}
+
+// replyCall replies to a call and ends its telemetry.
+func (h *host) replyCall(m *hostCall, reply bus.ToolReply) {
+	h.reply(m.req, reply)
+	m.tel.End(string(reply.Outcome), reply.Error)
 }
 
 func (h *host) reply(r micro.Request, reply bus.ToolReply) {

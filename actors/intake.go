@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -62,6 +63,16 @@ func (n *Node) openIntake(ctx context.Context) error {
 		return err
 	}
 	n.intake = &intake{n: n, log: n.log, store: store, running: make(map[string]*heldTurn), slots: make(chan struct{}, n.cfg.MaxTurns)}
+	// Read at each scrape (one stream info request), not kept up to date on every turn.
+	n.cfg.Telemetry.SetBacklog(func() float64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		v, err := store.IntakeMessages(ctx)
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(v)
+	})
 	return nil
 }
 
@@ -219,6 +230,7 @@ func (in *intake) spec(ctx context.Context, msg jetstream.Msg) (bus.TurnSpec, bo
 	var spec bus.TurnSpec
 	if sched, ok := bus.ParseIntakeFired(msg.Subject()); ok {
 		// A schedule's firing: it becomes a turn of its own, or is settled here.
+		in.n.cfg.Telemetry.ScheduleFired()
 		if spec, ok = in.n.svc.Fire(ctx, msg, sched); !ok {
 			return spec, false
 		}

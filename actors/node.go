@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -88,6 +89,9 @@ type NodeConfig struct {
 	// destination (about 4 µs a call here), so set it only where the account traces; an
 	// embedded server configures no msg_trace.
 	TraceSampled bool
+	// Telemetry, when set, records the spans and metrics of the node's turns and hosts
+	// (telemetry.Open); nil records nothing. The node does not close it.
+	Telemetry *telemetry.Telemetry
 }
 
 // withDefaults fills what a node config may leave out; the one place node defaults live.
@@ -377,7 +381,7 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
 	}
-	cfg.workers, cfg.voucher, cfg.interest, cfg.payloads = n.workers, n.voucher, n.cfg.Interest, n.payloads
+	cfg.workers, cfg.voucher, cfg.interest, cfg.payloads, cfg.telemetry = n.workers, n.voucher, n.cfg.Interest, n.payloads, n.cfg.Telemetry
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -522,6 +526,7 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 		cfg.Spec.ID = bus.NewID()
 	}
 	cfg.workers, cfg.voucher, cfg.interest, cfg.sampled, cfg.payloads = n.workers, n.voucher, n.cfg.Interest, n.cfg.TraceSampled, n.payloads
+	cfg.telemetry = n.cfg.Telemetry
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
+	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -76,6 +77,8 @@ type TurnConfig struct {
 	// (bus.ObjectPayloads); set by the node. nil: the turn opens them through JS, or
 	// its connection, on first use.
 	payloads *bus.Payloads
+	// telemetry records the turn's spans and metrics (NodeConfig.Telemetry); nil: none.
+	telemetry *telemetry.Telemetry
 }
 
 // withDefaults fills what a config may leave out; the one place turn defaults live.
@@ -189,6 +192,7 @@ type pendingCall struct {
 	// argsRef names the object that holds the arguments sent by reference (too large for
 	// a message); the turn deletes it once the call is settled.
 	argsRef bus.PayloadRef
+	span    *telemetry.Call // its execute_tool span, from dispatch to closeBatch
 }
 
 // Messages the turn actor receives besides *nats.Msg.
@@ -281,7 +285,8 @@ type turn struct {
 	// submitted is the arguments of the accepted final local call (a task's result).
 	submitted json.RawMessage
 	// pl is the store of large payloads (TurnConfig.payloads), opened on first use.
-	pl *bus.Payloads
+	pl  *bus.Payloads
+	tel *telemetry.Turn // nil: nothing recorded (telemetry.go)
 }
 
 // NewTurnProps returns the props of a turn actor. cfg is completed with its defaults
@@ -357,7 +362,7 @@ func (t *turn) over() bool { return t.phase >= phaseDone }
 
 func (t *turn) start(ctx actor.Context) {
 	t.sys, t.self = ctx.ActorSystem(), ctx.Self()
-	t.trace = randomHex(16)
+	t.trace = telemetry.TurnTraceID(t.cfg.Spec.ID).String() // the turn's trace, traced or not
 	t.instructions = t.cfg.Spec.Instructions
 	if extra := t.cfg.Kit.Instructions; extra != "" {
 		if t.instructions != "" {
@@ -371,6 +376,7 @@ func (t *turn) start(ctx actor.Context) {
 		t.j = &streamJournal{}
 	}
 	from := t.j.begin(t)
+	t.startTelemetry(from.resume != nil)
 	if from.resume == nil {
 		t.transcript = append(t.transcript, t.cfg.Input...)
 	}
@@ -426,6 +432,7 @@ func (t *turn) callModel() {
 	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
 	sys, self := t.sys, t.self
 	t.phase = phaseModel
+	t.tel.StartStep(t.step)
 	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
 		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
@@ -447,6 +454,7 @@ func (t *turn) onModelReply(m *modelReply) {
 		return // over: taken over while the model was asked
 	}
 	t.step++
+	t.stepEnded(m)
 	if m.err != nil {
 		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step+1, m.err)) // steps are counted from 1 for people
 		return
@@ -654,6 +662,7 @@ func (t *turn) schedule() {
 }
 
 func (t *turn) dispatch(pc *pendingCall) {
+	t.callStarted(pc)
 	if pc.local != nil {
 		t.answerLocal(pc)
 		return
@@ -679,7 +688,7 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 	req := bus.ToolRequest{
 		Turn: t.cfg.Spec.ID, Call: pc.wireID, Agent: t.cfg.Spec.Agent, Task: t.cfg.Spec.Task,
 		Deadline:    deadline,
-		Traceparent: t.traceparent(),
+		Traceparent: t.traceparent(pc),
 		Truncated:   pc.record.Truncated,
 		Vouch:       t.vouch(pc),
 	}
@@ -863,8 +872,12 @@ func (t *turn) onExpiryDue() {
 	}
 }
 
-// traceparent is a new call's W3C trace context: the turn's trace id, a span id of its own.
-func (t *turn) traceparent() string {
+// traceparent is a new call's W3C trace context: its execute_tool span's when the turn
+// traces, else the turn's trace id and a span id of its own.
+func (t *turn) traceparent(pc *pendingCall) string {
+	if tp := pc.span.Traceparent(); tp != "" {
+		return tp
+	}
 	flags := "-00"
 	if t.cfg.sampled {
 		flags = "-01"
@@ -1105,6 +1118,7 @@ func (t *turn) abort(a *bus.Abort) {
 		reason = "aborted: " + a.Reason
 		t.abortErr = fmt.Errorf("%w: %s", ErrAborted, a.Reason)
 	}
+	t.tel.Aborted(reason)
 	for _, pc := range t.batch[t.next:] {
 		if pc.state == callWaiting {
 			pc.resolve(bus.OutcomeNotStarted, "call not started: the turn was "+reason)
@@ -1181,6 +1195,7 @@ func (t *turn) closeBatch() (terminate bool) {
 		}
 		terminate = terminate || pc.output.Terminate
 		t.records = append(t.records, pc.record)
+		t.callEnded(pc)
 	}
 	t.batch = t.batch[:0]
 	records := t.records[first:len(t.records):len(t.records)]
@@ -1258,6 +1273,7 @@ func (t *turn) finish(state bus.TurnState, err error) {
 }
 
 func (t *turn) cleanup() {
+	t.endTelemetry()
 	for _, s := range t.subs {
 		_ = s.Unsubscribe()
 	}

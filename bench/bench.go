@@ -56,7 +56,7 @@ type Config struct {
 	// (default DefaultWaiting).
 	Waiting int
 	// Only keeps the groups of measurements whose name contains it ("one call through a
-	// turn", "parallel", "throughput", "abort", "sandbox", "checkpoint", "waiting",
+	// turn", "parallel", "traced", "throughput", "abort", "sandbox", "checkpoint", "waiting",
 	// "assembly"); the first two rows, the direct call and raw NATS, always run. Empty keeps
 	// every group.
 	Only string

@@ -108,6 +108,9 @@ func TestRunOnly(t *testing.T) {
 		{"one call through a turn", 2, []string{"direct Go call of the no-op tool", "raw NATS request-reply",
 			"request to the no-op tool's host, no turn", "no-op call through a turn (dispatch → reply)", "turn step of 1 no-op call",
 			"one no-op call through a turn to a foreign host (dispatch → reply)"}},
+		{"traced", 3, []string{"direct Go call of the no-op tool", "raw NATS request-reply",
+			"no-op call through a turn, no exporter (dispatch → reply)", "no-op call through a turn, traced to OTLP/HTTP (dispatch → reply)",
+			"turn step of 1 no-op call, no exporter", "turn step of 1 no-op call, traced to OTLP/HTTP"}},
 		{"assembly", 3, []string{"direct Go call of the no-op tool", "raw NATS request-reply", "tool set from already-built specs",
 			"turn assembly (N built-in tools)", "turn assembly from a catalog of 500 tools in 20 namespaces (N tools)"}},
 	} {
@@ -124,6 +127,9 @@ func TestRunOnly(t *testing.T) {
 				counted = append(counted, toolCount.ReplaceAllString(row.Name, "(N$1 tools)"))
 				if row.Unit != "us" || row.Samples == 0 || row.P50 <= 0 || row.P99 < row.P50 {
 					t.Errorf("row %+v", row)
+				}
+				if strings.Contains(row.Name, "traced to") && (row.Baseline == "" || strings.HasPrefix(row.Note, "0 spans")) {
+					t.Errorf("traced row %+v: no baseline, or no span received", row)
 				}
 				if row.Baseline != "" && !slices.Contains(names, row.Baseline) {
 					t.Errorf("row %q: baseline %q is not an earlier row", row.Name, row.Baseline)

@@ -186,6 +186,11 @@ func (s *suite) turnSteps(ctx context.Context, what string, tool *toolbus.Spec, 
 // steps, after a turn to warm up when warm is set. Turns of at most 100 steps keep the
 // transcript, and its copies to the model, realistic.
 func (s *suite) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, steps int, warm bool) (samples, trips []time.Duration, err error) {
+	return s.turnSamplesOn(ctx, s.node.Node, tool, calls, steps, warm)
+}
+
+// turnSamplesOn is turnSamples with turns on node n.
+func (s *suite) turnSamplesOn(ctx context.Context, node *actors.Node, tool *toolbus.Spec, calls, steps int, warm bool) (samples, trips []time.Duration, err error) {
 	set, err := toolbus.NewSet(tool)
 	if err != nil {
 		return nil, nil, err
@@ -193,7 +198,7 @@ func (s *suite) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, step
 	for ; len(samples) < steps; warm = false {
 		n := min(100, steps-len(samples))
 		m := &stepModel{tool: tool.Name, namespace: tool.Namespace, calls: calls, steps: n}
-		res, err := s.node.Node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+		res, err := node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: n + 1}}})
 		if err != nil {
 			return nil, nil, err

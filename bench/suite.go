@@ -11,6 +11,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/node"
+	"github.com/toolbus/toolbus/telemetry"
 )
 
 // suite holds the embedded server and node the suite runs against, and the bench
@@ -85,6 +86,12 @@ func startSuite(ctx context.Context, cfg Config, progress func(string)) (*suite,
 			return toolbus.Result{}, ctx.Err()
 		},
 	})
+	// No exporter, whatever the environment says: the rows measure the untraced runtime
+	// (the traced group measures the other).
+	quiet, err := telemetry.Open(ctx, telemetry.Config{Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		return nil, err
+	}
 	n, err := node.Start(ctx, node.Config{
 		Bus: bus.Config{Name: "bench", Logger: actors.DiscardLogger()},
 		Node: actors.NodeConfig{
@@ -96,7 +103,8 @@ func startSuite(ctx context.Context, cfg Config, progress func(string)) (*suite,
 			// The abort measurement holds 100 calls in flight at once.
 			MaxConcurrent: 256,
 			// Durable turns, for the checkpoint measurement.
-			Turns: true,
+			Turns:     true,
+			Telemetry: quiet,
 		},
 	})
 	if err != nil {
@@ -146,6 +154,15 @@ func (s *suite) runAll(ctx context.Context) ([]Row, error) {
 			return nil, err
 		}
 		out = append(out, single, compare(eight, single, 1.3, true))
+	}
+
+	if want("traced") {
+		s.say("no-op calls through a turn, traced to an OTLP/HTTP receiver and not, taking turns…")
+		rows, err := s.traced(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
 	}
 
 	if want("throughput") {

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/secretflag"
+	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/schedule"
@@ -68,6 +69,9 @@ type options struct {
 	categories    string
 	turns         bool
 	traceSampled  bool
+	metrics       string
+	metricsPublic bool
+	traceContent  bool
 	maxTurns      int
 	monitor       string
 	turnLease     time.Duration
@@ -148,6 +152,9 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.categories, "categories", strings.Join(toolsets.Categories(), ","), "tool categories to host, comma-separated; empty hosts none")
 	fs.BoolVar(&o.turns, "turns", true, "run turns started over the bus")
 	fs.BoolVar(&o.traceSampled, "trace-sampled", false, "set the sampled flag on the traceparent of every call, so an account that configures msg_trace {dest, sampling} traces them (the embedded server configures none; each such message costs the server a decoding of its headers)")
+	fs.StringVar(&o.metrics, "metrics", "", "serve Prometheus metrics at http://`host:port`"+DefaultMetricsPath+" (e.g. 127.0.0.1:9464; loopback only unless -metrics-public); default none. Traces go where the OTEL_EXPORTER_OTLP_* environment says, see docs/operations.md")
+	fs.BoolVar(&o.metricsPublic, "metrics-public", false, "allow -metrics on an address other than loopback (the endpoint has no authentication)")
+	fs.BoolVar(&o.traceContent, "trace-content", false, "record the calls' arguments and results on their execute_tool spans, redacted and cut at "+fmt.Sprint(telemetry.DefaultContentLimit)+" bytes each (default: never recorded, they may hold secrets)")
 	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
 	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
 	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
@@ -233,6 +240,11 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	}
 	if err := o.gateway.Check(); err != nil {
 		return nil, usagef("%v", err)
+	}
+	if o.metrics != "" {
+		if err := CheckMetricsAddr(o.metrics, o.metricsPublic); err != nil {
+			return nil, usagef("%v", err)
+		}
 	}
 	if !bus.ValidToken(o.name) {
 		return nil, usagef("-name %q: want one subject token (no dots, spaces or wildcards)", o.name)
@@ -387,11 +399,33 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 			}
 		}
 	}
+	tel, err := OpenTelemetry(ctx, o.name, o.metrics != "", o.traceContent)
+	if err != nil {
+		return err
+	}
+	// Closed after the node: the spans of the turns it hands back are exported too.
+	defer func() {
+		if err := tel.CloseTimeout(5 * time.Second); err != nil {
+			log.Warn("export the last spans", "err", err)
+		}
+	}()
+	cfg.Node.Telemetry = tel
 	node, err := Start(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer node.Close()
+	if o.metrics != "" {
+		ms, err := ServeMetrics(o.metrics, tel, log)
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		log.Info("metrics endpoint", "url", "http://"+ms.Addr()+DefaultMetricsPath)
+	}
+	if tel.Tracing() {
+		log.Info("tracing: spans go to the OTLP endpoint of the environment")
+	}
 	cats := cfg.Node.Categories
 	where := node.Where()
 	storeFailed := node.Failed()

@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -37,7 +38,9 @@ type Config struct {
 	// Node configures the node's actors. Start sets its Connect, Interest and
 	// StoreFull; nil Categories are all of toolsets.Categories() (none when Tools is
 	// set: list them to host both), an empty Logger is Bus.Logger, and an empty Name
-	// is DefaultName on an embedded bus.
+	// is DefaultName on an embedded bus. A nil Telemetry is opened from the process's
+	// OTEL_* environment when it names an exporter (and closed with the node), so that
+	// `toolbus run` traces as `toolbus node` does; none otherwise.
 	Node NodeConfig
 	// Tools are the program's own tools, which the node hosts beside the built-in
 	// Categories: one host per category, each category the Spec.Category its tools
@@ -119,6 +122,7 @@ type Node struct {
 	srv   *bus.Server // nil when joined to a running bus
 	cfg   Config
 	where string
+	tel   *telemetry.Telemetry // opened by Start, closed by Close
 }
 
 // Start starts a node. Embedded, it starts the server first and waits for JetStream;
@@ -138,6 +142,15 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	redact.AddSecrets(cfg.Node.Gateway.APIKey, cfg.Node.Gateway.OpenAIKey, cfg.Node.Gateway.AnthropicKey)
 
 	n := &Node{cfg: cfg}
+	if cfg.Node.Telemetry == nil {
+		tel, err := telemetry.Open(ctx, telemetry.Config{Node: cfg.Node.Name})
+		if err != nil {
+			return nil, fmt.Errorf("start node %s: %w", cfg.Node.Name, err)
+		}
+		if tel.Tracing() {
+			cfg.Node.Telemetry, n.tel = tel, tel
+		}
+	}
 	if cfg.Server != "" {
 		cfg.Node.Connect = func(name string) (*nats.Conn, error) {
 			// Connections outlive Start's context: dial with a fresh one.
@@ -149,6 +162,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	} else {
 		srv, err := bus.Start(ctx, cfg.Bus)
 		if err != nil {
+			n.closeTelemetry()
 			return nil, err
 		}
 		n.srv = srv
@@ -164,6 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	an, err := actors.StartNode(ctx, cfg.Node)
 	if err != nil {
 		n.closeServer()
+		n.closeTelemetry()
 		return nil, err
 	}
 	n.Node = an
@@ -210,6 +225,14 @@ func (n *Node) Err() error {
 func (n *Node) Close() {
 	n.Node.Close()
 	n.closeServer()
+	n.closeTelemetry()
+}
+
+// closeTelemetry exports the last spans of a telemetry Start opened.
+func (n *Node) closeTelemetry() {
+	if n.tel != nil {
+		_ = n.tel.CloseTimeout(5 * time.Second)
+	}
 }
 
 func (n *Node) closeServer() {

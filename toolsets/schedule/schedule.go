@@ -620,6 +620,11 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 		if err != nil {
 			return Firing{}, err
 		}
+		if spec.Parent == "" && bus.ValidID(sch.CreatedBy) {
+			// The turn that made the schedule started its firings' turns: their traces
+			// link to it, as a job's does to its main turn.
+			spec.Parent = sch.CreatedBy
+		}
 		switch v, why := decided(&sch, spec.ID, seq); v {
 		case Run:
 			// Decided before (its node was lost, or the record write below failed).

@@ -1,0 +1,151 @@
+package telemetry
+
+import (
+	"strings"
+	"testing"
+
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+)
+
+// TestNilHandlesCostNothing: with no exporter and no metrics, what a turn and a host call
+// into allocate nothing (not parallel: AllocsPerRun).
+func TestNilHandlesCostNothing(t *testing.T) {
+	tel, err := Open(t.Context(), Config{Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tel.Tracing() || tel.StartTurn(TurnInfo{ID: "t1"}) != nil {
+		t.Fatal("telemetry with nothing configured records")
+	}
+	var tt *Turn
+	allocs := testing.AllocsPerRun(100, func() {
+		tt.StartStep(0)
+		c := tt.StartCall(CallInfo{Tool: "echo", ID: "c1"})
+		_ = c.Traceparent()
+		tt.Approval(c, "c1", ApprovalRequested, "")
+		tt.EndStep(StepEnd{})
+		tt.EndCall(c, CallEnd{Outcome: "ok"})
+		hc := tel.StartHostCall("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", HostInfo{Tool: "echo"})
+		hc.End("ok", "")
+		tt.Aborted("x")
+		tt.End(TurnEnd{})
+	})
+	if allocs != 0 {
+		t.Errorf("%.0f allocations per call with nothing configured", allocs)
+	}
+}
+
+func TestConfigFromEnv(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		env  map[string]string
+		want string // error text; "" for none
+	}{
+		{map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, "toolbus exports traces with otlp"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "want http/protobuf or grpc"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "127.0.0.1:4318"}, "want a URL"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "traceidratio", "OTEL_TRACES_SAMPLER_ARG": "2"}, "want a ratio"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "sometimes"}, "OTEL_TRACES_SAMPLER=sometimes"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ""},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://127.0.0.1:4318/v1/traces", "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.25"}, ""},
+	} {
+		tel, err := Open(t.Context(), Config{Env: func(k string) (string, bool) { v, ok := c.env[k]; return v, ok }})
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v", c.env, err)
+		case c.want == "" && !tel.Tracing():
+			t.Errorf("%v: not tracing", c.env)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want %q", c.env, err, c.want)
+		}
+		if err == nil {
+			_ = tel.Close(t.Context())
+		}
+	}
+}
+
+func TestContentIsRedactedAndCapped(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("é", 40)
+	got := Content([]byte(long), 11)
+	if !strings.HasPrefix(got, strings.Repeat("é", 5)+"…(80 bytes)") {
+		t.Errorf("Content = %q", got)
+	}
+}
+
+// TestTurnIDsAndLinks: a turn's first run is the span its id names; a resumed run is
+// another span of the same trace, linked to the first; a child turn links to its parent's.
+func TestTurnIDsAndLinks(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := Open(t.Context(), Config{Exporter: exp, Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range []TurnInfo{
+		{ID: "t1", Agent: "ann"},
+		{ID: "t1", Agent: "ann", Resumed: true, Node: "n2"},
+		{ID: "j1", Kind: "job", Parent: "t1"},
+	} {
+		tel.StartTurn(info).End(TurnEnd{State: "completed"})
+	}
+	if err := tel.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 3 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	first, resumed, job := spans[0], spans[1], spans[2]
+	want := TurnSpanContext("t1", true)
+	switch {
+	case first.SpanContext.TraceID() != want.TraceID() || first.SpanContext.SpanID() != want.SpanID():
+		t.Errorf("first run %s/%s, want %s/%s", first.SpanContext.TraceID(), first.SpanContext.SpanID(), want.TraceID(), want.SpanID())
+	case resumed.SpanContext.TraceID() != want.TraceID() || resumed.SpanContext.SpanID() == want.SpanID():
+		t.Errorf("resumed run %s/%s: want the same trace, another span", resumed.SpanContext.TraceID(), resumed.SpanContext.SpanID())
+	case len(resumed.Links) != 1 || resumed.Links[0].SpanContext.SpanID() != want.SpanID() || len(resumed.Events) != 1 || resumed.Events[0].Name != EventResume:
+		t.Errorf("resumed run: links %+v, events %+v", resumed.Links, resumed.Events)
+	case job.SpanContext.TraceID() != TurnTraceID("j1") || len(job.Links) != 1 || job.Links[0].SpanContext.SpanID() != want.SpanID():
+		t.Errorf("job: trace %s, links %+v", job.SpanContext.TraceID(), job.Links)
+	}
+}
+
+// TestApprovalsWaiting: the gauge counts each held call once, until its decision or its
+// turn's end.
+func TestApprovalsWaiting(t *testing.T) {
+	t.Parallel()
+	tel, err := Open(t.Context(), Config{Metrics: true, Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gauge := func() float64 {
+		fams, err := tel.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == MetricApprovalsWaiting {
+				return f.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no gauge")
+		return 0
+	}
+	tt := tel.StartTurn(TurnInfo{ID: "t1"})
+	tt.Approval(nil, "c1", ApprovalRequested, "")
+	tt.Approval(nil, "c1", ApprovalRequested, "")
+	tt.Approval(nil, "c2", ApprovalRequested, "")
+	if g := gauge(); g != 2 {
+		t.Fatalf("two held calls: %v", g)
+	}
+	tt.Approval(nil, "c1", ApprovalGranted, "ops")
+	tt.Approval(nil, "c1", ApprovalGone, "")
+	if g := gauge(); g != 1 {
+		t.Fatalf("one decided: %v", g)
+	}
+	tt.End(TurnEnd{State: "aborted"})
+	tt.End(TurnEnd{State: "aborted"})
+	if g := gauge(); g != 0 {
+		t.Fatalf("turn ended: %v", g)
+	}
+}
