@@ -102,6 +102,11 @@ type Config struct {
 	// Store keeps responses on the provider (Responses store: true). By default the
 	// gateway is stateless: store is false and reasoning travels as encrypted content.
 	Store bool
+	// NoStream turns streaming off, for endpoints that do not stream: every step is then
+	// one request answered whole, and a turn dispatches its calls once the whole response
+	// has arrived. By default a gateway streams each step the turn asks to see as it
+	// arrives (Request.Stream): text as the model writes it, each call once it is complete.
+	NoStream bool
 	// MaxSteps bounds the model calls of one turn. The turn enforces it; the gateways
 	// only carry it.
 	MaxSteps int

@@ -3,6 +3,7 @@ package node
 import (
 	"flag"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/toolbus/toolbus/gateway"
@@ -16,15 +17,40 @@ type GatewayFlags struct {
 	BaseURL, KeyFile string
 	RequestTimeout   time.Duration
 	HostedSearch     bool
+	// NoStream is -stream=false (gateway.Config.NoStream); the zero value streams.
+	NoStream bool
 }
 
-// Register adds -base-url, -api-key-file, -request-timeout and, with hostedSearch,
+// notFlag is a boolean flag that sets the negation of its variable: -stream=false
+// sets NoStream.
+type notFlag bool
+
+func (f *notFlag) String() string {
+	if f == nil || !*f {
+		return "true"
+	}
+	return "false"
+}
+
+func (f *notFlag) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*f = notFlag(!v)
+	return nil
+}
+
+func (f *notFlag) IsBoolFlag() bool { return true }
+
+// Register adds -base-url, -api-key-file, -request-timeout, -stream and, with hostedSearch,
 // -hosted-tool-search to fs. prefix starts each usage line ("embedded node: " where a
 // command also works against a remote node, which uses its own).
 func (g *GatewayFlags) Register(fs *flag.FlagSet, prefix string, hostedSearch bool) {
 	fs.StringVar(&g.BaseURL, "base-url", "", prefix+"the model API's base URL (default env OPENAI_BASE_URL, else OpenAI). OPENAI_API_KEY is sent only to https://api.openai.com and to OPENAI_BASE_URL; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
 	fs.StringVar(&g.KeyFile, "api-key-file", "", prefix+"a file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", 0, fmt.Sprintf(prefix+"how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
+	fs.Var((*notFlag)(&g.NoStream), "stream", prefix+"stream each model step: text as the model writes it, each call dispatched once it is complete; -stream=false for endpoints that do not stream")
 	if hostedSearch {
 		fs.BoolVar(&g.HostedSearch, "hosted-tool-search", false, prefix+"openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 	}
@@ -59,5 +85,6 @@ func (g *GatewayFlags) Config() (gateway.Config, error) {
 		gw.RequestTimeout = g.RequestTimeout
 	}
 	gw.HostedToolSearch = g.HostedSearch
+	gw.NoStream = g.NoStream
 	return gw, nil
 }
