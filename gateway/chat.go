@@ -236,9 +236,9 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 	}
 	var (
 		r     chatRound
-		text  strings.Builder // text not yet in an item
+		text  strings.Builder  // text not yet in an item
 		calls []*chatFragments // by the stream's index
-		next  int             // the first call not yet complete
+		next  int              // the first call not yet complete
 	)
 	flushText := func() {
 		if text.Len() == 0 {
