@@ -134,7 +134,7 @@ func (j *durableJournal) startWrite() {
 	items := slices.Clone(j.unsaved)
 	j.unsaved = reuse(j.unsaved)
 	j.busy = true
-	inflight, lease, step := j.inflight, j.lease, j.t.step
+	inflight, lease, step := j.inflight, j.lease, j.t.stepStored()
 	sys, self := j.t.sys, j.t.self
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
@@ -190,7 +190,7 @@ func (j *durableJournal) drain(ctx context.Context) error {
 	if len(j.unsaved) > 0 {
 		items := slices.Clone(j.unsaved)
 		j.unsaved = reuse(j.unsaved)
-		return j.lease.Append(ctx, j.t.step, items)
+		return j.lease.Append(ctx, j.t.stepStored(), items)
 	}
 	return nil
 }

@@ -6,98 +6,40 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/gateway/gatewaytest"
 )
 
-// sse is one server-sent event of a fake streaming server: "event: NAME" (left out when
-// Name is empty, as Chat Completions does) and "data: DATA", then a blank line. Wait,
-// when set, holds the event until it is closed.
-type sse struct {
-	Name, Data string
-	Wait       <-chan struct{}
-}
+type (
+	sse       = gatewaytest.Event
+	sseStream = gatewaytest.Stream
+)
 
-// sseStream is one streamed answer: its events, then the end of the body, or a dropped
-// connection when Drop is set.
-type sseStream struct {
-	Events []sse
-	Drop   bool
-}
-
-// sseServer answers each request with the next stream of its script, flushing every
-// event as it is written, and records the request bodies.
+// sseServer is a gatewaytest server closed with its test.
 type sseServer struct {
-	t       *testing.T
-	srv     *httptest.Server
-	streams []sseStream
-
-	mu     sync.Mutex
-	bodies [][]byte
+	t *testing.T
+	*gatewaytest.Server
 }
 
 func newSSEServer(t *testing.T, streams ...sseStream) *sseServer {
 	t.Helper()
-	s := &sseServer{t: t, streams: streams}
-	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.srv.Close)
-	return s
-}
-
-func (s *sseServer) serve(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	s.mu.Lock()
-	n := len(s.bodies)
-	s.bodies = append(s.bodies, body)
-	s.mu.Unlock()
-	if n >= len(s.streams) {
-		s.t.Errorf("unexpected request %d", n+1)
-		http.Error(w, `{"error":{"message":"unexpected request"}}`, http.StatusBadRequest)
-		return
-	}
-	st := s.streams[n]
-	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	f := w.(http.Flusher)
-	f.Flush()
-	for _, ev := range st.Events {
-		if ev.Wait != nil {
-			select {
-			case <-ev.Wait:
-			case <-r.Context().Done():
-				return
-			}
-		}
-		if ev.Name != "" {
-			fmt.Fprintf(w, "event: %s\n", ev.Name)
-		}
-		fmt.Fprintf(w, "data: %s\n\n", ev.Data)
-		f.Flush()
-	}
-	if st.Drop {
-		conn, _, err := w.(http.Hijacker).Hijack()
-		if err == nil {
-			conn.Close()
-		}
-	}
+	s := gatewaytest.NewServer(streams...)
+	t.Cleanup(s.Close)
+	return &sseServer{t: t, Server: s}
 }
 
 func (s *sseServer) config() gateway.Config {
-	return gateway.Config{APIKey: testKey, BaseURL: s.srv.URL + "/v1", HTTPClient: s.srv.Client()}
+	return gateway.Config{APIKey: testKey, BaseURL: s.BaseURL(), HTTPClient: s.Client()}
 }
 
 func (s *sseServer) body(i int) map[string]any {
 	s.t.Helper()
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	var v map[string]any
-	if err := json.Unmarshal(s.bodies[i], &v); err != nil {
+	if err := json.Unmarshal(s.Bodies()[i], &v); err != nil {
 		s.t.Fatalf("request %d is not JSON: %v", i, err)
 	}
 	return v
