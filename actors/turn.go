@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats.go"
@@ -284,6 +285,7 @@ type turn struct {
 	streamed int
 	unsent   []gateway.Item
 	early    bool
+	textSeq  int // the last text piece published (bus.TextDelta.Seq)
 
 	batch      []*pendingCall
 	byWire     map[string]*pendingCall
@@ -1279,8 +1281,43 @@ func (t *turn) abort(a *bus.Abort) {
 	}
 }
 
-// streamText is a piece of the text the model is writing (see the text events).
-func (t *turn) streamText(ev gateway.StreamEvent) {}
+// streamText publishes a piece of the text the model is writing, when anyone listens
+// (as statuses are gated): a turn nobody watches pays nothing for it.
+func (t *turn) streamText(ev gateway.StreamEvent) {
+	subject := bus.TextSubject(t.cfg.Spec.ID)
+	if t.cfg.interest != nil && !t.cfg.interest(subject) || t.leaseUnsure() {
+		return
+	}
+	d := bus.TextDelta{Turn: t.cfg.Spec.ID, Step: t.step + 1, Item: ev.Index}
+	for text := ev.Text; text != ""; {
+		d.Text, text = cutText(text, bus.MaxTextDelta)
+		t.textSeq++
+		d.Seq = t.textSeq
+		b, err := json.Marshal(d)
+		if err == nil {
+			err = t.cfg.Conn.Publish(subject, b)
+		}
+		if err != nil {
+			t.log.Warn("publish text", "err", err)
+			return
+		}
+	}
+}
+
+// cutText splits s after at most n bytes, on a rune boundary.
+func cutText(s string, n int) (head, rest string) {
+	if len(s) <= n {
+		return s, ""
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		cut = n // not UTF-8 there: cut where the bound is
+	}
+	return s[:cut], s[cut:]
+}
 
 // abandonRunning gives up on calls that did not stop within the grace.
 func (t *turn) abandonRunning() {

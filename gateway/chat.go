@@ -222,7 +222,11 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 	var httpRes *http.Response
 	s := m.service.NewStreaming(ctx, params, option.WithResponseInto(&httpRes))
 	defer s.Close()
-	if s.Err() == nil && wholeJSON(httpRes) {
+	if err := s.Err(); err != nil {
+		// No answer at all: the SDK retried it already, as it does any request.
+		return chatRound{}, classify(ctx, ProviderChat, m.cfg, m.red, err)
+	}
+	if wholeJSON(httpRes) {
 		// The server ignored "stream": the answer is one completion.
 		b, err := io.ReadAll(httpRes.Body)
 		if err != nil {

@@ -484,7 +484,11 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 	var httpRes *http.Response
 	s := m.service.NewStreaming(ctx, params, option.WithResponseInto(&httpRes))
 	defer s.Close()
-	if s.Err() == nil && wholeJSON(httpRes) {
+	if err := s.Err(); err != nil {
+		// No answer at all: the SDK retried it already, as it does any request.
+		return nil, nil, nil, classify(ctx, ProviderResponses, m.cfg, m.red, err)
+	}
+	if wholeJSON(httpRes) {
 		// The endpoint ignored "stream": the answer is one response.
 		b, err := io.ReadAll(httpRes.Body)
 		if err != nil {

@@ -290,6 +290,8 @@ func (r *renderer) message(m bus.TurnMessage) (bus.TurnStatus, bool) {
 		r.result(m.Subject.Call, *m.Reply)
 	case m.Abort != nil:
 		r.aborted(*m.Abort)
+	case m.Text != nil:
+		r.text(*m.Text)
 	case m.Status != nil:
 		st := *m.Status
 		switch m.Subject.Status {

@@ -27,19 +27,23 @@ type Event struct {
 }
 
 // Stream is the answer to one request: its events, then the end of the body, or a
-// connection dropped without an end when Drop is set.
+// connection dropped without an end when Drop is set. Whole, when set, answers a request
+// that did not ask to stream (no "stream": true): once every event's Delay has passed,
+// the server sends it as one JSON body, as the API answers such a request.
 type Stream struct {
 	Events []Event
 	Drop   bool
+	Whole  string
 }
 
 // Server answers the requests it receives with its streams, in order.
 type Server struct {
 	srv *httptest.Server
 
-	mu      sync.Mutex
-	streams []Stream
-	bodies  [][]byte
+	mu       sync.Mutex
+	streams  []Stream
+	bodies   [][]byte
+	arrivals []time.Time
 	// Repeat, when set, answers every request past the last stream with it.
 	repeat *Stream
 }
@@ -70,6 +74,13 @@ func (s *Server) Close() {
 	s.srv.Close()
 }
 
+// Arrivals returns when each request arrived, in order.
+func (s *Server) Arrivals() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.arrivals...)
+}
+
 // Bodies returns the request bodies received so far.
 func (s *Server) Bodies() [][]byte {
 	s.mu.Lock()
@@ -78,10 +89,12 @@ func (s *Server) Bodies() [][]byte {
 }
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
 	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
 	s.mu.Lock()
 	n := len(s.bodies)
 	s.bodies = append(s.bodies, body)
+	s.arrivals = append(s.arrivals, at)
 	var st *Stream
 	switch {
 	case n < len(s.streams):
@@ -92,6 +105,25 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 	if st == nil {
 		http.Error(w, fmt.Sprintf(`{"error":{"message":"unexpected request %d","type":"invalid_request_error"}}`, n+1), http.StatusBadRequest)
+		return
+	}
+	var asked struct {
+		Stream bool `json:"stream"`
+	}
+	if _ = json.Unmarshal(body, &asked); !asked.Stream && st.Whole != "" {
+		var total time.Duration
+		for _, ev := range st.Events {
+			total += ev.Delay
+		}
+		t := time.NewTimer(total)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, st.Whole)
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
@@ -149,6 +181,7 @@ type Responses struct {
 	events []Event
 	output []json.RawMessage
 	next   *Event // the pacing of the next event
+	whole  string // the terminal event's response
 }
 
 // responseHead is a response's fields before its status; details is its
@@ -261,7 +294,8 @@ func (b *Responses) final(typ, status, details string, in, out int) []Event {
 	if b.output == nil {
 		output = []byte("[]")
 	}
-	b.add(typ, fmt.Sprintf(`"response":{"id":%q,%s,"status":%q,"output":%s,%s}`, b.id, responseHead(details), status, output, b.usage(in, out)))
+	b.whole = fmt.Sprintf(`{"id":%q,%s,"status":%q,"output":%s,%s}`, b.id, responseHead(details), status, output, b.usage(in, out))
+	b.add(typ, `"response":`+b.whole)
 	return b.events
 }
 
@@ -274,6 +308,10 @@ func (b *Responses) Completed(inputTokens, outputTokens int) []Event {
 func (b *Responses) Incomplete(reason string, inputTokens, outputTokens int) []Event {
 	return b.final("response.incomplete", "incomplete", fmt.Sprintf(`{"reason":%q}`, reason), inputTokens, outputTokens)
 }
+
+// Stream is the response as a Stream: its events, and once it ended (Completed,
+// Incomplete), its response whole for a request that does not stream.
+func (b *Responses) Stream() Stream { return Stream{Events: b.events, Whole: b.whole} }
 
 // Events returns the events so far, without a terminal event (a stream that breaks).
 func (b *Responses) Events() []Event { return b.events }
