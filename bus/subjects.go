@@ -35,7 +35,7 @@ const (
 	AllResults     = Prefix + ".turn.*.res.>" // every tool result
 	AllEvents      = Prefix + ".turn.*.evt.>" // every activity event
 	AllStatuses    = Prefix + ".turn.*.status.>"
-	AllTexts       = Prefix + ".turn.*.text" // every turn's streamed text
+	AllTexts       = Prefix + ".turn.*.text"       // every turn's streamed text
 	AllApprovals   = Prefix + ".turn.*.approval.>" // held calls asking for approval
 	AllApproves    = Prefix + ".turn.*.approve.>"  // operators' answers
 	AllTranscripts = Prefix + ".transcript.>"
