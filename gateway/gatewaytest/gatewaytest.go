@@ -22,8 +22,10 @@ type Event struct {
 	Name, Data string
 	Delay      time.Duration
 	Wait       <-chan struct{}
-	// Sent, when set, is called once the event was written and flushed.
-	Sent func()
+	// Writing, when set, is called just before the event is written (and flushed): the
+	// moment it leaves, for a measurement (once written, the server's goroutine may
+	// not run again before the client has read it).
+	Writing func()
 }
 
 // Stream is the answer to one request: its events, then the end of the body, or a
@@ -153,14 +155,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
+		if ev.Writing != nil {
+			ev.Writing()
+		}
 		if ev.Name != "" {
 			fmt.Fprintf(w, "event: %s\n", ev.Name)
 		}
 		fmt.Fprintf(w, "data: %s\n\n", ev.Data)
 		flush()
-		if ev.Sent != nil {
-			ev.Sent()
-		}
 	}
 	if st.Drop {
 		if hj, ok := w.(http.Hijacker); ok {
@@ -207,9 +209,16 @@ func (b *Responses) Pace(d time.Duration, wait <-chan struct{}) *Responses {
 	return b
 }
 
-// OnSent calls f once the last event added so far was written.
-func (b *Responses) OnSent(f func()) *Responses {
-	b.events[len(b.events)-1].Sent = f
+// DelayLast delays the last event added so far by d more: with Call, its
+// output_item.done, as a call's arguments take the model time to write.
+func (b *Responses) DelayLast(d time.Duration) *Responses {
+	b.events[len(b.events)-1].Delay += d
+	return b
+}
+
+// OnWrite calls f just before the last event added so far is written.
+func (b *Responses) OnWrite(f func()) *Responses {
+	b.events[len(b.events)-1].Writing = f
 	return b
 }
 
