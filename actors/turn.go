@@ -286,6 +286,8 @@ type turn struct {
 	unsent   []gateway.Item
 	early    bool
 	textSeq  int // the last text piece published (bus.TextDelta.Seq)
+	// saidText is the text a step status said while the response streamed.
+	saidText string
 
 	batch      []*pendingCall
 	byWire     map[string]*pendingCall
@@ -461,7 +463,7 @@ func (t *turn) callModel() {
 	t.phase = phaseModel
 	t.modelOut = true
 	t.beginBatch()
-	t.streamed, t.unsent, t.early = 0, nil, false
+	t.streamed, t.unsent, t.early, t.saidText = 0, nil, false, ""
 	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
 		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
@@ -535,7 +537,7 @@ func (t *turn) onModelReply(m *modelReply) {
 			calls = append(calls, it)
 		}
 	}
-	if t.text != "" && len(calls)+len(t.batch) > 0 {
+	if t.text != "" && len(calls)+len(t.batch) > 0 && t.text != t.saidText {
 		// Words before the calls are shown while the calls run.
 		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
 	}
@@ -572,6 +574,11 @@ func (t *turn) onModelStream(m *modelStream) {
 		t.unsent = nil
 		t.early = true
 		t.transcript = append(t.transcript, items...)
+		if text := (&gateway.Response{Items: items}).Text(); text != "" && t.saidText == "" {
+			// Words before the calls are shown while the calls run: these are whole.
+			t.saidText = text
+			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text})
+		}
 		// Whole: a call the output limit cut never streams.
 		added := t.addCalls([]gateway.Item{it}, false)
 		t.j.afterResponse(items, func() { t.ready(added) })
