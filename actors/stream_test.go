@@ -3,6 +3,7 @@ package actors
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -439,5 +440,99 @@ func kill(n *Node) {
 	n.connMu.Unlock()
 	for _, nc := range conns {
 		nc.Close()
+	}
+}
+
+// TestResponsesStream: a turn against the Responses API streaming its step: the text
+// reaches the bus piece by piece, in order (bus.TextDelta); the two parallel calls both
+// run before the response ends (response.completed is held until both started); the
+// usage is recorded; the transcript holds whole items, not pieces.
+func TestResponsesStream(t *testing.T) {
+	t.Parallel()
+	var started atomic.Int32
+	both := make(chan struct{})
+	read := toolbus.MustDefine(toolbus.Def[struct {
+		Path string `json:"path"`
+	}]{
+		Spec: toolbus.Spec{Name: "read_file", Category: "test", ReadOnly: true},
+		Execute: func(ctx context.Context, _ toolbus.Call, a struct {
+			Path string `json:"path"`
+		}) (toolbus.Result, error) {
+			if started.Add(1) == 2 {
+				close(both)
+			}
+			return toolbus.TextResult("contents of " + a.Path), nil
+		},
+	})
+	h := newHarness(t, read)
+	first := gatewaytest.NewResponses("resp_1").
+		Message("Reading", " both", " files.").
+		Call("call_a", "read_file", `{"path":`, `"a.txt"}`).
+		Call("call_b", "read_file", `{"path":`, `"b.txt"}`).
+		Pace(0, both).Completed(321, 45)
+	_, cfg := streamServer(t,
+		gatewaytest.Stream{Events: first},
+		gatewaytest.Stream{Events: gatewaytest.NewResponses("resp_2").Message("Both", " read.").Completed(400, 6)})
+
+	id := bus.NewID()
+	watch := bustest.Conn(t, h.srv, "watch")
+	texts, err := watch.SubscribeSync(bus.TextSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	model, err := gateway.NewResponses("gpt-test", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	res, err := h.node.Run(ctx, TurnConfig{Spec: bus.TurnSpec{ID: id, Agent: "tester", Input: "read a and b"}, Model: model, Kit: kitOf(t, read)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State != bus.TurnCompleted || res.Text != "Both read." {
+		t.Fatalf("turn %s %q: %s", res.State, res.Text, res.ErrorText())
+	}
+	if got := outcomes(res); !slices.Equal(got, []string{"read_file:ok", "read_file:ok"}) {
+		t.Errorf("outcomes %v", got)
+	}
+	if res.Usage != (bus.Usage{InputTokens: 721, OutputTokens: 51}) {
+		t.Errorf("usage %+v, want both responses' tokens", res.Usage)
+	}
+	var got []string
+	for i := range 5 {
+		m, err := texts.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("text piece %d: %v", i+1, err)
+		}
+		var d bus.TextDelta
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Turn != id || d.Seq != i+1 || d.Item != 0 {
+			t.Errorf("piece %+v: want turn %s, seq %d, item 0", d, id, i+1)
+		}
+		got = append(got, fmt.Sprintf("%d:%s", d.Step, d.Text))
+	}
+	if want := []string{"1:Reading", "1: both", "1: files.", "2:Both", "2: read."}; !slices.Equal(got, want) {
+		t.Errorf("text pieces %q, want %q", got, want)
+	}
+	var messages, notes []string
+	for _, it := range res.Transcript {
+		switch it.Kind {
+		case gateway.KindMessage:
+			messages = append(messages, it.Role+":"+it.Text)
+		case gateway.KindNote:
+			notes = append(notes, string(it.Raw))
+		}
+	}
+	if want := []string{"user:read a and b", "assistant:Reading both files.", "assistant:Both read."}; !slices.Equal(messages, want) {
+		t.Errorf("messages %q, want whole items %q", messages, want)
+	}
+	if len(notes) != 2 || !strings.Contains(notes[0], `"input_tokens":321`) || !strings.Contains(notes[0], `"output_tokens":45`) {
+		t.Errorf("usage notes %q", notes)
 	}
 }

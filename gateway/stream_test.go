@@ -146,7 +146,11 @@ func checkStreamed(t *testing.T, got []gateway.StreamEvent, resp *gateway.Respon
 	}
 }
 
-func TestResponsesStream(t *testing.T) {
+// TestResponsesStreamWire: the Responses stream, event by event as the API documents it:
+// text pieces in order, each item delivered once done (both calls before
+// response.completed is even sent), the response whole with its usage. The turn's side
+// (dispatch before the end, text on the bus) is actors' TestResponsesStream.
+func TestResponsesStreamWire(t *testing.T) {
 	t.Parallel()
 	seen := make(chan struct{})
 	seq := 0
