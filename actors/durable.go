@@ -17,7 +17,8 @@ import (
 // transcript, so that another node can resume it:
 //   - the claim stored the turn's input (or, resumed, a resume note) before the turn
 //     started, fencing every earlier holder out of the transcript;
-//   - every model response is stored before any of its calls goes out;
+//   - every model response is stored before any of its calls goes out (a streamed one in
+//     parts: each call with what came before it, as soon as it is complete);
 //   - every finished call's output is stored as it arrives (outputs that finish while
 //     an append is in flight go together in the next one);
 //   - the end, or the hand-back, is stored in the record at the claim's revision.
