@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -371,5 +372,33 @@ func TestScriptedStream(t *testing.T) {
 	calls := resp.Calls()
 	if calls[0].Truncated || !calls[1].Truncated {
 		t.Errorf("truncated flags %v %v, want the last call alone", calls[0].Truncated, calls[1].Truncated)
+	}
+}
+
+// TestResponsesStreamToolSearch: a streamed step that searches for deferred tools first:
+// the search call, the gateway's answer and the call of the second round are delivered
+// in the order of the step's items, numbered across both rounds.
+func TestResponsesStreamToolSearch(t *testing.T) {
+	t.Parallel()
+	search := `{"type":"tool_search_call","id":"ts_1","call_id":"call_ts","execution":"client","status":"completed","arguments":{"query":"crm"}}`
+	call := `{"id":"fc_1","type":"function_call","status":"completed","arguments":"{\"customer_id\":\"C1\"}","call_id":"call_9","name":"list_open_orders","namespace":"crm"}`
+	srv := newSSEServer(t,
+		sseStream{Events: gatewaytest.NewResponses("resp_1").Item(search).Completed(100, 5)},
+		sseStream{Events: gatewaytest.NewResponses("resp_2").Item(call).Completed(100, 7)})
+	m, err := gateway.NewResponses("gpt-test", srv.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(1)
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Open orders of C1?")}, Tools: testTools(t), Stream: rec.stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(resp.Items); !slices.Equal(got, []gateway.ItemKind{gateway.KindOpaque, gateway.KindOpaque, gateway.KindFunctionCall}) {
+		t.Fatalf("items %v", got)
+	}
+	checkStreamed(t, rec.got(), resp, nil)
+	if c := resp.Calls()[0]; c.Name != "list_open_orders" || c.Namespace != "crm" || resp.Usage.OutputTokens != 12 {
+		t.Errorf("call %+v, usage %+v", c, resp.Usage)
 	}
 }

@@ -260,6 +260,17 @@ func (b *Responses) Message(pieces ...string) *Responses {
 	return b
 }
 
+// Item adds an output item that comes whole (a reasoning item, a tool search call, a
+// call with fields Call does not set): its output_item.added and output_item.done, both
+// with item, a JSON object.
+func (b *Responses) Item(item string) *Responses {
+	i := len(b.output)
+	b.add("response.output_item.added", fmt.Sprintf(`"output_index":%d,"item":%s`, i, item))
+	b.add("response.output_item.done", fmt.Sprintf(`"output_index":%d,"item":%s`, i, item))
+	b.output = append(b.output, json.RawMessage(item))
+	return b
+}
+
 // Call adds a function call whose arguments come in the given pieces.
 func (b *Responses) Call(callID, name string, pieces ...string) *Responses {
 	return b.call(callID, name, true, pieces)
