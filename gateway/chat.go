@@ -79,7 +79,7 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 	out := &Response{}
 	var em *emitter
 	if m.streaming(req) {
-		em = &emitter{f: req.Stream}
+		em = &emitter{f: req.Stream, red: m.red}
 	}
 	for round := 1; ; round++ {
 		transcript := append(req.Input[:len(req.Input):len(req.Input)], out.Items...)
@@ -284,7 +284,7 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 		choice := chunk.Choices[0]
 		if piece := choice.Delta.Content + choice.Delta.Refusal; piece != "" {
 			text.WriteString(piece)
-			em.text(base+len(r.items), m.red.string(piece))
+			em.text(base+len(r.items), piece)
 		}
 		for _, tc := range choice.Delta.ToolCalls {
 			i := int(tc.Index)

@@ -375,6 +375,21 @@ func (c Config) redactor() redactor { return newRedactor(c.APIKey, c.OpenAIKey) 
 
 const redacted = "[redacted]"
 
+// keyStart is how many bytes at the end of s could be the start of a key: text streamed
+// in pieces holds them back until the next piece says.
+func (r redactor) keyStart(s string) int {
+	hold := 0
+	for _, k := range r.keys {
+		for i := max(0, len(s)-len(k)+1); i < len(s); i++ {
+			if s[i] == k[0] && strings.HasPrefix(k, s[i:]) {
+				hold = max(hold, len(s)-i)
+				break // the earliest start is the longest
+			}
+		}
+	}
+	return hold
+}
+
 func (r redactor) holds(s string) bool {
 	for _, k := range r.keys {
 		if strings.Contains(s, k) {

@@ -67,7 +67,7 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 	out := &Response{}
 	var em *emitter
 	if m.streaming(req) {
-		em = &emitter{f: req.Stream}
+		em = &emitter{f: req.Stream, red: m.red}
 	}
 	for round := 1; ; round++ {
 		var (
@@ -509,7 +509,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 		ev := s.Current()
 		switch ev.Type {
 		case "response.output_text.delta", "response.refusal.delta":
-			em.text(base+int(ev.OutputIndex), m.red.string(ev.Delta))
+			em.text(base+int(ev.OutputIndex), ev.Delta)
 		case "response.output_item.done":
 			i := int(ev.OutputIndex)
 			if i < 0 || i > maxStreamItems {

@@ -51,16 +51,47 @@ const maxStreamArgs = 16 << 20
 // stream is retried only when nothing of it was used. The items it delivers are, in
 // order, the first items of the step's Response: an item out of that order (after one
 // that was not delivered, a call cut by the output limit) is not delivered.
+//
+// Text is redacted as the items are (the API keys taken out), though a key may come split
+// over pieces: an end of the text that could be the start of a key is held back until
+// more comes or its item is done, so a key is always whole when it is taken out.
 type emitter struct {
 	f         func(StreamEvent)
+	red       redactor
 	delivered int // pieces and items
 	items     int // items delivered: the index of the next one
+
+	held      string // text not yet delivered, of item heldIndex
+	heldIndex int
 }
 
+// text takes a raw piece of the text of item index.
 func (e *emitter) text(index int, s string) {
 	if s == "" {
 		return
 	}
+	if index != e.heldIndex {
+		e.flush()
+		e.heldIndex = index
+	}
+	t := e.red.string(e.held + s)
+	cut := len(t) - e.red.keyStart(t)
+	e.held = t[cut:]
+	if cut > 0 {
+		e.send(index, t[:cut])
+	}
+}
+
+// flush delivers the text held back.
+func (e *emitter) flush() {
+	if e.held != "" {
+		t := e.held
+		e.held = ""
+		e.send(e.heldIndex, t)
+	}
+}
+
+func (e *emitter) send(index int, s string) {
 	e.delivered++
 	e.f(StreamEvent{Kind: StreamText, Index: index, Text: s})
 }
@@ -68,6 +99,9 @@ func (e *emitter) text(index int, s string) {
 func (e *emitter) item(index int, it Item) {
 	if index != e.items {
 		return
+	}
+	if e.held != "" && e.heldIndex == index {
+		e.flush() // the item's text is whole
 	}
 	e.delivered++
 	e.items++

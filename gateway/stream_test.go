@@ -402,3 +402,34 @@ func TestResponsesStreamToolSearch(t *testing.T) {
 		t.Errorf("call %+v, usage %+v", c, resp.Usage)
 	}
 }
+
+// TestStreamRedactsSplitKey: a key the model echoes split over text pieces never reaches
+// Request.Stream, whole or in parts; the text around it does, in order.
+func TestStreamRedactsSplitKey(t *testing.T) {
+	t.Parallel()
+	half := len(testKey) / 2
+	b := gatewaytest.NewResponses("resp_1").Message("Your key is ", testKey[:half], testKey[half:], " — keep it.")
+	srv := newSSEServer(t, sseStream{Events: b.Completed(5, 5)})
+	m, err := gateway.NewResponses("gpt-test", srv.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(1)
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: rec.stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text strings.Builder
+	for _, e := range rec.got() {
+		if e.Kind == gateway.StreamText {
+			noKey(t, "a text piece", e.Text)
+			if strings.Contains(testKey, strings.TrimSpace(e.Text)) && len(strings.TrimSpace(e.Text)) > 3 {
+				t.Errorf("piece %q is part of the key", e.Text)
+			}
+			text.WriteString(e.Text)
+		}
+	}
+	if want := "Your key is [redacted] — keep it."; text.String() != want || resp.Text() != want {
+		t.Errorf("streamed %q, answered %q; want %q", text.String(), resp.Text(), want)
+	}
+}
