@@ -17,7 +17,8 @@ import (
 // transcript, so that another node can resume it:
 //   - the claim stored the turn's input (or, resumed, a resume note) before the turn
 //     started, fencing every earlier holder out of the transcript;
-//   - every model response is stored before any of its calls goes out;
+//   - every model response is stored before any of its calls goes out (a streamed one in
+//     parts: each call with what came before it, as soon as it is complete);
 //   - every finished call's output is stored as it arrives (outputs that finish while
 //     an append is in flight go together in the next one);
 //   - the end, or the hand-back, is stored in the record at the claim's revision.
@@ -134,7 +135,7 @@ func (j *durableJournal) startWrite() {
 	items := slices.Clone(j.unsaved)
 	j.unsaved = reuse(j.unsaved)
 	j.busy = true
-	inflight, lease, step := j.inflight, j.lease, j.t.step
+	inflight, lease, step := j.inflight, j.lease, j.t.stepStored()
 	sys, self := j.t.sys, j.t.self
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
@@ -190,7 +191,7 @@ func (j *durableJournal) drain(ctx context.Context) error {
 	if len(j.unsaved) > 0 {
 		items := slices.Clone(j.unsaved)
 		j.unsaved = reuse(j.unsaved)
-		return j.lease.Append(ctx, j.t.step, items)
+		return j.lease.Append(ctx, j.t.stepStored(), items)
 	}
 	return nil
 }

@@ -384,7 +384,10 @@ func (in *intake) ackSettled(lease *durable.Lease, log *slog.Logger) {
 		return
 	}
 	if err := lease.Ack(); err != nil {
+		// Its end is not stored (the node lost its connection as the turn ended): the
+		// lease is left to run out, and another node resumes the turn.
 		log.Warn("intake: ack", "err", err)
+		lease.Stop()
 	}
 }
 

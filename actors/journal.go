@@ -27,9 +27,10 @@ type journal interface {
 	// begin links the journal to its turn and says where the turn starts: from its
 	// input, which the journal records, or from a stored history to resume.
 	begin(t *turn) beginning
-	// afterResponse records a model response (its usage note first), or the repair
-	// instruction the turn gives about one; then runs on the actor once the turn may act
-	// on it (a durable journal has stored it: a node that resumes the turn knows every
+	// afterResponse records a model response (its usage note first), or the part of a
+	// streaming one up to a complete call (the usage note then follows the last part), or
+	// the repair instruction the turn gives about one; then runs on the actor once the
+	// turn may act on it (a durable journal has stored it: a node that resumes the turn knows every
 	// call the model made, and that it was told once).
 	afterResponse(items []gateway.Item, then func())
 	// afterCall is told of one call's output as it finishes; it reports whether it

@@ -671,7 +671,7 @@ func (n *Node) model(spec bus.TurnSpec) (gateway.Model, error) {
 		if err := dec.Decode(&s); err != nil {
 			return nil, fmt.Errorf("inline script: %w", err)
 		}
-		return gateway.NewScripted(s)
+		return gateway.OpenScript(s, n.cfg.Gateway)
 	}
 	if spec.Model == "" {
 		return nil, errors.New("no model given")

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats.go"
@@ -189,6 +190,11 @@ type pendingCall struct {
 	// resumed: the output was read back with the transcript a resumed turn started from,
 	// so the turn's transcript holds it already.
 	resumed bool
+	// ready: the call is in the journal (a durable turn stored it), so it may go out.
+	ready bool
+	// deferred: it finished while its response was still streaming; its output is
+	// stored once the response is, so that the response's items stay together.
+	deferred bool
 	// argsRef names the object that holds the arguments sent by reference (too large for
 	// a message); the turn deletes it once the call is settled.
 	argsRef bus.PayloadRef
@@ -202,6 +208,11 @@ type (
 		step int
 		resp *gateway.Response
 		err  error
+	}
+	// modelStream is a piece of the response the model is streaming.
+	modelStream struct {
+		step int
+		ev   gateway.StreamEvent
 	}
 	callExpired    struct{ wireID string }
 	expiryDue      struct{}
@@ -268,6 +279,19 @@ type turn struct {
 
 	modelCtx    context.Context
 	modelCancel context.CancelFunc
+	// modelOut: a model call is out, its reply not yet received (the phase may have moved
+	// on: an abort or a hand-back waits for it).
+	modelOut bool
+	// streamed counts the items of the response streaming now that the turn took
+	// (gateway.StreamItem: Response.Items[:streamed]); unsent holds those not yet in the
+	// transcript (what came before the next call); early reports items that went to the
+	// transcript and journal before the response was whole.
+	streamed int
+	unsent   []gateway.Item
+	early    bool
+	textSeq  int // the last text piece published (bus.TextDelta.Seq)
+	// saidText is the text a step status said while the response streamed.
+	saidText string
 
 	batch      []*pendingCall
 	byWire     map[string]*pendingCall
@@ -314,6 +338,8 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.callModel()
 	case *modelReply:
 		t.onModelReply(m)
+	case *modelStream:
+		t.onModelStream(m)
 	case *nats.Msg:
 		t.onMsg(m)
 	case *callExpired:
@@ -421,6 +447,8 @@ func (t *turn) callModel() {
 		t.finish(bus.TurnStepLimit, fmt.Errorf("%w: %d steps", ErrStepLimit, t.cfg.Spec.Limits.MaxSteps))
 		return
 	}
+	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
+	sys, self := t.sys, t.self
 	req := &gateway.Request{
 		Instructions: t.instructions,
 		// Capped, so the turn's later appends never write where the model reads.
@@ -428,11 +456,21 @@ func (t *turn) callModel() {
 		Tools:             t.cfg.Kit.Tools.Specs(),
 		ParallelToolCalls: true,
 		Step:              t.step,
+		// The pieces come to the mailbox in the order the gateway sends them, before its
+		// reply: a call complete is dispatched from there (onModelStream).
+		Stream: func(ev gateway.StreamEvent) {
+			if ev.Item != nil {
+				it := *ev.Item
+				ev.Item = &it
+			}
+			sys.Root.Send(self, &modelStream{step: step, ev: ev})
+		},
 	}
-	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
-	sys, self := t.sys, t.self
 	t.phase = phaseModel
 	t.tel.StartStep(t.step)
+	t.modelOut = true
+	t.beginBatch()
+	t.streamed, t.unsent, t.early, t.saidText = 0, nil, false, ""
 	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
 		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
@@ -440,13 +478,26 @@ func (t *turn) callModel() {
 }
 
 func (t *turn) onModelReply(m *modelReply) {
+	t.modelOut = false
+	if t.phase != phaseModel && !t.over() && len(t.batch) > 0 {
+		// Calls went out while the response streamed: their outputs are stored now,
+		// after the part of the response that was stored, whatever became of the rest.
+		t.storeDeferred()
+	}
 	switch t.phase {
 	case phaseHandingBack:
-		// Whatever the model said is dropped: the node that resumes asks again.
-		t.handOver()
+		// Whatever the model said is dropped: the node that resumes asks again. Calls it
+		// made while it streamed were stored; they finish first.
+		if len(t.batch) == 0 {
+			t.handOver()
+		} else {
+			t.schedule()
+		}
 		return
 	case phaseAborting:
-		t.finish(bus.TurnAborted, t.abortErr)
+		if t.running == 0 {
+			t.completeBatch()
+		}
 		return
 	case phaseModel:
 		t.phase = phaseCalls
@@ -460,42 +511,139 @@ func (t *turn) onModelReply(m *modelReply) {
 		return
 	}
 	resp := m.resp
+	if t.streamed > len(resp.Items) {
+		t.fail(fmt.Errorf("%w: model step %d: the gateway streamed %d items and answered with %d", ErrRuntime, m.step+1, t.streamed, len(resp.Items)))
+		return
+	}
 	if u := resp.Usage; u != (bus.Usage{}) {
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}
 	// Arguments past what a call may carry are not kept: the transcript, which goes back
 	// to the model at every step, holds a note instead, and prepare refuses the call.
-	resp.Items = elideOversized(resp.Items)
-	items := resp.Items
+	// What streamed is in the transcript already (or in unsent): the rest follows it.
+	rest := elideOversized(resp.Items[t.streamed:])
+	items := append(t.unsent, rest...)
+	t.unsent = nil
 	if t.stepUsage != nil {
 		// The step's tokens, for whoever reads the transcript, just before the response
-		// they paid for (so a turn's transcript still ends with its answer); gateways
-		// skip the item.
-		items = append([]gateway.Item{durable.UsageNote(t.step, *t.stepUsage)}, items...)
+		// they paid for (so a turn's transcript still ends with its answer), or after it
+		// when part of it was stored while it streamed (a response's items stay
+		// together); gateways skip the item.
+		note := durable.UsageNote(t.step, *t.stepUsage)
+		if t.early {
+			items = append(items, note)
+		} else {
+			items = append([]gateway.Item{note}, items...)
+		}
 	}
 	t.transcript = append(t.transcript, items...)
 	t.text = resp.Text()
-	calls := resp.Calls()
-	if t.text != "" && len(calls) > 0 {
+	var calls []gateway.Item
+	for _, it := range rest {
+		if it.Kind == gateway.KindFunctionCall {
+			calls = append(calls, it)
+		}
+	}
+	if t.text != "" && len(calls)+len(t.batch) > 0 && t.text != t.saidText {
 		// Words before the calls are shown while the calls run.
 		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
 	}
-	if len(calls) == 0 {
+	if len(calls)+len(t.batch) == 0 {
 		t.j.afterResponse(items, t.answeredWithText)
 		return
 	}
-	t.prepare(calls, resp.Truncated)
-	t.j.afterResponse(items, t.schedule)
+	added := t.addCalls(calls, resp.Truncated)
+	t.j.afterResponse(items, func() { t.ready(added) })
+	t.storeDeferred()
 }
 
-// prepare resolves each call's tool and arguments, in the model's order.
+// onModelStream takes a piece of the response the model is streaming. An item complete
+// is kept; a call complete goes to the transcript and the journal with what came before
+// it and is dispatched as the batch's rules allow, while the model goes on writing.
+func (t *turn) onModelStream(m *modelStream) {
+	if t.phase != phaseModel || m.step != t.step {
+		return // aborted, handed back or over: the rest of the response is not acted on
+	}
+	switch m.ev.Kind {
+	case gateway.StreamText:
+		t.streamText(m.ev)
+	case gateway.StreamItem:
+		if m.ev.Item == nil || m.ev.Index != t.streamed {
+			return // not the next item (the gateway's contract): the reply has it
+		}
+		t.streamed++
+		it := elideOversized([]gateway.Item{*m.ev.Item})[0]
+		t.unsent = append(t.unsent, it)
+		if it.Kind != gateway.KindFunctionCall {
+			return
+		}
+		items := t.unsent
+		t.unsent = nil
+		t.early = true
+		t.transcript = append(t.transcript, items...)
+		if text := (&gateway.Response{Items: items}).Text(); text != "" && t.saidText == "" {
+			// Words before the calls are shown while the calls run: these are whole.
+			t.saidText = text
+			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text})
+		}
+		// Whole: a call the output limit cut never streams.
+		added := t.addCalls([]gateway.Item{it}, false)
+		t.j.afterResponse(items, func() { t.ready(added) })
+	}
+}
+
+// stepStored is the step a transcript write belongs to: the response streaming now is
+// the next one (t.step counts the responses that ended).
+func (t *turn) stepStored() int {
+	if t.modelOut {
+		return t.step + 1
+	}
+	return t.step
+}
+
+// ready marks calls stored (a durable journal wrote them) and dispatches what the
+// modes allow.
+func (t *turn) ready(calls []*pendingCall) {
+	for _, pc := range calls {
+		pc.ready = true
+	}
+	t.schedule()
+}
+
+// storeDeferred stores the outputs of calls that finished while their response streamed.
+func (t *turn) storeDeferred() {
+	for _, pc := range t.batch {
+		if pc.deferred && !pc.stored {
+			pc.deferred = false
+			pc.stored = t.j.afterCall(pc.outputItem())
+		}
+	}
+}
+
+// prepare resolves each call's tool and arguments, in the model's order, as a new batch
+// of calls that are stored already (a resumed turn's).
 func (t *turn) prepare(calls []gateway.Item, truncated bool) {
+	t.beginBatch()
+	for _, pc := range t.addCalls(calls, truncated) {
+		pc.ready = true
+	}
+}
+
+// beginBatch empties the batch for a new response.
+func (t *turn) beginBatch() {
 	t.batch = t.batch[:0]
 	clear(t.byWire)
 	t.next, t.running, t.seqRunning = 0, 0, false
+}
+
+// addCalls adds calls to the batch, in the model's order, resolving each one's tool and
+// arguments; a call refused here is settled at once. They go out once ready.
+func (t *turn) addCalls(calls []gateway.Item, truncated bool) []*pendingCall {
+	added := make([]*pendingCall, 0, len(calls))
 	for _, it := range calls {
 		pc := &pendingCall{item: it, wireID: it.CallID}
+		added = append(added, pc)
 		if !bus.ValidID(pc.wireID) {
 			pc.wireID = bus.NewID()
 		}
@@ -551,6 +699,7 @@ func (t *turn) prepare(calls []gateway.Item, truncated bool) {
 		}
 		pc.args = args.JSON
 	}
+	return added
 }
 
 // elidedKey is the one member of the arguments the transcript keeps of a call whose
@@ -642,7 +791,8 @@ func (pc *pendingCall) resolve(o bus.Outcome, msg string) {
 
 // schedule dispatches what the execution modes allow: a run of parallel
 // calls goes out together; a sequential call waits until nothing is in
-// flight and holds every call after it.
+// flight and holds every call after it. A call goes out once stored (ready), and
+// the batch is complete once its response is (no model call out) and every call is.
 func (t *turn) schedule() {
 	for t.phase != phaseAborting && t.next < len(t.batch) && !t.seqRunning {
 		pc := t.batch[t.next]
@@ -650,13 +800,13 @@ func (t *turn) schedule() {
 			t.next++
 			continue
 		}
-		if pc.tool.Mode == toolbus.Sequential && t.running > 0 {
+		if !pc.ready || pc.tool.Mode == toolbus.Sequential && t.running > 0 {
 			break
 		}
 		t.dispatch(pc)
 		t.next++
 	}
-	if t.running == 0 && (t.next == len(t.batch) || t.phase == phaseAborting) {
+	if t.running == 0 && !t.modelOut && (t.next == len(t.batch) || t.phase == phaseAborting) {
 		t.completeBatch()
 	}
 }
@@ -1000,7 +1150,11 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 		res.IsError = true
 	}
 	pc.output = res
-	if !pc.stored {
+	switch {
+	case pc.stored:
+	case t.modelOut:
+		pc.deferred = true // stored after its response (storeDeferred)
+	default:
 		pc.stored = t.j.afterCall(pc.outputItem())
 	}
 	t.running--
@@ -1008,7 +1162,7 @@ func (t *turn) settle(pc *pendingCall, o bus.Outcome, msg string, res toolbus.Re
 		t.seqRunning = false
 	}
 	if t.phase == phaseAborting {
-		if t.running == 0 {
+		if t.running == 0 && !t.modelOut {
 			t.completeBatch()
 		}
 		return
@@ -1109,7 +1263,7 @@ func (t *turn) abort(a *bus.Abort) {
 	if t.phase == phaseAborting || t.over() {
 		return
 	}
-	modelOut := t.phase == phaseModel
+	modelOut := t.modelOut
 	t.phase = phaseAborting
 	t.modelCancel()
 	reason := "aborted"
@@ -1146,6 +1300,44 @@ func (t *turn) abort(a *bus.Abort) {
 	default:
 		t.completeBatch()
 	}
+}
+
+// streamText publishes a piece of the text the model is writing, when anyone listens
+// (as statuses are gated): a turn nobody watches pays nothing for it.
+func (t *turn) streamText(ev gateway.StreamEvent) {
+	subject := bus.TextSubject(t.cfg.Spec.ID)
+	if t.cfg.interest != nil && !t.cfg.interest(subject) || t.leaseUnsure() {
+		return
+	}
+	d := bus.TextDelta{Turn: t.cfg.Spec.ID, Step: t.step + 1, Item: ev.Index}
+	for text := ev.Text; text != ""; {
+		d.Text, text = cutText(text, bus.MaxTextDelta)
+		t.textSeq++
+		d.Seq = t.textSeq
+		b, err := json.Marshal(d)
+		if err == nil {
+			err = t.cfg.Conn.Publish(subject, b)
+		}
+		if err != nil {
+			t.log.Warn("publish text", "err", err)
+			return
+		}
+	}
+}
+
+// cutText splits s after at most n bytes, on a rune boundary.
+func cutText(s string, n int) (head, rest string) {
+	if len(s) <= n {
+		return s, ""
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		cut = n // not UTF-8 there: cut where the bound is
+	}
+	return s[:cut], s[cut:]
 }
 
 // abandonRunning gives up on calls that did not stop within the grace.
@@ -1367,7 +1559,7 @@ func (t *turn) onHandBack() {
 	if t.over() || t.phase == phaseAborting || t.phase == phaseHandingBack || !t.j.kept() {
 		return
 	}
-	modelOut := t.phase == phaseModel
+	modelOut := t.modelOut
 	t.phase = phaseHandingBack
 	switch {
 	case modelOut:

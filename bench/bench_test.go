@@ -147,3 +147,25 @@ func TestRunOnly(t *testing.T) {
 		})
 	}
 }
+
+// Run with Only "stream" measures streamed steps against the paced fake: the step not
+// streamed and streamed (in ms, the second against the first), and a call's
+// output_item.done to its request on the bus.
+func TestRunStream(t *testing.T) {
+	r, err := Run(testContext(t), Config{Samples: MinSamples, Only: "stream"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := r.Results[2:]
+	if len(rows) != 3 {
+		t.Fatalf("rows %+v", rows)
+	}
+	whole, streamed, dispatch := rows[0], rows[1], rows[2]
+	if whole.Unit != "ms" || streamed.Unit != "ms" || streamed.Baseline != whole.Name || streamed.Met == nil ||
+		whole.Samples != 3 || streamed.Samples != 3 || whole.P50 <= 0 || streamed.P50 <= 0 {
+		t.Errorf("step rows %+v\n%+v", whole, streamed)
+	}
+	if dispatch.Unit != "us" || dispatch.Samples != 50 || dispatch.P50 <= 0 || dispatch.Met == nil || dispatch.Target != "p50 ≤ 100 µs" {
+		t.Errorf("dispatch row %+v", dispatch)
+	}
+}

@@ -210,6 +210,15 @@ func (s *suite) runAll(ctx context.Context) ([]Row, error) {
 		out = append(out, rows...)
 	}
 
+	if want("stream") {
+		s.say("streamed steps against a paced fake of the Responses API…")
+		rows, err := s.streamRows(ctx)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rows...)
+	}
+
 	if want("assembly") {
 		s.say("turn assembly…")
 		asm, err := s.assembly(ctx)

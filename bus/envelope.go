@@ -73,6 +73,24 @@ type Event struct {
 	Time  time.Time       `json:"time"`
 }
 
+// TextDelta is a piece of the text a model writes in a streaming step, published by the
+// turn on [TextSubject] as it arrives, only when anyone listens. The pieces of a step come
+// in order; joined, those of one item are the text of that item in the transcript, which
+// keeps whole items, never pieces. A piece larger than [MaxTextDelta] goes in several.
+type TextDelta struct {
+	Turn string `json:"turn_id"`
+	// Step is the model step, counted from 1 as in statuses; Item the position of the
+	// message in the step's response.
+	Step int `json:"step"`
+	Item int `json:"item"`
+	// Seq numbers the turn's pieces from 1, so a follower notices one it missed.
+	Seq  int    `json:"seq"`
+	Text string `json:"text"`
+}
+
+// MaxTextDelta bounds the text of one TextDelta message.
+const MaxTextDelta = 16 << 10
+
 // ToolReply is the result of one tool call, sent by a category host to the
 // request's reply subject ([ResultSubject]).
 type ToolReply struct {

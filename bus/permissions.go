@@ -74,7 +74,7 @@ func answerRequests() *server.ResponsePermission {
 func TurnPermissions() *server.Permissions {
 	return WithJetStream(&server.Permissions{
 		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllDescribes, AllAborts, AllStatuses, AllApprovals, AllTranscripts, AllIntake, allServices,
+			AllTools, AllDescribes, AllAborts, AllStatuses, AllTexts, AllApprovals, AllTranscripts, AllIntake, allServices,
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{
 			AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,

@@ -35,6 +35,7 @@ const (
 	AllResults     = Prefix + ".turn.*.res.>" // every tool result
 	AllEvents      = Prefix + ".turn.*.evt.>" // every activity event
 	AllStatuses    = Prefix + ".turn.*.status.>"
+	AllTexts       = Prefix + ".turn.*.text"       // every turn's streamed text
 	AllApprovals   = Prefix + ".turn.*.approval.>" // held calls asking for approval
 	AllApproves    = Prefix + ".turn.*.approve.>"  // operators' answers
 	AllTranscripts = Prefix + ".transcript.>"
@@ -106,7 +107,14 @@ const (
 	// KindApprove is where an operator answers it, as a request the turn replies to:
 	// "toolbus.turn.<turn>.approve.<call>".
 	KindApprove = "approve"
+	// KindText carries the text of a streaming model step as it is written, from the
+	// turn: "toolbus.turn.<turn>.text" (a [TextDelta]).
+	KindText = "text"
 )
+
+// TextSubject is where a turn publishes the model's text as it streams, piece by piece,
+// when anyone listens: "toolbus.turn.<turn>.text".
+func TextSubject(turn string) string { return turnPrefix + turn + "." + KindText }
 
 // ApprovalSubject is where a turn asks for a held call's approval.
 func ApprovalSubject(turn, call string) string {
@@ -217,11 +225,11 @@ func ParseTurnSubject(subject string) (TurnSubject, bool) {
 	}
 	kind, rest, more := strings.Cut(rest, ".")
 	switch kind {
-	case KindAbort:
+	case KindAbort, KindText:
 		if more {
 			return TurnSubject{}, false
 		}
-		ts.Kind = KindAbort
+		ts.Kind = kind
 	case KindResult:
 		if !more || !lastToken(rest) {
 			return TurnSubject{}, false

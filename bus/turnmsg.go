@@ -22,6 +22,7 @@ type TurnMessage struct {
 	Abort    *Abort           // KindAbort
 	Approval *ApprovalRequest // KindApproval: a call held for approval
 	Approve  *Approval        // KindApprove: a decision sent to the turn
+	Text     *TextDelta       // KindText: a piece of the text the model is writing
 
 	// NoResponders is a result the server sent itself (status 503): no host serves
 	// the call's category.
@@ -61,6 +62,9 @@ func DecodeTurnMessage(m *nats.Msg) (TurnMessage, error) {
 	case KindApprove:
 		tm.Approve = new(Approval)
 		err = json.Unmarshal(m.Data, tm.Approve)
+	case KindText:
+		tm.Text = new(TextDelta)
+		err = json.Unmarshal(m.Data, tm.Text)
 	case KindResult:
 		if m.Header.Get("Status") == "503" {
 			tm.NoResponders = true

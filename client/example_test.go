@@ -85,6 +85,44 @@ func ExampleClient_Follow() {
 	// completed Two things: buy milk, and call Ann.
 }
 
+// Follow the model's text as it streams, piece by piece (TurnMessage.Text), as a chat UI
+// shows it. The scripted model writes its answer word by word, 20 ms apart.
+func ExampleFollowWatch_text() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	spec := bus.TurnSpec{
+		ID: bus.NewID(), Kind: bus.TurnMain, Agent: "demo", Input: "Say hello.",
+		Script: []byte(`{"responses":[{"text":"Hello from a streamed step.","stream_delay_ms":20}]}`),
+	}
+	w, err := c.Watch(spec.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := c.Start(ctx, spec, ""); err != nil {
+		log.Fatal(err)
+	}
+	final, err := client.FollowWatch(ctx, w, spec.ID, 30*time.Second, func(m bus.TurnMessage) {
+		if m.Text != nil {
+			fmt.Printf("step %d: %q\n", m.Text.Step, m.Text.Text)
+		}
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(final.State, final.Text)
+	// Output:
+	// step 1: "Hello "
+	// step 1: "from "
+	// step 1: "a "
+	// step 1: "streamed "
+	// step 1: "step."
+	// completed Hello from a streamed step.
+}
+
 // Call one tool of a category served on the bus, as a turn would.
 func ExampleClient_Call() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

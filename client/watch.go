@@ -94,8 +94,13 @@ type Liveness struct {
 }
 
 // Heard notes a message of the turn; it reports whether it was a word of the turn's
-// node (a status), which resets the silence. A late tool reply is not.
+// node (a status, a piece of streamed text), which resets the silence. A late tool
+// reply is not.
 func (l *Liveness) Heard(m bus.TurnMessage) bool {
+	if m.Text != nil {
+		l.missed = 0 // the node streams the model's text
+		return true
+	}
 	if m.Status == nil {
 		return false
 	}
@@ -130,7 +135,8 @@ func (l *Liveness) Lost(giveUp time.Duration) bool {
 var ErrNodeLost = errors.New("the turn's node was lost and no node resumed the turn")
 
 // Follow waits for a turn's end and returns its final status. each, when set, hears
-// every message of the turn (statuses, events, results, aborts, approval requests).
+// every message of the turn (statuses, events, results, aborts, approval requests, and
+// the model's text as it streams: TurnMessage.Text).
 // When nothing of the turn's node is heard for giveUp (at least three leases), Follow
 // gives up with ErrNodeLost. Call it before starting the turn, or use Watch and
 // FollowWatch; started later, it learns the lease from the next heartbeat.

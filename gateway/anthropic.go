@@ -240,7 +240,7 @@ func (m *Anthropic) Respond(ctx context.Context, req *Request) (*Response, error
 			step   *Response
 			paused bool
 		)
-		if req.Stream != nil {
+		if m.streaming(req) {
 			step, paused, err = m.stream(ctx, params, body, req, len(out.Items))
 		} else {
 			var msg *anthropic.Message

@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/toolbus/toolbus"
@@ -74,74 +77,50 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 		}
 	}
 	out := &Response{}
+	var em *emitter
+	if m.streaming(req) {
+		em = &emitter{f: req.Stream, red: m.red}
+	}
 	for round := 1; ; round++ {
 		transcript := append(req.Input[:len(req.Input):len(req.Input)], out.Items...)
 		params, err := m.params(req, transcript)
 		if err != nil {
 			return nil, err
 		}
-		res, err := m.service.New(ctx, params)
+		var r chatRound
+		if em != nil {
+			r, err = m.streamRound(ctx, params, req, round, len(out.Items), em)
+		} else {
+			var res *openai.ChatCompletion
+			if res, err = m.service.New(ctx, params); err != nil {
+				return nil, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
+			}
+			r, err = m.whole(res, req, round)
+		}
 		if err != nil {
-			return nil, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
+			return nil, err
 		}
-		if len(res.Choices) == 0 {
-			return nil, &Error{Provider: ProviderChat, Message: "malformed response: no choices"}
-		}
-		choice := res.Choices[0]
-		out.ID = res.ID
-		out.Usage.InputTokens += res.Usage.PromptTokens
-		out.Usage.OutputTokens += res.Usage.CompletionTokens
-
-		var searches []chatSearchCall
-		if text := choice.Message.Content + choice.Message.Refusal; text != "" {
-			out.Items = append(out.Items, Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text), Provider: ProviderChat})
-		}
-		for i, tc := range choice.Message.ToolCalls {
-			if tc.Type != "" && tc.Type != "function" {
-				m.log.Warn("model made a call of an unknown type; dropped", slog.String("provider", ProviderChat), slog.String("type", tc.Type))
-				continue
-			}
-			id := tc.ID
-			if id == "" {
-				// Some local servers leave ids out; the transcript needs one to pair
-				// the call with its output.
-				id = fmt.Sprintf("call_%d_%d_%d", req.Step, round, i)
-			}
-			args := m.red.string(tc.Function.Arguments)
-			if deferred && tc.Function.Name == toolSearchName {
-				s := chatSearchCall{Type: "tool_search_call", CallID: id, Arguments: args}
-				raw, err := json.Marshal(s)
-				if err != nil {
-					return nil, fmt.Errorf("encode tool search call: %w", err)
-				}
-				searches = append(searches, s)
-				out.Items = append(out.Items, Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw})
-				continue
-			}
-			name, namespace := splitChatName(req.Tools, tc.Function.Name)
-			out.Items = append(out.Items, Item{
-				Kind:      KindFunctionCall,
-				CallID:    id,
-				Name:      name,
-				Namespace: namespace,
-				Arguments: args,
-				Provider:  ProviderChat,
-			})
-		}
+		out.ID = r.id
+		out.Usage.InputTokens += r.usage.PromptTokens
+		out.Usage.OutputTokens += r.usage.CompletionTokens
+		out.Items = append(out.Items, r.items...)
 		// Every search gets its answer, even in a truncated response: a call without
 		// one would make the next request invalid.
-		for _, s := range searches {
+		for _, s := range r.searches {
 			a, err := m.answerSearch(req.Tools, s)
 			if err != nil {
 				return nil, err
 			}
+			if em != nil {
+				em.item(len(out.Items), a)
+			}
 			out.Items = append(out.Items, a)
 		}
-		if choice.FinishReason == "length" {
-			markTruncated(out)
+		if r.finish == "length" {
+			markTruncated(out, em.whole())
 			return out, nil
 		}
-		if len(searches) == 0 || len(out.Calls()) > 0 {
+		if len(r.searches) == 0 || len(out.Calls()) > 0 {
 			// Calls go to the turn; tools loaded on the way travel with the transcript.
 			return out, nil
 		}
@@ -149,6 +128,207 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 			return nil, &Error{Provider: ProviderChat, Message: fmt.Sprintf("the model searched for tools %d times without calling one", round)}
 		}
 	}
+}
+
+// chatRound is one answer of the API, translated: its items (text, then calls and
+// software searches), the searches to answer, its tokens and why it finished.
+type chatRound struct {
+	id       string
+	items    []Item
+	searches []chatSearchCall
+	usage    openai.CompletionUsage
+	finish   string
+}
+
+// chatCall is a tool call as a response or a stream's fragments hold it.
+type chatCall struct{ id, typ, name, args string }
+
+// chatFragments gathers the fragments of one streamed tool call.
+type chatFragments struct {
+	id, typ    string
+	name, args strings.Builder
+}
+
+// whole translates an answer that came in one piece.
+func (m *Chat) whole(res *openai.ChatCompletion, req *Request, round int) (chatRound, error) {
+	if len(res.Choices) == 0 {
+		return chatRound{}, &Error{Provider: ProviderChat, Message: "malformed response: no choices"}
+	}
+	choice := res.Choices[0]
+	r := chatRound{id: res.ID, usage: res.Usage, finish: choice.FinishReason}
+	if text := choice.Message.Content + choice.Message.Refusal; text != "" {
+		r.items = append(r.items, Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text), Provider: ProviderChat})
+	}
+	for i, tc := range choice.Message.ToolCalls {
+		if err := m.addCall(&r, req, round, i, chatCall{id: tc.ID, typ: tc.Type, name: tc.Function.Name, args: tc.Function.Arguments}); err != nil {
+			return chatRound{}, err
+		}
+	}
+	return r, nil
+}
+
+// addCall translates call i of a round into its item: a function call, or a software
+// tool search (KindOpaque, to be answered). It reports whether it added one: a call of
+// an unknown type is dropped.
+func (m *Chat) addCall(r *chatRound, req *Request, round, i int, tc chatCall) error {
+	if tc.typ != "" && tc.typ != "function" {
+		m.log.Warn("model made a call of an unknown type; dropped", slog.String("provider", ProviderChat), slog.String("type", tc.typ))
+		return nil
+	}
+	id := tc.id
+	if id == "" {
+		// Some local servers leave ids out; the transcript needs one to pair
+		// the call with its output.
+		id = fmt.Sprintf("call_%d_%d_%d", req.Step, round, i)
+	}
+	args := m.red.string(tc.args)
+	if hasDeferred(req.Tools) && tc.name == toolSearchName {
+		s := chatSearchCall{Type: "tool_search_call", CallID: id, Arguments: args}
+		raw, err := json.Marshal(s)
+		if err != nil {
+			return fmt.Errorf("encode tool search call: %w", err)
+		}
+		r.searches = append(r.searches, s)
+		r.items = append(r.items, Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw})
+		return nil
+	}
+	name, namespace := splitChatName(req.Tools, tc.name)
+	r.items = append(r.items, Item{
+		Kind:      KindFunctionCall,
+		CallID:    id,
+		Name:      name,
+		Namespace: namespace,
+		Arguments: args,
+		Provider:  ProviderChat,
+	})
+	return nil
+}
+
+// streamRound asks for one round of a step as a stream (stream: true, with
+// stream_options.include_usage): text deltas and each item once complete go to em,
+// numbered from base (the round's first item in the step).
+func (m *Chat) streamRound(ctx context.Context, params openai.ChatCompletionNewParams, req *Request, round, base int, em *emitter) (chatRound, error) {
+	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+	return streamRetry(ctx, &m.client, ProviderChat, em, func() (chatRound, error) {
+		return m.streamOnce(ctx, params, req, round, base, em)
+	})
+}
+
+// streamOnce reads one streamed answer. The text before the first tool call is an item
+// once that call begins; call i is complete once a fragment of a later call arrives
+// (delta.tool_calls[j], j > i) or the answer finishes (finish_reason), unless it finished
+// on its output limit ("length"), which cut the last call.
+func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewParams, req *Request, round, base int, em *emitter) (chatRound, error) {
+	var httpRes *http.Response
+	s := m.service.NewStreaming(ctx, params, option.WithResponseInto(&httpRes))
+	defer s.Close()
+	if err := s.Err(); err != nil {
+		// No answer at all: the SDK retried it already, as it does any request.
+		return chatRound{}, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
+	}
+	if wholeJSON(httpRes) {
+		// The server ignored "stream": the answer is one completion.
+		b, err := io.ReadAll(httpRes.Body)
+		if err != nil {
+			return chatRound{}, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
+		}
+		res := new(openai.ChatCompletion)
+		if err := res.UnmarshalJSON(b); err != nil {
+			return chatRound{}, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
+		}
+		return m.whole(res, req, round)
+	}
+	var (
+		r     chatRound
+		text  strings.Builder  // text not yet in an item
+		calls []*chatFragments // by the stream's index
+		next  int              // the first call not yet complete
+	)
+	flushText := func() {
+		if text.Len() == 0 {
+			return
+		}
+		it := Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text.String()), Provider: ProviderChat}
+		text.Reset()
+		r.items = append(r.items, it)
+		em.item(base+len(r.items)-1, it)
+	}
+	// complete translates the calls before index end, delivering each.
+	complete := func(end int, deliver bool) error {
+		for ; next < end; next++ {
+			c := calls[next]
+			if c == nil {
+				continue // an index the stream skipped
+			}
+			n := len(r.items)
+			if err := m.addCall(&r, req, round, next, chatCall{id: c.id, typ: c.typ, name: c.name.String(), args: c.args.String()}); err != nil {
+				return err
+			}
+			if deliver && len(r.items) > n {
+				em.item(base+n, r.items[n])
+			}
+		}
+		return nil
+	}
+	for s.Next() {
+		chunk := s.Current()
+		if chunk.ID != "" {
+			r.id = chunk.ID
+		}
+		if chunk.JSON.Usage.Valid() {
+			r.usage = chunk.Usage // include_usage: the last chunk, without choices
+		}
+		if len(chunk.Choices) == 0 {
+			continue
+		}
+		choice := chunk.Choices[0]
+		if piece := choice.Delta.Content + choice.Delta.Refusal; piece != "" {
+			text.WriteString(piece)
+			em.text(base+len(r.items), piece)
+		}
+		for _, tc := range choice.Delta.ToolCalls {
+			i := int(tc.Index)
+			if i < 0 || i >= maxStreamItems {
+				return chatRound{}, &Error{Provider: ProviderChat, Message: fmt.Sprintf("malformed stream: tool call index %d", i)}
+			}
+			if i >= len(calls) {
+				// A new call: the text before it and every call before it are complete.
+				flushText()
+				calls = append(calls, make([]*chatFragments, i+1-len(calls))...)
+				if err := complete(i, true); err != nil {
+					return chatRound{}, err
+				}
+			}
+			c := calls[i]
+			if c == nil {
+				c = &chatFragments{}
+				calls[i] = c
+			}
+			if tc.ID != "" {
+				c.id = tc.ID
+			}
+			if tc.Type != "" {
+				c.typ = tc.Type
+			}
+			c.name.WriteString(tc.Function.Name)
+			c.args.WriteString(tc.Function.Arguments)
+			if c.args.Len() > maxStreamArgs {
+				return chatRound{}, &Error{Provider: ProviderChat, Message: fmt.Sprintf("malformed stream: the arguments of tool call %d exceed %s", i, formatBytes(maxStreamArgs))}
+			}
+		}
+		if choice.FinishReason != "" {
+			r.finish = choice.FinishReason
+		}
+	}
+	if err := s.Err(); err != nil || r.finish == "" {
+		return chatRound{}, streamEnded(ctx, ProviderChat, m.cfg, m.red, err)
+	}
+	// Finished: the last call is complete too, unless the output limit cut it.
+	if err := complete(len(calls), r.finish != "length"); err != nil {
+		return chatRound{}, err
+	}
+	flushText()
+	return r, nil
 }
 
 // Chat Completions has no namespaces, so a namespaced tool goes out under one flat name:

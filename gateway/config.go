@@ -109,6 +109,11 @@ type Config struct {
 	// Store keeps responses on the provider (Responses store: true). By default the
 	// gateway is stateless: store is false and reasoning travels as encrypted content.
 	Store bool
+	// NoStream turns streaming off, for endpoints that do not stream: every step is then
+	// one request answered whole, and a turn dispatches its calls once the whole response
+	// has arrived. By default a gateway streams each step the turn asks to see as it
+	// arrives (Request.Stream): text as the model writes it, each call once it is complete.
+	NoStream bool
 	// MaxSteps bounds the model calls of one turn. The turn enforces it; the gateways
 	// only carry it.
 	MaxSteps int
@@ -401,6 +406,21 @@ func newRedactor(keys ...string) redactor {
 func (c Config) redactor() redactor { return newRedactor(c.APIKey, c.OpenAIKey, c.AnthropicKey) }
 
 const redacted = "[redacted]"
+
+// keyStart is how many bytes at the end of s could be the start of a key: text streamed
+// in pieces holds them back until the next piece says.
+func (r redactor) keyStart(s string) int {
+	hold := 0
+	for _, k := range r.keys {
+		for i := max(0, len(s)-len(k)+1); i < len(s); i++ {
+			if s[i] == k[0] && strings.HasPrefix(k, s[i:]) {
+				hold = max(hold, len(s)-i)
+				break // the earliest start is the longest
+			}
+		}
+	}
+	return hold
+}
 
 func (r redactor) holds(s string) bool {
 	for _, k := range r.keys {

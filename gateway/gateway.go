@@ -36,6 +36,13 @@ type Request struct {
 	// Respond returns; the Response Respond returns still holds every item whole. A gateway
 	// that does not stream (or is told not to) never calls it. It must not block for long:
 	// the provider's connection waits on it.
+	//
+	// The items delivered (StreamItem) are, in order, the first items of the Response:
+	// item k delivered is Response.Items[k], and Index is k. Items the gateway adds itself
+	// (the answers of a client-executed tool search) are delivered too, so that the order
+	// holds; nothing after an item that was not delivered (a call cut by the output limit)
+	// is. A stream that broke before anything was delivered is asked again; one that broke
+	// after fails the step with an error wrapping ErrStreamCut.
 	Stream func(StreamEvent)
 }
 
@@ -44,7 +51,7 @@ type StreamEventKind string
 
 const (
 	// StreamText is a piece of assistant text (Text), in order; Index is the position of
-	// the message item it belongs to.
+	// the message item it belongs to (in Response.Items).
 	StreamText StreamEventKind = "text"
 	// StreamItem is an item that is complete (Item): a function call whose arguments are
 	// whole and may be dispatched at once, a message, a reasoning or opaque item. A call
@@ -56,7 +63,7 @@ const (
 // StreamEvent is one piece of a streamed response.
 type StreamEvent struct {
 	Kind StreamEventKind
-	// Index is the item's position in the response's output, as the provider numbers it.
+	// Index is the item's position in the step's Response.Items.
 	Index int
 	Text  string
 	Item  *Item
@@ -151,7 +158,10 @@ type Error struct {
 	Provider string
 	Status   int // HTTP status, 0 when there was none
 	Message  string
+	err      error // what it is, for errors.Is (ErrStreamCut)
 }
+
+func (e *Error) Unwrap() error { return e.err }
 
 func (e *Error) Error() string {
 	if e.Status != 0 {

@@ -22,7 +22,12 @@ func Open(spec string, cfg Config) (Model, error) {
 	}
 	switch {
 	case ok && kind == "script":
-		return LoadScript(name)
+		m, err := LoadScript(name)
+		if err != nil {
+			return nil, err
+		}
+		m.noStream = cfg.NoStream
+		return m, nil
 	case ok && kind == "openai":
 		return NewResponses(name, cfg)
 	case ok && kind == "chat":

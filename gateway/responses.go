@@ -7,10 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
@@ -62,12 +65,25 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 	}
 	input := m.input(req.Input)
 	out := &Response{}
+	var em *emitter
+	if m.streaming(req) {
+		em = &emitter{f: req.Stream, red: m.red}
+	}
 	for round := 1; ; round++ {
-		res, err := m.service.New(ctx, m.params(req, input, tools))
-		if err != nil {
-			return nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
+		var (
+			res      *responses.Response
+			items    []Item
+			searches []search
+		)
+		if em != nil {
+			res, items, searches, err = m.streamRound(ctx, m.params(req, input, tools), req.Tools, len(out.Items), em)
+		} else {
+			res, err = m.service.New(ctx, m.params(req, input, tools))
+			if err != nil {
+				return nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
+			}
+			items, searches, err = m.output(res, req.Tools)
 		}
-		items, searches, err := m.output(res, req.Tools)
 		if err != nil {
 			return nil, err
 		}
@@ -93,12 +109,15 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 				return nil, err
 			}
 			answers = append(answers, a)
+			if em != nil {
+				em.item(len(out.Items)+len(answers)-1, a)
+			}
 		}
 		out.Items = append(out.Items, answers...)
 
 		if res.Status == responses.ResponseStatusIncomplete {
 			if res.IncompleteDetails.Reason == "max_output_tokens" {
-				markTruncated(out)
+				markTruncated(out, em.whole())
 				return out, nil
 			}
 			m.log.Warn("model response incomplete", slog.String("provider", ProviderResponses),
@@ -115,10 +134,12 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 	}
 }
 
-// markTruncated marks a response cut by its output limit and every call in it.
-func markTruncated(r *Response) {
+// markTruncated marks a response cut by its output limit and every call in it from
+// item whole on: a streamed response's calls that were delivered whole before the cut
+// (StreamItem) are not; an unstreamed response's are all suspect (whole is 0).
+func markTruncated(r *Response, whole int) {
 	r.Truncated = true
-	for i := range r.Items {
+	for i := whole; i < len(r.Items); i++ {
 		if r.Items[i].Kind == KindFunctionCall {
 			r.Items[i].Truncated = true
 		}
@@ -380,48 +401,166 @@ func (m *Responses) output(res *responses.Response, set []*toolbus.Spec) ([]Item
 	items := make([]Item, 0, len(res.Output))
 	var searches []search
 	for i, o := range res.Output {
-		raw := json.RawMessage(m.red.bytes([]byte(o.RawJSON())))
-		it := Item{Provider: ProviderResponses, Raw: raw}
-		switch o.Type {
-		case "":
-			return nil, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed response: output item %d has no type", i)}
-		case "message":
-			it.Kind, it.Role = KindMessage, RoleAssistant
-			var text []string
-			for _, c := range o.Content {
-				switch c.Type {
-				case "output_text":
-					text = append(text, c.Text)
-				case "refusal":
-					text = append(text, c.Refusal)
-				}
-			}
-			it.Text = m.red.string(strings.Join(text, ""))
-		case "function_call":
-			fc := o.AsFunctionCall()
-			it.Kind = KindFunctionCall
-			it.CallID, it.Name, it.Namespace = fc.CallID, fc.Name, callNamespace(set, fc.Name, fc.Namespace)
-			it.Arguments = m.red.string(fc.Arguments)
-		case "reasoning":
-			it.Kind = KindReasoning
-			var text []string
-			for _, s := range o.AsReasoning().Summary {
-				text = append(text, s.Text)
-			}
-			it.Text = m.red.string(strings.Join(text, "\n"))
-		case "tool_search_call":
-			it.Kind = KindOpaque
-			call := o.AsToolSearchCall()
-			if call.Execution != responses.ResponseToolSearchCallExecutionServer && !m.cfg.HostedToolSearch {
-				searches = append(searches, search{callID: call.CallID, args: json.RawMessage(call.JSON.Arguments.Raw())})
-			}
-		default:
-			// tool_search_output, hosted tool calls and anything newer: carried through.
-			it.Kind = KindOpaque
+		it, s, err := m.item(i, o, set)
+		if err != nil {
+			return nil, nil, err
+		}
+		if s != nil {
+			searches = append(searches, *s)
 		}
 		items = append(items, it)
 	}
 	return items, searches, nil
+}
+
+// item translates output item i, and says whether it is a tool search this gateway
+// must answer.
+func (m *Responses) item(i int, o responses.ResponseOutputItemUnion, set []*toolbus.Spec) (Item, *search, error) {
+	raw := json.RawMessage(m.red.bytes([]byte(o.RawJSON())))
+	it := Item{Provider: ProviderResponses, Raw: raw}
+	var s *search
+	switch o.Type {
+	case "":
+		return Item{}, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed response: output item %d has no type", i)}
+	case "message":
+		it.Kind, it.Role = KindMessage, RoleAssistant
+		var text []string
+		for _, c := range o.Content {
+			switch c.Type {
+			case "output_text":
+				text = append(text, c.Text)
+			case "refusal":
+				text = append(text, c.Refusal)
+			}
+		}
+		it.Text = m.red.string(strings.Join(text, ""))
+	case "function_call":
+		fc := o.AsFunctionCall()
+		it.Kind = KindFunctionCall
+		it.CallID, it.Name, it.Namespace = fc.CallID, fc.Name, callNamespace(set, fc.Name, fc.Namespace)
+		it.Arguments = m.red.string(fc.Arguments)
+	case "reasoning":
+		it.Kind = KindReasoning
+		var text []string
+		for _, s := range o.AsReasoning().Summary {
+			text = append(text, s.Text)
+		}
+		it.Text = m.red.string(strings.Join(text, "\n"))
+	case "tool_search_call":
+		it.Kind = KindOpaque
+		call := o.AsToolSearchCall()
+		if call.Execution != responses.ResponseToolSearchCallExecutionServer && !m.cfg.HostedToolSearch {
+			s = &search{callID: call.CallID, args: json.RawMessage(call.JSON.Arguments.Raw())}
+		}
+	default:
+		// tool_search_output, hosted tool calls and anything newer: carried through.
+		it.Kind = KindOpaque
+	}
+	return it, s, nil
+}
+
+// streamRound asks for one round of a step as a stream (stream: true): text deltas
+// and each output item as it is done go to em, numbered from base (the round's first
+// item in the step), and the terminal event's response comes back with its items
+// translated.
+func (m *Responses) streamRound(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []Item, []search, error) {
+	type round struct {
+		res      *responses.Response
+		items    []Item
+		searches []search
+	}
+	r, err := streamRetry(ctx, &m.client, ProviderResponses, em, func() (round, error) {
+		res, items, searches, err := m.streamOnce(ctx, params, set, base, em)
+		return round{res, items, searches}, err
+	})
+	return r.res, r.items, r.searches, err
+}
+
+// streamOnce reads one streamed response: output_text (and refusal) deltas are text
+// pieces; output_item.done is an item complete, but for a function call whose status
+// says it was cut (incomplete); response.completed, .incomplete and .failed end it with
+// the whole response; an error event fails it.
+func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []Item, []search, error) {
+	var httpRes *http.Response
+	s := m.service.NewStreaming(ctx, params, option.WithResponseInto(&httpRes))
+	defer s.Close()
+	if err := s.Err(); err != nil {
+		// No answer at all: the SDK retried it already, as it does any request.
+		return nil, nil, nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
+	}
+	if wholeJSON(httpRes) {
+		// The endpoint ignored "stream": the answer is one response.
+		b, err := io.ReadAll(httpRes.Body)
+		if err != nil {
+			return nil, nil, nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
+		}
+		res := new(responses.Response)
+		if err := res.UnmarshalJSON(b); err != nil {
+			return nil, nil, nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
+		}
+		items, searches, err := m.output(res, set)
+		return res, items, searches, err
+	}
+	var (
+		done     []Item          // the items of output_item.done, by output index
+		searched map[int]*search // the tool searches among them
+	)
+	for s.Next() {
+		ev := s.Current()
+		switch ev.Type {
+		case "response.output_text.delta", "response.refusal.delta":
+			em.text(base+int(ev.OutputIndex), ev.Delta)
+		case "response.output_item.done":
+			i := int(ev.OutputIndex)
+			if i < 0 || i > maxStreamItems {
+				return nil, nil, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output index %d", i)}
+			}
+			it, srch, err := m.item(i, ev.Item, set)
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			for len(done) <= i {
+				done = append(done, Item{})
+			}
+			done[i] = it
+			if srch != nil {
+				if searched == nil {
+					searched = make(map[int]*search)
+				}
+				searched[i] = srch
+			}
+			if it.Kind == KindFunctionCall && ev.Item.Status != "" && ev.Item.Status != "completed" {
+				continue // cut by the output limit: only in the response, marked truncated
+			}
+			em.item(base+i, it)
+		case "response.completed", "response.incomplete", "response.failed":
+			res := ev.Response
+			if !res.JSON.Output.Valid() || len(res.Output) == 0 && len(done) > 0 {
+				// Some servers leave the final output empty: the items streamed are it.
+				var items []Item
+				var searches []search
+				for i, it := range done {
+					if it.Kind == "" {
+						continue // an index no item was done at
+					}
+					items = append(items, it)
+					if srch := searched[i]; srch != nil {
+						searches = append(searches, *srch)
+					}
+				}
+				return &res, items, searches, nil
+			}
+			items, searches, err := m.output(&res, set)
+			return &res, items, searches, err
+		case "error":
+			msg := ev.Message
+			if ev.Code != "" {
+				msg = ev.Code + ": " + msg
+			}
+			return nil, nil, nil, &Error{Provider: ProviderResponses, Message: m.red.string("the response stream reported an error: " + msg)}
+		}
+	}
+	return nil, nil, nil, streamEnded(ctx, ProviderResponses, m.cfg, m.red, s.Err())
 }
 
 // answerSearch runs a client-executed tool search over the deferred tools and returns

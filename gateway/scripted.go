@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus/internal/jsonpos"
@@ -17,6 +18,17 @@ import (
 //	  {"calls": [{"name": "list_files", "arguments": "{\"path\": \".\"}"}]},
 //	  {"text": "Done."}
 //	]}
+//
+// Streamed (a turn asks to see its steps as they arrive, and Config.NoStream is not
+// set), a step's text comes word by word, stream_delay_ms apart, then each call once its
+// delay_ms has passed, so a script can pace a response as a model writing it would:
+//
+//	{"delay_ms": 200, "text": "Reading both files.", "stream_delay_ms": 40,
+//	 "calls": [{"name": "read_file", "arguments": "{\"path\": \"a\"}", "delay_ms": 100},
+//	           {"name": "read_file", "arguments": "{\"path\": \"b\"}", "delay_ms": 900}]}
+//
+// Not streamed, the same step answers whole after all of its delays. In a Truncated step
+// streamed, the last call is the one the output limit cut: only it is marked truncated.
 //
 // Child, when set, is the script of the turns a turn playing this one starts: its
 // background jobs and the turns its schedules fire (bus.TurnSpec.ChildModel). Without
@@ -37,6 +49,8 @@ type ScriptStep struct {
 	// DelayMS makes the response take that many milliseconds, as a model thinking
 	// would (a cancelled request ends the wait).
 	DelayMS int `json:"delay_ms,omitempty"`
+	// StreamDelayMS paces the text: the pause before each of its words.
+	StreamDelayMS int `json:"stream_delay_ms,omitempty"`
 }
 
 // ScriptCall is one scripted function call.
@@ -45,12 +59,25 @@ type ScriptCall struct {
 	Name      string `json:"name"`
 	Namespace string `json:"namespace,omitempty"`
 	Arguments string `json:"arguments"`
+	// DelayMS is the time the model takes to write the call, after what came before it.
+	DelayMS int `json:"delay_ms,omitempty"`
 }
 
 // Scripted is a Model that plays a Script. It holds no per-turn state, so one value can
 // serve many turns at once.
 type Scripted struct {
-	script Script
+	script   Script
+	noStream bool
+}
+
+// OpenScript is NewScripted with the gateway configuration a script honours: NoStream.
+func OpenScript(s Script, cfg Config) (*Scripted, error) {
+	m, err := NewScripted(s)
+	if err != nil {
+		return nil, err
+	}
+	m.noStream = cfg.NoStream
+	return m, nil
 }
 
 // NewScripted validates a script and returns its model.
@@ -59,12 +86,15 @@ func NewScripted(s Script) (*Scripted, error) {
 		return nil, fmt.Errorf("script has no responses")
 	}
 	for i, st := range s.Responses {
-		if st.DelayMS < 0 {
-			return nil, fmt.Errorf("script response %d: delay_ms %d is negative", i, st.DelayMS)
+		if st.DelayMS < 0 || st.StreamDelayMS < 0 {
+			return nil, fmt.Errorf("script response %d: delay_ms %d or stream_delay_ms %d is negative", i, st.DelayMS, st.StreamDelayMS)
 		}
 		for j, c := range st.Calls {
 			if c.Name == "" {
 				return nil, fmt.Errorf("script response %d, call %d: name is empty", i, j)
+			}
+			if c.DelayMS < 0 {
+				return nil, fmt.Errorf("script response %d, call %d: delay_ms %d is negative", i, j, c.DelayMS)
 			}
 		}
 	}
@@ -93,7 +123,7 @@ func LoadScript(path string) (*Scripted, error) {
 	return m, nil
 }
 
-// Respond returns the scripted response for req.Step.
+// Respond returns the scripted response for req.Step, streamed when req asks for it.
 func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -102,15 +132,6 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 		return nil, &Error{Provider: "script", Message: fmt.Sprintf("no response scripted for step %d (the script has %d)", req.Step+1, len(m.script.Responses))}
 	}
 	st := m.script.Responses[req.Step]
-	if st.DelayMS > 0 {
-		t := time.NewTimer(time.Duration(st.DelayMS) * time.Millisecond)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		}
-	}
 	resp := &Response{ID: fmt.Sprintf("script_%d", req.Step), Truncated: st.Truncated}
 	if st.Usage != nil {
 		resp.Usage = *st.Usage
@@ -132,5 +153,66 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 			Truncated: st.Truncated,
 		})
 	}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	if err := sleepCtx(ctx, ms(st.DelayMS)); err != nil {
+		return nil, err
+	}
+	if req.Stream == nil || m.noStream {
+		// Whole: after the time the stream would have taken.
+		total := 0
+		if st.Text != "" {
+			total += st.StreamDelayMS * len(words(st.Text))
+		}
+		for _, c := range st.Calls {
+			total += c.DelayMS
+		}
+		if err := sleepCtx(ctx, ms(total)); err != nil {
+			return nil, err
+		}
+		return resp, nil
+	}
+	em := &emitter{f: req.Stream}
+	next := 0
+	if st.Text != "" {
+		for _, w := range words(st.Text) {
+			if err := sleepCtx(ctx, ms(st.StreamDelayMS)); err != nil {
+				return nil, err
+			}
+			em.text(0, w)
+		}
+		em.item(0, resp.Items[0])
+		next = 1
+	}
+	for i, c := range st.Calls {
+		if err := sleepCtx(ctx, ms(c.DelayMS)); err != nil {
+			return nil, err
+		}
+		if st.Truncated && i == len(st.Calls)-1 {
+			break // cut by the output limit: it never comes whole
+		}
+		resp.Items[next].Truncated = false
+		em.item(next, resp.Items[next])
+		next++
+	}
 	return resp, nil
+}
+
+// words splits text into the pieces a scripted stream delivers: each word with the
+// space after it, so that the pieces join to the text.
+func words(text string) []string {
+	var out []string
+	for len(text) > 0 {
+		i := strings.IndexByte(text, ' ')
+		if i < 0 {
+			out = append(out, text)
+			break
+		}
+		j := i
+		for j < len(text) && text[j] == ' ' {
+			j++
+		}
+		out = append(out, text[:j])
+		text = text[j:]
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	"github.com/toolbus/toolbus/client"
@@ -22,16 +23,41 @@ type GatewayFlags struct {
 	RequestTimeout   time.Duration
 	HostedSearch     bool
 	NoPromptCache    bool
+	// NoStream is -stream=false (gateway.Config.NoStream); the zero value streams.
+	NoStream bool
 }
 
-// Register adds -base-url, -api-key-file, -request-timeout, -no-prompt-cache and, with
-// hostedSearch, -hosted-tool-search to fs. prefix starts each usage line ("embedded node: " where a
+// notFlag is a boolean flag that sets the negation of its variable: -stream=false
+// sets NoStream.
+type notFlag bool
+
+func (f *notFlag) String() string {
+	if f == nil || !*f {
+		return "true"
+	}
+	return "false"
+}
+
+func (f *notFlag) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	*f = notFlag(!v)
+	return nil
+}
+
+func (f *notFlag) IsBoolFlag() bool { return true }
+
+// Register adds -base-url, -api-key-file, -request-timeout, -no-prompt-cache, -stream
+// and, with hostedSearch, -hosted-tool-search to fs. prefix starts each usage line ("embedded node: " where a
 // command also works against a remote node, which uses its own).
 func (g *GatewayFlags) Register(fs *flag.FlagSet, prefix string, hostedSearch bool) {
 	fs.StringVar(&g.BaseURL, "base-url", "", prefix+"the model API's base URL (default env OPENAI_BASE_URL, else OpenAI; for anthropic: models env ANTHROPIC_BASE_URL, else Anthropic). OPENAI_API_KEY is sent only to https://api.openai.com and to OPENAI_BASE_URL, ANTHROPIC_API_KEY only to https://api.anthropic.com and to ANTHROPIC_BASE_URL; any other base URL gets only the key of -api-key-file or TOOLBUS_MODEL_API_KEY, or none")
 	fs.StringVar(&g.KeyFile, "api-key-file", "", prefix+"a file holding the API key of the -base-url endpoint, whatever it is (default env TOOLBUS_MODEL_API_KEY)")
 	fs.DurationVar(&g.RequestTimeout, "request-timeout", 0, fmt.Sprintf(prefix+"how long one model request may wait for its answer; it is retried %d times, then the turn fails (default env TOOLBUS_REQUEST_TIMEOUT, else %s)", gateway.DefaultMaxRetries, gateway.DefaultRequestTimeout))
 	fs.BoolVar(&g.NoPromptCache, "no-prompt-cache", false, prefix+"anthropic: models: send no cache_control breakpoints (default: on the tool list and the instructions, which repeat at every step)")
+	fs.Var((*notFlag)(&g.NoStream), "stream", prefix+"stream each model step: text as the model writes it, each call dispatched once it is complete; -stream=false for endpoints that do not stream")
 	if hostedSearch {
 		fs.BoolVar(&g.HostedSearch, "hosted-tool-search", false, prefix+"openai: models: let the provider search the deferred tools (default: toolbus answers the model's tool searches)")
 	}
@@ -67,6 +93,7 @@ func (g *GatewayFlags) Config() (gateway.Config, error) {
 	}
 	gw.HostedToolSearch = g.HostedSearch
 	gw.NoPromptCache = g.NoPromptCache
+	gw.NoStream = g.NoStream
 	return gw, nil
 }
 

@@ -81,7 +81,7 @@ func (n *Node) model(t Turn) (gateway.Model, error) {
 		if err := jsonpos.Decode("script", []byte(t.Script), &s, true); err != nil {
 			return nil, err
 		}
-		return gateway.NewScripted(s)
+		return gateway.OpenScript(s, n.cfg.Node.Gateway)
 	case t.Model == "":
 		return nil, errors.New("no model: set Turn.Model or Turn.Script")
 	}

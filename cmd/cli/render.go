@@ -77,6 +77,10 @@ type renderer struct {
 	frame    int
 	pending  string // the latest model text, printed once the turn moves on
 	printed  string // the last model text printed
+	// streaming is the text the model is writing now (bus.TextDelta), shown on a
+	// terminal in place above the spinner until the turn moves on; streamStep its step.
+	streaming  string
+	streamStep int
 	// waitingSince is when the turn last asked the model, while its answer is
 	// out; zero otherwise. A terminal shows it as a live line.
 	waitingSince time.Time
@@ -128,10 +132,14 @@ func (r *renderer) clear(b *bytes.Buffer) {
 // draw writes the live region: one line per running call, and one while the
 // model is thinking.
 func (r *renderer) draw(b *bytes.Buffer) {
-	if !r.tty || (len(r.live) == 0 && r.waitingSince.IsZero()) {
+	if !r.tty || (len(r.live) == 0 && r.waitingSince.IsZero() && r.streaming == "") {
 		return
 	}
 	width := r.width() - 1 // never touch the last column: some terminals wrap there
+	for _, l := range lastLines(r.streaming, width, maxLiveLines) {
+		fmt.Fprintf(b, "%s\n", l)
+		r.drawn++
+	}
 	spin := r.style(ansiCyan, spinnerFrames[r.frame%len(spinnerFrames)])
 	shown := r.live
 	if len(shown) > maxLiveLines {
@@ -163,7 +171,7 @@ func (r *renderer) tick() {
 // redraw draws the live region anew; it erases one that has nothing left to
 // show.
 func (r *renderer) redraw() {
-	if !r.tty || (r.drawn == 0 && len(r.live) == 0 && r.waitingSince.IsZero()) {
+	if !r.tty || (r.drawn == 0 && len(r.live) == 0 && r.waitingSince.IsZero() && r.streaming == "") {
 		return
 	}
 	var b bytes.Buffer
@@ -180,8 +188,58 @@ func (r *renderer) flushText() {
 	}
 	text := r.pending
 	r.pending = ""
+	r.streaming = "" // shown live until now: printed for good below
+	if text == r.printed {
+		return
+	}
 	r.printed = text
 	r.println(text)
+}
+
+// text shows a piece of the text the model is writing: on a terminal it grows in place
+// above the spinner; elsewhere the text is printed once, whole, as without streaming.
+func (r *renderer) text(d bus.TextDelta) {
+	if !r.tty {
+		return
+	}
+	if d.Step != r.streamStep {
+		r.streaming, r.streamStep = "", d.Step
+	}
+	r.streaming += d.Text
+	r.redraw()
+}
+
+// keepStreamed prints the streamed text for good: the turn moved past it (a call of
+// the same response started).
+func (r *renderer) keepStreamed() {
+	if r.streaming == "" {
+		return
+	}
+	text := r.streaming
+	r.streaming = ""
+	r.printed = text
+	r.println(text)
+}
+
+// lastLines is the end of text as a terminal of width columns shows it: at most n
+// lines, the first saying how much came before.
+func lastLines(text string, width, n int) []string {
+	if text == "" || width < 2 {
+		return nil
+	}
+	var lines []string
+	for _, para := range strings.Split(text, "\n") {
+		rs := []rune(para)
+		for len(rs) > width {
+			lines = append(lines, string(rs[:width]))
+			rs = rs[width:]
+		}
+		lines = append(lines, string(rs))
+	}
+	if len(lines) > n {
+		lines = append([]string{"…"}, lines[len(lines)-n+1:]...)
+	}
+	return lines
 }
 
 // awaitModel notes that the turn has asked the model: it started, or it sent
@@ -216,6 +274,10 @@ func (r *renderer) runningOn(st bus.TurnStatus) {
 func (r *renderer) event(ev bus.Event) {
 	r.answered()
 	r.flushText()
+	if ev.Kind == bus.EventStarted {
+		// A call started while its response streams: the words before it are whole.
+		r.keepStreamed()
+	}
 	switch ev.Kind {
 	case bus.EventStarted:
 		a := &activity{call: ev.Call, tool: ev.Tool, label: cmp.Or(ev.Label, ev.Tool), start: r.now()}
@@ -291,9 +353,12 @@ func (r *renderer) step(st bus.TurnStatus) {
 	r.answered()
 	r.flushText()
 	if len(st.Calls) == 0 {
-		r.pending = st.Text
+		if st.Text != r.printed {
+			r.pending = st.Text
+		}
 		return
 	}
+	r.streaming = ""
 	r.settle(st.Calls)
 	r.awaitModel()
 }
@@ -403,6 +468,7 @@ func (r *renderer) aborted(a bus.Abort) {
 // done shows the end of the turn: the answer, then a summary line.
 func (r *renderer) done(st bus.TurnStatus, took time.Duration) {
 	r.answered()
+	r.streaming = "" // the answer is printed whole below
 	for _, a := range slices.Clone(r.live) {
 		r.finish(a, bus.OutcomeAbandoned, "no result arrived before the turn ended", 0)
 	}

@@ -300,3 +300,60 @@ func TestDescribeApproval(t *testing.T) {
 		}
 	}
 }
+
+// The model's text grows in place above the spinner while it streams; once a call of
+// its response starts, it is printed for good, once; a streamed answer is printed whole
+// at the end, once.
+func TestRendererStreamsText(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	clock := &fakeClock{t: time.Unix(1e9, 0)}
+	r := &renderer{w: &out, tty: true, width: func() int { return 60 }, now: clock.now}
+	check := func(want ...string) {
+		t.Helper()
+		want = append(want, "")
+		if got := screen(t, out.String()); strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("screen:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	r.started("T1", "n1")
+	r.awaitModel()
+	r.message(bus.TurnMessage{Text: &bus.TextDelta{Step: 1, Seq: 1, Text: "Reading "}})
+	check("turn T1 on node n1", "Reading ", "⠋ waiting for the model 0µs")
+	r.message(bus.TurnMessage{Text: &bus.TextDelta{Step: 1, Seq: 2, Text: "a.txt."}})
+	check("turn T1 on node n1", "Reading a.txt.", "⠋ waiting for the model 0µs")
+
+	// A call of the response starts while the rest streams: the words are whole.
+	r.event(bus.Event{Call: "c1", Tool: "read_file", Kind: bus.EventStarted, Label: "Reading a.txt"})
+	check("turn T1 on node n1", "Reading a.txt.", "⠋ Reading a.txt 0µs")
+	r.step(bus.TurnStatus{Text: "Reading a.txt."})
+	r.result("c1", bus.ToolReply{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK, Label: "Read a.txt", Duration: 2 * time.Millisecond})
+	r.step(bus.TurnStatus{Calls: []bus.CallRecord{{Call: "c1", Tool: "read_file", Outcome: bus.OutcomeOK}}})
+	check("turn T1 on node n1", "Reading a.txt.", "✓ Read a.txt (2ms)", "⠋ waiting for the model 0µs")
+
+	// The answer streams, then the turn ends: it is printed once, whole.
+	r.message(bus.TurnMessage{Text: &bus.TextDelta{Step: 2, Seq: 3, Text: "It says "}})
+	r.message(bus.TurnMessage{Text: &bus.TextDelta{Step: 2, Seq: 4, Text: "hello."}})
+	check("turn T1 on node n1", "Reading a.txt.", "✓ Read a.txt (2ms)", "It says hello.", "⠋ waiting for the model 0µs")
+	r.step(bus.TurnStatus{Text: "It says hello."})
+	r.done(bus.TurnStatus{State: bus.TurnCompleted, Step: 2, Text: "It says hello.", Calls: make([]bus.CallRecord, 1)}, 3*time.Second)
+	check("turn T1 on node n1", "Reading a.txt.", "✓ Read a.txt (2ms)", "", "It says hello.", "", "completed · 2 steps · 1 call · 3.0s")
+
+	// Plain output shows no pieces: the text comes once, whole, as without streaming.
+	var plain bytes.Buffer
+	p := &renderer{w: &plain, now: time.Now}
+	p.message(bus.TurnMessage{Text: &bus.TextDelta{Step: 1, Seq: 1, Text: "Done."}})
+	p.done(bus.TurnStatus{State: bus.TurnCompleted, Step: 1, Text: "Done."}, time.Second)
+	if want := "\nDone.\n\ncompleted · 1 step · 0 calls · 1.0s\n"; plain.String() != want {
+		t.Errorf("plain output %q, want %q", plain.String(), want)
+	}
+}
+
+func TestWatchLineText(t *testing.T) {
+	t.Parallel()
+	line, ok := watchLine(bus.TurnMessage{Subject: bus.TurnSubject{Turn: "0123456789abcdef", Kind: bus.KindText},
+		Text: &bus.TextDelta{Step: 2, Seq: 7, Text: "Hello "}}, time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local))
+	if want := `03:04:05.000 89abcdef text            step 2: "Hello "`; !ok || line != want {
+		t.Errorf("watch line %q, want %q", line, want)
+	}
+}

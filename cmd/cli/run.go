@@ -67,7 +67,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search", "no-prompt-cache", "sandbox"} {
+		for _, f := range []string{"home", "store-dir", "base-url", "api-key-file", "request-timeout", "hosted-tool-search", "no-prompt-cache", "stream", "sandbox"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote node uses its own", f)
 			}
@@ -290,6 +290,8 @@ func (r *renderer) message(m bus.TurnMessage) (bus.TurnStatus, bool) {
 		r.result(m.Subject.Call, *m.Reply)
 	case m.Abort != nil:
 		r.aborted(*m.Abort)
+	case m.Text != nil:
+		r.text(*m.Text)
 	case m.Status != nil:
 		st := *m.Status
 		switch m.Subject.Status {

@@ -151,6 +151,9 @@ func watchLine(m bus.TurnMessage, now time.Time) (string, bool) {
 		}
 		at, kind = cmpTime(m.Status.Time, now), ts.Kind+"."+ts.Status
 		text = statusText(ts.Status, *m.Status)
+	case m.Text != nil:
+		// The model's text as it streams, one piece a line.
+		text = fmt.Sprintf("step %d: %q", m.Text.Step, m.Text.Text)
 	case m.Approval != nil:
 		text = fmt.Sprintf("%-12s held for approval: %s", m.Approval.Tool, m.Approval.Label)
 	case m.Approve != nil:

@@ -82,7 +82,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	}
 	if bf.server != "" {
 		set := flagsSet(fs)
-		for _, f := range []string{"store-dir", "base-url", "api-key-file", "request-timeout", "no-prompt-cache", "log"} {
+		for _, f := range []string{"store-dir", "base-url", "api-key-file", "request-timeout", "no-prompt-cache", "stream", "log"} {
 			if set[f] {
 				return usagef("-%s configures the embedded node; with -server the remote nodes use their own", f)
 			}

@@ -1,0 +1,252 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/gateway/gatewaytest"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+// streamKey is the key the bench's fake Responses API is sent.
+const streamKey = "sk-bench-stream-0a1b2c3d4e"
+
+// streamCategory hosts the bench's slow call: 500 ms, as a search or a build would take.
+const streamCategory = "benchstream"
+
+// streamRows measures streamed steps against a paced fake of the Responses API (a
+// loopback HTTP server writing the SSE wire, gatewaytest), in the same run:
+//   - the wall time of a step whose first call takes 500 ms and is complete at 10 % of a
+//     1 s response (the second, a no-op, at its end), streamed (the first call runs
+//     while the model writes) against not streamed (both go out after the response);
+//     target: streamed ≤ 0.6×;
+//   - the time from a call's response.output_item.done, written and flushed by the fake,
+//     to its request on the bus (a plain subscriber on the tool's subject), a step of one
+//     call after another; target: p50 ≤ 100 µs.
+func (s *suite) streamRows(ctx context.Context) ([]Row, error) {
+	slow := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Spec: toolbus.Spec{Name: "slow500ms", Description: "Takes 500 ms.", Category: streamCategory},
+		Execute: func(ctx context.Context, _ toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			t := time.NewTimer(500 * time.Millisecond)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return toolbus.TextResult("done"), nil
+			case <-ctx.Done():
+				return toolbus.Result{}, ctx.Err()
+			}
+		},
+	})
+	if err := s.node.Host(ctx, streamCategory, []*toolbus.Tool{slow}); err != nil {
+		return nil, err
+	}
+	kit, err := kitOf(&slow.Spec, &s.noop.Spec)
+	if err != nil {
+		return nil, err
+	}
+
+	// The step: the slow call done at 100 ms, the no-op at 1 s, the response's end.
+	rounds := max(s.cfg.Samples/400, 3)
+	step := gatewaytest.NewResponses("resp_step").
+		Pace(100*time.Millisecond, nil).Call("c_slow", slow.Name, "{}").
+		Pace(900*time.Millisecond, nil).Call("c_noop", s.noop.Name, "{}")
+	step.Completed(100, 20)
+	answer := gatewaytest.NewResponses("resp_answer").Message("done")
+	answer.Completed(120, 2)
+	var streamed, whole []time.Duration
+	for range rounds {
+		for _, noStream := range []bool{false, true} {
+			d, err := s.streamStep(ctx, kit, noStream, step.Stream(), answer.Stream())
+			if err != nil {
+				return nil, err
+			}
+			if noStream {
+				whole = append(whole, d)
+			} else {
+				streamed = append(streamed, d)
+			}
+		}
+	}
+	base := msRow("step of a 500 ms call complete at 10 % of a 1 s response, not streamed", whole,
+		"from the request to the next one: both calls go out after the response")
+	r := msRow("the same step, streamed (the call dispatched as it is complete)", streamed,
+		"the slow call runs while the model writes the rest; the step still lasts until the response ends (1 s), so 1 s / 1.5 s = 0.67× is this ratio's floor")
+	r.Baseline = base.Name
+	r.Ratio = r.P50 / base.P50
+	r.Target = "p50 ≤ 0.6× baseline"
+	met := r.Ratio <= 0.6
+	r.Met = &met
+
+	dispatch, err := s.doneToRequest(ctx, max(s.cfg.Samples/10, 50))
+	if err != nil {
+		return nil, err
+	}
+	dispatch.Target = "p50 ≤ 100 µs"
+	met2 := dispatch.P50 <= 100
+	dispatch.Met = &met2
+	return []Row{base, r, dispatch}, nil
+}
+
+// msRow summarises samples in milliseconds.
+func msRow(name string, samples []time.Duration, note string) Row {
+	r := latency(name, samples, note)
+	r.Unit = "ms"
+	r.P50, r.P90, r.P99 = r.P50/1000, r.P90/1000, r.P99/1000
+	return r
+}
+
+// kitOf is the kit of a turn with exactly these tools.
+func kitOf(specs ...*toolbus.Spec) (*toolsets.Kit, error) {
+	set, err := toolbus.NewSet(specs...)
+	if err != nil {
+		return nil, err
+	}
+	return toolsets.NewKit(set), nil
+}
+
+// streamModel is a Responses gateway on a fake server.
+func streamModel(srv *gatewaytest.Server, noStream bool) (gateway.Model, error) {
+	return gateway.NewResponses("gpt-bench", gateway.Config{
+		APIKey: streamKey, BaseURL: srv.BaseURL(), HTTPClient: srv.Client(), NoStream: noStream, MaxRetries: -1,
+	})
+}
+
+// streamStep runs a turn of two steps (the step, then an answer) and returns the first
+// step's wall time: from its request to the next one, which the turn sends once the
+// step's calls are done.
+func (s *suite) streamStep(ctx context.Context, kit *toolsets.Kit, noStream bool, streams ...gatewaytest.Stream) (time.Duration, error) {
+	srv := gatewaytest.NewServer(streams...)
+	defer srv.Close()
+	model, err := streamModel(srv, noStream)
+	if err != nil {
+		return 0, err
+	}
+	res, err := s.node.Node.Run(ctx, actors.TurnConfig{Spec: bus.TurnSpec{Agent: "bench", Input: "bench"}, Model: model, Kit: kit})
+	if err != nil {
+		return 0, err
+	}
+	if res.State != bus.TurnCompleted {
+		return 0, fmt.Errorf("stream bench: turn ended %s: %s", res.State, res.ErrorText())
+	}
+	at := srv.Arrivals()
+	if len(at) != 2 {
+		return 0, fmt.Errorf("stream bench: %d model requests, want 2", len(at))
+	}
+	return at[1].Sub(at[0]), nil
+}
+
+// doneToRequest measures, over a turn of n steps of one no-op call each, the time from
+// the fake writing a call's output_item.done to the call's request arriving on the bus.
+func (s *suite) doneToRequest(ctx context.Context, n int) (Row, error) {
+	var (
+		mu        sync.Mutex
+		sent      []time.Time // the fake wrote the call's output_item.done
+		delivered []time.Time // the gateway handed the call to the turn (StreamItem)
+		got       []time.Time // the request reached the bus
+	)
+	written := func() {
+		now := time.Now()
+		mu.Lock()
+		sent = append(sent, now)
+		mu.Unlock()
+	}
+	streams := make([]gatewaytest.Stream, 0, n+1)
+	for i := range n {
+		// Each step one call: its output_item.done is the moment measured from.
+		// The model takes its time to write the call (1 ms before its output_item.done)
+		// and goes on writing after it (2 ms), as a model does: the measured path races
+		// neither the decoding of the events before it nor the response's end.
+		b := gatewaytest.NewResponses(fmt.Sprintf("resp_%d", i)).Call(fmt.Sprintf("c%d", i), s.noop.Name, "{}").
+			DelayLast(time.Millisecond).OnWrite(written)
+		streams = append(streams, gatewaytest.Stream{Events: b.Pace(2*time.Millisecond, nil).Completed(10, 5)})
+	}
+	streams = append(streams, gatewaytest.Stream{Events: gatewaytest.NewResponses("resp_answer").Message("done").Completed(10, 1)})
+	srv := gatewaytest.NewServer(streams...)
+	defer srv.Close()
+
+	nc, err := s.node.Connect("bench-stream-watch")
+	if err != nil {
+		return Row{}, err
+	}
+	defer nc.Close()
+	sub, err := nc.Subscribe(bus.ToolSubject(s.noop.Category, s.noop.Name), func(*nats.Msg) {
+		now := time.Now()
+		mu.Lock()
+		got = append(got, now)
+		mu.Unlock()
+	})
+	if err != nil {
+		return Row{}, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return Row{}, err
+	}
+	gw, err := streamModel(srv, false)
+	if err != nil {
+		return Row{}, err
+	}
+	model := &deliveryModel{Model: gw, delivered: func() {
+		now := time.Now()
+		mu.Lock()
+		delivered = append(delivered, now)
+		mu.Unlock()
+	}}
+	spec := bus.TurnSpec{Agent: "bench", Input: "bench", Limits: bus.TurnLimits{MaxSteps: n + 1}}
+	kit, err := kitOf(&s.noop.Spec)
+	if err != nil {
+		return Row{}, err
+	}
+	res, err := s.node.Node.Run(ctx, actors.TurnConfig{Spec: spec, Model: model, Kit: kit})
+	if err != nil {
+		return Row{}, err
+	}
+	if res.State != bus.TurnCompleted {
+		return Row{}, fmt.Errorf("stream bench: turn ended %s: %s", res.State, res.ErrorText())
+	}
+	if err := nc.Flush(); err != nil {
+		return Row{}, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != n || len(got) != n || len(delivered) != n {
+		return Row{}, fmt.Errorf("stream bench: %d calls written, %d delivered, %d requests seen, want %d", len(sent), len(delivered), len(got), n)
+	}
+	samples := make([]time.Duration, n)
+	gwShare := make([]time.Duration, n)
+	for i := range samples {
+		samples[i] = got[i].Sub(sent[i])
+		gwShare[i] = delivered[i].Sub(sent[i])
+	}
+	share := latency("", gwShare, "")
+	return latency("a call's response.output_item.done to its request on the bus", samples,
+		fmt.Sprintf("from just before the fake writes the event, a plain subscriber on the tool's subject hears the request; of it, HTTP, SSE and the SDK's decoding until the gateway hands the call to the turn: p50 %.1f µs", share.P50)), nil
+}
+
+// deliveryModel notes when its gateway hands the turn a call complete.
+type deliveryModel struct {
+	gateway.Model
+	delivered func()
+}
+
+func (m *deliveryModel) Respond(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
+	if f := req.Stream; f != nil {
+		r := *req
+		r.Stream = func(ev gateway.StreamEvent) {
+			if ev.Kind == gateway.StreamItem && ev.Item.Kind == gateway.KindFunctionCall {
+				m.delivered()
+			}
+			f(ev)
+		}
+		req = &r
+	}
+	return m.Model.Respond(ctx, req)
+}
