@@ -61,6 +61,7 @@ func (t *turn) stepEnded(m *modelReply) {
 	e := telemetry.StepEnd{Err: m.err}
 	if r := m.resp; r != nil && m.err == nil {
 		e.ResponseID, e.Input, e.Output, e.Truncated = r.ID, r.Usage.InputTokens, r.Usage.OutputTokens, r.Truncated
+		e.CacheRead, e.CacheWritten = r.Usage.CacheReadInputTokens, r.Usage.CacheCreationInputTokens
 		e.Calls = len(r.Calls())
 	}
 	t.tel.EndStep(e)

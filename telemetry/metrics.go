@@ -93,7 +93,7 @@ func newMetrics() *Metrics {
 	m.hostDuration = histogram(MetricHostDuration, "Time this node's hosts spent on a call, from its arrival to its reply, in seconds.", callBuckets, "category", "tool")
 	m.modelRequests = counter(MetricModelRequests, "Model steps of this node's turns, by provider, model and outcome (ok, error).", "provider", "model", "outcome")
 	m.modelDuration = histogram(MetricModelDuration, "Duration of a model step (gen_ai.client.operation.duration, operation chat), in seconds.", modelBuckets, "provider", "model")
-	m.modelTokens = counter(MetricModelTokens, "Tokens of the model steps of this node's turns, by provider, model and type (input, output).", "provider", "model", "type")
+	m.modelTokens = counter(MetricModelTokens, "Tokens of the model steps of this node's turns, by provider, model and type (input, output; cache_read and cache_creation: the part of input read from and written to the prompt cache).", "provider", "model", "type")
 	m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

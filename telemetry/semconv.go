@@ -58,6 +58,7 @@ var (
 	keyInputTokens    = semconv.GenAIUsageInputTokensKey
 	keyOutputTokens   = semconv.GenAIUsageOutputTokensKey
 	keyCachedTokens   = semconv.GenAIUsageCacheReadInputTokensKey
+	keyCacheWritten   = semconv.GenAIUsageCacheCreationInputTokensKey
 	keyToolName       = semconv.GenAIToolNameKey
 	keyToolCallID     = semconv.GenAIToolCallIDKey
 	keyToolType       = semconv.GenAIToolTypeKey

@@ -223,9 +223,12 @@ func (tt *Turn) StartStep(n int) {
 type StepEnd struct {
 	ResponseID    string
 	Input, Output int64
-	Calls         int  // the function calls it asked for
-	Truncated     bool // it stopped on its output limit
-	Err           error
+	// CacheRead and CacheWritten are the part of Input read from and written to the
+	// provider's prompt cache.
+	CacheRead, CacheWritten int64
+	Calls                   int  // the function calls it asked for
+	Truncated               bool // it stopped on its output limit
+	Err                     error
 }
 
 // EndStep ends the current step's chat span. The span stays the parent of the calls the
@@ -249,6 +252,12 @@ func (tt *Turn) EndStep(e StepEnd) {
 		if e.Output > 0 {
 			m.modelTokens.WithLabelValues(tt.provider, tt.modelLabel, "output").Add(float64(e.Output))
 		}
+		if e.CacheRead > 0 {
+			m.modelTokens.WithLabelValues(tt.provider, tt.modelLabel, "cache_read").Add(float64(e.CacheRead))
+		}
+		if e.CacheWritten > 0 {
+			m.modelTokens.WithLabelValues(tt.provider, tt.modelLabel, "cache_creation").Add(float64(e.CacheWritten))
+		}
 	}
 	if s.span == nil {
 		return
@@ -265,6 +274,9 @@ func (tt *Turn) EndStep(e StepEnd) {
 			reason = "tool_calls"
 		}
 		s.span.SetAttributes(keyFinishReasons.StringSlice([]string{reason}), keyInputTokens.Int64(e.Input), keyOutputTokens.Int64(e.Output))
+		if e.CacheRead > 0 || e.CacheWritten > 0 {
+			s.span.SetAttributes(keyCachedTokens.Int64(e.CacheRead), keyCacheWritten.Int64(e.CacheWritten))
+		}
 		if e.ResponseID != "" {
 			s.span.SetAttributes(keyResponseID.String(e.ResponseID))
 		}

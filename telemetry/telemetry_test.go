@@ -4,7 +4,9 @@ import (
 	"strings"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestNilHandlesCostNothing: with no exporter and no metrics, what a turn and a host call
@@ -147,5 +149,65 @@ func TestApprovalsWaiting(t *testing.T) {
 	tt.End(TurnEnd{State: "aborted"})
 	if g := gauge(); g != 0 {
 		t.Fatalf("turn ended: %v", g)
+	}
+}
+
+// TestStepCacheTokens: a step whose provider reports its prompt cache carries the cache's
+// tokens on its chat span and in the token counter; a step without them carries neither.
+func TestStepCacheTokens(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := Open(t.Context(), Config{Exporter: exp, Metrics: true, Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tt := tel.StartTurn(TurnInfo{ID: "t1", Model: "anthropic:claude"})
+	tt.StartStep(0)
+	tt.EndStep(StepEnd{Input: 3120, Output: 30, CacheRead: 1500, CacheWritten: 1500})
+	tt.StartStep(1)
+	tt.EndStep(StepEnd{Input: 10, Output: 1})
+	tt.End(TurnEnd{State: "completed"})
+	if err := tel.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var steps []map[attribute.Key]attribute.Value
+	for _, s := range exp.GetSpans() {
+		if s.SpanKind != trace.SpanKindClient {
+			continue
+		}
+		attrs := map[attribute.Key]attribute.Value{}
+		for _, kv := range s.Attributes {
+			attrs[kv.Key] = kv.Value
+		}
+		steps = append(steps, attrs)
+	}
+	if len(steps) != 2 {
+		t.Fatalf("%d chat spans, want 2", len(steps))
+	}
+	if steps[0][keyCachedTokens].AsInt64() != 1500 || steps[0][keyCacheWritten].AsInt64() != 1500 {
+		t.Errorf("first step's cache tokens: %v, %v", steps[0][keyCachedTokens], steps[0][keyCacheWritten])
+	}
+	if _, ok := steps[1][keyCachedTokens]; ok {
+		t.Errorf("a step without a cache carries %s", keyCachedTokens)
+	}
+	fams, err := tel.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != MetricModelTokens {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "type" {
+					got[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got["input"] != 3130 || got["cache_read"] != 1500 || got["cache_creation"] != 1500 {
+		t.Errorf("token counter by type: %v", got)
 	}
 }
