@@ -276,7 +276,9 @@ function showTurn(id) {
       const st = m.status;
       if (m.name === 'beat') { T.status = Object.assign({}, T.status || {}, {node: st.node}); renderHead(); return; }
       T.status = st;
-      if (st.node) T.stepNodes.set(st.step, st.node);
+      // A step's status names the node that ran it (a resumed turn's started status
+      // names the node that takes it on, at the step it resumes from).
+      if (st.node && m.name === 'step' && st.step > 0) T.stepNodes.set(st.step, st.node);
       for (const c of st.calls || []) Object.assign(fact(c.call_id), {record: c, outcome: c.outcome});
       if (m.name === 'done') T.done = st;
       if (st.resumed) T.nodes.push(st.resumed);
@@ -415,7 +417,10 @@ function showTurn(id) {
   function renderTimeline() {
     const {steps: list, outputs, prompt} = steps();
     const rec = T.record;
-    let node = rec ? ((rec.resumes && rec.resumes.length && rec.resumes[0].from) || rec.owner || '') : '';
+    // Before the first resume the turn ran on that resume's previous owner (unknown
+    // after a hand-back, which goes through the intake), or on its owner if it never moved.
+    const moves = (rec && rec.resumes) || [];
+    let node = rec ? (moves.length ? (moves[0].from || '') : (rec.owner || '')) : '';
     const kids = [];
     if (prompt) kids.push(el('div', {class: 'prompt'}, prompt));
     let n = 0;
