@@ -314,7 +314,14 @@ function showTurn(id) {
     }
     render();
   }, load);
-  every(() => { if (!ended(turnState()) && T.record) renderTimeline(); renderHead(); }, 500);
+  // Bars of running calls grow with the clock; nothing else changes between messages.
+  // A selection in the timeline (someone copying a result) is left alone.
+  every(() => {
+    const growing = !ended(turnState()) && [...T.live.values()].some(f => f.outcome === 'running');
+    const sel = window.getSelection();
+    if (growing && T.record && !(sel && !sel.isCollapsed && timeline.contains(sel.anchorNode))) renderTimeline();
+    renderHead();
+  }, 500);
 
   function turnState() {
     if (T.done) return T.done.state;
