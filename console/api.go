@@ -153,6 +153,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, err := s.cl.Transcript(ctx, id)
+	if errors.Is(err, client.ErrNoTranscript) {
+		err = nil // queued, or not past its first model step yet
+	}
 	if err != nil && rec != nil {
 		writeError(w, http.StatusBadGateway, err)
 		return

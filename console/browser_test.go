@@ -433,6 +433,8 @@ func TestConsoleApprove(t *testing.T) {
 	if lane := eval[string](t, tab, `document.querySelector('.lane[data-call="w1"]')?.dataset.outcome || ''`); lane != "held" {
 		t.Errorf("the held call's lane says %q", lane)
 	}
+	waitFor(t, tab, "the turn's record", `document.querySelector('.facts').innerText.includes('careful') && document.querySelector('.lane[data-call="w1"]').closest('.run').classList.contains('sequential')`)
+	screenshot(t, tab, "console-held")
 	// A page opened after the call was held asks the turn for it.
 	late := newTab(t)
 	do(t, late, "open the turn's page late", chromedp.Navigate(w.url+"#/turn/"+id))

@@ -261,6 +261,7 @@ function showTurn(id) {
       render();
     } catch (e) {
       if (!T.record && !T.live.size) timeline.replaceChildren(el('p', {class: 'empty', id: 'turn-missing'}, e.message + ' (yet: this page shows it once it starts)'));
+      else if (T.record) flash('error', 'reading the turn: ' + e.message);
     } finally {
       loading = false;
       if (again) { again = false; load(); }
@@ -527,7 +528,7 @@ function showTurn(id) {
       el('span', {class: 'lname'}, name),
       el('div', {class: 'track'}, bar),
       el('span', {class: 'lmeta'}, el('span', {class: 'outcome', 'data-outcome': outcome}, outcome), dur ? dur + ' · ' : '',
-        r.label || f.label || f.progress || '', rungs.length ? el('span', {class: 'rung', title: 'repair rungs'}, '⚒ ' + rungs.join(', ')) : null,
+        r.label || f.label || f.progress || (T.held.has(c.call_id) ? 'waiting for approval: ' + (T.held.get(c.call_id).label || c.name) : ''), rungs.length ? el('span', {class: 'rung', title: 'repair rungs'}, '⚒ ' + rungs.join(', ')) : null,
         c.truncated ? el('span', {class: 'rung'}, 'truncated') : null));
     if (T.open.has(c.call_id)) {
       const o = outputs.get(c.call_id);
