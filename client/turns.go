@@ -237,11 +237,16 @@ func (c *Client) Resume(ctx context.Context, turn string, listen time.Duration) 
 	return rec, nil
 }
 
+// ErrNoTranscript reports a turn that has stored no transcript message yet (queued, or
+// its node has not answered its first step), or none at all.
+var ErrNoTranscript = durable.ErrNoTranscript
+
 // TranscriptTimeout bounds reading a transcript when ctx has no deadline: the read
 // waits out a leader election of the transcript stream.
 const TranscriptTimeout = 30 * time.Second
 
-// Transcript reads a turn's transcript back, in the turn's order.
+// Transcript reads a turn's transcript back, in the turn's order; ErrNoTranscript
+// when it has none.
 func (c *Client) Transcript(ctx context.Context, turn string) ([]gateway.Item, error) {
 	js, err := c.jetStream()
 	if err != nil {

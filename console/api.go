@@ -22,11 +22,12 @@ const readTimeout = 15 * time.Second
 
 // Bounds of what one answer carries.
 const (
-	maxTurns     = 500      // the newest turns a list shows
-	countedTurns = 50       // the newest turns whose calls a list counts from their transcripts
-	maxText      = 32 << 10 // of one argument string, output or text
-	maxReason    = 2000     // of a reason given on the page
-	maxHeldAsks  = 64       // calls of a running turn asked whether they are held, when its page opens
+	maxTurns           = 500      // the newest turns a list shows
+	countedTurns       = 50       // the newest turns whose calls a list counts from their transcripts
+	maxCountedMessages = 500      // a longer transcript is not read for a count
+	maxText            = 32 << 10 // of one argument string, output or text
+	maxReason          = 2000     // of a reason given on the page
+	maxHeldAsks        = 64       // calls of a running turn asked whether they are held, when its page opens
 )
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
@@ -70,8 +71,8 @@ func (s *Server) turns(w http.ResponseWriter, r *http.Request) {
 		kind := cmp.Or(rec.Spec.Kind, bus.TurnMain)
 		rows[i] = turnRow{ID: rec.Spec.ID, Agent: rec.Spec.Agent, Kind: kind, State: rec.State, Node: rec.Owner,
 			Step: rec.Step, Workflow: rec.Spec.Workflow, Error: firstLine(rec.Error), Created: rec.Created, Updated: rec.Updated}
-		if i >= countedTurns {
-			continue
+		if i >= countedTurns || rec.Stored > maxCountedMessages {
+			continue // a long transcript is not read for a count: "–"
 		}
 		wg.Go(func() {
 			sem <- struct{}{}
@@ -153,6 +154,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, err := s.cl.Transcript(ctx, id)
+	if errors.Is(err, client.ErrNoTranscript) {
+		err = nil // queued, or not past its first model step yet
+	}
 	if err != nil && rec != nil {
 		writeError(w, http.StatusBadGateway, err)
 		return

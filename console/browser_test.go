@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -20,8 +21,10 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
@@ -430,6 +433,8 @@ func TestConsoleApprove(t *testing.T) {
 	if lane := eval[string](t, tab, `document.querySelector('.lane[data-call="w1"]')?.dataset.outcome || ''`); lane != "held" {
 		t.Errorf("the held call's lane says %q", lane)
 	}
+	waitFor(t, tab, "the turn's record", `document.querySelector('.facts').innerText.includes('careful') && document.querySelector('.lane[data-call="w1"]').closest('.run').classList.contains('sequential')`)
+	screenshot(t, tab, "console-held")
 	// A page opened after the call was held asks the turn for it.
 	late := newTab(t)
 	do(t, late, "open the turn's page late", chromedp.Navigate(w.url+"#/turn/"+id))
@@ -442,6 +447,62 @@ func TestConsoleApprove(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(w.home, "approved.txt")); err != nil || string(b) != "yes\n" {
 		t.Errorf("approved.txt: %q %v", b, err)
+	}
+}
+
+// A turn that moves: node A runs its first step, then stops and hands the turn back to
+// the intake; node B takes it on. The page shows the resume between the steps, and the
+// node each step ran on.
+func TestConsoleResume(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	srv := bustest.Server(t, nil)
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "a.txt"), []byte("alpha\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	start := func(name string) *actors.Node {
+		n, err := actors.StartNode(ctx, actors.NodeConfig{
+			Name: name, Connect: func(conn string) (*nats.Conn, error) { return srv.Connect(conn) },
+			Categories: toolsets.Categories(), Turns: true, Home: home, Logger: quiet,
+			Tools: toolsets.Settings{Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(n.Close)
+		return n
+	}
+	a := start("A")
+	cl := client.New(bustest.Conn(t, srv, "test"))
+	con, err := console.Start(console.Config{Addr: "127.0.0.1:0", Client: client.New(bustest.Conn(t, srv, "console"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = con.Close() })
+	tab := newTab(t)
+	const id = "moved1"
+	do(t, tab, "open the turn's page", chromedp.Navigate(con.URL()+"#/turn/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
+	spec := bus.TurnSpec{ID: id, Kind: bus.TurnMain, Agent: "ann", Input: "read, then think", Script: json.RawMessage(`{"responses":[
+	  {"calls":[{"id":"r1","name":"read_file","arguments":"{\"path\":\"a.txt\"}"}]},
+	  {"delay_ms":1500,"text":"Done, on another node."}]}`)}
+	// Queued for any node: A, the only one yet, takes it; a turn started on a named node
+	// would wait for that node again after its hand-back.
+	if _, err := cl.Start(ctx, spec, ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, tab, "the first step on A", `document.querySelector('.lane[data-call="r1"]')?.dataset.outcome === 'ok' && document.querySelector('.step[data-step="1"] .step-head').innerText.includes('on A')`)
+	start("B")
+	a.Close() // hands the turn back: it waits on its model
+	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
+	waitFor(t, tab, "the resume", `document.querySelector('#timeline .resume')?.innerText.includes('resumed on B')`)
+	waitFor(t, tab, "the step after it", `document.querySelectorAll('#timeline .step').length === 2`)
+	heads := eval[[]string](t, tab, `[...document.querySelectorAll('#timeline .step-head, #timeline .resume')].map(e => e.className + ': ' + e.innerText.replace(/\s+/g, ' '))`)
+	got := strings.Join(heads, " | ")
+	if !regexp.MustCompile(`^step-head: step 1 on A 1 call .*\| resume: ⟳ resumed on B: the turn was handed back by its node \(stopping\).* \| step-head: step 2 on B$`).MatchString(got) {
+		t.Errorf("steps and resumes: %s", got)
 	}
 }
 

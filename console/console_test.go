@@ -35,7 +35,7 @@ func TestConsoleOffLoopbackNeedsPassword(t *testing.T) {
 }
 
 // Every request of a console with a password asks for it; a console without one
-// answers loopback names only; a state-changing request needs the page's token, the
+// answers loopback names only; it serves its page, script and style sheet, nothing else; a state-changing request needs the page's token, the
 // console's origin and a JSON body, and is a POST.
 func TestConsoleRefusesOtherSites(t *testing.T) {
 	t.Parallel()
@@ -52,6 +52,16 @@ func TestConsoleRefusesOtherSites(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = locked.Close() })
 
+	for _, path := range []string{"assets/", "assets/index.html", "api/nothing"} {
+		resp, err := http.Get(open.URL() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound {
+			t.Errorf("GET /%s: %d", path, resp.StatusCode)
+		}
+	}
 	page := get(t, open.URL(), nil)
 	token := between(page, `name="toolbus-token" content="`, `"`)
 	if len(token) < 32 {

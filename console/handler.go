@@ -36,7 +36,10 @@ const maxBody = 64 << 10
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(assets, "assets")
-	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	files := http.StripPrefix("/assets/", http.FileServerFS(static))
+	// The script and the style sheet, and nothing else: no listing, no raw template.
+	mux.Handle("GET /assets/app.js", files)
+	mux.Handle("GET /assets/style.css", files)
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /api/info", s.info)
 	mux.HandleFunc("GET /api/turns", s.turns)

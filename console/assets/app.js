@@ -261,6 +261,7 @@ function showTurn(id) {
       render();
     } catch (e) {
       if (!T.record && !T.live.size) timeline.replaceChildren(el('p', {class: 'empty', id: 'turn-missing'}, e.message + ' (yet: this page shows it once it starts)'));
+      else if (T.record) flash('error', 'reading the turn: ' + e.message);
     } finally {
       loading = false;
       if (again) { again = false; load(); }
@@ -276,7 +277,9 @@ function showTurn(id) {
       const st = m.status;
       if (m.name === 'beat') { T.status = Object.assign({}, T.status || {}, {node: st.node}); renderHead(); return; }
       T.status = st;
-      if (st.node) T.stepNodes.set(st.step, st.node);
+      // A step's status names the node that ran it (a resumed turn's started status
+      // names the node that takes it on, at the step it resumes from).
+      if (st.node && m.name === 'step' && st.step > 0) T.stepNodes.set(st.step, st.node);
       for (const c of st.calls || []) Object.assign(fact(c.call_id), {record: c, outcome: c.outcome});
       if (m.name === 'done') T.done = st;
       if (st.resumed) T.nodes.push(st.resumed);
@@ -312,7 +315,14 @@ function showTurn(id) {
     }
     render();
   }, load);
-  every(() => { if (!ended(turnState()) && T.record) renderTimeline(); renderHead(); }, 500);
+  // Bars of running calls grow with the clock; nothing else changes between messages.
+  // A selection in the timeline (someone copying a result) is left alone.
+  every(() => {
+    const growing = !ended(turnState()) && [...T.live.values()].some(f => f.outcome === 'running');
+    const sel = window.getSelection();
+    if (growing && T.record && !(sel && !sel.isCollapsed && timeline.contains(sel.anchorNode))) renderTimeline();
+    renderHead();
+  }, 500);
 
   function turnState() {
     if (T.done) return T.done.state;
@@ -415,7 +425,10 @@ function showTurn(id) {
   function renderTimeline() {
     const {steps: list, outputs, prompt} = steps();
     const rec = T.record;
-    let node = rec ? ((rec.resumes && rec.resumes.length && rec.resumes[0].from) || rec.owner || '') : '';
+    // Before the first resume the turn ran on that resume's previous owner (unknown
+    // after a hand-back, which goes through the intake), or on its owner if it never moved.
+    const moves = (rec && rec.resumes) || [];
+    let node = rec ? (moves.length ? (moves[0].from || '') : (rec.owner || '')) : '';
     const kids = [];
     if (prompt) kids.push(el('div', {class: 'prompt'}, prompt));
     let n = 0;
@@ -515,7 +528,7 @@ function showTurn(id) {
       el('span', {class: 'lname'}, name),
       el('div', {class: 'track'}, bar),
       el('span', {class: 'lmeta'}, el('span', {class: 'outcome', 'data-outcome': outcome}, outcome), dur ? dur + ' · ' : '',
-        r.label || f.label || f.progress || '', rungs.length ? el('span', {class: 'rung', title: 'repair rungs'}, '⚒ ' + rungs.join(', ')) : null,
+        r.label || f.label || f.progress || (T.held.has(c.call_id) ? 'waiting for approval: ' + (T.held.get(c.call_id).label || c.name) : ''), rungs.length ? el('span', {class: 'rung', title: 'repair rungs'}, '⚒ ' + rungs.join(', ')) : null,
         c.truncated ? el('span', {class: 'rung'}, 'truncated') : null));
     if (T.open.has(c.call_id)) {
       const o = outputs.get(c.call_id);

@@ -1,0 +1,61 @@
+package client
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/schema"
+)
+
+// A watcher may not abort, approve or call: the server refuses each publish, and the
+// client says so at once (ErrRefused, the server's words) instead of waiting for a reply
+// that cannot come. An operator's approval of a call nobody holds is not a refusal.
+func TestRefusedAtOnce(t *testing.T) {
+	t.Parallel()
+	perms := func(role bus.Role, user string) bus.User {
+		p, err := bus.RolePermissions(role, user, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bus.User{Name: user, Password: user + "-pw", Role: role, Permissions: p}
+	}
+	srv := bustest.Server(t, func(c *bus.Config) {
+		c.Listen = "127.0.0.1:-1"
+		c.Users = []bus.User{perms(bus.RoleWatcher, "watch"), perms(bus.RoleOperator, "ops")}
+	})
+	ctx := bustest.Context(t)
+	dial := func(user string) *Client {
+		c, err := Dial(ctx, srv.ClientURL(), "test-"+user, bus.Credentials{User: user, Password: user + "-pw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	watch, ops := dial("watch"), dial("ops")
+
+	refused := func(what string, err error, subject string) {
+		t.Helper()
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `Permissions Violation for Publish to "`+subject+`"`) {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	refused("abort", watch.Abort(ctx, "t1", "no"), bus.AbortSubject("t1"))
+	_, err := watch.Approve(ctx, "t1", "c1", bus.Approval{})
+	refused("approve", err, bus.ApproveSubject("t1", "c1"))
+	spec := &toolbus.Spec{Name: "todo_read", Category: "todo", Timeout: 5 * time.Second}
+	_, err = watch.Call(ctx, spec, "ann", schema.Args{JSON: []byte(`{}`)})
+	refused("call", err, bus.ToolSubject("todo", "todo_read"))
+
+	if err := ops.Abort(ctx, "t1", "why not"); err != nil {
+		t.Errorf("an operator's abort: %v", err)
+	}
+	if _, err := ops.Approve(ctx, "t1", "c1", bus.Approval{}); errors.Is(err, ErrRefused) || err == nil {
+		t.Errorf("an operator's approval of a call nobody holds: %v", err)
+	}
+}
