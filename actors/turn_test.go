@@ -1003,8 +1003,9 @@ func TestUsageAddsUp(t *testing.T) {
 	}
 }
 
-// TestUnwatchedTurnSendsOnlyItsCalls: with nobody subscribed, a turn's statuses and its
-// calls' events are not published at all; a watcher that subscribes gets every one.
+// TestUnwatchedTurnSendsOnlyItsCalls: with nobody subscribed, a turn's statuses, the text
+// its model streams and its calls' events are not published at all; a watcher that
+// subscribes gets every one.
 func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 	t.Parallel()
 	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
@@ -1041,7 +1042,8 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 	}
 	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
 	// The host's last event follows its reply: wait for it.
-	want := []string{"evt.completed", "evt.completed", "evt.started", "evt.started", "status.done", "status.started", "status.step"}
+	// The answer, "done", streams as one piece of text.
+	want := []string{"evt.completed", "evt.completed", "evt.started", "evt.started", "status.done", "status.started", "status.step", "text."}
 	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if got := skipped(); !slices.Equal(got, want) {
 			return fmt.Errorf("with nobody watching, the turn and host left out %q, want %q", got, want)
@@ -1070,6 +1072,8 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 			seen = append(seen, "evt."+string(ts.Event))
 		case bus.KindStatus:
 			seen = append(seen, "status."+ts.Status)
+		case bus.KindText:
+			seen = append(seen, "text.")
 		}
 	})
 	if err != nil {
