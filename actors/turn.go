@@ -521,9 +521,10 @@ func (t *turn) onModelReply(m *modelReply) {
 	}
 	// Arguments past what a call may carry are not kept: the transcript, which goes back
 	// to the model at every step, holds a note instead, and prepare refuses the call.
-	// What streamed is in the transcript already (or in unsent): the rest follows it.
-	rest := elideOversized(resp.Items[t.streamed:])
-	items := append(t.unsent, rest...)
+	// What streamed up to its last call is in the transcript already: the rest follows
+	// it, as the reply has it (the items kept since, unsent, are its too).
+	rest := elideOversized(resp.Items[t.streamed-len(t.unsent):])
+	items := rest
 	t.unsent = nil
 	if t.stepUsage != nil {
 		// The step's tokens, for whoever reads the transcript, just before the response

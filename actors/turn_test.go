@@ -1003,8 +1003,9 @@ func TestUsageAddsUp(t *testing.T) {
 	}
 }
 
-// TestUnwatchedTurnSendsOnlyItsCalls: with nobody subscribed, a turn's statuses, its
-// text as it streams and its calls' events are not published at all; a watcher that subscribes gets every one.
+// TestUnwatchedTurnSendsOnlyItsCalls: with nobody subscribed, a turn's statuses, the text
+// its model streams and its calls' events are not published at all; a watcher that
+// subscribes gets every one.
 func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 	t.Parallel()
 	noop := toolbus.MustDefine(toolbus.Def[struct{}]{
@@ -1041,7 +1042,7 @@ func TestUnwatchedTurnSendsOnlyItsCalls(t *testing.T) {
 	}
 	h.run(context.Background(), []*toolbus.Tool{noop}, script...)
 	// The host's last event follows its reply: wait for it.
-	// The last step's text streams: its piece is gated like the rest.
+	// The answer, "done", streams as one piece of text.
 	want := []string{"evt.completed", "evt.completed", "evt.started", "evt.started", "status.done", "status.started", "status.step", "text."}
 	bustest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if got := skipped(); !slices.Equal(got, want) {

@@ -420,20 +420,26 @@ func followWorkflow(ctx context.Context, bc *busConn, wf *bus.Workflow, watch *c
 		if cur.ID != wf.ID || (!prev.Updated.IsZero() && !cur.Updated.After(prev.Updated)) {
 			return nil
 		}
-		for _, line := range workflowChanges(r, prev, cur) {
+		// The statuses held for an attempt this revision records come right after the
+		// attempt's line, before its task's end: a watch that began late (a workflow of a
+		// few milliseconds) shows a task's start and end in one revision.
+		for _, line := range workflowChanges(r, prev, cur, func(turn string) []string {
+			var lines []string
+			kept := held[:0]
+			for _, s := range held {
+				if s.turn != turn {
+					kept = append(kept, s)
+				} else if line := taskTurnLine(r, strings.TrimPrefix(s.turn, prefix), s.kind, s.st); line != "" {
+					lines = append(lines, line)
+				}
+			}
+			held = kept
+			return lines
+		}) {
 			r.println(line)
 		}
 		prev = cur
 		if !cur.State.Ended() {
-			kept := held[:0]
-			for _, s := range held {
-				if hasAttempt(cur, s.turn) {
-					printStatus(s)
-				} else {
-					kept = append(kept, s)
-				}
-			}
-			held = kept
 			return nil
 		}
 		r.println("")
@@ -581,8 +587,9 @@ func taskTurnLine(r *renderer, rest, kind string, st bus.TurnStatus) string {
 	return ""
 }
 
-// workflowChanges describes what changed in a workflow's document.
-func workflowChanges(r *renderer, prev, cur *bus.Workflow) []string {
+// workflowChanges describes what changed in a workflow's document; statuses gives the
+// lines of the statuses held for an attempt's turn, which follow the attempt's.
+func workflowChanges(r *renderer, prev, cur *bus.Workflow, statuses func(turn string) []string) []string {
 	var lines []string
 	for i := range cur.Tasks {
 		t := &cur.Tasks[i]
@@ -597,6 +604,7 @@ func workflowChanges(r *renderer, prev, cur *bus.Workflow) []string {
 			} else {
 				lines = append(lines, fmt.Sprintf("▶ task %s: attempt %d of %d (turn %s)", t.ID, a.N, t.MaxAttempts, a.Turn))
 			}
+			lines = append(lines, statuses(a.Turn)...)
 			if a.Outcome != "" && was.Outcome == "" && a.Outcome != bus.AttemptAccepted {
 				lines = append(lines, r.style(ansiRed, fmt.Sprintf("✗ task %s: attempt %d %s: %s", t.ID, a.N, a.Outcome, a.Reason)))
 			}
