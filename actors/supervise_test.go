@@ -9,11 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/asynkron/protoactor-go/actor"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/gateway"
 )
 
 // TestHostRestartsAfterItsConnectionCloses closes a host's connection from outside: the
@@ -107,4 +109,63 @@ func (n *Node) connByName(t *testing.T, name string) *nats.Conn {
 	}
 	t.Fatalf("the node has no open connection named %s", name)
 	return nil
+}
+
+// TestTurnPanicFails: a turn whose handler panics (a fault of toolbus's own) ends failed,
+// with the panic in its error and an honest outcome for the call it had in flight; its
+// caller is not left waiting for an end that never comes.
+func TestTurnPanicFails(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	block := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "block", Category: "test", ReadOnly: true, Timeout: time.Minute},
+		Execute: func(ctx context.Context, _ toolbus.Call, _ struct{}) (toolbus.Result, error) {
+			close(started)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return toolbus.TextResult("released"), nil
+		},
+	})
+	h := newHarness(t, block)
+	model, err := gateway.NewScripted(gateway.Script{Responses: []gateway.ScriptStep{
+		{Calls: []gateway.ScriptCall{{ID: "c1", Name: "block", Arguments: "{}"}}},
+		{Text: "done"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan TurnResult, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := h.node.Spawn(ctx, TurnConfig{
+		Spec: bus.TurnSpec{Agent: "tester", Input: "go"}, Model: model, Kit: kitOf(t, block),
+		Done: func(r TurnResult) { done <- r },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the call did not start")
+	}
+	// A handler of the turn's mailbox that panics, as a bug would.
+	pid := actor.NewPID(h.node.pid.Address, h.node.pid.Id+"/turn-"+id)
+	h.node.sys.Root.Send(pid, &onActor{f: func() { panic("boom") }})
+	var res TurnResult
+	select {
+	case res = <-done:
+	case <-ctx.Done():
+		t.Fatal("a turn that panicked never ended")
+	}
+	if res.State != bus.TurnFailed || !errors.Is(res.Err, ErrRuntime) || !strings.Contains(res.ErrorText(), "internal error: boom") {
+		t.Errorf("turn ended %s: %v; want failed with the panic", res.State, res.Err)
+	}
+	if len(res.Calls) != 1 || res.Calls[0].Outcome != bus.OutcomeAbandoned {
+		t.Errorf("calls %+v; want c1 abandoned", res.Calls)
+	}
 }

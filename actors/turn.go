@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -331,6 +332,7 @@ func NewTurnProps(cfg *TurnConfig) (*actor.Props, error) {
 }
 
 func (t *turn) Receive(ctx actor.Context) {
+	defer t.recoverPanic(ctx)
 	switch m := ctx.Message().(type) {
 	case *actor.Started:
 		t.start(ctx)
@@ -385,6 +387,38 @@ func (t *turn) Receive(ctx actor.Context) {
 
 // over reports a turn that does nothing more.
 func (t *turn) over() bool { return t.phase >= phaseDone }
+
+// recoverPanic ends a turn whose handler panicked (a fault of toolbus's own, or of a
+// tool's code run on the mailbox) as failed, with an account of every call. Left to the
+// supervisor, the actor would be stopped without an end: its caller would wait for ever
+// and a durable turn's node would keep its lease alive. A turn that panics again while
+// failing is reported to its caller as failed, as it stands.
+func (t *turn) recoverPanic(ctx actor.Context) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	t.log.Error("turn panicked; it fails", "panic", r, "stack", string(debug.Stack()))
+	err := fmt.Errorf("%w: internal error: %v", ErrRuntime, r)
+	if !t.over() {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.log.Error("turn panicked while failing", "panic", r)
+					t.phase = phaseDone
+					if t.cfg.Done != nil {
+						t.cfg.Done(TurnResult{Turn: t.cfg.Spec.ID, State: bus.TurnFailed, Err: err, Steps: t.step})
+					}
+				}
+			}()
+			t.fail(err)
+		}()
+	}
+	if t.phase == phaseDone {
+		t.phase = phaseStopped
+		ctx.Stop(ctx.Self())
+	}
+}
 
 func (t *turn) start(ctx actor.Context) {
 	t.sys, t.self = ctx.ActorSystem(), ctx.Self()
