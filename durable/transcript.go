@@ -64,8 +64,8 @@ func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, er
 }
 
 type transcriptPart struct {
-	pos   int
-	items []gateway.Item
+	pos, epoch int
+	items      []gateway.Item
 }
 
 func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
@@ -77,6 +77,7 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 		p := transcriptPart{items: items}
 		// Messages written before positions had none; they keep their stream order.
 		p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
+		p.epoch, _ = strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
 		parts = append(parts, p)
 		if md, err := m.Metadata(); err == nil {
 			out.Last = max(out.Last, md.Sequence.Stream)
@@ -85,19 +86,51 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 	if err != nil {
 		return Transcript{}, err
 	}
-	// Every append since the fence expects the subject's last sequence, so positions
-	// rise with the stream order and none repeats. Transcripts of earlier builds could
-	// hold a retried message twice, or after a later one: they are read as they were.
-	slices.SortStableFunc(parts, func(a, b transcriptPart) int { return cmp.Compare(a.pos, b.pos) })
-	for i, p := range parts {
-		if i > 0 && p.pos != 0 && p.pos == parts[i-1].pos {
+	out.Items, out.Pos = assemble(parts)
+	return out, nil
+}
+
+// assemble reads a transcript's messages, in stream order, as the turn's items and the
+// position of the last one kept.
+//
+// Every append since the fence expects the subject's last sequence, so positions rise
+// with the stream order, none repeats, and no claim writes after a newer one. The reader
+// holds to that whatever got past the server: a clustered stream checks the expectation
+// on its leader before it replicates, and the leader's view of what is in flight does not
+// survive a change of leader (nats-server issue 8469). So a claim's messages are read as
+// the claim saw the transcript: a message of an older claim stored after a newer claim's
+// first message is skipped (its writer had lost the turn), and so is one of an older
+// claim at or after the position where the newer claim began (written while the newer
+// claim read, unseen by it). Transcripts of earlier builds (no claim, or no position)
+// could hold a retried message twice, or after a later one: they are read as they were.
+func assemble(parts []transcriptPart) ([]gateway.Item, int) {
+	kept := make([]transcriptPart, 0, len(parts))
+	top := 0
+	for _, p := range parts {
+		switch {
+		case p.epoch < top:
+			continue
+		case p.epoch > top:
+			top = p.epoch
+			if p.pos != 0 {
+				kept = slices.DeleteFunc(kept, func(q transcriptPart) bool { return q.pos >= p.pos })
+			}
+		}
+		kept = append(kept, p)
+	}
+	slices.SortStableFunc(kept, func(a, b transcriptPart) int { return cmp.Compare(a.pos, b.pos) })
+	var (
+		items []gateway.Item
+		pos   int
+	)
+	for i, p := range kept {
+		if i > 0 && p.pos != 0 && p.pos == kept[i-1].pos {
 			continue
 		}
-		out.Items = append(out.Items, p.items...)
-		out.Pos = max(out.Pos, p.pos)
+		items = append(items, p.items...)
+		pos = max(pos, p.pos)
 	}
-	out.Items = inModelOrder(out.Items)
-	return out, nil
+	return inModelOrder(items), pos
 }
 
 // payloadStore is the store of the bodies of large transcript messages.

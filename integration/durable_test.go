@@ -23,6 +23,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/gateway"
 )
 
 // The durable-turn tests use a tool host of their own, slowhost (testdata/slowhost): tools
@@ -742,28 +743,42 @@ func TestSoakDurableTurns(t *testing.T) {
 	if twice > 0 {
 		t.Errorf("%d destructive calls ran more than once", twice)
 	}
-	// Every transcript as stored: one output per call, no position twice, nothing of
-	// a node that had lost the turn after the new owner's first message.
-	doubleOutputs, repeated, stale := 0, 0, 0
+	// Every transcript as readers get it: each call once, with one output. As stored,
+	// no position twice and nothing of a node that had lost the turn after the new
+	// owner's first message, unless a change of the stream's leader let one past the
+	// server's check (durable.md, The fence): readers skip those, and the soak says how
+	// many it found.
+	badReads, repeated, stale := 0, 0, 0
 	for _, id := range ids {
+		items, err := durable.ReadTranscript(ctx, js, id)
+		if err != nil {
+			t.Fatalf("read transcript %s: %v", id, err)
+		}
+		calls, outputs := map[string]int{}, map[string]int{}
+		for _, it := range items {
+			switch it.Kind {
+			case gateway.KindFunctionCall:
+				calls[it.CallID]++
+			case gateway.KindCallOutput:
+				outputs[it.CallID]++
+			}
+		}
+		for c, k := range calls {
+			if k != 1 || outputs[c] != 1 {
+				badReads++
+				t.Errorf("%s: call %s read %d times with %d outputs", id, c, k, outputs[c])
+			}
+		}
 		a, err := durable.AuditTranscript(ctx, js, id)
 		if err != nil {
 			t.Fatalf("audit %s: %v", id, err)
 		}
 		repeated += a.RepeatedPos
 		stale += a.StaleAfterFence
-		if a.RepeatedPos+a.StaleAfterFence > 0 {
+		if a.RepeatedPos+a.StaleAfterFence > 0 || badReads > 0 {
 			t.Logf("%s: claims of its messages in stream order %v", id, a.Epochs)
 			logRecord(t, js, id)
 		}
-		for _, k := range a.Outputs {
-			if k > 1 {
-				doubleOutputs++
-			}
-		}
-	}
-	if doubleOutputs+repeated+stale > 0 {
-		t.Errorf("transcripts: %d calls with two outputs, %d messages with a repeated position, %d written after the fence", doubleOutputs, repeated, stale)
 	}
 	resumes := 0
 	if store, err := durable.Open(ctx, js, durable.Config{}); err == nil {
@@ -778,8 +793,8 @@ func TestSoakDurableTurns(t *testing.T) {
 	if pauses == 0 || resumes == 0 || (n >= 100 && kills == 0) {
 		t.Errorf("%d kills, %d pauses, %d resumes: the soak did not exercise a paused (and, in the long form, a lost) node", kills, pauses, resumes)
 	}
-	t.Logf("%d turns of 3 calls, %d node kills and restarts, %d pauses, %d resumes: all completed in %s (0 lost); no destructive call ran twice (%d never ran: abandoned in flight or before); %d transcripts with two outputs for a call or two messages with one position",
-		n, kills, pauses, resumes, time.Since(began).Round(100*time.Millisecond), abandoned, doubleOutputs+repeated)
+	t.Logf("%d turns of 3 calls, %d node kills and restarts, %d pauses, %d resumes: all completed in %s (0 lost); no destructive call ran twice (%d never ran: abandoned in flight or before); every call read once with one output; stored: %d messages with a repeated position, %d after the fence (skipped by readers)",
+		n, kills, pauses, resumes, time.Since(began).Round(100*time.Millisecond), abandoned, repeated, stale)
 	// Once idle, the node that ran through it all is back to where it started: its
 	// goroutines within a small margin (connections to restarted nodes come and go).
 	var endG int
