@@ -43,4 +43,3 @@ func TestAssembleTranscript(t *testing.T) {
 		})
 	}
 }
-

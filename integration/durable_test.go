@@ -278,7 +278,7 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 	}
 	started := startedTurns(t, nc)
 	script := slowScript(t, []scriptCall{
-		slowCall("q1", "wait", 0), // finishes and is recorded before the kill
+		slowCall("q1", "wait", 0),    // finishes and is recorded before the kill
 		slowCall("r1", "wait", held), // read-only, in flight: runs again
 		slowCall("d1", "mark", held), // destructive, in flight: abandoned
 	})
