@@ -4,14 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,73 +16,71 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/gateway/gatewaytest"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
-// anthropicServer speaks the Messages API (POST /v1/messages, JSON): each request is
-// answered by the next of its answers, and kept.
-type anthropicServer struct {
-	t       *testing.T
-	srv     *httptest.Server
-	answers []string
+// anthropicKey is the API key of the Messages API fakes.
+const anthropicKey = "sk-ant-turn-test-0a1b2c3d"
 
-	mu       sync.Mutex
-	requests [][]byte
-}
-
-func newAnthropicServer(t *testing.T, answers ...string) *anthropicServer {
+// anthropicServer is a fake Messages API (gatewaytest): each request is answered by the
+// next of its messages, as SSE when it asks to stream, as JSON when not. Closed with
+// the test, it checks then that every request went to POST /v1/messages with the key in
+// x-api-key.
+func anthropicServer(t *testing.T, messages ...*gatewaytest.Messages) *gatewaytest.Server {
 	t.Helper()
-	s := &anthropicServer{t: t, answers: answers}
-	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		s.mu.Lock()
-		n := len(s.requests)
-		s.requests = append(s.requests, body)
-		s.mu.Unlock()
-		if r.URL.Path != "/v1/messages" || r.Header.Get("X-Api-Key") != "sk-ant-turn-test-0a1b2c3d" || n >= len(s.answers) {
-			t.Errorf("request %d: %s x-api-key set %v", n+1, r.URL.Path, r.Header.Get("X-Api-Key") != "")
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusBadRequest)
-			io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"unexpected request"}}`)
-			return
+	streams := make([]gatewaytest.Stream, len(messages))
+	for i, m := range messages {
+		streams[i] = m.Stream()
+	}
+	srv := gatewaytest.NewServer(streams...)
+	t.Cleanup(func() {
+		srv.Close()
+		for i, r := range srv.Requests() {
+			if r.Method != http.MethodPost || r.Path != "/v1/messages" || r.Header.Get("X-Api-Key") != anthropicKey || r.Header.Get("Authorization") != "" {
+				t.Errorf("request %d: %s %s, x-api-key right %v, authorization set %v", i+1, r.Method, r.Path,
+					r.Header.Get("X-Api-Key") == anthropicKey, r.Header.Get("Authorization") != "")
+			}
 		}
-		w.Header().Set("Content-Type", "application/json")
-		io.WriteString(w, s.answers[n])
-	}))
-	t.Cleanup(s.srv.Close)
-	return s
+	})
+	return srv
 }
 
-func (s *anthropicServer) model(t *testing.T) gateway.Model {
+// anthropicConfig is the gateway configuration of the fake.
+func anthropicConfig(srv *gatewaytest.Server) gateway.Config {
+	return gateway.Config{APIKey: anthropicKey, BaseURL: srv.URL(), HTTPClient: srv.Client(), MaxRetries: -1}
+}
+
+func anthropicModel(t *testing.T, srv *gatewaytest.Server) gateway.Model {
 	t.Helper()
-	m, err := gateway.NewAnthropic("claude-test", gateway.Config{
-		APIKey: "sk-ant-turn-test-0a1b2c3d", BaseURL: s.srv.URL, HTTPClient: s.srv.Client(), MaxRetries: -1,
-	})
+	m, err := gateway.NewAnthropic("claude-test", anthropicConfig(srv))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return m
 }
 
-func (s *anthropicServer) request(i int) []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i >= len(s.requests) {
-		s.t.Fatalf("request %d: only %d received", i, len(s.requests))
+// anthropicRequest is the body of request i.
+func anthropicRequest(t *testing.T, srv *gatewaytest.Server, i int) []byte {
+	t.Helper()
+	bodies := srv.Bodies()
+	if i >= len(bodies) {
+		t.Fatalf("request %d: only %d received", i, len(bodies))
 	}
-	return s.requests[i]
+	return bodies[i]
 }
 
-func messagesAnswer(id, stop string, blocks ...string) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":"claude-test","content":[%s],"stop_reason":%q,"stop_sequence":null,`+
-		`"usage":{"input_tokens":30,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":1200}}`, id, strings.Join(blocks, ","), stop)
-}
+// anthropicUsage is the usage of every answer of the fakes: most of the input read from
+// the prompt cache.
+var anthropicUsage = gatewaytest.Usage{Input: 30, CacheRead: 1200, Output: 9}
 
-// TestAnthropicTurn: a turn on the Messages API. The model calls a read-only tool twice
-// in one response; both calls run at once, and the next request opens its user message
-// with one tool_result per tool_use id, in the calls' order; then the model answers with
-// text and the turn completes.
+// TestAnthropicTurn: a turn on the Messages API, streamed. The model calls a read-only
+// tool twice in one response; both calls run at once, dispatched from the stream before
+// it ends (its message_delta is held until both started), and the next request opens
+// its user message with one tool_result per tool_use id, in the calls' order; then the
+// model answers with text, which reaches the bus piece by piece, and the turn completes.
 func TestAnthropicTurn(t *testing.T) {
 	t.Parallel()
 	b := newBarrier(2)
@@ -98,18 +93,28 @@ func TestAnthropicTurn(t *testing.T) {
 			return toolbus.TextResult("record " + a.ID), nil
 		},
 	})
-	api := newAnthropicServer(t,
-		messagesAnswer("msg_1", "tool_use",
-			`{"type":"text","text":"Looking up both."}`,
-			`{"type":"tool_use","id":"toolu_01A","name":"lookup","input":{"id":"r1"}}`,
-			`{"type":"tool_use","id":"toolu_01B","name":"lookup","input":{"id":"r2"}}`),
-		messagesAnswer("msg_2", "end_turn", `{"type":"text","text":"r1 and r2 are records."}`),
+	api := anthropicServer(t,
+		gatewaytest.NewMessages("msg_1", anthropicUsage).
+			Text("Looking", " up both.").
+			ToolUse("toolu_01A", "lookup", `{"id":`, `"r1"}`).
+			ToolUse("toolu_01B", "lookup", `{"id":"r2"}`).
+			Pace(0, b.open).End("tool_use"),
+		gatewaytest.NewMessages("msg_2", anthropicUsage).Text("r1 and r2", " are records.").End("end_turn"),
 	)
 	h := newHarness(t, lookup)
+	id := bus.NewID()
+	watch := bustest.Conn(t, h.srv, "watch")
+	texts, err := watch.SubscribeSync(bus.TextSubject(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	res, err := h.node.Run(ctx, TurnConfig{
-		Spec: bus.TurnSpec{Agent: "tester", Input: "Look up r1 and r2."}, Model: api.model(t), Kit: kitOf(t, lookup),
+		Spec: bus.TurnSpec{ID: id, Agent: "tester", Input: "Look up r1 and r2."}, Model: anthropicModel(t, api), Kit: kitOf(t, lookup),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +127,29 @@ func TestAnthropicTurn(t *testing.T) {
 	}
 	if want := (bus.Usage{InputTokens: 2460, OutputTokens: 18, CacheReadInputTokens: 2400}); res.Usage != want {
 		t.Errorf("usage %+v, want %+v", res.Usage, want)
+	}
+	var pieces []string
+	for i := range 4 {
+		m, err := texts.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("text piece %d: %v", i+1, err)
+		}
+		var d bus.TextDelta
+		if err := json.Unmarshal(m.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Turn != id || d.Seq != i+1 || d.Item != 0 {
+			t.Errorf("piece %+v: want turn %s, seq %d, item 0", d, id, i+1)
+		}
+		pieces = append(pieces, fmt.Sprintf("%d:%s", d.Step, d.Text))
+	}
+	if want := []string{"1:Looking", "1: up both.", "2:r1 and r2", "2: are records."}; !slices.Equal(pieces, want) {
+		t.Errorf("text pieces %q, want %q", pieces, want)
+	}
+	for i, body := range api.Bodies() {
+		if !strings.Contains(string(body), `"stream":true`) {
+			t.Errorf("request %d did not ask to stream: %s", i+1, body)
+		}
 	}
 
 	var second struct {
@@ -138,7 +166,7 @@ func TestAnthropicTurn(t *testing.T) {
 			} `json:"content"`
 		} `json:"messages"`
 	}
-	if err := json.Unmarshal(api.request(1), &second); err != nil {
+	if err := json.Unmarshal(anthropicRequest(t, api, 1), &second); err != nil {
 		t.Fatal(err)
 	}
 	var roles []string
@@ -146,7 +174,7 @@ func TestAnthropicTurn(t *testing.T) {
 		roles = append(roles, m.Role)
 	}
 	if want := []string{"user", "assistant", "user"}; !slices.Equal(roles, want) {
-		t.Fatalf("roles %v, want %v:\n%s", roles, want, api.request(1))
+		t.Fatalf("roles %v, want %v:\n%s", roles, want, anthropicRequest(t, api, 1))
 	}
 	var uses []string
 	for _, c := range second.Messages[1].Content {
@@ -156,7 +184,7 @@ func TestAnthropicTurn(t *testing.T) {
 	}
 	answer := second.Messages[2].Content
 	if len(answer) < len(uses) {
-		t.Fatalf("the user message holds %d blocks for %d calls:\n%s", len(answer), len(uses), api.request(1))
+		t.Fatalf("the user message holds %d blocks for %d calls:\n%s", len(answer), len(uses), anthropicRequest(t, api, 1))
 	}
 	for i, id := range uses {
 		c := answer[i]
@@ -178,11 +206,11 @@ func TestAnthropicTurn(t *testing.T) {
 // gateway configuration, and the turn runs two read-only list_files at once.
 func TestAnthropicDurableTurn(t *testing.T) {
 	t.Parallel()
-	api := newAnthropicServer(t,
-		messagesAnswer("msg_1", "tool_use",
-			`{"type":"tool_use","id":"toolu_01A","name":"list_files","input":{"path":"."}}`,
-			`{"type":"tool_use","id":"toolu_01B","name":"list_files","input":{"path":"sub"}}`),
-		messagesAnswer("msg_2", "end_turn", `{"type":"text","text":"Listed."}`),
+	api := anthropicServer(t,
+		gatewaytest.NewMessages("msg_1", anthropicUsage).
+			ToolUse("toolu_01A", "list_files", `{"path":"."}`).
+			ToolUse("toolu_01B", "list_files", `{"path":`, `"sub"}`).End("tool_use"),
+		gatewaytest.NewMessages("msg_2", anthropicUsage).Text("Listed.").End("end_turn"),
 	)
 	home := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(home, "sub"), 0o755); err != nil {
@@ -204,7 +232,7 @@ func TestAnthropicDurableTurn(t *testing.T) {
 		Categories: []string{computer.Category},
 		Home:       home,
 		Turns:      true,
-		Gateway:    gateway.Config{BaseURL: api.srv.URL, APIKey: "sk-ant-turn-test-0a1b2c3d", HTTPClient: api.srv.Client(), MaxRetries: -1},
+		Gateway:    anthropicConfig(api),
 		Logger:     DiscardLogger(),
 	})
 	if err != nil {
@@ -239,7 +267,7 @@ func TestAnthropicDurableTurn(t *testing.T) {
 			t.Errorf("call %s: %s %s", c.Call, c.Outcome, c.Error)
 		}
 	}
-	if body := string(api.request(1)); !strings.Contains(body, `"tool_use_id":"toolu_01A"`) || !strings.Contains(body, "notes.txt") {
+	if body := string(anthropicRequest(t, api, 1)); !strings.Contains(body, `"tool_use_id":"toolu_01A"`) || !strings.Contains(body, "notes.txt") {
 		t.Errorf("the second request lacks the results:\n%s", body)
 	}
 }
@@ -259,17 +287,15 @@ func TestAnthropicToolNamesCheckedAtAssembly(t *testing.T) {
 			return toolbus.TextResult("ok"), nil
 		},
 	})
-	api := newAnthropicServer(t)
+	api := anthropicServer(t)
 	h := newHarness(t, noop, nsLookup)
 	_, err := h.node.Run(context.Background(), TurnConfig{
-		Spec: bus.TurnSpec{Agent: "tester", Input: "go"}, Model: api.model(t), Kit: kitOf(t, noop, nsLookup),
+		Spec: bus.TurnSpec{Agent: "tester", Input: "go"}, Model: anthropicModel(t, api), Kit: kitOf(t, noop, nsLookup),
 	})
 	if err == nil || !strings.Contains(err.Error(), `both go out as "crm__lookup"`) {
 		t.Fatalf("err = %v, want the name clash", err)
 	}
-	api.mu.Lock()
-	defer api.mu.Unlock()
-	if len(api.requests) != 0 {
-		t.Errorf("%d requests sent", len(api.requests))
+	if n := len(api.Bodies()); n != 0 {
+		t.Errorf("%d requests sent", n)
 	}
 }

@@ -230,6 +230,10 @@ func (m *Anthropic) Respond(ctx context.Context, req *Request) (*Response, error
 		return nil, err
 	}
 	out := &Response{}
+	var em *emitter
+	if m.streaming(req) {
+		em = &emitter{f: req.Stream, red: m.red}
+	}
 	for round := 1; ; round++ {
 		transcript := append(req.Input[:len(req.Input):len(req.Input)], out.Items...)
 		params, body, err := m.params(req, transcript)
@@ -240,16 +244,17 @@ func (m *Anthropic) Respond(ctx context.Context, req *Request) (*Response, error
 			step   *Response
 			paused bool
 		)
-		if m.streaming(req) {
-			step, paused, err = m.stream(ctx, params, body, req, len(out.Items))
+		if em != nil {
+			step, paused, err = m.stream(ctx, params, body, req, len(out.Items), em)
 		} else {
 			var msg *anthropic.Message
-			if msg, err = m.service.New(ctx, params, body); err == nil {
-				step, paused, err = m.response(msg, req.Tools, nil)
+			if msg, err = m.service.New(ctx, params, body); err != nil {
+				return nil, m.classify(ctx, err)
 			}
+			step, paused, err = m.response(msg, req.Tools, nil)
 		}
 		if err != nil {
-			return nil, m.classify(ctx, err)
+			return nil, err
 		}
 		out.ID = step.ID
 		out.Usage.Add(step.Usage)
@@ -644,11 +649,14 @@ func (m *Anthropic) blockItem(b anthropic.ContentBlockUnion, set []*toolbus.Spec
 }
 
 // streamState is what a stream leaves beside the accumulated message: each tool_use
-// block's input as it arrived (the SDK's accumulator empties an input cut short), and
-// which blocks were reported whole.
+// block's input as it arrived (the SDK's accumulator empties an input cut short), which
+// blocks came whole, and the item each block is (blocks that hold nothing, an empty
+// text, are no item).
 type streamState struct {
 	partial map[int]*strings.Builder
 	emitted map[int]bool
+	item    map[int]int
+	skipped int // blocks stopped that are no item
 }
 
 func (s *streamState) arguments(i int, b anthropic.ContentBlockUnion) string {
@@ -658,18 +666,38 @@ func (s *streamState) arguments(i int, b anthropic.ContentBlockUnion) string {
 	return string(b.Input)
 }
 
-// stream sends a streaming request and reports the response on req.Stream as it
-// arrives: text pieces, and each block whole at its content_block_stop, a tool_use
-// block once its input_json_delta pieces make one whole object. A block that never
-// becomes whole (cut by max_tokens) is only in the Response, marked truncated.
-// Events are numbered by content block, from offset: the items of earlier rounds of the
-// same Respond.
-func (m *Anthropic) stream(ctx context.Context, params anthropic.MessageNewParams, body option.RequestOption, req *Request, offset int) (*Response, bool, error) {
+// stream asks for one round of a step as a stream: text pieces and each block whole
+// go to em, numbered from offset (the items of earlier rounds of the same Respond). A
+// stream that breaks before em delivered anything of it is asked again, as on the other
+// wires (streamRetry).
+func (m *Anthropic) stream(ctx context.Context, params anthropic.MessageNewParams, body option.RequestOption, req *Request, offset int, em *emitter) (*Response, bool, error) {
+	type round struct {
+		res    *Response
+		paused bool
+	}
+	r, err := streamRetry(ctx, &m.client, ProviderAnthropic, em, func() (round, error) {
+		res, paused, err := m.streamOnce(ctx, params, body, req, offset, em)
+		return round{res, paused}, err
+	})
+	return r.res, r.paused, err
+}
+
+// streamOnce sends a streaming request and reports the response to em as it arrives:
+// text pieces, and each block whole at its content_block_stop, a tool_use block once its
+// input_json_delta pieces make one whole object. A block that never becomes whole (cut
+// by max_tokens) is only in the Response, marked truncated. A stream that ends before
+// message_stop, or breaks, is a streamBroken (streamEnded); an error event is the API's
+// error, not asked again.
+func (m *Anthropic) streamOnce(ctx context.Context, params anthropic.MessageNewParams, body option.RequestOption, req *Request, offset int, em *emitter) (*Response, bool, error) {
 	s := m.service.NewStreaming(ctx, params, body)
 	defer s.Close()
+	if err := s.Err(); err != nil {
+		// No answer at all: the SDK retried it already, as it does any request.
+		return nil, false, m.classify(ctx, err)
+	}
 	var (
 		msg     anthropic.Message
-		state   = &streamState{partial: map[int]*strings.Builder{}, emitted: map[int]bool{}}
+		state   = &streamState{partial: map[int]*strings.Builder{}, emitted: map[int]bool{}, item: map[int]int{}}
 		stopped bool
 	)
 	for s.Next() {
@@ -677,14 +705,14 @@ func (m *Anthropic) stream(ctx context.Context, params anthropic.MessageNewParam
 		if err := msg.Accumulate(ev); err != nil {
 			return nil, false, &Error{Provider: ProviderAnthropic, Message: "malformed stream: " + m.red.string(err.Error())}
 		}
-		i := int(ev.Index)
+		i := int(ev.Index) // the accumulator checked it: a block it holds
 		switch ev.Type {
+		case "content_block_start":
+			state.item[i] = offset + i - state.skipped
 		case "content_block_delta":
 			switch ev.Delta.Type {
 			case "text_delta":
-				if ev.Delta.Text != "" {
-					req.Stream(StreamEvent{Kind: StreamText, Index: offset + i, Text: m.red.string(ev.Delta.Text)})
-				}
+				em.text(state.item[i], ev.Delta.Text)
 			case "input_json_delta":
 				p := state.partial[i]
 				if p == nil {
@@ -692,26 +720,27 @@ func (m *Anthropic) stream(ctx context.Context, params anthropic.MessageNewParam
 					state.partial[i] = p
 				}
 				p.WriteString(ev.Delta.PartialJSON)
+				if p.Len() > maxStreamArgs {
+					return nil, false, &Error{Provider: ProviderAnthropic, Message: fmt.Sprintf("malformed stream: the input of tool_use block %d exceeds %s", i, formatBytes(maxStreamArgs))}
+				}
 			}
 		case "content_block_stop":
 			it, ok := m.blockItem(msg.Content[i], req.Tools, state.arguments(i, msg.Content[i]))
 			if !ok {
+				state.skipped++
 				continue
 			}
 			if it.Kind == KindFunctionCall && !isObject([]byte(it.Arguments)) {
 				continue // cut short: the Response has it, truncated
 			}
 			state.emitted[i] = true
-			req.Stream(StreamEvent{Kind: StreamItem, Index: offset + i, Item: &it})
+			em.item(state.item[i], it)
 		case "message_stop":
 			stopped = true
 		}
 	}
-	if err := s.Err(); err != nil {
-		return nil, false, err
-	}
-	if !stopped {
-		return nil, false, &Error{Provider: ProviderAnthropic, Message: "malformed stream: it ended before message_stop"}
+	if err := s.Err(); err != nil || !stopped {
+		return nil, false, streamEnded(ctx, ProviderAnthropic, m.ep, m.red, err)
 	}
 	return m.response(&msg, req.Tools, state)
 }

@@ -321,7 +321,7 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 		}
 	}
 	if err := s.Err(); err != nil || r.finish == "" {
-		return chatRound{}, streamEnded(ctx, ProviderChat, m.cfg, m.red, err)
+		return chatRound{}, streamEnded(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
 	}
 	// Finished: the last call is complete too, unless the output limit cut it.
 	if err := complete(len(calls), r.finish != "length"); err != nil {

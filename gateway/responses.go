@@ -560,7 +560,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 			return nil, nil, nil, &Error{Provider: ProviderResponses, Message: m.red.string("the response stream reported an error: " + msg)}
 		}
 	}
-	return nil, nil, nil, streamEnded(ctx, ProviderResponses, m.cfg, m.red, s.Err())
+	return nil, nil, nil, streamEnded(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, s.Err())
 }
 
 // answerSearch runs a client-executed tool search over the deferred tools and returns

@@ -11,16 +11,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
 	"github.com/toolbus/toolbus/internal/label"
 )
 
-// Streaming, shared by the gateways over OpenAI-style HTTP APIs. A gateway streams a
-// request when the turn asks for it (Request.Stream) and Config.NoStream does not turn it
-// off. An endpoint that answers a streamed request with a whole JSON body (some servers
-// ignore "stream") is read as if it had not been asked to stream.
+// Streaming, shared by the gateways. A gateway streams a request when the turn asks for
+// it (Request.Stream) and Config.NoStream does not turn it off; its pieces go through an
+// emitter, and a round that breaks is asked again through streamRetry, alike on every
+// wire. An OpenAI-style endpoint that answers a streamed request with a whole JSON body
+// (some servers ignore "stream") is read as if it had not been asked to stream.
 
 // ErrStreamCut is wrapped by the error of a streamed response that stopped after part of
 // it was used (text shown, a call dispatched): it is not asked again, since the step's
@@ -146,8 +148,9 @@ func streamRetry[T any](ctx context.Context, c *client, provider string, em *emi
 
 // streamEnded is why a stream stopped before its terminal event: the end of its body
 // (err nil), a transport error (both retried when nothing was delivered), or what
-// classify makes of any other error (a bound, a malformed event, the caller's context).
-func streamEnded(ctx context.Context, provider string, cfg Config, red redactor, err error) error {
+// classify makes of any other error (a bound, a malformed event, an API's error event,
+// the caller's context). ep is the endpoint the stream came from.
+func streamEnded(ctx context.Context, provider string, ep endpoint, red redactor, err error) error {
 	if err == nil {
 		return &streamBroken{provider: provider, cause: "the stream ended before the response was complete"}
 	}
@@ -157,12 +160,13 @@ func streamEnded(ctx context.Context, provider string, cfg Config, red redactor,
 		syntaxErr *json.SyntaxError
 		typeErr   *json.UnmarshalTypeError
 		apiErr    *openai.Error
+		antErr    *anthropic.Error // an error event of the Messages stream too
 	)
 	switch {
 	case ctx.Err() != nil, errors.As(err, &timeout), errors.As(err, &large), errors.As(err, &apiErr),
-		errors.As(err, &syntaxErr), errors.As(err, &typeErr):
+		errors.As(err, &antErr), errors.As(err, &syntaxErr), errors.As(err, &typeErr):
 		// Bounds and refusals, not breaks: asking again would meet them again.
-		return classify(ctx, provider, cfg.openAIEndpoint(), red, err)
+		return classify(ctx, provider, ep, red, err)
 	}
 	var se *ssestream.StreamError
 	if errors.As(err, &se) {

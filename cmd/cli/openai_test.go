@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/gateway/gatewaytest"
 	"github.com/toolbus/toolbus/node"
 )
 
@@ -25,11 +28,14 @@ const fakeKey = "sk-cli-test-5e1d0c9b8a7f6e4d"
 
 // modelStep is one answer of a fake model server: check inspects the request
 // body (with t.Errorf: it runs on the server's goroutine), then the server
-// answers with status and body.
+// answers with status and body, or with messages, a Messages API response that
+// gatewaytest serves as the API does (SSE to a request that streams, JSON to one that
+// does not).
 type modelStep struct {
-	check  func(t *testing.T, body []byte)
-	status int // 0 means 200
-	body   string
+	check    func(t *testing.T, body []byte)
+	status   int // 0 means 200
+	body     string
+	messages *gatewaytest.Messages
 }
 
 // modelServer is an httptest server that speaks one model API at one path and
@@ -83,6 +89,11 @@ func (s *modelServer) serve(w http.ResponseWriter, r *http.Request) {
 	step := s.steps[n]
 	if step.check != nil {
 		step.check(s.t, body)
+	}
+	if step.messages != nil {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		step.messages.Stream().ServeHTTP(w, r)
+		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	if step.status != 0 {
@@ -295,12 +306,10 @@ func chatScript(t *testing.T) []modelStep {
 	}
 }
 
-// anthropicMessage is a Messages API answer; its usage reads cacheRead tokens from the
-// prompt cache and writes cacheWrite to it.
-func anthropicMessage(id, stop string, cacheWrite, cacheRead int, blocks ...string) string {
-	return fmt.Sprintf(`{"id":%q,"type":"message","role":"assistant","model":"claude-test","content":[%s],"stop_reason":%q,"stop_sequence":null,`+
-		`"usage":{"input_tokens":60,"output_tokens":15,"cache_creation_input_tokens":%d,"cache_read_input_tokens":%d}}`,
-		id, strings.Join(blocks, ","), stop, cacheWrite, cacheRead)
+// anthropicMessage starts a Messages API answer; its usage reads cacheRead tokens from
+// the prompt cache and writes cacheWrite to it.
+func anthropicMessage(id string, cacheWrite, cacheRead int) *gatewaytest.Messages {
+	return gatewaytest.NewMessages(id, gatewaytest.Usage{Input: 60, Output: 15, CacheCreation: cacheWrite, CacheRead: cacheRead})
 }
 
 // anthropicScript is the Messages API conversation of the acceptance test.
@@ -327,9 +336,9 @@ func anthropicScript(t *testing.T) []modelStep {
 					t.Errorf("first request: model %q, tools %v", req.Model, tools)
 				}
 			},
-			body: anthropicMessage("msg_1", "tool_use", 1500, 0,
-				fmt.Sprintf(`{"type":"tool_use","id":%q,"name":"list_files","input":{"path":"."}}`, listCall),
-				fmt.Sprintf(`{"type":"tool_use","id":%q,"name":"read_file","input":{"path":"README.md"}}`, readCall)),
+			messages: anthropicMessage("msg_1", 1500, 0).
+				ToolUse(listCall, "list_files", `{"path":"."}`).
+				ToolUse(readCall, "read_file", `{"path":`, `"README.md"}`).End("tool_use"),
 		},
 		{
 			check: func(t *testing.T, body []byte) {
@@ -367,7 +376,7 @@ func anthropicScript(t *testing.T) []modelStep {
 				}
 				wantOutputs(t, outputs, readme)
 			},
-			body: anthropicMessage("msg_2", "end_turn", 0, 1500, `{"type":"text","text":"All good."}`),
+			messages: anthropicMessage("msg_2", 0, 1500).Text("All", " good.").End("end_turn"),
 		},
 	}
 }
@@ -381,23 +390,41 @@ func TestRunAgainstModelServer(t *testing.T) {
 		path  string
 		steps func(*testing.T) []modelStep
 		json  bool
+		args  []string
 	}{
-		{"responses", "openai:gpt-test", "/v1/responses", responsesScript, false},
-		{"responses json", "openai:gpt-test", "/v1/responses", responsesScript, true},
-		{"chat", "chat:llama-test", "/v1/chat/completions", chatScript, false},
-		{"chat json", "chat:llama-test", "/v1/chat/completions", chatScript, true},
-		{"anthropic", "anthropic:claude-test", "/v1/messages", anthropicScript, false},
-		{"anthropic json", "anthropic:claude-test", "/v1/messages", anthropicScript, true},
+		{"responses", "openai:gpt-test", "/v1/responses", responsesScript, false, nil},
+		{"responses json", "openai:gpt-test", "/v1/responses", responsesScript, true, nil},
+		{"chat", "chat:llama-test", "/v1/chat/completions", chatScript, false, nil},
+		{"chat json", "chat:llama-test", "/v1/chat/completions", chatScript, true, nil},
+		{"anthropic", "anthropic:claude-test", "/v1/messages", anthropicScript, false, nil},
+		{"anthropic json", "anthropic:claude-test", "/v1/messages", anthropicScript, true, nil},
+		// The same conversation unstreamed: the server answers it as one JSON message.
+		{"anthropic unstreamed", "anthropic:claude-test", "/v1/messages", anthropicScript, false, []string{"-stream=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv(gateway.EnvModelAPIKey, fakeKey)
-			srv := newModelServer(t, tc.path, tc.steps(t)...)
+			// Every step streams, but with -stream=false.
+			steps, streams := tc.steps(t), !slices.Contains(tc.args, "-stream=false")
+			for i, step := range steps {
+				steps[i].check = func(t *testing.T, body []byte) {
+					var req struct {
+						Stream bool `json:"stream"`
+					}
+					if err := json.Unmarshal(body, &req); err != nil || req.Stream != streams {
+						t.Errorf("request %d: stream %v (%v), want %v", i+1, req.Stream, err, streams)
+					}
+					if step.check != nil {
+						step.check(t, body)
+					}
+				}
+			}
+			srv := newModelServer(t, tc.path, steps...)
 			base := srv.baseURL()
 			if strings.HasPrefix(tc.model, "anthropic:") {
 				// The Messages API's root is the host: the SDK asks for v1/messages.
 				base, srv.authHeader, srv.auth = srv.srv.URL, "X-Api-Key", fakeKey
 			}
-			args := []string{"run", "-model", tc.model, "-base-url", base, "-home", demoHome}
+			args := append([]string{"run", "-model", tc.model, "-base-url", base, "-home", demoHome}, tc.args...)
 			if tc.json {
 				args = append(args, "-json")
 			}
@@ -604,7 +631,7 @@ func TestRunAnthropicKeyScope(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	answer := modelStep{body: anthropicMessage("msg_1", "end_turn", 0, 0, `{"type":"text","text":"Hello."}`)}
+	answer := modelStep{messages: anthropicMessage("msg_1", 0, 0).Text("Hello.").End("end_turn")}
 	for _, tc := range []struct {
 		name    string
 		args    []string

@@ -1,8 +1,10 @@
 // Package gatewaytest serves the streaming wire of the model APIs for tests and the
 // bench: an HTTP server on loopback that answers each request with the next scripted
 // stream of server-sent events, written and flushed one event at a time, byte for byte as
-// the provider documents them, each event paced or held as the script says. Responses
-// builds the event stream of a Responses API response (stream: true).
+// the provider documents them, each event paced or held as the script says, or with the
+// same response as one JSON body to a request that does not stream. Responses builds
+// the events of a Responses API response, Messages those of an Anthropic Messages API
+// response.
 package gatewaytest
 
 import (
@@ -38,14 +40,21 @@ type Stream struct {
 	Whole  string
 }
 
+// Request is a request a Server received.
+type Request struct {
+	Method, Path string
+	Header       http.Header
+	Body         []byte
+	At           time.Time
+}
+
 // Server answers the requests it receives with its streams, in order.
 type Server struct {
 	srv *httptest.Server
 
 	mu       sync.Mutex
 	streams  []Stream
-	bodies   [][]byte
-	arrivals []time.Time
+	requests []Request
 	// Repeat, when set, answers every request past the last stream with it.
 	repeat *Stream
 }
@@ -64,8 +73,12 @@ func (s *Server) Repeat(st Stream) {
 	s.repeat = &st
 }
 
-// BaseURL is the API root to give a gateway (Config.BaseURL).
+// BaseURL is the API root to give an OpenAI gateway (Config.BaseURL).
 func (s *Server) BaseURL() string { return s.srv.URL + "/v1" }
+
+// URL is the server's root, the base URL of the Anthropic gateway (its SDK asks for
+// v1/messages under it).
+func (s *Server) URL() string { return s.srv.URL }
 
 // Client is the HTTP client of the server (Config.HTTPClient).
 func (s *Server) Client() *http.Client { return s.srv.Client() }
@@ -76,27 +89,40 @@ func (s *Server) Close() {
 	s.srv.Close()
 }
 
-// Arrivals returns when each request arrived, in order.
-func (s *Server) Arrivals() []time.Time {
+// Requests returns the requests received so far, in order.
+func (s *Server) Requests() []Request {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]time.Time(nil), s.arrivals...)
+	return append([]Request(nil), s.requests...)
+}
+
+// Arrivals returns when each request arrived, in order.
+func (s *Server) Arrivals() []time.Time {
+	var out []time.Time
+	for _, r := range s.Requests() {
+		out = append(out, r.At)
+	}
+	return out
 }
 
 // Bodies returns the request bodies received so far.
 func (s *Server) Bodies() [][]byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([][]byte(nil), s.bodies...)
+	var out [][]byte
+	for _, r := range s.Requests() {
+		out = append(out, r.Body)
+	}
+	return out
 }
+
+// maxBody bounds the request body a server reads.
+const maxBody = 64 << 20
 
 func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
 	s.mu.Lock()
-	n := len(s.bodies)
-	s.bodies = append(s.bodies, body)
-	s.arrivals = append(s.arrivals, at)
+	n := len(s.requests)
+	s.requests = append(s.requests, Request{Method: r.Method, Path: r.URL.Path, Header: r.Header.Clone(), Body: body, At: at})
 	var st *Stream
 	switch {
 	case n < len(s.streams):
@@ -109,6 +135,17 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf(`{"error":{"message":"unexpected request %d","type":"invalid_request_error"}}`, n+1), http.StatusBadRequest)
 		return
 	}
+	st.serve(w, r, body)
+}
+
+// ServeHTTP answers one request with the stream (or its Whole), for a test server
+// that checks requests its own way before it answers.
+func (st Stream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(io.LimitReader(r.Body, maxBody))
+	st.serve(w, r, body)
+}
+
+func (st *Stream) serve(w http.ResponseWriter, r *http.Request, body []byte) {
 	var asked struct {
 		Stream bool `json:"stream"`
 	}
