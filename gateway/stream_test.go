@@ -433,3 +433,28 @@ func TestStreamRedactsSplitKey(t *testing.T) {
 		t.Errorf("streamed %q, answered %q; want %q", text.String(), resp.Text(), want)
 	}
 }
+
+// TestChatStreamWithoutIndex: a server that leaves tool_calls[].index out (two whole
+// calls in one delta, each with its id) still gives two calls.
+func TestChatStreamWithoutIndex(t *testing.T) {
+	t.Parallel()
+	srv := newSSEServer(t, sseStream{Events: []sse{
+		chunk(`{"role":"assistant","tool_calls":[{"id":"call_a","type":"function","function":{"name":"read_file","arguments":"{\"path\": \"a.txt\"}"}},{"id":"call_b","type":"function","function":{"name":"read_file","arguments":"{\"path\": \"b.txt\"}"}}]}`, ""),
+		chunk(`{}`, "stop"),
+		{Data: "[DONE]"},
+	}})
+	m, err := gateway.NewChat("gpt-test", srv.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(2)
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("go")}, Tools: testTools(t)[:1], Stream: rec.stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := resp.Calls()
+	if len(calls) != 2 || calls[0].Arguments != `{"path": "a.txt"}` || calls[1].CallID != "call_b" || calls[1].Arguments != `{"path": "b.txt"}` {
+		t.Fatalf("calls %+v", calls)
+	}
+	checkStreamed(t, rec.got(), resp, nil)
+}
