@@ -224,7 +224,7 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 	defer s.Close()
 	if err := s.Err(); err != nil {
 		// No answer at all: the SDK retried it already, as it does any request.
-		return chatRound{}, classify(ctx, ProviderChat, m.cfg, m.red, err)
+		return chatRound{}, streamAdvice(classify(ctx, ProviderChat, m.cfg, m.red, err))
 	}
 	if wholeJSON(httpRes) {
 		// The server ignored "stream": the answer is one completion.

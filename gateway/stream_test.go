@@ -458,3 +458,19 @@ func TestChatStreamWithoutIndex(t *testing.T) {
 	}
 	checkStreamed(t, rec.got(), resp, nil)
 }
+
+// TestStreamRefusedAdvises: an endpoint that refuses a streamed request as malformed is
+// answered with how to turn streaming off.
+func TestStreamRefusedAdvises(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, exchange{status: 400, body: `{"error":{"message":"Unsupported parameter: 'stream'","type":"invalid_request_error"}}`})
+	m, err := gateway.NewChat("gpt-test", api.config(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
+	var ge *gateway.Error
+	if !errors.As(err, &ge) || ge.Status != 400 || !strings.Contains(err.Error(), "Unsupported parameter: 'stream'") || !strings.Contains(err.Error(), "-stream=false") {
+		t.Fatalf("err %v, want the 400 with the advice to run with -stream=false", err)
+	}
+}
