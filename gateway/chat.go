@@ -224,7 +224,7 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 	defer s.Close()
 	if err := s.Err(); err != nil {
 		// No answer at all: the SDK retried it already, as it does any request.
-		return chatRound{}, classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err)
+		return chatRound{}, streamAdvice(classify(ctx, ProviderChat, m.cfg.openAIEndpoint(), m.red, err))
 	}
 	if wholeJSON(httpRes) {
 		// The server ignored "stream": the answer is one completion.
@@ -288,6 +288,14 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 		}
 		for _, tc := range choice.Delta.ToolCalls {
 			i := int(tc.Index)
+			if !tc.JSON.Index.Valid() {
+				// Some local servers leave the index out: a fragment with an id of its
+				// own begins a new call, any other goes on with the last one.
+				i = max(len(calls)-1, 0)
+				if tc.ID != "" && len(calls) > 0 && calls[i] != nil && calls[i].id != "" && calls[i].id != tc.ID {
+					i = len(calls)
+				}
+			}
 			if i < 0 || i >= maxStreamItems {
 				return chatRound{}, &Error{Provider: ProviderChat, Message: fmt.Sprintf("malformed stream: tool call index %d", i)}
 			}

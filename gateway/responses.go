@@ -486,7 +486,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 	defer s.Close()
 	if err := s.Err(); err != nil {
 		// No answer at all: the SDK retried it already, as it does any request.
-		return nil, nil, nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
+		return nil, nil, nil, streamAdvice(classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err))
 	}
 	if wholeJSON(httpRes) {
 		// The endpoint ignored "stream": the answer is one response.

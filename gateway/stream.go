@@ -175,6 +175,16 @@ func streamEnded(ctx context.Context, provider string, ep endpoint, red redactor
 	return &streamBroken{provider: provider, cause: "the stream broke: " + red.string(err.Error()), err: err}
 }
 
+// streamAdvice says, of a streamed request the endpoint refused as malformed (400, 422),
+// how to ask it without streaming: an endpoint that does not stream may refuse "stream".
+func streamAdvice(err error) error {
+	var e *Error
+	if errors.As(err, &e) && (e.Status == http.StatusBadRequest || e.Status == http.StatusUnprocessableEntity) {
+		e.Message += " (the request asked to stream: for an endpoint that does not, run with -stream=false, gateway.Config.NoStream)"
+	}
+	return err
+}
+
 // wholeJSON reports a response to a streamed request that came as one JSON body.
 func wholeJSON(res *http.Response) bool {
 	if res == nil {

@@ -433,3 +433,44 @@ func TestStreamRedactsSplitKey(t *testing.T) {
 		t.Errorf("streamed %q, answered %q; want %q", text.String(), resp.Text(), want)
 	}
 }
+
+// TestChatStreamWithoutIndex: a server that leaves tool_calls[].index out (two whole
+// calls in one delta, each with its id) still gives two calls.
+func TestChatStreamWithoutIndex(t *testing.T) {
+	t.Parallel()
+	srv := newSSEServer(t, sseStream{Events: []sse{
+		chunk(`{"role":"assistant","tool_calls":[{"id":"call_a","type":"function","function":{"name":"read_file","arguments":"{\"path\": \"a.txt\"}"}},{"id":"call_b","type":"function","function":{"name":"read_file","arguments":"{\"path\": \"b.txt\"}"}}]}`, ""),
+		chunk(`{}`, "stop"),
+		{Data: "[DONE]"},
+	}})
+	m, err := gateway.NewChat("gpt-test", srv.config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder(2)
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("go")}, Tools: testTools(t)[:1], Stream: rec.stream})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := resp.Calls()
+	if len(calls) != 2 || calls[0].Arguments != `{"path": "a.txt"}` || calls[1].CallID != "call_b" || calls[1].Arguments != `{"path": "b.txt"}` {
+		t.Fatalf("calls %+v", calls)
+	}
+	checkStreamed(t, rec.got(), resp, nil)
+}
+
+// TestStreamRefusedAdvises: an endpoint that refuses a streamed request as malformed is
+// answered with how to turn streaming off.
+func TestStreamRefusedAdvises(t *testing.T) {
+	t.Parallel()
+	api := newFakeAPI(t, exchange{status: 400, body: `{"error":{"message":"Unsupported parameter: 'stream'","type":"invalid_request_error"}}`})
+	m, err := gateway.NewChat("gpt-test", api.config(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
+	var ge *gateway.Error
+	if !errors.As(err, &ge) || ge.Status != 400 || !strings.Contains(err.Error(), "Unsupported parameter: 'stream'") || !strings.Contains(err.Error(), "-stream=false") {
+		t.Fatalf("err %v, want the 400 with the advice to run with -stream=false", err)
+	}
+}
