@@ -12,9 +12,11 @@ import (
 	"github.com/toolbus/toolbus/schema"
 )
 
-// A watcher may not abort, approve or call: the server refuses each publish, and the
-// client says so at once (ErrRefused, the server's words) instead of waiting for a reply
-// that cannot come. An operator's approval of a call nobody holds is not a refusal.
+// A watcher may not start a turn, abort, approve or call: the server refuses each
+// publish, and the client says so at once (ErrRefused, the server's words) instead of
+// waiting for a reply that cannot come (a start waited out client.StartTimeout). An
+// operator's start with no node to run it, or approval of a call nobody holds, is not a
+// refusal.
 func TestRefusedAtOnce(t *testing.T) {
 	t.Parallel()
 	perms := func(role bus.Role, user string) bus.User {
@@ -45,8 +47,12 @@ func TestRefusedAtOnce(t *testing.T) {
 			t.Errorf("%s: %v", what, err)
 		}
 	}
+	_, err := watch.Start(ctx, bus.TurnSpec{ID: "t1", Kind: bus.TurnMain, Agent: "ann", Input: "hello"}, "")
+	refused("start", err, bus.AnyNodeStartTurn)
+	_, err = watch.Start(ctx, bus.TurnSpec{ID: "t2", Kind: bus.TurnMain, Agent: "ann", Input: "hello"}, "n1")
+	refused("start on a node", err, bus.NodeStartTurnSubject("n1"))
 	refused("abort", watch.Abort(ctx, "t1", "no"), bus.AbortSubject("t1"))
-	_, err := watch.Approve(ctx, "t1", "c1", bus.Approval{})
+	_, err = watch.Approve(ctx, "t1", "c1", bus.Approval{})
 	refused("approve", err, bus.ApproveSubject("t1", "c1"))
 	spec := &toolbus.Spec{Name: "todo_read", Category: "todo", Timeout: 5 * time.Second}
 	_, err = watch.Call(ctx, spec, "ann", schema.Args{JSON: []byte(`{}`)})
@@ -57,5 +63,9 @@ func TestRefusedAtOnce(t *testing.T) {
 	}
 	if _, err := ops.Approve(ctx, "t1", "c1", bus.Approval{}); errors.Is(err, ErrRefused) || err == nil {
 		t.Errorf("an operator's approval of a call nobody holds: %v", err)
+	}
+	if _, err := ops.Start(ctx, bus.TurnSpec{ID: "t3", Kind: bus.TurnMain, Agent: "ann", Input: "hello"}, ""); errors.Is(err, ErrRefused) ||
+		err == nil || !strings.Contains(err.Error(), "no node runs turns") {
+		t.Errorf("an operator's start with no node: %v", err)
 	}
 }

@@ -26,7 +26,8 @@ const AbortGrace = bus.DefaultAbortGrace
 // Start queues the turn spec describes: on the node named node, or on any node that
 // runs turns when node is empty. Subscribe to the turn (Watch, Follow) before
 // starting it to hear all of it. A spec too large for a message is
-// durable.ErrSpecTooLarge, the intake's own refusal.
+// durable.ErrSpecTooLarge, the intake's own refusal. A user whose role may not start
+// turns (a watcher) gets ErrRefused.
 func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (bus.StartTurnReply, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
@@ -43,8 +44,10 @@ func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (bus
 	// but not known to its starter could not be followed or aborted.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(rctx, subject, b)
+	m, err := c.request(rctx, &nats.Msg{Subject: subject, Data: b})
 	switch {
+	case errors.Is(err, ErrRefused):
+		return bus.StartTurnReply{}, fmt.Errorf("start turn: %w", err)
 	case errors.Is(err, nats.ErrNoResponders) && node != "":
 		return bus.StartTurnReply{}, fmt.Errorf("no node named %s runs turns on %s: check its -name and -turns flags", node, c.where)
 	case errors.Is(err, nats.ErrNoResponders):

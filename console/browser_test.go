@@ -413,6 +413,47 @@ func TestConsoleLiveTurn(t *testing.T) {
 	}
 }
 
+// A step whose text the scripted model writes word by word, 100 ms apart, then a call
+// it takes 1.5 s to finish: the page shows the text growing in the running step (a
+// prefix, then a longer one, while the step is not stored), then the step's whole text
+// from the transcript, as for the next step, streamed too.
+func TestConsoleStreamsText(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, worldOptions{})
+	tab := newTab(t)
+	const (
+		id     = "stream1"
+		first  = "Reading a.txt first: one word at a time, the way a model writes, so that the page has something to show before the step is over."
+		second = "It holds alpha."
+	)
+	do(t, tab, "open the turn's page", chromedp.Navigate(w.url+"#/turn/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
+	w.start(t, id, "ann", fmt.Sprintf(`{"responses":[
+	  {"text":%q,"stream_delay_ms":100,"calls":[{"id":"r1","name":"read_file","arguments":"{\"path\":\"a.txt\"}","delay_ms":1500}]},
+	  {"text":%q,"stream_delay_ms":100}]}`, first, second))
+
+	say := func(step int) string {
+		return fmt.Sprintf(`document.querySelector('#timeline .step[data-step="%d"] .say')`, step)
+	}
+	whole, _ := json.Marshal(first)
+	streaming := fmt.Sprintf(`(s => s.hasAttribute('data-streaming') && s.textContent.length > %%d && s.textContent.length < %d && %s.startsWith(s.textContent))(%s)`,
+		len(first), whole, say(1))
+	waitFor(t, tab, "a prefix of the text while the step runs", fmt.Sprintf(streaming, 0))
+	seen := eval[int](t, tab, say(1)+`.textContent.length`)
+	waitFor(t, tab, "more of the text while the step runs", fmt.Sprintf(streaming, seen))
+
+	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
+	waitFor(t, tab, "the steps' text from the transcript", `!document.querySelector('#timeline [data-streaming]') && document.querySelectorAll('#timeline .step .say').length === 2`)
+	for step, want := range map[int]string{1: first, 2: second} {
+		if got := eval[string](t, tab, say(step)+`.textContent`); got != want {
+			t.Errorf("step %d says %q, want %q", step, got, want)
+		}
+	}
+	if lane := eval[string](t, tab, `document.querySelector('.lane[data-call="r1"]')?.dataset.outcome || ''`); lane != "ok" {
+		t.Errorf("the call's lane says %q", lane)
+	}
+}
+
 // A destructive call of an agent whose profile holds such calls waits on the page; its
 // Approve button lets it run, as `toolbus approve` does.
 func TestConsoleApprove(t *testing.T) {
@@ -498,7 +539,7 @@ func TestConsoleResume(t *testing.T) {
 	a.Close() // hands the turn back: it waits on its model
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "the resume", `document.querySelector('#timeline .resume')?.innerText.includes('resumed on B')`)
-	waitFor(t, tab, "the step after it", `document.querySelectorAll('#timeline .step').length === 2`)
+	waitFor(t, tab, "the step after it, from the transcript", `document.querySelectorAll('#timeline .step').length === 2 && !document.querySelector('#timeline [data-streaming]')`)
 	heads := eval[[]string](t, tab, `[...document.querySelectorAll('#timeline .step-head, #timeline .resume')].map(e => e.className + ': ' + e.innerText.replace(/\s+/g, ' '))`)
 	got := strings.Join(heads, " | ")
 	if !regexp.MustCompile(`^step-head: step 1 on A 1 call .*\| resume: ⟳ resumed on B: the turn was handed back by its node \(stopping\).* \| step-head: step 2 on B$`).MatchString(got) {

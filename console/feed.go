@@ -19,8 +19,8 @@ import (
 const keepAlive = 20 * time.Second
 
 // feedMsg is one message of a live feed, as the page reads it: a turn's status,
-// activity event, call result (its outcome, not its content), abort, held call or
-// decision; or a revision of the workflow a page shows.
+// activity event, call result (its outcome, not its content), abort, held call,
+// decision or piece of streamed text; or a revision of the workflow a page shows.
 type feedMsg struct {
 	Turn     string               `json:"turn_id,omitempty"`
 	Kind     string               `json:"kind"`
@@ -32,6 +32,7 @@ type feedMsg struct {
 	Abort    *bus.Abort           `json:"abort,omitempty"`
 	Approval *bus.ApprovalRequest `json:"approval,omitempty"`
 	Decision *decisionView        `json:"decision,omitempty"`
+	Text     *bus.TextDelta       `json:"text,omitempty"` // a piece of a step's text as the model writes it
 	Workflow *bus.Workflow        `json:"workflow,omitempty"`
 	Time     time.Time            `json:"time"` // when the console heard it
 }
@@ -55,7 +56,7 @@ type decisionView struct {
 // carry (the calls' details, results' content).
 func feedOf(m bus.TurnMessage) feedMsg {
 	f := feedMsg{Turn: m.Subject.Turn, Kind: m.Subject.Kind, Name: m.Subject.Status, Call: m.Subject.Call, Time: time.Now(),
-		Status: m.Status, Event: m.Event, Abort: m.Abort, Approval: m.Approval}
+		Status: m.Status, Event: m.Event, Abort: m.Abort, Approval: m.Approval, Text: m.Text}
 	if f.Status != nil {
 		st := *f.Status
 		st.Calls = make([]bus.CallRecord, len(st.Calls))
@@ -76,6 +77,11 @@ func feedOf(m bus.TurnMessage) feedMsg {
 	case m.NoResponders:
 		f.Reply = &replyView{Outcome: bus.OutcomeError, Error: "no host serves the call's category"}
 	}
+	if f.Text != nil {
+		d := *f.Text
+		d.Text = clip(d.Text) // a turn sends at most bus.MaxTextDelta; another publisher may not
+		f.Text = &d
+	}
 	if m.Approve != nil {
 		f.Decision = &decisionView{Decision: m.Approve.Decision, By: m.Approve.By, Reason: m.Approve.Reason}
 	}
@@ -83,7 +89,9 @@ func feedOf(m bus.TurnMessage) feedMsg {
 }
 
 // events is the live feed of one view, as server-sent events: scope "turns" (every
-// turn's statuses), "turn" (everything of turn id) or "workflow" (the statuses of a
+// turn's statuses), "turn" (everything of turn id, its model's text as it streams
+// among it: the one subscription to the turn's subjects covers its text subject, so
+// the turn streams its text while the page is open, and stops when it closes) or "workflow" (the statuses of a
 // workflow's task turns and each revision of its document). The feed's subscription
 // lives as long as the request: a console nobody looks at subscribes to nothing.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {

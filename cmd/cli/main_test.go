@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io/fs"
 	"os"
@@ -290,24 +291,36 @@ func TestRunInterrupted(t *testing.T) {
 
 // remoteBus is a listening bus with a node that runs turns in the demo home.
 type remoteBus struct {
-	url      string
-	passFile string // holds the password of the user ops
-	srv      *bus.Server
-	node     *actors.Node
+	url       string
+	passFile  string // holds the password of the user ops
+	watchFile string // holds the password of the user watch, a watcher
+	srv       *bus.Server
+	node      *actors.Node
 }
 
 func startRemoteBus(t *testing.T, turns bool) *remoteBus {
 	t.Helper()
 	ctx := testContext(t)
+	watch, err := bus.RolePermissions(bus.RoleWatcher, "watch", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := bus.Start(ctx, bus.Config{
-		Listen: "127.0.0.1:-1", Users: []bus.User{{Name: "ops", Password: "secret-pw"}}, Logger: actors.DiscardLogger(),
+		Listen: "127.0.0.1:-1", Logger: actors.DiscardLogger(), Users: []bus.User{
+			{Name: "ops", Password: "secret-pw"},
+			{Name: "watch", Password: "watch-pw", Role: bus.RoleWatcher, Permissions: watch},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	rb := &remoteBus{url: srv.ClientURL(), srv: srv, passFile: filepath.Join(t.TempDir(), "ops-pw")}
+	dir := t.TempDir()
+	rb := &remoteBus{url: srv.ClientURL(), srv: srv, passFile: filepath.Join(dir, "ops-pw"), watchFile: filepath.Join(dir, "watch-pw")}
 	if err := os.WriteFile(rb.passFile, []byte("secret-pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(rb.watchFile, []byte("watch-pw\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if !turns {
@@ -355,6 +368,41 @@ func TestRunWithoutNode(t *testing.T) {
 				t.Errorf("exit %d, stderr %q; want %d and %q", code, stderr, exitFailed, tc.want)
 			}
 		})
+	}
+}
+
+// A watcher's run is refused by the bus, and says so at once (client.ErrRefused, the
+// server's words), on any node or a named one, rather than waiting out the start's
+// timeout for a node that never heard it.
+func TestRunAsWatcherRefused(t *testing.T) {
+	t.Parallel()
+	rb := startRemoteBus(t, true)
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		name    string
+		extra   []string
+		subject string
+	}{
+		{"any node", nil, bus.AnyNodeStartTurn},
+		{"named node", []string{"-node", "remote1"}, bus.NodeStartTurnSubject("remote1")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"run", "-server", rb.url, "-user", "watch", "-pass-file", rb.watchFile}, tc.extra...)
+			code, stdout, stderr := cli(ctx, append(args, "-model", "script:"+demoScript, "hello")...)
+			want := `refused by the bus: nats: permissions violation: Permissions Violation for Publish to "` + tc.subject + `"`
+			if code != exitFailed || !strings.Contains(stderr, want) {
+				t.Errorf("exit %d, stderr %q, stdout %q; want %d and %q", code, stderr, stdout, exitFailed, want)
+			}
+		})
+	}
+	// Nothing was started.
+	nc, err := rb.srv.Connect("check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if recs, err := client.New(nc).Turns(ctx); (err != nil && !errors.Is(err, client.ErrNoTurns)) || len(recs) != 0 {
+		t.Errorf("a watcher's run: %d turns on the bus, %v", len(recs), err)
 	}
 }
 

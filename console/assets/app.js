@@ -243,8 +243,15 @@ function showTurns() {
 
 // ---- one turn ----
 
+// maxStreamed bounds the text a page keeps of one step as it streams (the console's
+// bound on a text it serves).
+const maxStreamed = 32 << 10;
+
 function showTurn(id) {
-  const T = {id, record: null, items: [], modes: {}, held: new Map(), live: new Map(), status: null, done: null, nodes: [], open: new Set(), stepNodes: new Map()};
+  // streams holds, per model step not in the transcript yet, the text heard as the
+  // model writes it; the step's whole text from the transcript replaces it once stored.
+  const T = {id, record: null, items: [], modes: {}, held: new Map(), live: new Map(), status: null, done: null, nodes: [], open: new Set(), stepNodes: new Map(),
+    streams: new Map(), stored: 0, final: false};
   const head = el('div');
   const heldBox = el('div', {id: 'held'});
   const timeline = el('div', {id: 'timeline'});
@@ -254,11 +261,14 @@ function showTurn(id) {
   const load = async () => {
     if (loading) { again = true; return; }
     loading = true;
+    const over = ended(turnState()); // read after the end, the transcript is final
     try {
       const v = await getJSON('/api/turn?id=' + encodeURIComponent(id));
+      T.final = over;
       T.record = v.record; T.items = v.items || []; T.modes = v.modes || {};
       for (const h of v.held || []) if (!T.live.get(h.call_id)?.decided) T.held.set(h.call_id, h);
       render();
+      for (const n of T.streams.keys()) if (n <= T.stored) T.streams.delete(n); // in the transcript now
     } catch (e) {
       if (!T.record && !T.live.size) timeline.replaceChildren(el('p', {class: 'empty', id: 'turn-missing'}, e.message + ' (yet: this page shows it once it starts)'));
       else if (T.record) flash('error', 'reading the turn: ' + e.message);
@@ -312,9 +322,37 @@ function showTurn(id) {
     case 'abort':
       T.abort = m.abort;
       break;
+    case 'text':
+      streamed(m.text);
+      return;
     }
     render();
   }, load);
+
+  // streamed adds a piece of a step's text as the model writes it: appended in place to
+  // the step's text on the page, once that is there; the timeline is built again only
+  // for a step's first piece. Pieces of the next message of the same response go on a
+  // line of their own, as the transcript joins them; a piece missed (its seq skipped)
+  // is marked. A seq that goes back is the step written again, by the node that took
+  // the turn over (its pieces are counted afresh): what streamed before is dropped.
+  function streamed(d) {
+    if (!d || !(d.step > T.stored)) return; // a step the transcript read has already
+    let s = T.streams.get(d.step);
+    if (s && d.seq <= s.seq) { s.node = null; s = null; }
+    if (!s) { s = {text: '', item: d.item, seq: 0, clipped: false, node: null}; T.streams.set(d.step, s); }
+    if (s.clipped) return;
+    let piece = d.text || '';
+    if (s.text && d.item !== s.item) piece = '\n' + piece;
+    if (s.seq && d.seq !== s.seq + 1) piece = ' … ' + piece;
+    s.item = d.item; s.seq = d.seq;
+    if (s.text.length + piece.length > maxStreamed) {
+      piece = piece.slice(0, Math.max(0, maxStreamed - s.text.length)) + '\n… (more as the model writes it)';
+      s.clipped = true;
+    }
+    s.text += piece;
+    if (s.node && s.node.isConnected) s.node.append(piece);
+    else renderTimeline();
+  }
   // Bars of running calls grow with the clock; nothing else changes between messages.
   // A selection in the timeline (someone copying a result) is left alone.
   every(() => {
@@ -396,15 +434,24 @@ function showTurn(id) {
         if (it.kind === 'function_call') cur.calls.push(it);
       }
     }
+    T.stored = out.filter(s => !s.resume).length; // the model steps in the transcript
     // Calls heard on the feed that the transcript read has not caught up with.
     const inT = new Set(out.flatMap(s => (s.calls || []).map(c => c.call_id)));
     const extra = [...T.live.entries()].filter(([cid, f]) => !inT.has(cid) && (f.started || f.outcome === 'held' || f.record));
+    let pend = null;
     if (extra.length) {
-      const pend = {text: '', calls: [], pending: true};
+      pend = {text: '', calls: [], pending: true};
       for (const [cid, f] of extra) pend.calls.push({call_id: cid, name: (f.record && f.record.tool) || (T.held.get(cid) || {}).tool || f.label || 'call'});
       out.push(pend);
     }
-    if (T.status && T.status.text && !ended(turnState())) {
+    // Text of steps not stored yet, as it streams: the next step's goes with the calls
+    // it has started.
+    const live = [...T.streams.entries()].filter(([n]) => n > T.stored).sort((a, b) => a[0] - b[0]);
+    for (const [n, st] of live) {
+      if (pend && n === T.stored + 1) Object.assign(pend, {text: st.text, stream: st});
+      else out.push({text: st.text, calls: [], pending: true, stream: st});
+    }
+    if (!live.length && T.status && T.status.text && !ended(turnState())) {
       const last = out.filter(s => !s.resume).pop();
       if (!last || (last.closed && !last.text.includes(T.status.text))) out.push({text: T.status.text, calls: [], pending: true});
     }
@@ -443,11 +490,16 @@ function showTurn(id) {
       const stepNode = T.stepNodes.get(n) || node;
       const tokens = s.usage ? s.usage.input_tokens + ' in · ' + s.usage.output_tokens + ' out' : '';
       const box = el('section', {class: 'step', 'data-step': n},
-        el('div', {class: 'step-head'}, el('b', {}, 'step ' + n), s.pending ? el('span', {}, 'in progress') : null,
+        el('div', {class: 'step-head'}, el('b', {}, 'step ' + n),
+          s.pending ? el('span', {}, s.stream && T.final ? 'cut off: not in the transcript' : s.stream ? 'streaming' : 'in progress') : null,
           stepNode ? el('span', {class: 'mono'}, 'on ' + stepNode) : null,
           s.calls.length ? el('span', {}, s.calls.length + (s.calls.length === 1 ? ' call' : ' calls')) : null,
           tokens ? el('span', {}, tokens) : null));
-      if (s.text) box.append(el('div', {class: 'say'}, s.text));
+      if (s.stream) {
+        // Built with the text so far; the pieces to come are appended to it in place.
+        s.stream.node = el('div', {class: 'say', 'data-streaming': ''}, s.text);
+        box.append(s.stream.node);
+      } else if (s.text) box.append(el('div', {class: 'say'}, s.text));
       if (s.calls.length) {
         const r = runs(s.calls, outputs);
         if (r.span) box.firstChild.append(el('span', {class: 'axis', title: 'the bars\' time axis'}, 'axis 0–' + ms(r.span * 1e6)));
