@@ -147,7 +147,6 @@ func wrapFragment(text string) string {
 }
 
 func TestReadmeGoBlocksCompile(t *testing.T) {
-	t.Parallel()
 	var n int
 	for _, bl := range readmeBlocks(t) {
 		if bl.lang != "go" {
@@ -184,7 +183,6 @@ func embedExample(t *testing.T) (b block, want string) {
 }
 
 func TestEmbedInThirtyLines(t *testing.T) {
-	t.Parallel()
 	ex, want := embedExample(t)
 	var lines int
 	for _, l := range strings.Split(ex.text, "\n") {
