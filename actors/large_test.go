@@ -45,7 +45,7 @@ func writeArgs(path, content string) string {
 	return string(b)
 }
 
-// TestLargeArguments: a model's write_file of 2 MB, more than a message carries, goes
+// TestLargeArguments: a model's write_file of 1.2 MB, more than a message carries, goes
 // through the object store and is written exactly, and the turn's transcript keeps it
 // whole; one of 17 MiB, over the 16 MiB a call may carry, is an error result the model sees,
 // and the turn goes on to its answer. Both for a turn run in the node's process
@@ -53,7 +53,8 @@ func writeArgs(path, content string) string {
 func TestLargeArguments(t *testing.T) {
 	t.Parallel()
 	const (
-		small = 2_000_000
+		// Over the 1 MiB a message carries, checked below, with its JSON escapes.
+		small = 1_200_000
 		// Just over the bound, so that the message reads "17 MiB, over the 16 MiB"
 		// (31 MiB cost 4 s of JSON under the race detector and tested no more).
 		huge = 17 << 20
@@ -165,7 +166,7 @@ func TestLargeArguments(t *testing.T) {
 			t.Fatalf("transcript: %d calls, %d outputs", len(fc), len(outs))
 		}
 		if fc[0].Arguments != strings.Replace(bigArgs, "big.txt", file, 1) {
-			t.Errorf("the stored 2 MB call has %d bytes of arguments, not the model's", len(fc[0].Arguments))
+			t.Errorf("the stored 1.2 MB call has %d bytes of arguments, not the model's", len(fc[0].Arguments))
 		}
 		if len(fc[1].Arguments) > 1024 || !strings.Contains(fc[1].Arguments, `"toolbus_omitted":{"bytes":`) {
 			t.Errorf("the stored 17 MiB call: %.200s", fc[1].Arguments)
@@ -212,7 +213,7 @@ func TestLargeArguments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("turn of 3 steps in %s; the 2 MB call took %s", time.Since(start).Round(time.Millisecond), res.Calls[0].Latency.Round(time.Millisecond))
+		t.Logf("turn of 3 steps in %s; the 1.2 MB call took %s", time.Since(start).Round(time.Millisecond), res.Calls[0].Latency.Round(time.Millisecond))
 		if res.State != bus.TurnCompleted || res.Text != "done" || res.Steps != 3 {
 			t.Fatalf("turn %s after %d steps: %q %s", res.State, res.Steps, res.Text, res.ErrorText())
 		}
@@ -241,7 +242,7 @@ func TestLargeArguments(t *testing.T) {
 		if err := json.Unmarshal(m.Data, &st); err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("durable turn of 3 steps in %s; the 2 MB call took %s", time.Since(start).Round(time.Millisecond), st.Calls[0].Latency.Round(time.Millisecond))
+		t.Logf("durable turn of 3 steps in %s; the 1.2 MB call took %s", time.Since(start).Round(time.Millisecond), st.Calls[0].Latency.Round(time.Millisecond))
 		if st.State != bus.TurnCompleted || st.Text != "done" {
 			t.Fatalf("turn %s: %q %s", st.State, st.Text, st.Error)
 		}
