@@ -87,17 +87,23 @@ func TestApprovals(t *testing.T) {
 			return toolbus.TextResult("read " + a.V), nil
 		},
 	})
-	write := toolbus.MustDefine(toolbus.Def[valueArgs]{
-		// Long enough for a decision on a loaded machine; the subtest without one waits it out.
-		Spec:             toolbus.Spec{Name: "write", Category: "ap", Destructive: true, Timeout: 5 * time.Second},
-		DescribeActivity: func(a valueArgs) string { return "Overwriting " + a.V },
-		Execute: func(_ context.Context, _ toolbus.Call, a valueArgs) (toolbus.Result, error) {
-			writes.Add(1)
-			written.Store(a.V)
-			return toolbus.TextResult("wrote " + a.V), nil
-		},
-	})
-	h := newHarness(t, read, write)
+	// writeTool is the destructive tool, held for an approval until its timeout.
+	writeTool := func(name string, timeout time.Duration) *toolbus.Tool {
+		return toolbus.MustDefine(toolbus.Def[valueArgs]{
+			Spec:             toolbus.Spec{Name: name, Category: "ap", Destructive: true, Timeout: timeout},
+			DescribeActivity: func(a valueArgs) string { return "Overwriting " + a.V },
+			Execute: func(_ context.Context, _ toolbus.Call, a valueArgs) (toolbus.Result, error) {
+				writes.Add(1)
+				written.Store(a.V)
+				return toolbus.TextResult("wrote " + a.V), nil
+			},
+		})
+	}
+	// Long enough for a decision on a loaded machine.
+	write := writeTool("write", 5*time.Second)
+	// For the subtest without a decision, which waits its timeout out.
+	writeSoon := writeTool("write_soon", 500*time.Millisecond)
+	h := newHarness(t, read, write, writeSoon)
 	tools := []*toolbus.Tool{read, write}
 	batch := gateway.ScriptStep{Calls: []gateway.ScriptCall{
 		{ID: "r", Name: "read", Arguments: `{"v":"x"}`},
@@ -146,8 +152,12 @@ func TestApprovals(t *testing.T) {
 
 	t.Run("no decision before the deadline", func(t *testing.T) {
 		before := writes.Load()
-		res := approvalTurn(t, h, tools, func(*nats.Conn, bus.ApprovalRequest) {}, batch, final)
-		if got := outcomes(res); strings.Join(got, " ") != "read:ok write:timeout" || writes.Load() != before {
+		soon := gateway.ScriptStep{Calls: []gateway.ScriptCall{
+			{ID: "r", Name: "read", Arguments: `{"v":"x"}`},
+			{ID: "w", Name: "write_soon", Arguments: `{"v": "a",}`},
+		}}
+		res := approvalTurn(t, h, []*toolbus.Tool{read, writeSoon}, func(*nats.Conn, bus.ApprovalRequest) {}, soon, final)
+		if got := outcomes(res); strings.Join(got, " ") != "read:ok write_soon:timeout" || writes.Load() != before {
 			t.Errorf("outcomes %v, writes %d→%d", got, before, writes.Load())
 		}
 		if got := outputText(outputs(res)["w"]); !strings.Contains(got, "waited for an approval that did not come before its deadline; it did not run") {

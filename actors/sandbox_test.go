@@ -81,6 +81,7 @@ func TestAbortedStubbornCommandIsStopped(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []computer.SandboxMode{computer.SandboxBwrap, computer.SandboxOff} {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel() // a node of its own; each waits out the kill grace
 			home := t.TempDir()
 			cfg := computer.Config{Sandbox: computer.SandboxConfig{Mode: mode}}
 			n := computerNode(t, home, cfg)

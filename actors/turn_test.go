@@ -844,18 +844,21 @@ func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
 			return toolbus.TextResult(strings.Repeat("x", a.N)), nil
 		},
 	})
+	// Over the 1 MiB a message carries, so that the reply and the transcript message go
+	// through the object stores.
+	const large = 1<<20 + 200<<10
 	h := newHarness(t, big)
 	res := h.run(context.Background(), []*toolbus.Tool{big},
 		gateway.ScriptStep{Calls: []gateway.ScriptCall{
-			{ID: "b", Name: "big", Arguments: fmt.Sprintf(`{"n":%d}`, 2<<20)},
+			{ID: "b", Name: "big", Arguments: fmt.Sprintf(`{"n":%d}`, large)},
 			{ID: "h", Name: "big", Arguments: fmt.Sprintf(`{"n":%d}`, bus.MaxCallPayload+1)},
 		}},
 		gateway.ScriptStep{Text: "ok"})
 	if got := outcomes(res); !slices.Equal(got, []string{"big:ok", "big:error"}) {
 		t.Fatalf("outcomes %v", got)
 	}
-	if txt := outputText(outputs(res)["b"]); txt != strings.Repeat("x", 2<<20) {
-		t.Errorf("the 2 MiB result came back as %d bytes", len(txt))
+	if txt := outputText(outputs(res)["b"]); txt != strings.Repeat("x", large) {
+		t.Errorf("the 1.2 MiB result came back as %d bytes", len(txt))
 	}
 	if txt := outputText(outputs(res)["h"]); !strings.Contains(txt, "tool big produced a result of 16 MiB, over the 16 MiB a call may carry; the result was dropped: ask for less output") {
 		t.Errorf("output %q", txt)
@@ -868,8 +871,8 @@ func TestOversizedResultIsAnErrorNotAHang(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := outputText(outputs(TurnResult{Transcript: items})["b"]); got != strings.Repeat("x", 2<<20) {
-		t.Errorf("the transcript holds %d bytes of the 2 MiB output", len(got))
+	if got := outputText(outputs(TurnResult{Transcript: items})["b"]); got != strings.Repeat("x", large) {
+		t.Errorf("the transcript holds %d bytes of the 1.2 MiB output", len(got))
 	}
 	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		obs, err := js.ObjectStore(ctx, bus.ObjectPayloads)

@@ -15,7 +15,8 @@ func TestCallLargeArguments(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
 	home := t.TempDir()
-	content := strings.Repeat("0123456789abcdef\n", 2<<20/17) // 2 MiB
+	// Just over the 1 MiB a message carries, with room for the headers.
+	content := strings.Repeat("0123456789abcdef\n", (1<<20+200<<10)/17) // 1.2 MiB
 	args, _ := json.Marshal(map[string]string{"path": "big.txt", "content": content})
 	code, stdout, stderr := cli(ctx, "call", "-home", home, "write_file", string(args))
 	if code != exitOK {

@@ -21,7 +21,10 @@ import (
 func TestLogAboveLiveArea(t *testing.T) {
 	t.Parallel()
 	for _, verbose := range []bool{false, true} {
-		t.Run(fmt.Sprintf("verbose=%v", verbose), func(t *testing.T) { testLogAboveLiveArea(t, verbose) })
+		t.Run(fmt.Sprintf("verbose=%v", verbose), func(t *testing.T) {
+			t.Parallel() // each has an embedded bus and a log view of its own
+			testLogAboveLiveArea(t, verbose)
+		})
 	}
 }
 

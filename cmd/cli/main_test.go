@@ -651,6 +651,7 @@ func TestCall(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each call starts an embedded bus of its own
 			code, stdout, stderr := cli(ctx, append([]string{"call"}, tc.args...)...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", code, tc.code, stderr, stdout)

@@ -73,8 +73,15 @@ func callWith(t *testing.T, tool *toolbus.Tool, home, cmd string) (toolbus.Resul
 func TestCommandLimits(t *testing.T) {
 	h := needCgroups(t)
 	via := h.name()
+	// After both modes, which run side by side: each command's cgroup is its own.
+	t.Cleanup(func() {
+		if left := ownCgroups(h); len(left) > 0 {
+			t.Errorf("cgroups left behind: %v", left)
+		}
+	})
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
 			tool := toolNamed(t, limited(mode), "run_command")
 			home := t.TempDir()
 			// call runs cmd and returns its result, its output section and its limits.
@@ -220,9 +227,6 @@ func TestCommandLimits(t *testing.T) {
 				}
 			})
 		})
-	}
-	if left := ownCgroups(h); len(left) > 0 {
-		t.Errorf("cgroups left behind: %v", left)
 	}
 }
 
