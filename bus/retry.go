@@ -41,6 +41,7 @@ const (
 //     temporarily unavailable" (10163), "JetStream not enabled" (10076)
 //     and "JetStream not enabled for account" (10039), as a server says
 //     while its JetStream or the account's is starting;
+//   - ErrReplicaBehind: a read answered by a replica still catching up;
 //   - a placement that fails because a peer is offline ("no suitable peers
 //     for placement, peer offline", 10005), as it does right after a
 //     cluster forms, until the meta leader has heard from every peer.
@@ -129,7 +130,7 @@ const (
 // retryable reports whether err is one a JetStream without a leader, or
 // still forming, gives (see Retry); deadlines are Retry's to judge.
 func retryable(err error) bool {
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrReplicaBehind) {
 		return true
 	}
 	var apiErr *jetstream.APIError

@@ -2,6 +2,7 @@ package bus
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -176,4 +177,46 @@ func UpdateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key stri
 		return fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return err
+}
+
+// ErrReplicaBehind reports a read answered by a replica that had not yet stored what the
+// stream's leader had when the read began. [Retry] retries it: the replica catches up.
+var ErrReplicaBehind = errors.New("the stream's replica that answered is behind its leader")
+
+// LeaderLastSeq is the stream sequence of subject's last message in stream as the
+// stream's leader has it, 0 when there is none. A direct get, and a consumer, may be
+// answered by a replica that lags the leader (one catching up after a restart or a
+// pause: measured in TestSoakDurableTurns, a completed turn's transcript read back with
+// 3 of its 7 messages): a reader that must not act on a stale copy asks this first, and
+// reads until it has this message.
+func LeaderLastSeq(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, error) {
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return 0, err
+	}
+	// The stored-message get, not the direct one: only the leader answers it.
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return 0, fmt.Errorf("last message of %s: %w", subject, err)
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, fmt.Errorf("last message of %s: malformed answer: %w", subject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, nil
+	case resp.Error != nil:
+		return 0, fmt.Errorf("last message of %s: %w", subject, resp.Error)
+	case resp.Message == nil:
+		return 0, fmt.Errorf("last message of %s: an answer without a message", subject)
+	}
+	return resp.Message.Seq, nil
 }

@@ -221,3 +221,34 @@ func TestCapReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderLastSeq: the leader's last sequence of a subject, 0 for a subject with no
+// message, and a clear error for a stream that does not exist.
+func TestLeaderLastSeq(t *testing.T) {
+	t.Parallel()
+	s, _ := startServer(t, Config{})
+	ctx := testContext(t)
+	js := testJetStream(t, s, "leader-last")
+	if _, err := Stream(ctx, js, jetstream.StreamConfig{Name: "LAST", Subjects: []string{"last.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {
+		t.Fatal(err)
+	}
+	var want uint64
+	for _, subj := range []string{"last.a", "last.b", "last.a", "last.b"} {
+		ack, err := js.Publish(ctx, subj, []byte("x"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if subj == "last.a" {
+			want = ack.Sequence
+		}
+	}
+	if got, err := LeaderLastSeq(ctx, js.Conn(), "LAST", "last.a"); err != nil || got != want {
+		t.Errorf("last.a: %d, %v; want %d", got, err, want)
+	}
+	if got, err := LeaderLastSeq(ctx, js.Conn(), "LAST", "last.none"); err != nil || got != 0 {
+		t.Errorf("a subject with no message: %d, %v; want 0", got, err)
+	}
+	if _, err := LeaderLastSeq(ctx, js.Conn(), "NO_SUCH", "last.a"); err == nil {
+		t.Error("a stream that does not exist: no error")
+	}
+}

@@ -173,6 +173,12 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 		}
 		stream = st
 	}
+	// What the leader has now, the reading must hold: a consumer may be served by a
+	// replica that is still catching up (bus.ErrReplicaBehind).
+	lead, err := bus.LeaderLastSeq(ctx, js.Conn(), bus.StreamTranscripts, bus.TranscriptSubject(turn))
+	if err != nil {
+		return err
+	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{bus.TranscriptSubject(turn)},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
@@ -189,6 +195,7 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 	if err != nil {
 		return err
 	}
+	var last uint64
 	for pending := info.NumPending; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
@@ -197,6 +204,9 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 		n := 0
 		for m := range batch.Messages() {
 			n++
+			if md, err := m.Metadata(); err == nil {
+				last = max(last, md.Sequence.Stream)
+			}
 			if err := f(m); err != nil {
 				return err
 			}
@@ -208,6 +218,9 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 			return fmt.Errorf("fetch: %d messages pending but none delivered", pending)
 		}
 		pending -= uint64(n)
+	}
+	if last < lead {
+		return fmt.Errorf("transcript of %s read up to message %d, the leader has %d: %w", turn, last, lead, bus.ErrReplicaBehind)
 	}
 	return nil
 }
