@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/propagation"
+	sdk "go.opentelemetry.io/otel/sdk"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.41.0"
@@ -125,7 +127,10 @@ func Open(ctx context.Context, cfg Config) (*Telemetry, error) {
 	if v, ok := cfg.Env("OTEL_SERVICE_NAME"); ok && v != "" {
 		service = v
 	}
-	attrs := []attribute.KeyValue{semconv.ServiceName(service)}
+	attrs := []attribute.KeyValue{
+		semconv.ServiceName(service), semconv.ServiceVersion(Version()),
+		semconv.TelemetrySDKName("opentelemetry"), semconv.TelemetrySDKLanguageGo, semconv.TelemetrySDKVersion(sdk.Version()),
+	}
 	if cfg.Node != "" {
 		attrs = append(attrs, semconv.ServiceInstanceID(cfg.Node))
 	}
@@ -141,12 +146,36 @@ func Open(ctx context.Context, cfg Config) (*Telemetry, error) {
 		sdktrace.WithSampler(sampler),
 		sdktrace.WithIDGenerator(turnIDs{}),
 	)
-	t.tracer = t.tp.Tracer(instrumentation, trace.WithInstrumentationVersion(SemconvVersion), trace.WithSchemaURL(semconv.SchemaURL))
+	// The scope's version is toolbus's: the conventions' version is in the schema URL.
+	t.tracer = t.tp.Tracer(instrumentation, trace.WithInstrumentationVersion(Version()), trace.WithSchemaURL(semconv.SchemaURL))
 	return t, nil
 }
 
 // instrumentation names the tracer.
 const instrumentation = "github.com/toolbus/toolbus"
+
+// Version is the version of the toolbus module this program was built with, as the Go
+// toolchain recorded it: a tag, a pseudo-version, or "(devel)" for a build of a checkout;
+// "unknown" without build information. It is the spans' scope version and the
+// resource's service.version.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if bi.Main.Path == instrumentation {
+		return bi.Main.Version
+	}
+	for _, d := range bi.Deps { // a program that embeds toolbus
+		if d.Path == instrumentation {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return "unknown"
+}
 
 // Tracing reports whether spans are made and exported.
 func (t *Telemetry) Tracing() bool { return t != nil && t.tracer != nil }

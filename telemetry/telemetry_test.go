@@ -211,3 +211,35 @@ func TestStepCacheTokens(t *testing.T) {
 		t.Errorf("token counter by type: %v", got)
 	}
 }
+
+// TestResourceAndScope: spans carry the service's version and the SDK's name, language
+// and version on their resource, and toolbus's version (not the conventions') as their
+// scope's.
+func TestResourceAndScope(t *testing.T) {
+	t.Parallel()
+	exp := tracetest.NewInMemoryExporter()
+	tel, err := Open(t.Context(), Config{Exporter: exp, Node: "n1", Env: func(string) (string, bool) { return "", false }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tel.StartTurn(TurnInfo{ID: "t1"}).End(TurnEnd{State: "completed"})
+	if err := tel.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	spans := exp.GetSpans()
+	if len(spans) != 1 {
+		t.Fatalf("%d spans", len(spans))
+	}
+	got := map[string]string{}
+	for _, kv := range spans[0].Resource.Attributes() {
+		got[string(kv.Key)] = kv.Value.Emit()
+	}
+	for _, k := range []string{"service.name", "service.version", "service.instance.id", "telemetry.sdk.name", "telemetry.sdk.language", "telemetry.sdk.version"} {
+		if got[k] == "" {
+			t.Errorf("the resource has no %s: %v", k, got)
+		}
+	}
+	if v := spans[0].InstrumentationScope.Version; v != Version() || v == SemconvVersion {
+		t.Errorf("scope version %q, want toolbus's %q", v, Version())
+	}
+}
