@@ -243,6 +243,10 @@ func (in *intake) spec(ctx context.Context, msg jetstream.Msg) (bus.TurnSpec, bo
 	return spec, true
 }
 
+// claimTimeout bounds a claim: elections of the record and transcript streams' leaders
+// take a few seconds; a claim still unfinished after this is stuck, not slow.
+const claimTimeout = 30 * time.Second
+
 // claim takes the turn's lease. A turn found ended is settled here (a node lost after
 // it ended the turn, before it settled it); false: nothing more to do here.
 func (in *intake) claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec, input []gateway.Item, log *slog.Logger) (*durable.Lease, bool) {
@@ -258,7 +262,12 @@ func (in *intake) claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpe
 	}
 	// The lease runs from the claim on: reading a long transcript back, while a stream
 	// elects a leader, must not let the intake give the turn to another node meanwhile.
-	lease, err := in.store.Claim(ctx, msg, spec, in.n.cfg.TurnLease, first)
+	// But a claim that cannot finish (a read that a peer just lost still holds) gives the
+	// turn back after claimTimeout, for the next delivery to try afresh, rather than
+	// holding it, in progress, for the minute of the whole take.
+	cctx, cancel := context.WithTimeout(ctx, claimTimeout)
+	defer cancel()
+	lease, err := in.store.Claim(cctx, msg, spec, in.n.cfg.TurnLease, first)
 	switch {
 	case errors.Is(err, durable.ErrTurnOver):
 		in.n.svc.TurnOver(ctx, spec)

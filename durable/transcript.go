@@ -55,7 +55,7 @@ func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, er
 		return Transcript{}, fmt.Errorf("read transcript: invalid turn id %q", turn)
 	}
 	var t Transcript
-	err := bus.Retry(ctx, "read transcript "+turn, nil, func(ctx context.Context) error {
+	err := bus.Retry(ctx, "read transcript "+turn, s.log, func(ctx context.Context) error {
 		var err error
 		t, err = s.readOnce(ctx, turn)
 		return err
