@@ -41,7 +41,8 @@ const (
 //     temporarily unavailable" (10163), "JetStream not enabled" (10076)
 //     and "JetStream not enabled for account" (10039), as a server says
 //     while its JetStream or the account's is starting;
-//   - ErrReplicaBehind: a read answered by a replica still catching up;
+//   - ErrReadAgain: a read served by a replica still catching up, or by a consumer
+//     that is gone;
 //   - a placement that fails because a peer is offline ("no suitable peers
 //     for placement, peer offline", 10005), as it does right after a
 //     cluster forms, until the meta leader has heard from every peer.
@@ -130,7 +131,7 @@ const (
 // retryable reports whether err is one a JetStream without a leader, or
 // still forming, gives (see Retry); deadlines are Retry's to judge.
 func retryable(err error) bool {
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrReplicaBehind) {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrReadAgain) {
 		return true
 	}
 	var apiErr *jetstream.APIError

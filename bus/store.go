@@ -179,16 +179,19 @@ func UpdateWithTTL(ctx context.Context, js jetstream.JetStream, bucket, key stri
 	return err
 }
 
-// ErrReplicaBehind reports a read answered by a replica that had not yet stored what the
-// stream's leader had when the read began. [Retry] retries it: the replica catches up.
-var ErrReplicaBehind = errors.New("the stream's replica that answered is behind its leader")
+// ErrReadAgain marks a read of a stream to be made again from its start: the replica
+// that served it had not yet stored what the stream's leader had when the read began, or
+// the ephemeral consumer it read through is gone (placed on a server that was lost or
+// paused since). [Retry] retries it: the next consumer may be placed elsewhere, and a
+// replica catches up.
+var ErrReadAgain = errors.New("read again")
 
 // LeaderLastSeq is the stream sequence of subject's last message in stream as the
 // stream's leader has it, 0 when there is none. A direct get, and a consumer, may be
 // answered by a replica that lags the leader (one catching up after a restart or a
 // pause: measured in TestSoakDurableTurns, a completed turn's transcript read back with
 // 3 of its 7 messages): a reader that must not act on a stale copy asks this first, and
-// reads until it has this message.
+// reads until it has this message (ErrReadAgain).
 func LeaderLastSeq(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, error) {
 	req, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`

@@ -174,7 +174,7 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 		stream = st
 	}
 	// What the leader has now, the reading must hold: a consumer may be served by a
-	// replica that is still catching up (bus.ErrReplicaBehind).
+	// replica that is still catching up (bus.ErrReadAgain).
 	lead, err := bus.LeaderLastSeq(ctx, js.Conn(), bus.StreamTranscripts, bus.TranscriptSubject(turn))
 	if err != nil {
 		return err
@@ -189,17 +189,17 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 		MaxResetAttempts: 1,
 	})
 	if err != nil {
-		return err
+		return readAgain(err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return err
+		return readAgain(err)
 	}
 	var last uint64
 	for pending := info.NumPending; pending > 0; {
 		batch, err := cons.Fetch(int(min(pending, 256)), jetstream.FetchContext(ctx))
 		if err != nil {
-			return err
+			return readAgain(err)
 		}
 		n := 0
 		for m := range batch.Messages() {
@@ -212,7 +212,7 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 			}
 		}
 		if err := batch.Error(); err != nil {
-			return err
+			return readAgain(err)
 		}
 		if n == 0 {
 			return fmt.Errorf("fetch: %d messages pending but none delivered", pending)
@@ -220,9 +220,23 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 		pending -= uint64(n)
 	}
 	if last < lead {
-		return fmt.Errorf("transcript of %s read up to message %d, the leader has %d: %w", turn, last, lead, bus.ErrReplicaBehind)
+		return fmt.Errorf("transcript of %s read up to message %d, the leader has %d: %w", turn, last, lead, bus.ErrReadAgain)
 	}
 	return nil
+}
+
+// readAgain marks the errors of an ordered consumer whose server was lost or paused
+// under the read (its consumer gone, reset, or silent) as bus.ErrReadAgain: the next
+// attempt's consumer may be placed on another replica. Measured: a client's read of a
+// turn's transcript failed with "consumer not found" while a node of the cluster was
+// paused (TestPausedNodeIsFenced).
+func readAgain(err error) error {
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound), errors.Is(err, jetstream.ErrConsumerDeleted),
+		errors.Is(err, jetstream.ErrOrderedConsumerReset), errors.Is(err, jetstream.ErrNoHeartbeat):
+		return fmt.Errorf("%w: %w", bus.ErrReadAgain, err)
+	}
+	return err
 }
 
 // inModelOrder puts each run of call outputs in the order of their calls (a durable turn
