@@ -139,7 +139,9 @@ func TestIntakeHoldsSchedules(t *testing.T) {
 		n := 0
 		for msg := range batch.Messages() {
 			n++
-			_ = msg.Ack()
+			if err := msg.DoubleAck(ctx); err != nil { // confirmed before the stream is counted
+				t.Fatal(err)
+			}
 		}
 		if n == 0 {
 			break
@@ -341,7 +343,11 @@ func TestFireScheduleNow(t *testing.T) {
 		var got []jetstream.Msg
 		for msg := range batch.Messages() {
 			got = append(got, msg)
-			_ = msg.Ack()
+			// Acked and confirmed: the work queue has removed the firing when the
+			// counts below are read (a plain Ack was still in flight once, under load).
+			if err := msg.DoubleAck(ctx); err != nil {
+				t.Fatalf("ack the firing of %s: %v", id, err)
+			}
 		}
 		if len(got) != 1 {
 			t.Fatalf("fire %s: %d firings taken, want 1", id, len(got))
