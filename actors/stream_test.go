@@ -254,13 +254,21 @@ func TestAbortDuringStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := bus.NewID()
+	items := make(chan int, 8)
 	go func() {
+		// The abort comes once the first call runs and the turn holds the second,
+		// complete and held back by its mode, while the response still streams.
 		<-running
+		for i := range items {
+			if i == 1 {
+				break
+			}
+		}
 		_ = publishAbort(bustest.Conn(t, h.srv, "aborter"), id, "changed my mind")
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	res, err := h.node.Run(ctx, TurnConfig{Spec: bus.TurnSpec{ID: id, Agent: "tester", Input: "go"}, Model: &watchedModel{Model: model, stopped: &streamStopped}, Kit: kitOf(t, wait, seq)})
+	res, err := h.node.Run(ctx, TurnConfig{Spec: bus.TurnSpec{ID: id, Agent: "tester", Input: "go"}, Model: &watchedModel{Model: model, stopped: &streamStopped, items: items}, Kit: kitOf(t, wait, seq)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,10 +303,25 @@ func TestAbortDuringStream(t *testing.T) {
 type watchedModel struct {
 	gateway.Model
 	stopped *atomic.Bool
+	// items, when set, is told the index of each item the stream delivered, once the
+	// turn has it in its mailbox.
+	items chan<- int
 }
 
 func (m *watchedModel) Respond(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
 	defer m.stopped.Store(true)
+	if m.items != nil && req.Stream != nil {
+		stream := req.Stream
+		req.Stream = func(ev gateway.StreamEvent) {
+			stream(ev)
+			if ev.Kind == gateway.StreamItem {
+				select {
+				case m.items <- ev.Index:
+				default:
+				}
+			}
+		}
+	}
 	return m.Model.Respond(ctx, req)
 }
 
