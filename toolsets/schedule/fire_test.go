@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,12 +35,28 @@ func TestDecided(t *testing.T) {
 		{"older than a skipped one", Schedule{LastTurn: "s-7", SkipSeq: 9}, 8, Skip, "(intake sequence 9) was decided already"},
 		{"older than the last turn too", Schedule{LastTurn: "s-7", SkipSeq: 9}, 3, Skip, "(intake sequence 9) was decided already"},
 		{"after the last skip", Schedule{LastTurn: "s-7", SkipSeq: 9}, 10, 0, ""},
+		// A node decides several firings at once: one decided after a later one is
+		// skipped, and counted, unless the record cannot tell it from one decided before.
+		{"a remembered skip, again", Schedule{LastTurn: "s-7", SkipSeq: 12, Skips: []uint64{9, 12}}, 9, Skip, "skipped already"},
+		{"older than a skip, never decided", Schedule{LastTurn: "s-7", SkipSeq: 12, Skips: []uint64{9, 12}}, 10, 0, "(intake sequence 12) was decided already"},
+		{"older than the remembered skips", Schedule{LastTurn: "s-7", SkipSeq: 40, Skips: seqs(9, skipWindow)}, 8, Skip, "(intake sequence 40) was decided already"},
+		{"within the remembered skips", Schedule{LastTurn: "s-7", SkipSeq: 40, Skips: seqs(9, skipWindow)}, 30, Skip, "skipped already"},
+		{"older than the last turn's firing", Schedule{LastTurn: "s-7", SkipSeq: 12, Skips: []uint64{12}}, 6, Skip, "(intake sequence 12) was decided already"},
 	} {
 		v, why := decided(&tc.sch, TurnID("s", tc.seq), tc.seq)
 		if v != tc.want || (tc.why == "") != (why == "") || !strings.Contains(why, tc.why) {
 			t.Errorf("%s: %d %q, want %d %q", tc.name, v, why, tc.want, tc.why)
 		}
 	}
+}
+
+// seqs is n consecutive sequences from first.
+func seqs(first uint64, n int) []uint64 {
+	s := make([]uint64, n)
+	for i := range s {
+		s[i] = first + uint64(i)
+	}
+	return s
 }
 
 // fireStore is a schedule store on a server of its own, whose firings this test decides
@@ -123,6 +140,9 @@ func TestFireDecidesOnce(t *testing.T) {
 	if f := h.fire(id, 5); f.Verdict != Skip || !strings.Contains(f.Why, "was decided already") {
 		t.Errorf("a firing older than the skipped one: %+v", f)
 	}
+	if f := h.fire(id, 5); f.Verdict != Skip || !strings.Contains(f.Why, "skipped already") {
+		t.Errorf("the older firing delivered again: %+v", f)
+	}
 	for _, seq := range []uint64{5, 7} {
 		if rec, err := h.record(TurnID(id, seq)); !errors.Is(err, durable.ErrNoRecord) {
 			t.Errorf("the skipped firing at %d has a turn record: %+v %v", seq, rec, err)
@@ -138,7 +158,7 @@ func TestFireDecidesOnce(t *testing.T) {
 		t.Errorf("its turn: %+v %v", rec, err)
 	}
 	sch, _, err := h.s.Get(h.ctx, "sam", id)
-	if err != nil || sch.Fired != 2 || sch.Skipped != 1 || sch.SkipSeq != 7 || sch.LastTurn != TurnID(id, 8) {
+	if err != nil || sch.Fired != 2 || sch.Skipped != 2 || sch.SkipSeq != 7 || !slices.Equal(sch.Skips, []uint64{7, 5}) || sch.LastTurn != TurnID(id, 8) {
 		t.Errorf("the schedule: %+v %v", sch, err)
 	}
 }

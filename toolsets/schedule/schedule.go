@@ -201,6 +201,10 @@ type Schedule struct {
 	// of it decided so, whose acknowledgement takes the firing out of the intake), or it
 	// is older than one that was.
 	SkipSeq uint64 `json:"skip_seq,omitempty"`
+	// Skips are the intake sequences of the latest firings skipped (skipWindow at
+	// most), so that a firing decided after a later one (a node decides several at
+	// once) is told from a delivery again of one decided already, and counted.
+	Skips []uint64 `json:"skip_seqs,omitempty"`
 	// Done marks a schedule that fires no more: a one-shot that has fired, or one the
 	// server cannot time (untimeable); its record expires a day later.
 	Done bool `json:"done,omitempty"`
@@ -625,7 +629,8 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 			// link to it, as a job's does to its main turn.
 			spec.Parent = sch.CreatedBy
 		}
-		switch v, why := decided(&sch, spec.ID, seq); v {
+		v, why := decided(&sch, spec.ID, seq)
+		switch v {
 		case Run:
 			// Decided before (its node was lost, or the record write below failed).
 			if err := s.queueTurn(ctx, spec, time.Now().UTC()); err != nil {
@@ -635,8 +640,9 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 		case Skip:
 			return Firing{Verdict: Skip, Why: why}, nil
 		}
-		why := ""
 		switch {
+		case why != "":
+			// A firing decided only now, after a later one: skipped, and counted.
 		case sch.untimeable() != "":
 			// Every firing of it is a wrong one: stop them, and start no turn.
 			why = sch.untimeable()
@@ -663,6 +669,10 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 			sch.Skipped++
 			sch.LastSkip = now.Format(time.RFC3339) + ": " + why
 			sch.SkipSeq = max(sch.SkipSeq, seq)
+			sch.Skips = append(sch.Skips, seq)
+			if len(sch.Skips) > skipWindow {
+				sch.Skips = slices.Delete(sch.Skips, 0, len(sch.Skips)-skipWindow)
+			}
 		} else {
 			sch.Fired++
 			sch.LastTurn, sch.LastFired = spec.ID, now
@@ -691,10 +701,15 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 	return Firing{}, fmt.Errorf("schedule %s: its record keeps changing under this firing", id)
 }
 
+// skipWindow is how many skipped firings a schedule's record remembers (Skips): more
+// than a node decides at once (its turn slots).
+const skipWindow = 32
+
 // decided says what an earlier delivery of the firing at intake sequence seq, whose turn
 // is turn, decided, as the schedule's record stored it: Run (the firing started
-// LastTurn), Skip with why (it was skipped, or is older than a firing that was), or 0
-// for a firing to decide now.
+// LastTurn), Skip with why (it was skipped, or is older than a firing that was and
+// cannot be told from one), or 0 for a firing to decide now; 0 with a why for one never
+// decided that is older than a skipped one: it is skipped for why, and counted.
 //
 // The intake redelivers a firing whose node has not settled it within the lease, and the
 // node deciding it sends no progress, so two nodes may decide one firing at once. Were a
@@ -703,17 +718,34 @@ func (s *Store) Fire(ctx context.Context, id string, seq uint64, body []byte, po
 // message) takes the firing out of the intake, and the second's turn, its record
 // queued, is left with no message; should its node fail to claim it (killed, or its
 // claim failed), no node ever would, and every later firing of the schedule would be
-// skipped behind a turn that stays queued.
+// skipped behind a turn that stays queued. So a firing older than a skipped one never
+// runs; it is counted as skipped when the record shows it was not (Skips holds the
+// latest skips, and it is newer than the oldest of them and than LastTurn's firing).
 func decided(sch *Schedule, turn string, seq uint64) (Verdict, string) {
 	switch {
 	case sch.LastTurn == turn:
 		return Run, ""
-	case seq == sch.SkipSeq:
+	case seq == sch.SkipSeq || slices.Contains(sch.Skips, seq):
 		return Skip, "the firing was skipped already, on an earlier delivery of it"
 	case seq < sch.SkipSeq:
-		return Skip, fmt.Sprintf("a later firing of the schedule (intake sequence %d) was decided already", sch.SkipSeq)
+		why := fmt.Sprintf("a later firing of the schedule (intake sequence %d) was decided already", sch.SkipSeq)
+		if len(sch.Skips) == 0 || (len(sch.Skips) >= skipWindow && seq < slices.Min(sch.Skips)) || seq <= firingSeq(sch.LastTurn) {
+			return Skip, why // maybe decided before: Skips does not reach back to it
+		}
+		return 0, why
 	}
 	return 0, ""
+}
+
+// firingSeq is the intake sequence of the firing that started turn (see TurnID), 0 for
+// none.
+func firingSeq(turn string) uint64 {
+	i := strings.LastIndexByte(turn, '-')
+	if i < 0 {
+		return 0
+	}
+	seq, _ := strconv.ParseUint(turn[i+1:], 10, 64)
+	return seq
 }
 
 // recordGrace is how long a firing's turn may have no record after the schedule's record
