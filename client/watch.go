@@ -192,6 +192,11 @@ const endedPatience = 5 * time.Second
 // Ended reads the watched turn's end from its record, for a follower that heard nothing
 // for a lease (Client.Ended): false while it runs.
 func (w *Watch) Ended(ctx context.Context, turn string) (bus.TurnStatus, bool) {
+	if !w.c.nc.IsConnected() {
+		// Its server is gone too (the node that embedded it was lost): a read would
+		// only wait out its patience, every lease, before the follower gives up.
+		return bus.TurnStatus{}, false
+	}
 	ctx, cancel := context.WithTimeout(ctx, endedPatience)
 	defer cancel()
 	st, ok, err := w.c.Ended(ctx, turn)

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 const (
@@ -57,17 +58,12 @@ var bins struct {
 // mostly wait on the processes they start, which run outside this one, so the default
 // of go test (GOMAXPROCS, 2 on the CI machine) would leave the machine idle. With 4,
 // the longest tests (each 20-30 s of leases and timed calls) often started last.
-const parallelTests = 6
+const parallelTests = 10
 
 func TestMain(m *testing.M) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(parallelTests)); err != nil {
-			fmt.Fprintln(os.Stderr, "integration:", err)
-			os.Exit(1)
-		}
+	if err := bustest.Parallel(parallelTests); err != nil {
+		fmt.Fprintln(os.Stderr, "integration:", err)
+		os.Exit(1)
 	}
 	dir, err := os.MkdirTemp("", "toolbus-integration-")
 	if err != nil {
