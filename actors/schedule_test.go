@@ -260,7 +260,7 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	_, every := h.createSchedule("sam", `{"prompt":"Tick.","every":"1s"}`, say("Tock."))
-	at := time.Now().Add(6 * time.Second).UTC().Truncate(time.Second)
+	at := time.Now().Add(3 * time.Second).UTC().Truncate(time.Second)
 	_, once := h.createSchedule("sam", `{"prompt":"Once, after the restart.","at":"`+at.Format(time.RFC3339)+`"}`, say("Done."))
 	before := h.waitFired(every.ID, 1, 30*time.Second)
 

@@ -54,7 +54,7 @@ func (s *suite) streamRows(ctx context.Context) ([]Row, error) {
 	}
 
 	// The step: the slow call done at 100 ms, the no-op at 1 s, the response's end.
-	rounds := max(s.cfg.Samples/400, 3)
+	rounds := max(s.cfg.Samples/400, 1) // 2.5 s a round: 5 at the default samples
 	step := gatewaytest.NewResponses("resp_step").
 		Pace(100*time.Millisecond, nil).Call("c_slow", slow.Name, "{}").
 		Pace(900*time.Millisecond, nil).Call("c_noop", s.noop.Name, "{}")

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -49,17 +48,7 @@ func slowhostBinary(t testing.TB) string {
 			slowhostBin.err = err
 			return
 		}
-		dir, err := os.MkdirTemp("", "toolbus-slowhost-")
-		if err != nil {
-			slowhostBin.err = err
-			return
-		}
-		slowhostBin.path = filepath.Join(dir, "slowhost")
-		cmd := exec.Command(goCmd, "build", "-o", slowhostBin.path, "./integration/testdata/slowhost")
-		cmd.Dir = root
-		if out, err := cmd.CombinedOutput(); err != nil {
-			slowhostBin.err = fmt.Errorf("build slowhost: %v\n%s", err, out)
-		}
+		slowhostBin.path, slowhostBin.err = goBuild(goCmd, root, "./integration/testdata/slowhost", filepath.Join(bins.dir, "slowhost"))
 	})
 	if slowhostBin.err != nil {
 		t.Fatal(slowhostBin.err)
