@@ -48,7 +48,7 @@ func TestJobsAndSchedulesSurviveNodeLoss(t *testing.T) {
 	jobScript := write("job.json", `{"responses":[
 	  {"calls":[{"name":"job_start","arguments":"{\"prompt\":\"Wait a while.\"}"}]},
 	  {"text":"Started."}],
-	 "child":{"responses":[{"calls":[{"id":"j1","name":"wait","namespace":"slow","arguments":"{\"id\":\"j1\",\"seconds\":4}"}]},{"text":"Waited."}]}}`)
+	 "child":{"responses":[{"calls":[{"id":"j1","name":"wait","namespace":"slow","arguments":"{\"id\":\"j1\",\"seconds\":-1}"}]},{"text":"Waited."}]}}`) // held: see releaseHeld
 	for _, script := range []string{scheduleScript, jobScript} {
 		if out, errOut, err := runCLI(t, "run", "-server", server, "-agent", "bg", "-model", "script:"+script, "go"); err != nil {
 			t.Fatalf("run %s: %v\n%s%s", filepath.Base(script), err, out, errOut)
@@ -104,6 +104,7 @@ func TestJobsAndSchedulesSurviveNodeLoss(t *testing.T) {
 	}
 	lost.proc.kill()
 	before := fired()
+	host.releaseHeld(t) // the job's call, in flight on the lost node and run again
 
 	// The job: resumed elsewhere, to its end; its read-only call in flight ran again.
 	checkFor(t, "the job ends on another node", func() error {

@@ -83,7 +83,7 @@ func TestTaskSurvivesNodeLoss(t *testing.T) {
 
 	const agent = "survivor"
 	schema := json.RawMessage(`{"type":"object","properties":{"answer":{"type":"integer"}},"required":["answer"]}`)
-	script := json.RawMessage(`{"responses":[{"delay_ms":4000,"calls":[{"name":"submit_result","arguments":"{\"result\":{\"answer\":42}}"}]}]}`)
+	script := json.RawMessage(`{"responses":[{"delay_ms":1500,"calls":[{"name":"submit_result","arguments":"{\"result\":{\"answer\":42}}"}]}]}`)
 	wf := startWorkflow(t, nc, agent, map[string]any{"title": "survive", "tasks": []map[string]any{
 		{"id": "think", "instructions": "Think hard, then answer.", "result_schema": schema, "script": script},
 	}})
