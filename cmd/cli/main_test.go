@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
@@ -31,7 +33,15 @@ const (
 	demoPrompt = "Look around and check the project"
 )
 
+// parallelTests: several tests play the paced demo script (4 s of waiting each), which go
+// test's default of 2 at once (GOMAXPROCS) would run one pair at a time.
+const parallelTests = 4
+
 func TestMain(m *testing.M) {
+	if err := bustest.Parallel(parallelTests); err != nil {
+		fmt.Fprintln(os.Stderr, "cli:", err)
+		os.Exit(1)
+	}
 	// The flags read these; a developer's environment must not send the
 	// tests to a real bus or model.
 	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBUS_MODEL_API_KEY", "TOOLBUS_REQUEST_TIMEOUT"} {
