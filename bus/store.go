@@ -46,6 +46,20 @@ func KeyValue(ctx context.Context, js jetstream.JetStream, bucket string, replic
 	})
 }
 
+// OpenKeyValue opens an existing bucket, retrying while JetStream has no leader (a
+// node lost makes its streams elect one for several seconds; a read then waited out the
+// request timeout and failed). A bucket that does not exist is
+// jetstream.ErrBucketNotFound.
+func OpenKeyValue(ctx context.Context, js jetstream.JetStream, bucket string) (jetstream.KeyValue, error) {
+	var kv jetstream.KeyValue
+	err := Retry(ctx, "open key-value bucket "+bucket, nil, func(ctx context.Context) error {
+		var err error
+		kv, err = js.KeyValue(ctx, bucket)
+		return err
+	})
+	return kv, err
+}
+
 // EnsureKeyValue opens the bucket cfg.Bucket, creating it from cfg if it
 // does not exist; concurrent callers on several nodes all get the bucket.
 // If cfg.Replicas is more than the cluster can place, the bucket is created

@@ -60,7 +60,7 @@ func (c *Client) bucket(ctx context.Context, name string) (jetstream.KeyValue, e
 	if err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, name)
+	kv, err := bus.OpenKeyValue(ctx, js, name)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%s: %w", name, ErrNoRecords)
 	}

@@ -95,7 +95,7 @@ func Open(ctx context.Context, js jetstream.JetStream, cfg Config) (*Store, erro
 	}
 	s := &Store{cfg: cfg, js: js, log: cfg.Logger}
 	if !cfg.Create {
-		kv, err := js.KeyValue(ctx, bus.BucketTurns)
+		kv, err := bus.OpenKeyValue(ctx, js, bus.BucketTurns)
 		switch {
 		case errors.Is(err, jetstream.ErrBucketNotFound):
 			return s, nil
