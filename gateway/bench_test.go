@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/openai/openai-go/v3/responses"
+
 	"github.com/toolbus/toolbus"
 )
 
@@ -101,4 +103,35 @@ func BenchmarkRequestEncoding(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkStreamEvent decodes a Responses stream's output_item.done of a function call
+// as streamOnce does (streamEvent, then the item's few fields) against the SDK's event
+// union, which it used before: on the path from the event's arrival to the call's
+// dispatch.
+func BenchmarkStreamEvent(b *testing.B) {
+	data := []byte(`{"type":"response.output_item.done","sequence_number":7,"output_index":0,"item":{"id":"fc_0","type":"function_call","status":"completed","arguments":"{\"path\":\"a/b/c.txt\",\"limit\":10}","call_id":"call_0","name":"tool_0"}}`)
+	m := &Responses{}
+	b.Run("streamEvent", func(b *testing.B) {
+		for b.Loop() {
+			var ev streamEvent
+			if err := json.Unmarshal(data, &ev); err != nil {
+				b.Fatal(err)
+			}
+			if it, _, _, err := m.streamedItem(int(ev.OutputIndex), ev.Item, nil); err != nil || it.Arguments == "" {
+				b.Fatal(it, err)
+			}
+		}
+	})
+	b.Run("sdk-union", func(b *testing.B) {
+		for b.Loop() {
+			var ev responses.ResponseStreamEventUnion
+			if err := json.Unmarshal(data, &ev); err != nil {
+				b.Fatal(err)
+			}
+			if it, _, err := m.item(int(ev.OutputIndex), ev.Item, nil); err != nil || it.Arguments == "" {
+				b.Fatal(it, err)
+			}
+		}
+	})
 }

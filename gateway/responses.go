@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/packages/ssestream"
 	"github.com/openai/openai-go/v3/responses"
 	"github.com/openai/openai-go/v3/shared"
 	"github.com/toolbus/toolbus"
@@ -436,9 +437,7 @@ func (m *Responses) item(i int, o responses.ResponseOutputItemUnion, set []*tool
 		it.Text = m.red.string(strings.Join(text, ""))
 	case "function_call":
 		fc := o.AsFunctionCall()
-		it.Kind = KindFunctionCall
-		it.CallID, it.Name, it.Namespace = fc.CallID, fc.Name, callNamespace(set, fc.Name, fc.Namespace)
-		it.Arguments = m.red.string(fc.Arguments)
+		return m.callItem([]byte(o.RawJSON()), fc.CallID, fc.Name, fc.Namespace, fc.Arguments, set), nil, nil
 	case "reasoning":
 		it.Kind = KindReasoning
 		var text []string
@@ -457,6 +456,12 @@ func (m *Responses) item(i int, o responses.ResponseOutputItemUnion, set []*tool
 		it.Kind = KindOpaque
 	}
 	return it, s, nil
+}
+
+// callItem is a function call item of the response, raw as it came.
+func (m *Responses) callItem(raw []byte, callID, name, namespace, args string, set []*toolbus.Spec) Item {
+	return Item{Provider: ProviderResponses, Raw: json.RawMessage(m.red.bytes(raw)), Kind: KindFunctionCall,
+		CallID: callID, Name: name, Namespace: callNamespace(set, name, namespace), Arguments: m.red.string(args)}
 }
 
 // streamRound asks for one round of a step as a stream (stream: true): text deltas
@@ -481,15 +486,18 @@ func (m *Responses) streamRound(ctx context.Context, params responses.ResponseNe
 // says it was cut (incomplete); response.completed, .incomplete and .failed end it with
 // the whole response; an error event fails it.
 func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []Item, []search, error) {
+	// The request as ResponseService.NewStreaming sends it, and the events read into
+	// streamEvent rather than the SDK's event union (see streamEvent).
 	var httpRes *http.Response
-	s := m.service.NewStreaming(ctx, params, option.WithResponseInto(&httpRes))
-	defer s.Close()
-	if err := s.Err(); err != nil {
+	sdk := openai.Client{Options: m.service.Options}
+	err := sdk.Post(ctx, "responses", params, &httpRes, option.WithJSONSet("stream", true))
+	if err != nil {
 		// No answer at all: the SDK retried it already, as it does any request.
 		return nil, nil, nil, streamAdvice(classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err))
 	}
 	if wholeJSON(httpRes) {
 		// The endpoint ignored "stream": the answer is one response.
+		defer httpRes.Body.Close()
 		b, err := io.ReadAll(httpRes.Body)
 		if err != nil {
 			return nil, nil, nil, classify(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, err)
@@ -501,6 +509,8 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 		items, searches, err := m.output(res, set)
 		return res, items, searches, err
 	}
+	s := ssestream.NewStream[streamEvent](ssestream.NewDecoder(httpRes), nil)
+	defer s.Close()
 	var (
 		done     []Item          // the items of output_item.done, by output index
 		searched map[int]*search // the tool searches among them
@@ -515,7 +525,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 			if i < 0 || i > maxStreamItems {
 				return nil, nil, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output index %d", i)}
 			}
-			it, srch, err := m.item(i, ev.Item, set)
+			it, srch, cut, err := m.streamedItem(i, ev.Item, set)
 			if err != nil {
 				return nil, nil, nil, err
 			}
@@ -529,12 +539,15 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 				}
 				searched[i] = srch
 			}
-			if it.Kind == KindFunctionCall && ev.Item.Status != "" && ev.Item.Status != "completed" {
+			if cut {
 				continue // cut by the output limit: only in the response, marked truncated
 			}
 			em.item(base+i, it)
 		case "response.completed", "response.incomplete", "response.failed":
-			res := ev.Response
+			res := new(responses.Response)
+			if err := res.UnmarshalJSON(ev.Response); err != nil {
+				return nil, nil, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: %s: %v", ev.Type, err)}
+			}
 			if !res.JSON.Output.Valid() || len(res.Output) == 0 && len(done) > 0 {
 				// Some servers leave the final output empty: the items streamed are it.
 				var items []Item
@@ -548,10 +561,10 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 						searches = append(searches, *srch)
 					}
 				}
-				return &res, items, searches, nil
+				return res, items, searches, nil
 			}
-			items, searches, err := m.output(&res, set)
-			return &res, items, searches, err
+			items, searches, err := m.output(res, set)
+			return res, items, searches, err
 		case "error":
 			msg := ev.Message
 			if ev.Code != "" {
@@ -561,6 +574,54 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 		}
 	}
 	return nil, nil, nil, streamEnded(ctx, ProviderResponses, m.cfg.openAIEndpoint(), m.red, s.Err())
+}
+
+// streamEvent is an event of a Responses stream, decoded only as far as streamOnce reads
+// it. The SDK's event union (ResponseStreamEventUnion) decodes every field any event
+// type has, by reflection: 40 µs an output_item.done of a call, most of the time from
+// the event's arrival to the call's dispatch (BenchmarkStreamEvent).
+type streamEvent struct {
+	Type        string          `json:"type"`
+	OutputIndex int64           `json:"output_index"`
+	Delta       string          `json:"delta"`
+	Item        json.RawMessage `json:"item"`
+	Response    json.RawMessage `json:"response"`
+	Code        string          `json:"code"`
+	Message     string          `json:"message"`
+}
+
+// streamedItem is the item of an output_item.done; cut reports a function call whose
+// status says the output limit cut it (incomplete). A function call is read from the
+// few fields it has; any other item through the SDK's item union.
+func (m *Responses) streamedItem(i int, raw json.RawMessage, set []*toolbus.Spec) (it Item, s *search, cut bool, err error) {
+	var head struct {
+		Type      string `json:"type"`
+		Status    string `json:"status"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+		// A string of a function call; an object of a tool search call.
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output item %d: %v", i, err)}
+	}
+	if head.Type == "function_call" {
+		var args string
+		if len(head.Arguments) > 0 {
+			if err := json.Unmarshal(head.Arguments, &args); err != nil {
+				return Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: the arguments of output item %d: %v", i, err)}
+			}
+		}
+		it = m.callItem(raw, head.CallID, head.Name, head.Namespace, args, set)
+		return it, nil, head.Status != "" && head.Status != "completed", nil
+	}
+	var o responses.ResponseOutputItemUnion
+	if err := o.UnmarshalJSON(raw); err != nil {
+		return Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output item %d: %v", i, err)}
+	}
+	it, s, err = m.item(i, o, set)
+	return it, s, false, err
 }
 
 // answerSearch runs a client-executed tool search over the deferred tools and returns
