@@ -157,10 +157,13 @@ func TestRunStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := r.Results[2:]
-	if len(rows) != 3 {
+	if len(rows) != 4 {
 		t.Fatalf("rows %+v", rows)
 	}
-	whole, streamed, dispatch := rows[0], rows[1], rows[2]
+	whole, streamed, hop, dispatch := rows[0], rows[1], rows[2], rows[3]
+	if hop.Unit != "us" || hop.Samples != 50 || hop.P50 <= 0 || dispatch.Baseline != hop.Name || dispatch.Ratio <= 0 {
+		t.Errorf("bus row %+v\nagainst %+v", hop, dispatch)
+	}
 	if whole.Unit != "ms" || streamed.Unit != "ms" || streamed.Baseline != whole.Name || streamed.Met == nil ||
 		whole.Samples != 1 || streamed.Samples != 1 || whole.P50 <= 0 || streamed.P50 <= 0 {
 		t.Errorf("step rows %+v\n%+v", whole, streamed)
