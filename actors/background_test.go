@@ -134,6 +134,9 @@ func (h *bgHarness) start() {
 		Logger:        DiscardLogger(),
 		AbortGrace:    300 * time.Millisecond,
 		HandBackGrace: 2 * time.Second,
+		// A turn a stop could not hand back (still in its claim) moves after this, not
+		// the default 15 s: TestScheduleSurvivesRestart took 18 s under load once.
+		TurnLease: 5 * time.Second,
 	})
 	if err != nil {
 		srv.Close()
