@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -240,8 +241,15 @@ func newWorld(t *testing.T, o worldOptions) *world {
 			t.Fatal(err)
 		}
 	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	bc := bus.Config{Logger: quiet}
+	// The node's warnings, shown should the test fail: quiet otherwise.
+	warnings := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() && warnings.Len() > 0 {
+			t.Logf("the node's warnings:\n%s", warnings.String())
+		}
+	})
+	quiet := slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	bc := bus.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if o.users {
 		ops, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
 		if err != nil {
@@ -632,6 +640,30 @@ func TestConsoleWorkflow(t *testing.T) {
 	if err := json.Unmarshal(reply.Details, &wf); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// Whether the page or the workflow was behind: the document as stored, and
+		// the records of its task turns.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		doc, err := w.cl.Workflow(ctx, "default", wf.ID)
+		if err != nil {
+			t.Logf("read the workflow: %v", err)
+			return
+		}
+		b, _ := json.MarshalIndent(doc, "", "  ")
+		t.Logf("the workflow as stored:\n%s", b)
+		for _, task := range doc.Tasks {
+			for _, a := range task.Attempts {
+				rec, err := w.cl.Record(ctx, a.Turn)
+				if err == nil && rec != nil {
+					t.Logf("turn %s: %s on %s, updated %s, error %q", a.Turn, rec.State, rec.Owner, rec.Updated.Format(time.RFC3339Nano), rec.Error)
+				}
+			}
+		}
+	})
 	do(t, tab, "open the workflow", chromedp.Navigate(w.url+"#/workflow/default/"+wf.ID), chromedp.WaitVisible(chromedp.CSS(`#graph svg`)))
 	if n := eval[int](t, tab, `document.querySelectorAll('#graph g.task').length`); n != 3 {
 		t.Errorf("the graph has %d tasks", n)
@@ -845,4 +877,28 @@ func TestConsoleNoCredentialInPage(t *testing.T) {
 			t.Errorf("%s reached the page", what)
 		}
 	}
+}
+
+// syncBuffer is a bytes.Buffer for the writes of several goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Len()
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
