@@ -1,7 +1,6 @@
 package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -241,14 +240,7 @@ func newWorld(t *testing.T, o worldOptions) *world {
 			t.Fatal(err)
 		}
 	}
-	// The node's warnings, shown should the test fail: quiet otherwise.
-	warnings := &syncBuffer{}
-	t.Cleanup(func() {
-		if t.Failed() && warnings.Len() > 0 {
-			t.Logf("the node's warnings:\n%s", warnings.String())
-		}
-	})
-	quiet := slog.New(slog.NewTextHandler(warnings, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	quiet := bustest.Logger(t, slog.LevelWarn) // the node's warnings, shown should the test fail
 	bc := bus.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if o.users {
 		ops, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
@@ -877,28 +869,4 @@ func TestConsoleNoCredentialInPage(t *testing.T) {
 			t.Errorf("%s reached the page", what)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer for the writes of several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Len()
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -4,6 +4,7 @@
 package bustest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -165,4 +166,36 @@ func Parallel(n int) error {
 		return nil
 	}
 	return flag.Set("test.parallel", strconv.Itoa(n))
+}
+
+// Logger is a logger of records at level and above, kept and logged only should t
+// fail: a test's world quiet while it passes and explained when it does not.
+func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	b := &lockedBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if s := b.String(); s != "" {
+				t.Logf("logged:\n%s", s)
+			}
+		}
+	})
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level}))
+}
+
+// lockedBuffer is a bytes.Buffer for the writes of several goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
