@@ -88,15 +88,17 @@ func TestRequestTimeoutStalledBody(t *testing.T) {
 	_, err := ask(t, newResponses(t, gateway.Config{APIKey: testKey, BaseURL: srv.URL + "/v1", HTTPClient: srv.Client(), RequestTimeout: 50 * time.Millisecond}))
 	// Each attempt's answer begins and stalls; the first that got its head within the
 	// 50 ms is not retried. On a loaded machine an attempt may time out before the head
-	// came, and is retried: the error names the attempt that stalled, the last one. A
-	// stalled answer asked again would take all three attempts.
+	// came (before the server even ran its handler), and is retried: the error names the
+	// attempt that stalled, the last one, at least as many as the server saw. A stalled
+	// answer asked again would take all three attempts.
 	n := requests.Load()
 	if n >= 3 {
 		t.Fatalf("%d requests: a stalled answer was asked again", n)
 	}
-	want := fmt.Sprintf("openai: the answer from %s/v1 was not complete within 50ms (attempt %d; an answer cut short is not retried)", srv.URL, n)
-	if !errors.Is(err, gateway.ErrRequestTimeout) || err.Error() != want {
-		t.Fatalf("err = %v\nwant  %s", err, want)
+	var attempt int64
+	want := fmt.Sprintf("openai: the answer from %s/v1 was not complete within 50ms (attempt %%d; an answer cut short is not retried)", srv.URL)
+	if _, serr := fmt.Sscanf(fmt.Sprint(err), want, &attempt); serr != nil || !errors.Is(err, gateway.ErrRequestTimeout) || attempt < n || attempt > 2 {
+		t.Fatalf("err = %v (%d requests seen)\nwant  %s, the attempt at least %d and at most 2", err, n, want, n)
 	}
 }
 
