@@ -279,31 +279,13 @@ var (
 	portsGiven = map[int]bool{}
 )
 
-// syncBuffer collects a process's output while it runs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // process is a child process in a process group of its own, so that it and
 // everything it started can be signalled at once.
 type process struct {
 	name   string
 	cmd    *exec.Cmd
-	stdout *syncBuffer
-	stderr *syncBuffer
+	stdout *bustest.Buffer
+	stderr *bustest.Buffer
 	done   chan struct{} // closed once the process has exited
 	err    error         // Wait's error, set before done is closed
 	stop   sync.Once
@@ -320,7 +302,7 @@ func startProcess(t testing.TB, name, bin string, args ...string) *process {
 // what a test would otherwise set with t.Setenv, which a parallel test may not.
 func startProcessEnv(t testing.TB, name, bin string, env []string, args ...string) *process {
 	t.Helper()
-	p := &process{name: name, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan struct{})}
+	p := &process{name: name, stdout: &bustest.Buffer{}, stderr: &bustest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(childEnv(filepath.Join(t.TempDir(), "home")), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr

@@ -1,44 +1,24 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/toolbus/toolbus/bus/bustest"
 )
 
-// lockedBuffer is a log that Run writes while the test reads it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // `toolbus node -console ADDR` serves the console on the node's own connection, and
 // says where in its log.
 func TestRunServesConsole(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(bustest.Context(t))
-	var log lockedBuffer
+	var log bustest.Buffer
 	done := make(chan error, 1)
 	dir := t.TempDir()
 	go func() {

@@ -171,7 +171,7 @@ func Parallel(n int) error {
 // Logger is a logger of records at level and above, kept and logged only should t
 // fail: a test's world quiet while it passes and explained when it does not.
 func Logger(t testing.TB, level slog.Level) *slog.Logger {
-	b := &lockedBuffer{}
+	b := &Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			if s := b.String(); s != "" {
@@ -182,19 +182,20 @@ func Logger(t testing.TB, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level}))
 }
 
-// lockedBuffer is a bytes.Buffer for the writes of several goroutines.
-type lockedBuffer struct {
+// Buffer is a bytes.Buffer that goroutines write while a test reads it: a process's
+// output, a node's log.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
+func (l *Buffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
+func (l *Buffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()

@@ -1,14 +1,12 @@
 package workflow_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -28,30 +26,12 @@ import (
 
 const agent = "wf-limits"
 
-// logBuffer is a slog destination the tests read while the node writes to it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type harness struct {
 	t    *testing.T
 	node *actors.Node
 	nc   *nats.Conn
 	js   jetstream.JetStream
-	logs *logBuffer
+	logs *bustest.Buffer
 }
 
 func newHarness(t *testing.T) *harness {
@@ -63,7 +43,7 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	logs := &logBuffer{}
+	logs := &bustest.Buffer{}
 	n, err := actors.StartNode(ctx, actors.NodeConfig{
 		Name:       "n1",
 		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
