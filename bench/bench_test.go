@@ -100,6 +100,7 @@ func testContext(t *testing.T) context.Context {
 // Run with Only runs the first two rows and the groups named; the rows of calls
 // through turns include the foreign host's, found through the catalog.
 func TestRunOnly(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		only  string
 		steps int
@@ -152,6 +153,7 @@ func TestRunOnly(t *testing.T) {
 // streamed and streamed (in ms, the second against the first), and a call's
 // output_item.done to its request on the bus.
 func TestRunStream(t *testing.T) {
+	t.Parallel()
 	r, err := Run(testContext(t), Config{Samples: MinSamples, Only: "stream"}, nil)
 	if err != nil {
 		t.Fatal(err)

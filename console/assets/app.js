@@ -250,7 +250,7 @@ const maxStreamed = 32 << 10;
 function showTurn(id) {
   // streams holds, per model step not in the transcript yet, the text heard as the
   // model writes it; the step's whole text from the transcript replaces it once stored.
-  const T = {id, record: null, items: [], modes: {}, held: new Map(), live: new Map(), status: null, done: null, nodes: [], open: new Set(), stepNodes: new Map(),
+  const T = {id, record: null, items: [], modes: {}, held: new Map(), live: new Map(), order: new Map(), status: null, done: null, nodes: [], open: new Set(), stepNodes: new Map(),
     streams: new Map(), stored: 0, final: false};
   const head = el('div');
   const heldBox = el('div', {id: 'held'});
@@ -290,7 +290,12 @@ function showTurn(id) {
       // A step's status names the node that ran it (a resumed turn's started status
       // names the node that takes it on, at the step it resumes from).
       if (st.node && m.name === 'step' && st.step > 0) T.stepNodes.set(st.step, st.node);
-      for (const c of st.calls || []) Object.assign(fact(c.call_id), {record: c, outcome: c.outcome});
+      // A status lists its calls in the model's order: the calls heard of first (a
+      // host's events of parallel calls come in any order) take their places by it.
+      for (const c of st.calls || []) {
+        Object.assign(fact(c.call_id), {record: c, outcome: c.outcome});
+        if (!T.order.has(c.call_id)) T.order.set(c.call_id, T.order.size);
+      }
       if (m.name === 'done') T.done = st;
       if (st.resumed) T.nodes.push(st.resumed);
       reload();
@@ -438,6 +443,8 @@ function showTurn(id) {
     // Calls heard on the feed that the transcript read has not caught up with.
     const inT = new Set(out.flatMap(s => (s.calls || []).map(c => c.call_id)));
     const extra = [...T.live.entries()].filter(([cid, f]) => !inT.has(cid) && (f.started || f.outcome === 'held' || f.record));
+    const rank = cid => T.order.has(cid) ? T.order.get(cid) : Infinity;
+    extra.sort((a, b) => rank(a[0]) - rank(b[0])); // stable: calls no status named yet keep the order heard
     let pend = null;
     if (extra.length) {
       pend = {text: '', calls: [], pending: true};
@@ -489,7 +496,7 @@ function showTurn(id) {
       n++;
       const stepNode = T.stepNodes.get(n) || node;
       const tokens = s.usage ? s.usage.input_tokens + ' in · ' + s.usage.output_tokens + ' out' : '';
-      const box = el('section', {class: 'step', 'data-step': n},
+      const box = el('section', {class: 'step', 'data-step': n, 'data-pending': s.pending ? '' : null},
         el('div', {class: 'step-head'}, el('b', {}, 'step ' + n),
           s.pending ? el('span', {}, s.stream && T.final ? 'cut off: not in the transcript' : s.stream ? 'streaming' : 'in progress') : null,
           stepNode ? el('span', {class: 'mono'}, 'on ' + stepNode) : null,
@@ -624,9 +631,15 @@ function showWorkflow(agent, id) {
   const head = el('div'), graph = el('div', {class: 'graph', id: 'graph'}), tasks = el('div');
   view.append(head, graph, el('h2', {}, 'Tasks'), tasks);
   const load = () => getJSON('/api/workflow?agent=' + encodeURIComponent(agent) + '&id=' + encodeURIComponent(id))
-    .then(doc => { wf = doc; render(); }).catch(e => view.replaceChildren(el('h1', {}, 'Workflow ' + id), el('p', {class: 'empty'}, e.message)));
+    .then(doc => { take(doc); render(); }).catch(e => view.replaceChildren(el('h1', {}, 'Workflow ' + id), el('p', {class: 'empty'}, e.message)));
+  // take keeps the newest revision: the read the feed's ready starts may answer after
+  // the feed brought a later one (the workflow's end), which it must not undo.
+  const take = doc => {
+    const older = wf && (new Date(doc.updated) < new Date(wf.updated) || (ended(wf.state) && !ended(doc.state)));
+    if (!older) wf = doc;
+  };
   openFeed({scope: 'workflow', agent, id}, m => {
-    if (m.kind === 'workflow') { wf = m.workflow; render(); return; }
+    if (m.kind === 'workflow') { take(m.workflow); render(); return; }
     if (m.kind === 'status' && m.name !== 'beat') { turns.set(m.turn_id, m.status); render(); }
   }, load);
 
