@@ -146,6 +146,18 @@ func waitFor(t *testing.T, tab context.Context, what, cond string) {
 	}
 }
 
+// click waits until sel matches a visible element and clicks it, found and clicked in
+// one evaluation in the page: the console draws its timeline and lists again as events
+// come, and a node chromedp.Click found by one request of the protocol can be gone by
+// its next ("Could not find node with given id").
+func click(sel string) chromedp.Action[chromedp.Void] {
+	q, _ := json.Marshal(sel)
+	return chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector(`+string(q)+`);
+		if (!e || !e.getClientRects().length) return false;
+		e.click(); return true; })()`,
+		chromedp.WithPollingTimeout(45*time.Second), chromedp.WithPollingInterval(40*time.Millisecond))
+}
+
 // eval evaluates an expression in the page.
 func eval[T any](t *testing.T, tab context.Context, expr string) T {
 	t.Helper()
@@ -361,9 +373,7 @@ func TestConsoleLiveTurn(t *testing.T) {
 	do(t, tab, "clear the filter", chromedp.Evaluate[chromedp.Void](`(f => { f.value = ''; f.dispatchEvent(new Event('input')); })(document.getElementById('f-agent'))`))
 	waitFor(t, tab, "the whole list", `document.querySelectorAll('#turns tr[data-turn]').length === 3`)
 
-	// Clicked in the page: the list is drawn again as the side turns end, and a node
-	// found by one request of the protocol may be gone at the next.
-	do(t, tab, "open the turn", chromedp.Evaluate[chromedp.Void](`document.querySelector('#turns tr[data-turn="`+id+`"] a').click()`), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	do(t, tab, "open the turn", click(`#turns tr[data-turn="`+id+`"] a`), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
 	running := `document.getElementById('turn-state').dataset.state === 'running'`
 	waitFor(t, tab, "the first batch while the turn runs", running+` && document.querySelectorAll('#timeline .lane').length === 5`)
 	waitFor(t, tab, "the second batch while the turn runs", running+` && document.querySelectorAll('#timeline .lane').length === 7`)
@@ -391,7 +401,7 @@ func TestConsoleLiveTurn(t *testing.T) {
 		t.Errorf("c3 shows no repair rung: %q", rungs)
 	}
 	// A call's arguments and result, on demand.
-	do(t, tab, "open c2", chromedp.Click(chromedp.CSS(`.lane[data-call="c2"] .lname`)), chromedp.WaitVisible(chromedp.CSS(`.lane[data-call="c2"] .detail`)))
+	do(t, tab, "open c2", click(`.lane[data-call="c2"] .lname`), chromedp.WaitVisible(chromedp.CSS(`.lane[data-call="c2"] .detail`)))
 	if detail := eval[string](t, tab, `document.querySelector('.lane[data-call="c2"] .detail').innerText`); !strings.Contains(detail, `"path": "a.txt"`) || !strings.Contains(detail, "alpha") {
 		t.Errorf("c2's detail lacks its arguments or result:\n%s", detail)
 	}
@@ -485,7 +495,7 @@ func TestConsoleApprove(t *testing.T) {
 	late := newTab(t)
 	do(t, late, "open the turn's page late", chromedp.Navigate(w.url+"#/turn/"+id))
 	waitFor(t, late, "the held call, late", `!!document.querySelector('.held[data-call="w1"] button.approve')`)
-	do(t, tab, "approve", chromedp.Click(chromedp.CSS(`.held[data-call="w1"] button.approve`)))
+	do(t, tab, "approve", click(`.held[data-call="w1"] button.approve`))
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "the call's outcome", `document.querySelector('.lane[data-call="w1"]').dataset.outcome === 'ok'`)
 	if n := eval[int](t, tab, `document.querySelectorAll('.held').length`); n != 0 {
@@ -566,10 +576,10 @@ func TestConsoleRefuse(t *testing.T) {
 	  {"text":"Not written, then."}]}`)
 	waitFor(t, tab, "the held call", `!!document.querySelector('.held[data-call="w1"] button.refuse')`)
 	do(t, tab, "refuse", chromedp.SendKeys(chromedp.CSS(`.held[data-call="w1"] input.reason`), "not on a Friday"),
-		chromedp.Click(chromedp.CSS(`.held[data-call="w1"] button.refuse`)))
+		click(`.held[data-call="w1"] button.refuse`))
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "the refused outcome", `document.querySelector('.lane[data-call="w1"]').dataset.outcome === 'refused'`)
-	do(t, tab, "open the call", chromedp.Click(chromedp.CSS(`.lane[data-call="w1"] .lname`)))
+	do(t, tab, "open the call", click(`.lane[data-call="w1"] .lname`))
 	waitFor(t, tab, "the model's word", `document.querySelector('.lane[data-call="w1"] .detail').innerText.includes('not on a Friday')`)
 	if _, err := os.Stat(filepath.Join(w.home, "refused.txt")); !os.IsNotExist(err) {
 		t.Errorf("the refused call ran: %v", err)
@@ -586,7 +596,7 @@ func TestConsoleAbort(t *testing.T) {
 	w.start(t, id, "ann", `{"responses":[{"delay_ms":60000,"text":"never"}]}`)
 	do(t, tab, "open the turn", chromedp.Navigate(w.url+"#/turn/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
 	waitFor(t, tab, "the running turn", `document.getElementById('turn-state')?.dataset.state === 'running' && document.getElementById('live').dataset.live === 'on'`)
-	do(t, tab, "abort", chromedp.SendKeys(chromedp.CSS(`#abort-reason`), "wrong project"), chromedp.Click(chromedp.CSS(`#abort`)))
+	do(t, tab, "abort", chromedp.SendKeys(chromedp.CSS(`#abort-reason`), "wrong project"), click(`#abort`))
 	waitFor(t, tab, "the aborted turn", `document.getElementById('turn-state').dataset.state === 'aborted'`)
 	waitFor(t, tab, "the abort button gone", `document.getElementById('abort').closest('.toolbar').hidden`)
 	ctx := bustest.Context(t)
@@ -710,7 +720,7 @@ func TestConsoleWorkflowCancel(t *testing.T) {
 	}
 	do(t, tab, "open the workflow", chromedp.Navigate(w.url+"#/workflow/default/"+wf.ID), chromedp.WaitVisible(chromedp.CSS(`#wf-cancel`)))
 	waitFor(t, tab, "the running task", `document.querySelector('#graph g.task[data-task="slow"]').dataset.state === 'running'`)
-	do(t, tab, "cancel", chromedp.SendKeys(chromedp.CSS(`#view input.reason`), "changed my mind"), chromedp.Click(chromedp.CSS(`#wf-cancel`)))
+	do(t, tab, "cancel", chromedp.SendKeys(chromedp.CSS(`#view input.reason`), "changed my mind"), click(`#wf-cancel`))
 	waitFor(t, tab, "the cancelled workflow", `document.getElementById('wf-state').dataset.state === 'cancelled'`)
 	waitFor(t, tab, "the cancelled task", `document.querySelector('#graph g.task[data-task="slow"]').dataset.state === 'cancelled'`)
 	if text := eval[string](t, tab, `document.getElementById('view').innerText`); !strings.Contains(text, "changed my mind") {
@@ -768,9 +778,9 @@ func TestConsoleJobsAndSchedules(t *testing.T) {
 	if next := eval[string](t, tab, `document.querySelector('#schedules tr[data-schedule] td:nth-child(4)').textContent`); next == "–" || next == "" {
 		t.Errorf("the schedule's next firing: %q", next)
 	}
-	do(t, tab, "cancel the job", chromedp.Click(chromedp.CSS(`#jobs tr[data-job] button`)))
+	do(t, tab, "cancel the job", click(`#jobs tr[data-job] button`))
 	waitFor(t, tab, "the cancelled job", `(r => r && r.dataset.state !== 'running' && r.dataset.state !== 'queued' && !r.querySelector('button'))(document.querySelector('#jobs tr[data-job]'))`)
-	do(t, tab, "remove the schedule", chromedp.Click(chromedp.CSS(`#schedules tr[data-schedule] button`)))
+	do(t, tab, "remove the schedule", click(`#schedules tr[data-schedule] button`))
 	waitFor(t, tab, "the schedule gone", `!document.querySelector('#schedules tr[data-schedule]')`)
 	js, err := w.cl.Jobs(ctx, "")
 	if err != nil || len(js) != 1 || !js[0].State.Ended() {
@@ -798,13 +808,13 @@ func TestConsoleRoleLimits(t *testing.T) {
 	  {"text":"Written."}]}`)
 	waitFor(t, tab, "the held call", `!!document.querySelector('.held[data-call="w1"] button.approve')`)
 
-	do(t, tab, "approve", chromedp.Click(chromedp.CSS(`.held[data-call="w1"] button.approve`)))
+	do(t, tab, "approve", click(`.held[data-call="w1"] button.approve`))
 	waitFor(t, tab, "the refusal", `document.getElementById('flash').dataset.kind === 'error'`)
 	if msg := eval[string](t, tab, `document.getElementById('flash').textContent`); !strings.Contains(msg, "refused by the bus") || !strings.Contains(msg, "Permissions Violation") {
 		t.Errorf("the approve's refusal says %q", msg)
 	}
 	do(t, tab, "clear the message", chromedp.Evaluate[chromedp.Void](`document.getElementById('flash').dataset.kind = ''`))
-	do(t, tab, "abort", chromedp.Click(chromedp.CSS(`#abort`)))
+	do(t, tab, "abort", click(`#abort`))
 	waitFor(t, tab, "the refusal", `document.getElementById('flash').dataset.kind === 'error'`)
 	if msg := eval[string](t, tab, `document.getElementById('flash').textContent`); !strings.Contains(msg, "refused by the bus") || !strings.Contains(msg, "toolbus.turn."+id+".abort") {
 		t.Errorf("the abort's refusal says %q", msg)
