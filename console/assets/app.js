@@ -648,7 +648,7 @@ function showWorkflow(agent, id) {
   const reason = el('input', {class: 'reason', placeholder: 'reason (recorded with the workflow)'});
   const actions = el('div', {class: 'toolbar'}, reason,
     el('button', {class: 'danger', id: 'wf-cancel', onclick: e => act(e.target, '/api/workflow/cancel', {agent, workflow_id: id, reason: reason.value})
-      .then(out => { if (out && out.workflow_id) { wf = out; render(); } })}, 'Cancel workflow'));
+      .then(out => { if (out && out.workflow_id) { take(out); render(); } })}, 'Cancel workflow'));
   const title = el('h1', {}, 'Workflow ', el('span', {class: 'id'}, id)), facts = el('dl', {class: 'facts'});
   actions.hidden = true; // until the document says it runs
   head.append(title, facts, actions);
