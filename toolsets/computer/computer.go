@@ -74,7 +74,7 @@ func Tools(cfg Config) []*toolbus.Tool {
 	if err := c.validate(); err != nil {
 		sbErr = err
 	} else if sbErr == nil {
-		hostCgroups(c.log())
+		c.hostCgroups()
 	}
 	return []*toolbus.Tool{
 		toolbus.MustDefine(toolbus.Def[listArgs]{

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -21,8 +22,29 @@ import (
 	"github.com/toolbus/toolbus/internal/label"
 )
 
+// Secrets in this process's environment, the node's here: no command may see them. Set
+// once for the package (not with t.Setenv), so that the tests that look for them run in
+// parallel.
+const (
+	testSecretVar = "TOOLBUS_TEST_SECRET"
+	testSecret    = "hunter2"
+	testAPIKey    = "sk-test-4f9a0c-not-a-real-key"
+)
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	if err := errors.Join(os.Setenv(testSecretVar, testSecret), os.Setenv("OPENAI_API_KEY", testAPIKey)); err != nil {
+		fmt.Fprintln(os.Stderr, "computer:", err)
+		os.Exit(1)
+	}
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		// Once, after all tests, which run commands side by side: a cgroup of this
+		// process still there is one a command left behind.
+		if left := ownCgroups(testConfig.hostCgroups()); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "cgroups left behind by the tests' commands: %v\n", left)
+			code = 1
+		}
+		os.Exit(code)
+	}))
 }
 
 // testConfig keeps kill grace short so that stop paths finish quickly.
@@ -505,8 +527,12 @@ func TestListFiles(t *testing.T) {
 }
 
 func TestRunCommand(t *testing.T) {
+	t.Parallel()
 	for _, mode := range modes {
-		t.Run(string(mode), func(t *testing.T) { testRunCommand(t, mode) })
+		t.Run(string(mode), func(t *testing.T) {
+			t.Parallel()
+			testRunCommand(t, mode)
+		})
 	}
 }
 
@@ -516,7 +542,6 @@ func testRunCommand(t *testing.T, mode SandboxMode) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(home, "afile"), "x")
-	t.Setenv("TOOLBUS_TEST_SECRET", "hunter2")
 	tool := toolNamed(t, inMode(mode), "run_command")
 	// A shell killed by a signal: bare, the host sees the signal; bubblewrap reports
 	// it the way shells do, as exit code 128+n.
@@ -542,7 +567,7 @@ func testRunCommand(t *testing.T, mode SandboxMode) {
 		{name: "no output", args: map[string]any{"command": "true"}, want: "(no output)"},
 		{name: "cwd", args: map[string]any{"command": "pwd", "cwd": "sub"}, exactOut: filepath.Join(home, "sub")},
 		{name: "home", args: map[string]any{"command": "pwd; echo $HOME"}, exactOut: home + "\n" + home},
-		{name: "minimal env", args: map[string]any{"command": "env"}, want: "LANG=C.UTF-8", wantNot: "hunter2"},
+		{name: "minimal env", args: map[string]any{"command": "env"}, want: "LANG=C.UTF-8", wantNot: testSecret},
 		{name: "no stdin", args: map[string]any{"command": "cat"}, want: "(no output)"},
 		{name: "signal", args: map[string]any{"command": "kill -KILL $$"}, exit: signal.exit, isError: true, signal: signal.signal, want: signal.want},
 	}

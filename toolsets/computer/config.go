@@ -51,6 +51,10 @@ type Config struct {
 	// Log is where the tools log what the model does not see, such as limits the host
 	// cannot enforce; nil is slog.Default().
 	Log *slog.Logger
+
+	// cgroups, when set, stands in for the probe of the host's cgroups (tests: a host
+	// without them, beside tests that use the real ones).
+	cgroups *cgroupHost
 }
 
 // log is the tools' logger.

@@ -183,15 +183,13 @@ var probed struct {
 	host *cgroupHost
 }
 
-// cgroupsForTest, when set, stands in for the probe's result.
-var cgroupsForTest *cgroupHost
-
-// hostCgroups is what this host's cgroups allow; the first call probes them, and logs to
-// log what commands cannot get.
-func hostCgroups(log *slog.Logger) *cgroupHost {
-	if cgroupsForTest != nil {
-		return cgroupsForTest
+// hostCgroups is what this host's cgroups allow (Config.cgroups, when set); the first
+// call probes them, and logs what commands cannot get.
+func (c Config) hostCgroups() *cgroupHost {
+	if c.cgroups != nil {
+		return c.cgroups
 	}
+	log := c.log()
 	probed.once.Do(func() {
 		h := probeCgroups()
 		switch {
@@ -590,7 +588,7 @@ func (c Config) prepareLimits(callID string, opt CallSandbox, sb *sandbox) (*com
 	if lim.Pids == 0 && lim.Memory == 0 {
 		return l, nil
 	}
-	h := hostCgroups(l.log)
+	h := c.hostCgroups()
 	if h.version > 0 && (h.pids && lim.Pids > 0 || h.memory && lim.Memory > 0) {
 		g, err := h.create(cgroupName(callID), lim)
 		if err != nil {

@@ -25,7 +25,7 @@ func limited(mode SandboxMode) Config {
 // host with cgroups mounted, it can.
 func needCgroups(t *testing.T) *cgroupHost {
 	t.Helper()
-	h := hostCgroups(testConfig.log())
+	h := testConfig.hostCgroups()
 	if h.version == 0 || !h.pids || !h.memory {
 		t.Skipf("commands cannot get a cgroup with the pids and memory controllers here: %s", h.why)
 	}
@@ -70,15 +70,12 @@ func callWith(t *testing.T, tool *toolbus.Tool, home, cmd string) (toolbus.Resul
 	return res, out, d.Limits
 }
 
+// TestCommandLimits runs both modes side by side: each command's cgroup is its own, and
+// none is left behind (TestMain checks, after every test of the package).
 func TestCommandLimits(t *testing.T) {
+	t.Parallel()
 	h := needCgroups(t)
 	via := h.name()
-	// After both modes, which run side by side: each command's cgroup is its own.
-	t.Cleanup(func() {
-		if left := ownCgroups(h); len(left) > 0 {
-			t.Errorf("cgroups left behind: %v", left)
-		}
-	})
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
@@ -304,11 +301,13 @@ func TestLimitsConfig(t *testing.T) {
 // a per-process rlimit, and the process limit, which RLIMIT_NPROC cannot give a node
 // running as root, is said to be unenforced.
 func TestCommandLimitsWithoutCgroups(t *testing.T) {
-	cgroupsForTest = &cgroupHost{why: "cgroups switched off by the test"}
-	defer func() { cgroupsForTest = nil }()
+	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			res, out, l := callWith(t, toolNamed(t, limited(mode), "run_command"), t.TempDir(), "head -c 200000000 /dev/zero | tail | wc -c")
+			t.Parallel()
+			cfg := limited(mode)
+			cfg.cgroups = &cgroupHost{why: "cgroups switched off by the test"}
+			res, out, l := callWith(t, toolNamed(t, cfg, "run_command"), t.TempDir(), "head -c 200000000 /dev/zero | tail | wc -c")
 			if l.Via[limitMemory] != "rlimit" || l.Via[limitCPU] != "rlimit" || l.Via[limitFileSize] != "rlimit" || l.NoCgroup != "cgroups switched off by the test" {
 				t.Errorf("via %v", l.Via)
 			}

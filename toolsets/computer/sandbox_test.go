@@ -93,7 +93,7 @@ func command(t *testing.T, tool *toolbus.Tool, home, cmd string) (string, Comman
 
 // nodeEnv are the variables this process (the node, here) was started with, as
 // /proc/<pid>/environ shows them to whoever can read it, less the ones a command gets
-// anyway. t.Setenv does not change that list; a variable set there counts too.
+// anyway. os.Setenv does not change that list (TestMain's secrets are added by the caller).
 func nodeEnv(t *testing.T) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/environ")
@@ -126,9 +126,8 @@ func leaks(out string, env []string) []string {
 }
 
 func TestSandboxHidesTheNode(t *testing.T) {
-	const secret = "sk-test-4f9a0c-not-a-real-key"
-	t.Setenv("OPENAI_API_KEY", secret)
-	env := append(nodeEnv(t), secret)
+	t.Parallel()
+	env := append(nodeEnv(t), testSecret, testAPIKey)
 	self := filepath.Base(os.Args[0]) // computer.test, on the command line of this process
 	home := t.TempDir()
 	tool := toolNamed(t, testConfig, "run_command")
