@@ -300,7 +300,13 @@ func (in *intake) prepare(ctx context.Context, lease *durable.Lease, log *slog.L
 		in.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrModel, err), log)
 		return nil, nil
 	}
-	kit, err := n.Assemble(ctx, spec)
+	var kit *toolsets.Kit
+	if lease.Resumed {
+		// Within half a lease, which the claim has just begun.
+		kit, err = n.assemble(ctx, spec, durable.LastCalls(lease.Items), min(resumeHostPatience, n.cfg.TurnLease/2))
+	} else {
+		kit, err = n.Assemble(ctx, spec)
+	}
 	if err != nil {
 		in.endUnstarted(ctx, lease, bus.TurnFailed, fmt.Errorf("%w: %w", ErrRuntime, err), log)
 		return nil, nil
@@ -311,6 +317,10 @@ func (in *intake) prepare(ctx context.Context, lease *durable.Lease, log *slog.L
 	}
 	return &TurnConfig{Spec: spec, Model: model, Kit: kit, Unavailable: func(string) { n.catalog.Kick() }}, nil
 }
+
+// resumeHostPatience bounds how long a resumed turn waits for the hosts of its last
+// calls (Node.awaitHosts).
+const resumeHostPatience = 5 * time.Second
 
 // runHeld runs a prepared turn under its lease, beating for clients, until it ends or is
 // handed back, and settles its message.

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -425,6 +426,13 @@ func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
 // Assemble builds the kit of a turn: its agent's profile (none: built-in tools only) and
 // the node's catalog of the bus decide which external namespaces it includes.
 func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (kit *toolsets.Kit, err error) {
+	return n.assemble(ctx, spec, nil, 0)
+}
+
+// assemble is Assemble for a turn that calls the tools of calls next (a resumed turn's
+// last batch): it waits up to patience for the catalog to serve their namespaces that
+// the profile names.
+func (n *Node) assemble(ctx context.Context, spec bus.TurnSpec, calls []gateway.Item, patience time.Duration) (kit *toolsets.Kit, err error) {
 	// A category creator that panics (a bug, or a profile, skill or spec nobody foresaw)
 	// fails this turn, with the reason, and not the node with every turn it runs.
 	defer func() {
@@ -453,6 +461,7 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (kit *toolsets.K
 		}
 	}
 	n.freshenCatalog(ctx, cat, profile)
+	n.awaitHosts(ctx, cat, spec.ID, profile, calls, patience)
 	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Tools.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
 		ScheduleMinInterval: n.cfg.Tools.ScheduleMinInterval})
 }
@@ -478,6 +487,41 @@ func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile
 	}
 	if err := cat.Ensure(ctx, catalogPatience, names...); err != nil {
 		n.log.Warn("catalog refresh before a turn failed", "err", err)
+	}
+}
+
+// awaitHosts waits up to patience, refreshing the catalog every catalogPatience, until
+// it serves the namespaces of calls that the profile names. A node restarted with its
+// embedded server resumes its turns at once, while the hosts that were connected to it
+// are still reconnecting: without the wait, a resumed call of theirs is refused as an
+// unknown tool (seen: the turn taken 0.3 s after the node was ready, before its host had
+// reconnected).
+func (n *Node) awaitHosts(ctx context.Context, cat *catalog.Catalog, turn string, profile *toolsets.Profile, calls []gateway.Item, patience time.Duration) {
+	if profile == nil || patience <= 0 {
+		return
+	}
+	var names []string
+	for _, c := range calls {
+		named := slices.ContainsFunc(profile.Namespaces, func(ns toolsets.NamespaceRef) bool { return ns.Name == c.Namespace })
+		if c.Namespace != "" && named && !slices.Contains(names, c.Namespace) {
+			names = append(names, c.Namespace)
+		}
+	}
+	if len(names) == 0 || cat.Serves(names...) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, patience)
+	defer cancel()
+	tick := time.NewTicker(catalogPatience)
+	defer tick.Stop()
+	for !cat.Serves(names...) {
+		select {
+		case <-ctx.Done():
+			n.log.Warn("resuming a turn without the hosts of its last calls", "turn", turn, "namespaces", strings.Join(names, ","), "waited", patience)
+			return
+		case <-tick.C:
+			_ = cat.Ensure(ctx, catalogPatience, names...)
+		}
 	}
 }
 

@@ -67,10 +67,12 @@ func (l *statusLog) each(f func(statusSeen)) {
 // more to them; every turn completes with one output per call, no destructive call ran
 // twice, and every client exits 0, those connected through the paused server too.
 //
-// It runs alone (not t.Parallel): it times a pause against the lease, and the other
-// tests' nodes on the same cores would move its turns for reasons of their own. Run
-// beside them it took 65 s once, and failed once after 110 s (alone: 15-22 s).
+// It runs beside the other tests: alone first, it made the package 45-50 s; beside them
+// 30-42 s over 12 runs, the test itself 17-27 s (once 69 s, its clients slow to end after
+// the wake). Turns of the live nodes that move for reasons of their own (a late progress
+// tick on a loaded machine) are correct takeovers, which the audit below accepts.
 func TestPausedNodeIsFenced(t *testing.T) {
+	t.Parallel()
 	// The lease: 3 s churned live turns under a CPU hog (a late progress tick is a
 	// lost lease, correctly taken over, but noisy).
 	const lease = 5 * time.Second
