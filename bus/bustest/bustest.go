@@ -81,6 +81,7 @@ func Cluster(t testing.TB, n int, edit func(*bus.Config)) []*bus.Server {
 			for _, s := range nodes {
 				t.Cleanup(s.Close)
 			}
+			waitPeers(t, nodes)
 			return nodes
 		}
 		for _, s := range nodes {
@@ -92,6 +93,22 @@ func Cluster(t testing.TB, n int, edit func(*bus.Config)) []*bus.Server {
 			t.Fatal(err)
 		}
 	}
+}
+
+// waitPeers waits until the meta leader counts every node as a JetStream peer it can
+// place on. A meta leader needs only a quorum: a stream asked for n replicas before the
+// last node's statistics reach it is refused ("no suitable peers") and created with fewer
+// (bus's capReplicas), which TestReplicatedConflictFences saw once (2 replicas, want 3).
+func waitPeers(t testing.TB, nodes []*bus.Server) {
+	t.Helper()
+	CheckFor(t, time.Minute, 20*time.Millisecond, func() error {
+		for _, s := range nodes {
+			if peers := s.NATS().JetStreamClusterPeers(); len(peers) == len(nodes) {
+				return nil
+			}
+		}
+		return fmt.Errorf("the meta leader does not count all %d nodes as JetStream peers yet", len(nodes))
+	})
 }
 
 func tryCluster(t testing.TB, n int, edit func(*bus.Config)) ([]*bus.Server, error) {
