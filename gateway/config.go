@@ -20,7 +20,7 @@ import (
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
-// Environment variables read by [ConfigFromEnv].
+// Environment variables read by [ConfigFromEnv] and [ConfigFromEnvFunc].
 const (
 	// EnvAPIKey is OpenAI's key (Config.OpenAIKey): it goes only to the OpenAI API.
 	EnvAPIKey = "OPENAI_API_KEY"
@@ -130,30 +130,35 @@ type Config struct {
 	// on the tool list and the instructions, which repeat at every step of a turn.
 	NoPromptCache bool
 
-	// envBaseURL is the OPENAI_BASE_URL ConfigFromEnv put in BaseURL: the endpoint of
+	// envBaseURL is the OPENAI_BASE_URL ConfigFromEnvFunc put in BaseURL: the endpoint of
 	// the OpenAI-protocol gateways, which the Anthropic gateway does not take for its own.
 	envBaseURL string
 }
 
 // ConfigFromEnv returns a Config holding OPENAI_API_KEY (as OpenAIKey),
 // TOOLBUS_MODEL_API_KEY (as APIKey), OPENAI_BASE_URL, ANTHROPIC_API_KEY,
-// ANTHROPIC_BASE_URL and TOOLBUS_REQUEST_TIMEOUT. When
+// ANTHROPIC_BASE_URL and TOOLBUS_REQUEST_TIMEOUT of the process's environment. When
 // OPENAI_API_KEY and OPENAI_BASE_URL are both set, the key is the base URL's
 // (OpenAIBaseURL), as every OpenAI SDK reads the pair. It fails only on a request
 // timeout that is no duration.
-func ConfigFromEnv() (Config, error) {
+func ConfigFromEnv() (Config, error) { return ConfigFromEnvFunc(os.Getenv) }
+
+// ConfigFromEnvFunc is ConfigFromEnv with the variables read through getenv
+// (os.Getenv's contract: "" for one that is unset), for a program that keeps an
+// environment of its own: tests that run in parallel cannot share the process's.
+func ConfigFromEnvFunc(getenv func(string) string) (Config, error) {
 	c := Config{
-		OpenAIKey:        os.Getenv(EnvAPIKey),
-		APIKey:           os.Getenv(EnvModelAPIKey),
-		BaseURL:          os.Getenv(EnvBaseURL),
-		AnthropicKey:     os.Getenv(EnvAnthropicKey),
-		AnthropicBaseURL: os.Getenv(EnvAnthropicBaseURL),
+		OpenAIKey:        getenv(EnvAPIKey),
+		APIKey:           getenv(EnvModelAPIKey),
+		BaseURL:          getenv(EnvBaseURL),
+		AnthropicKey:     getenv(EnvAnthropicKey),
+		AnthropicBaseURL: getenv(EnvAnthropicBaseURL),
 	}
 	c.envBaseURL = c.BaseURL
 	if c.OpenAIKey != "" {
 		c.OpenAIBaseURL = c.BaseURL
 	}
-	if v := os.Getenv(EnvRequestTimeout); v != "" {
+	if v := getenv(EnvRequestTimeout); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			return Config{}, fmt.Errorf("%s=%q: want a positive duration such as 90s or 5m", EnvRequestTimeout, v)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"os"
 	"strconv"
 	"time"
 
@@ -74,8 +75,12 @@ func (g *GatewayFlags) Check() error {
 
 // Config is the gateway configuration: the environment's (gateway.ConfigFromEnv), then
 // the flags. The key of -api-key-file is registered for redaction.
-func (g *GatewayFlags) Config() (gateway.Config, error) {
-	gw, err := gateway.ConfigFromEnv()
+func (g *GatewayFlags) Config() (gateway.Config, error) { return g.ConfigFrom(os.Getenv) }
+
+// ConfigFrom is Config with the environment read through getenv
+// (gateway.ConfigFromEnvFunc): the command line's own, which its tests set per run.
+func (g *GatewayFlags) ConfigFrom(getenv func(string) string) (gateway.Config, error) {
+	gw, err := gateway.ConfigFromEnvFunc(getenv)
 	if err != nil {
 		return gateway.Config{}, err
 	}

@@ -12,14 +12,14 @@ import (
 	"github.com/toolbus/toolbus/internal/label"
 )
 
-func cmdAbort(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdAbort(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("abort", "-server URL [flags] TURN",
 		"Asks a turn on a running bus to stop: it calls the model no more, starts no\n"+
 			"new call and cancels the calls in flight. Then waits for the turn's final status.\n"+
 			"A turn the bus has no record of (one run outside the intake) counts as unknown\n"+
 			"unless it ends within -wait; an unknown or ended turn exits with status 1.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var (
 		reason = fs.String("reason", "aborted from the command line", "why, as the turn records it")
 		wait   = fs.Duration("wait", client.AbortGrace+3*time.Second, "how long to wait for the turn to confirm; 0 does not wait")

@@ -24,8 +24,8 @@ import (
 // agentUsage is the synopsis of the agent command.
 const agentUsage = `set|get|list|rm [flags] [AGENT]`
 
-func cmdAgent(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, "agent", agentUsage, agentAbout, "set, get, list or rm", subcommands{
+func cmdAgent(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, e, "agent", agentUsage, agentAbout, "set, get, list or rm", subcommands{
 		"set": agentSet, "get": agentGet, "list": agentList, "ls": agentList, "rm": agentRm, "delete": agentRm,
 	}, args, stdout, stderr)
 }
@@ -52,13 +52,13 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func agentSet(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("agent set", "[flags] AGENT",
 		"Writes an agent's profile, from a file (-f) or from flags, replacing the stored one.\n"+
 			"A document is checked before anything is stored; a refusal names each problem by\n"+
 			"its JSON path.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var (
 		file     = fs.String("f", "", "read the profile document from this file (- for standard input)")
 		deferred listFlag
@@ -89,7 +89,7 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	case *file != "" && (len(deferred) > 0 || len(upfront) > 0 || *approvals != "" || *webSearch != "" || *webFetch || *webPrivate || len(skillNames) > 0 || *brainOn):
 		return usagef("-f gives the whole document: leave out -namespace, -upfront, -approvals, -skill, -brain and the -web flags")
 	case *file != "":
-		if doc, err = readDoc("profile", *file); err != nil {
+		if doc, err = readDoc(e.stdin, "profile", *file); err != nil {
 			return err
 		}
 		// A syntax error is shown where it is; the profile's rules are the store's.
@@ -135,14 +135,14 @@ func agentSet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// readDoc reads a document from a file, or standard input for "-".
-func readDoc(what, path string) ([]byte, error) {
+// readDoc reads a document from a file, or from stdin for "-".
+func readDoc(stdin io.Reader, what, path string) ([]byte, error) {
 	var (
 		b   []byte
 		err error
 	)
 	if path == "-" {
-		b, err = io.ReadAll(os.Stdin)
+		b, err = io.ReadAll(stdin)
 	} else {
 		b, err = os.ReadFile(path)
 	}
@@ -248,11 +248,11 @@ func shortDuration(d time.Duration) string {
 
 // agentStore parses the flags of a subcommand that works on the store, wants `agents`
 // agent ids as arguments (0 or 1), and opens the store on the bus. The caller closes nc.
-func agentStore(ctx context.Context, name, synopsis, about string, agents int, args []string, stderr io.Writer) (
+func agentStore(ctx context.Context, e *env, name, synopsis, about string, agents int, args []string, stderr io.Writer) (
 	pos []string, profiles *toolsets.Profiles, nc *nats.Conn, err error) {
 	fs := newFlagSet(name, synopsis, about, stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	if pos, err = parseArgs(fs, args); err != nil {
 		return nil, nil, nil, err
 	}
@@ -270,8 +270,8 @@ func agentStore(ctx context.Context, name, synopsis, about string, agents int, a
 	return pos, profiles, nc, err
 }
 
-func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	pos, profiles, nc, err := agentStore(ctx, "agent get", "[flags] AGENT", "Prints an agent's stored profile document.", 1, args, stderr)
+func agentGet(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	pos, profiles, nc, err := agentStore(ctx, e, "agent get", "[flags] AGENT", "Prints an agent's stored profile document.", 1, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -288,8 +288,8 @@ func agentGet(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return err
 }
 
-func agentList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	_, profiles, nc, err := agentStore(ctx, "agent list", "[flags]", "Lists the agents that have a profile.", 0, args, stderr)
+func agentList(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	_, profiles, nc, err := agentStore(ctx, e, "agent list", "[flags]", "Lists the agents that have a profile.", 0, args, stderr)
 	if err != nil {
 		return err
 	}
@@ -310,8 +310,8 @@ func agentList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return lerr
 }
 
-func agentRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	pos, profiles, nc, err := agentStore(ctx, "agent rm", "[flags] AGENT", "Deletes an agent's profile; its turns then get built-in tools only.", 1, args, stderr)
+func agentRm(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	pos, profiles, nc, err := agentStore(ctx, e, "agent rm", "[flags] AGENT", "Deletes an agent's profile; its turns then get built-in tools only.", 1, args, stderr)
 	if err != nil {
 		return err
 	}

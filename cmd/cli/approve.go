@@ -14,18 +14,18 @@ import (
 	"github.com/toolbus/toolbus/client"
 )
 
-func cmdApprove(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdApprove(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("approve", "[flags] TURN CALL",
 		"Approves a call that a turn holds for approval (the agent's profile asks for it), or\n"+
 			"refuses it with -refuse. The call's tool and arguments are shown first; the decision\n"+
 			"names those exact arguments, so it cannot approve others. `toolbus run` prints the\n"+
 			"command to run when a call waits.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var (
 		refuse = fs.Bool("refuse", false, "refuse the call: the model is told, and the tool does not run")
 		reason = fs.String("reason", "", "with -refuse: why, for the model")
-		by     = fs.String("by", os.Getenv("USER"), "who decides, for the record")
+		by     = fs.String("by", e.getenv("USER"), "who decides, for the record")
 	)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -82,14 +82,22 @@ type approver struct {
 	cl          *client.Client
 	r           *renderer
 	out         io.Writer // where the hint goes when the live view is off
+	by          string    // who decides at the prompt: $USER
 	interactive bool
 	in          *bufio.Reader
 }
 
-func newApprover(cl *client.Client, r *renderer, out io.Writer, asJSON bool) *approver {
-	a := &approver{cl: cl, r: r, out: out}
-	if _, err := unix.IoctlGetTermios(int(os.Stdin.Fd()), unix.TCGETS); err == nil && !asJSON {
-		a.interactive, a.in = true, bufio.NewReader(os.Stdin)
+// newApprover asks on e's standard input when it is a terminal: an *os.File (the
+// process's os.Stdin, in main) whose descriptor is one. Any other reader, as the tests
+// give, makes the approver print the hint instead.
+func newApprover(e *env, cl *client.Client, r *renderer, out io.Writer, asJSON bool) *approver {
+	a := &approver{cl: cl, r: r, out: out, by: e.getenv("USER")}
+	f, ok := e.stdin.(*os.File)
+	if !ok || asJSON {
+		return a
+	}
+	if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+		a.interactive, a.in = true, bufio.NewReader(f)
 	}
 	return a
 }
@@ -110,9 +118,9 @@ func (a *approver) held(ctx context.Context, req bus.ApprovalRequest) {
 	a.r.println("approve " + describeApproval(req) + "? [y/N] ")
 	go func() {
 		answer, _ := a.in.ReadString('\n')
-		decision := bus.Approval{Decision: bus.ApprovalRefuse, ArgsHash: req.ArgsHash, By: os.Getenv("USER"), Reason: "refused at the prompt"}
+		decision := bus.Approval{Decision: bus.ApprovalRefuse, ArgsHash: req.ArgsHash, By: a.by, Reason: "refused at the prompt"}
 		if s := strings.ToLower(strings.TrimSpace(answer)); s == "y" || s == "yes" {
-			decision = bus.Approval{Decision: bus.ApprovalGrant, ArgsHash: req.ArgsHash, By: os.Getenv("USER")}
+			decision = bus.Approval{Decision: bus.ApprovalGrant, ArgsHash: req.ArgsHash, By: a.by}
 		}
 		if _, err := a.cl.Approve(ctx, req.Turn, req.Call, decision); err != nil {
 			fmt.Fprintln(a.out, "toolbus: approval:", err)

@@ -30,8 +30,8 @@ const jobsAbout = "Lists, shows and cancels the background jobs of the bus: turn
 	"  toolbus jobs show [-json] JOB          its record, final text included\n" +
 	"  toolbus jobs cancel [-reason R] JOB    through the jobs category's job_cancel"
 
-func cmdJobs(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, "jobs", "list|show|cancel [flags] [JOB]", jobsAbout, "list, show, cancel", subcommands{
+func cmdJobs(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, e, "jobs", "list|show|cancel [flags] [JOB]", jobsAbout, "list, show, cancel", subcommands{
 		"list": jobsList, "ls": jobsList, "show": jobsShow, "cancel": jobsCancel,
 	}, args, stdout, stderr)
 }
@@ -44,19 +44,19 @@ const schedulesAbout = "Lists, shows and removes the schedules of the bus: turns
 	"  toolbus schedules show [-json] SCHEDULE\n" +
 	"  toolbus schedules rm SCHEDULE               through the schedule category's schedule_cancel"
 
-func cmdSchedules(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, "schedules", "list|show|rm [flags] [SCHEDULE]", schedulesAbout, "list, show, rm", subcommands{
+func cmdSchedules(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, e, "schedules", "list|show|rm [flags] [SCHEDULE]", schedulesAbout, "list, show, rm", subcommands{
 		"list": schedulesList, "ls": schedulesList, "show": schedulesShow,
 		"rm": schedulesRm, "delete": schedulesRm, "remove": schedulesRm,
 	}, args, stdout, stderr)
 }
 
 // subcommands are a command's subcommands, by name and by alias.
-type subcommands map[string]func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+type subcommands map[string]func(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error
 
 // dispatch runs the subcommand args start with; want names the subcommands in its usage
 // errors. -h before one prints the command's usage.
-func dispatch(ctx context.Context, name, synopsis, about, want string, subs subcommands, args []string, stdout, stderr io.Writer) error {
+func dispatch(ctx context.Context, e *env, name, synopsis, about, want string, subs subcommands, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
 		fs := newFlagSet(name, synopsis, about, stderr)
 		// The group has no flags of its own: its usage names the subcommands instead.
@@ -76,7 +76,7 @@ func dispatch(ctx context.Context, name, synopsis, about, want string, subs subc
 	if !ok {
 		return usagef("unknown subcommand %q: want %s", args[0], want)
 	}
-	return run(ctx, args[1:], stdout, stderr)
+	return run(ctx, e, args[1:], stdout, stderr)
 }
 
 // recordFlags are the flags of the subcommands that read records.
@@ -88,10 +88,10 @@ type recordFlags struct {
 
 // parseRecordCmd parses a subcommand's flags and wants ids positional arguments (0 or
 // 1); withAgent adds -agent, withJSON -json.
-func parseRecordCmd(name, synopsis, about string, args []string, stderr io.Writer, ids int, withAgent, withJSON bool) (recordFlags, []string, error) {
+func parseRecordCmd(e *env, name, synopsis, about string, args []string, stderr io.Writer, ids int, withAgent, withJSON bool) (recordFlags, []string, error) {
 	var f recordFlags
 	fs := newFlagSet(name, synopsis, about, stderr)
-	f.bf.register(fs)
+	f.bf.register(fs, e)
 	if withAgent {
 		fs.StringVar(&f.agent, "agent", "", "only this agent's")
 	}
@@ -146,8 +146,8 @@ var (
 )
 
 // listCmd runs `<plural> list`: the records, as JSON or as a table of header and row's lines.
-func (k recordKind[T]) listCmd(ctx context.Context, args []string, stdout, stderr io.Writer, about, header string, row func(r *T, now time.Time) string) error {
-	f, _, err := parseRecordCmd(k.plural+" list", "[flags]", about, args, stderr, 0, true, true)
+func (k recordKind[T]) listCmd(ctx context.Context, e *env, args []string, stdout, stderr io.Writer, about, header string, row func(r *T, now time.Time) string) error {
+	f, _, err := parseRecordCmd(e, k.plural+" list", "[flags]", about, args, stderr, 0, true, true)
 	if err != nil {
 		return err
 	}
@@ -180,8 +180,8 @@ func (k recordKind[T]) listCmd(ctx context.Context, args []string, stdout, stder
 }
 
 // showCmd runs `<plural> show`: the record as JSON, or print's table of it.
-func (k recordKind[T]) showCmd(ctx context.Context, args []string, stdout, stderr io.Writer, about string, print func(r *T, line func(name, value string)) string) error {
-	f, pos, err := parseRecordCmd(k.plural+" show", "[flags] "+strings.ToUpper(k.noun), about, args, stderr, 1, false, true)
+func (k recordKind[T]) showCmd(ctx context.Context, e *env, args []string, stdout, stderr io.Writer, about string, print func(r *T, line func(name, value string)) string) error {
+	f, pos, err := parseRecordCmd(e, k.plural+" show", "[flags] "+strings.ToUpper(k.noun), about, args, stderr, 1, false, true)
 	if err != nil {
 		return err
 	}
@@ -226,8 +226,8 @@ func (k recordKind[T]) findOn(ctx context.Context, nc *nats.Conn, id string) (T,
 	return r, nil
 }
 
-func jobsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return jobRecords.listCmd(ctx, args, stdout, stderr,
+func jobsList(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return jobRecords.listCmd(ctx, e, args, stdout, stderr,
 		"Lists the background jobs kept on the bus, newest first: those running and those ended\nwithin their agents' keep time.",
 		"JOB\tAGENT\tSTATE\tNODE\tSTEPS\tAGE\tPARENT\tPROMPT",
 		func(j *jobs.Job, now time.Time) string {
@@ -236,8 +236,8 @@ func jobsList(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		})
 }
 
-func jobsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return jobRecords.showCmd(ctx, args, stdout, stderr, "Shows a background job: where it stands or how it ended, its calls, and its final text.",
+func jobsShow(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return jobRecords.showCmd(ctx, e, args, stdout, stderr, "Shows a background job: where it stands or how it ended, its calls, and its final text.",
 		func(j *jobs.Job, line func(string, string)) string {
 			line("job", j.ID)
 			line("agent", j.Agent)
@@ -258,13 +258,13 @@ func jobsShow(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		})
 }
 
-func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func jobsCancel(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("jobs cancel", "[flags] JOB",
 		"Cancels a background job through the jobs category's job_cancel, on its agent's\n"+
 			"behalf: a queued job never starts, a running one is stopped (the command waits a\n"+
 			"few seconds for it to end).", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	reason := fs.String("reason", "cancelled from the command line", "why, as the job's record will say")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -290,8 +290,8 @@ func jobsCancel(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return nil
 }
 
-func schedulesList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return scheduleRecords.listCmd(ctx, args, stdout, stderr,
+func schedulesList(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return scheduleRecords.listCmd(ctx, e, args, stdout, stderr,
 		"Lists the schedules of the bus, oldest first, with their next firing.",
 		"SCHEDULE\tAGENT\tWHEN\tNEXT\tFIRED\tSKIPPED\tLAST TURN\tPROMPT",
 		func(s *schedule.Schedule, now time.Time) string {
@@ -312,8 +312,8 @@ func nextOf(s *schedule.Schedule, now time.Time) string {
 	return next.UTC().Format(time.RFC3339)
 }
 
-func schedulesShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return scheduleRecords.showCmd(ctx, args, stdout, stderr, "Shows a schedule: when it fires, what it asks, and how its firings went.",
+func schedulesShow(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return scheduleRecords.showCmd(ctx, e, args, stdout, stderr, "Shows a schedule: when it fires, what it asks, and how its firings went.",
 		func(s *schedule.Schedule, line func(string, string)) string {
 			line("schedule", s.ID)
 			line("agent", s.Agent)
@@ -332,8 +332,8 @@ func schedulesShow(ctx context.Context, args []string, stdout, stderr io.Writer)
 		})
 }
 
-func schedulesRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f, pos, err := parseRecordCmd("schedules rm", "[flags] SCHEDULE",
+func schedulesRm(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	f, pos, err := parseRecordCmd(e, "schedules rm", "[flags] SCHEDULE",
 		"Removes a schedule through the schedule category's schedule_cancel, on its agent's\n"+
 			"behalf: it fires no more; a turn it started keeps running.", args, stderr, 1, false, false)
 	if err != nil {

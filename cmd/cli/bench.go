@@ -16,7 +16,7 @@ import (
 
 // runBench runs the performance suite (package bench) and prints its report: a table, or
 // with -json the report as bench.Report encodes it.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runBench(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	var cfg bench.Config
 	var asJSON bool
 	var cpuProfile string

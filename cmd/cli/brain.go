@@ -27,8 +27,8 @@ const brainAbout = "Keeps an agent's knowledge pages, which its turns search wit
 	"  toolbus brain show ID          prints the page's text\n" +
 	"  toolbus brain rm ID"
 
-func cmdBrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, "brain", "add|list|show|rm [flags] [ARG]", brainAbout, "add, list, show or rm", subcommands{
+func cmdBrain(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, e, "brain", "add|list|show|rm [flags] [ARG]", brainAbout, "add, list, show or rm", subcommands{
 		"add": brainAdd, "list": brainList, "ls": brainList, "show": brainShow, "cat": brainShow,
 		"rm": brainRm, "delete": brainRm,
 	}, args, stdout, stderr)
@@ -42,10 +42,10 @@ type brainFlags struct {
 }
 
 // newBrainFlags makes a brain subcommand's flag set with the flags every one takes.
-func newBrainFlags(name, synopsis, about string, stderr io.Writer) (*brainFlags, *flag.FlagSet) {
+func newBrainFlags(e *env, name, synopsis, about string, stderr io.Writer) (*brainFlags, *flag.FlagSet) {
 	fs := newFlagSet(name, synopsis, about, stderr)
 	f := &brainFlags{}
-	f.bus.register(fs)
+	f.bus.register(fs, e)
 	f.agent = fs.String("agent", defaultAgent, "the agent whose pages these are")
 	f.asJSON = fs.Bool("json", false, "print JSON instead of text")
 	return f, fs
@@ -71,8 +71,8 @@ func (f *brainFlags) open(ctx context.Context, what string) (*brain.Store, *nats
 	return s, nc, nil
 }
 
-func brainAdd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	bf, fs := newBrainFlags("brain add", "[flags] [FILE|-]",
+func brainAdd(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	bf, fs := newBrainFlags(e, "brain add", "[flags] [FILE|-]",
 		"Adds a page to the agent's knowledge store, its text from FILE or standard input.\n"+
 			"The title is -title, else the text's first line when it is a Markdown heading\n"+
 			"(\"# Title\"); the id is -id, else made from the title. An id the agent already\n"+
@@ -94,7 +94,7 @@ func brainAdd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var text []byte
 	source := "standard input"
 	if len(pos) == 0 || pos[0] == "-" {
-		text, err = io.ReadAll(os.Stdin)
+		text, err = io.ReadAll(e.stdin)
 	} else {
 		source = pos[0]
 		text, err = os.ReadFile(pos[0])
@@ -148,8 +148,8 @@ func brainAdd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-func brainList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	bf, fs := newBrainFlags("brain list", "[flags]", "Lists the agent's pages: id, title, tags, size and when each was last written.", stderr)
+func brainList(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	bf, fs := newBrainFlags(e, "brain list", "[flags]", "Lists the agent's pages: id, title, tags, size and when each was last written.", stderr)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -186,8 +186,8 @@ func brainList(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return tw.Flush()
 }
 
-func brainShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	bf, fs := newBrainFlags("brain show", "[flags] ID",
+func brainShow(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	bf, fs := newBrainFlags(e, "brain show", "[flags] ID",
 		"Prints a page's text as stored, and its title, tags and age on standard error;\n"+
 			"with -json, the whole page as JSON.", stderr)
 	pos, err := parseArgs(fs, args)
@@ -215,8 +215,8 @@ func brainShow(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return err
 }
 
-func brainRm(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	bf, fs := newBrainFlags("brain rm", "[flags] ID...", "Deletes pages of the agent.", stderr)
+func brainRm(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	bf, fs := newBrainFlags(e, "brain rm", "[flags] ID...", "Deletes pages of the agent.", stderr)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

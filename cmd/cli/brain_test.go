@@ -10,29 +10,11 @@ import (
 	"github.com/toolbus/toolbus/brain"
 )
 
-// withStdin runs f with standard input reading text.
-func withStdin(t *testing.T, text string, f func()) {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "stdin")
-	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	in, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer in.Close()
-	old := os.Stdin
-	os.Stdin = in
-	defer func() { os.Stdin = old }()
-	f()
-}
-
 // TestBrainCommands adds, lists, shows and removes pages through the command line,
 // enables the brain in a profile, and runs a turn whose scripted model recalls and reads
 // a page on a node of the bus.
 func TestBrainCommands(t *testing.T) {
-	// Not parallel: withStdin swaps os.Stdin.
+	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
 	// subArgs are the words of `toolbus CMD SUB` with the bus flags, then args.
@@ -43,6 +25,10 @@ func TestBrainCommands(t *testing.T) {
 	// run runs `toolbus brain SUB` for agent ann.
 	run := func(sub string, args ...string) (int, string, string) {
 		return cli(ctx, brainArgs(sub, append([]string{"-agent", "ann"}, args...)...)...)
+	}
+	// runStdin is run with standard input reading stdin.
+	runStdin := func(stdin, sub string, args ...string) (int, string, string) {
+		return cliEnv(ctx, testEnv(nil, stdin), brainArgs(sub, append([]string{"-agent", "ann"}, args...)...)...)
 	}
 	expect := func(what string, code, want int, text string, parts ...string) {
 		t.Helper()
@@ -75,13 +61,9 @@ func TestBrainCommands(t *testing.T) {
 	expect("add twice", code, exitFailed, errOut, "agent ann already has a page how-we-deploy: pass -replace to replace it, or -id to add another")
 	code, _, errOut = run("add", "-title", "Gondola log", "-id", "log", bigFile)
 	expect("add a large page", code, exitOK, errOut, "agent ann: page log added (256.0 KB)")
-	withStdin(t, "Keep the ferry timetable in the hall.", func() {
-		code, _, errOut = run("add", "-title", "Ferry", "-tag", "travel")
-	})
+	code, _, errOut = runStdin("Keep the ferry timetable in the hall.", "add", "-title", "Ferry", "-tag", "travel")
 	expect("add from standard input", code, exitOK, errOut, "agent ann: page ferry added (37 B, tags travel)")
-	withStdin(t, "Keep the ferry timetable by the door.", func() {
-		code, _, errOut = run("add", "-title", "Ferry", "-replace", "-")
-	})
+	code, _, errOut = runStdin("Keep the ferry timetable by the door.", "add", "-title", "Ferry", "-replace", "-")
 	expect("replace from standard input", code, exitOK, errOut, "agent ann: page ferry replaced (37 B)")
 
 	code, out, errOut := run("list")

@@ -16,7 +16,7 @@ import (
 	"github.com/toolbus/toolbus/toolsets"
 )
 
-func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdCall(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("call", "[flags] TOOL [JSON]",
 		"Calls one tool through the bus, as a turn would: the tool's spec comes from the\n"+
 			"catalog of the bus, so any category served there can be called (name a\n"+
@@ -25,7 +25,7 @@ func cmdCall(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			"Without -server the host is an embedded node working in -home. Ctrl-C stops\n"+
 			"the call.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var (
 		agent   = fs.String("agent", defaultAgent, "call as this agent: it selects the agent's home under a node's home root, and its todo list")
 		home    = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")

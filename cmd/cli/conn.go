@@ -42,15 +42,15 @@ type busFlags struct {
 	server, user, passFile, creds, tlsCA, inboxPrefix string
 }
 
-func (b *busFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&b.server, "server", os.Getenv("NATS_URL"), "use the nodes of the bus at this NATS URL instead of an embedded one (env NATS_URL)")
-	fs.StringVar(&b.user, "user", os.Getenv("NATS_USER"), "user for -server (env NATS_USER)")
+func (b *busFlags) register(fs *flag.FlagSet, e *env) {
+	fs.StringVar(&b.server, "server", e.getenv("NATS_URL"), "use the nodes of the bus at this NATS URL instead of an embedded one (env NATS_URL)")
+	fs.StringVar(&b.user, "user", e.getenv("NATS_USER"), "user for -server (env NATS_USER)")
 	// Read only when used, so that -h never prints it.
 	fs.StringVar(&b.passFile, "pass-file", "", "file holding the password of -user (default env NATS_PASSWORD)")
 	secretflag.Refuse(fs, "pass", "-pass-file FILE or the environment variable NATS_PASSWORD")
-	fs.StringVar(&b.creds, "creds", os.Getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
-	fs.StringVar(&b.tlsCA, "tls-ca", os.Getenv("NATS_CA"), "PEM CA that verifies the server's TLS certificate (env NATS_CA)")
-	fs.StringVar(&b.inboxPrefix, "inbox-prefix", os.Getenv("NATS_INBOX_PREFIX"), "where replies come, for -server (env NATS_INBOX_PREFIX; default _INBOX_<user>, the one inbox a user of a toolbus users file may read; _INBOX with -creds or no user)")
+	fs.StringVar(&b.creds, "creds", e.getenv("NATS_CREDS"), "NATS credentials file for -server (env NATS_CREDS)")
+	fs.StringVar(&b.tlsCA, "tls-ca", e.getenv("NATS_CA"), "PEM CA that verifies the server's TLS certificate (env NATS_CA)")
+	fs.StringVar(&b.inboxPrefix, "inbox-prefix", e.getenv("NATS_INBOX_PREFIX"), "where replies come, for -server (env NATS_INBOX_PREFIX; default _INBOX_<user>, the one inbox a user of a toolbus users file may read; _INBOX with -creds or no user)")
 }
 
 func (b *busFlags) dial(ctx context.Context) (*nats.Conn, error) {
@@ -125,14 +125,14 @@ func connect(ctx context.Context, bf busFlags, embed embedOptions, log *slog.Log
 }
 
 // turnBus is the bus of a command that runs turns: the remote one of bf, or an
-// embedded node that runs turns, its gateway from gf, checked by check (when set)
-// before anything starts; the log view shows what the embedded node logs (to stderr,
+// embedded node that runs turns, its gateway from e's environment and gf, checked by
+// check (when set) before anything starts; the log view shows what the embedded node logs (to stderr,
 // and to logFile when set). Close both.
-func turnBus(ctx context.Context, bf busFlags, gf *node.GatewayFlags, o embedOptions, check func(gateway.Config) error, logFile string, verbose bool, stderr io.Writer) (*busConn, *logView, error) {
+func turnBus(ctx context.Context, e *env, bf busFlags, gf *node.GatewayFlags, o embedOptions, check func(gateway.Config) error, logFile string, verbose bool, stderr io.Writer) (*busConn, *logView, error) {
 	if err := gf.Check(); err != nil {
 		return nil, nil, usagef("%v", err)
 	}
-	gw, err := gf.Config()
+	gw, err := gf.ConfigFrom(e.getenv)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/toolbus/toolbus/console"
 	"github.com/toolbus/toolbus/node"
 )
 
-func cmdConsole(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdConsole(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("console", "[flags]",
 		"Serves the web console: the bus's turns live, one turn's timeline (abort it, approve\n"+
 			"or refuse its held calls), workflows, jobs and schedules, nodes and categories. It\n"+
@@ -19,7 +18,7 @@ func cmdConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			"Without -server it starts an embedded bus and node (with -store-dir, on a store\n"+
 			"kept before). It listens on loopback unless given a password. Ctrl-C stops it.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var cf node.ConsoleFlags
 	cf.Register(fs, "addr", console.DefaultAddr, "password-file")
 	var gf node.GatewayFlags
@@ -45,13 +44,13 @@ func cmdConsole(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		}
 		return err
 	}
-	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, nil, "", false, stderr)
+	bc, logs, err := turnBus(ctx, e, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, nil, "", false, stderr)
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
 	defer bc.Close()
-	con, err := cf.Start(bc.cl, os.Getenv("USER")+" (console)", logs.logger())
+	con, err := cf.Start(bc.cl, e.getenv("USER")+" (console)", logs.logger())
 	if err != nil {
 		return err
 	}

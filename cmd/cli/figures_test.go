@@ -55,7 +55,7 @@ func TestTurnFigures(t *testing.T) {
 	}
 	var out output
 	r := &renderer{w: &out, now: time.Now}
-	final, err := followTurn(ctx, bc, "", req, r, nil, time.Minute)
+	final, err := followTurn(ctx, testEnv(nil, ""), bc, "", req, r, nil, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -233,7 +233,7 @@ func TestVersion(t *testing.T) {
 // A bad -model is refused before the embedded node starts, as a usage error when the
 // spec is of no known kind.
 func TestBadModelBeforeStart(t *testing.T) {
-	t.Setenv("OPENAI_API_KEY", "")
+	t.Parallel()
 	ctx := testContext(t)
 	for _, c := range []struct {
 		model, stderr string
@@ -243,7 +243,8 @@ func TestBadModelBeforeStart(t *testing.T) {
 		{"openai:", `toolbus run: -model model spec "openai:" names no model`, exitUsage},
 		{"openai:gpt-x", "toolbus: -model openai:gpt-x: responses gateway for gpt-x: no API key: set OPENAI_API_KEY\n", exitFailed},
 	} {
-		code, _, stderr := cli(ctx, "run", "-model", c.model, "hi")
+		// No OPENAI_API_KEY in the run's environment.
+		code, _, stderr := cliEnv(ctx, testEnv(nil, ""), "run", "-model", c.model, "hi")
 		if code != c.code || !strings.HasPrefix(stderr, c.stderr) {
 			t.Errorf("-model %s: exit %d, stderr:\n%s\nwant %d, %q", c.model, code, stderr, c.code, c.stderr)
 		}

@@ -48,7 +48,7 @@ func testLogAboveLiveArea(t *testing.T, verbose bool) {
 	defer bc.Close()
 	r := &renderer{w: &out, tty: true, width: func() int { return 200 }, now: time.Now}
 	req := bus.TurnSpec{ID: bus.NewID(), Kind: bus.TurnMain, Agent: defaultAgent, Input: "hi", Model: "chat:m"}
-	st, err := followTurn(ctx, bc, "", req, r, logs, 0)
+	st, err := followTurn(ctx, testEnv(nil, ""), bc, "", req, r, logs, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func main() {
 type command struct {
 	name    string
 	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	run     func(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error
 }
 
 var commands = []command{
@@ -77,8 +77,37 @@ var commands = []command{
 	{"version", "print the module version and the VCS revision this program was built from", cmdVersion},
 }
 
-// run runs the command line args and returns the process's exit code.
+// env is what the commands read of their process besides the arguments: its
+// environment variables (the flags' defaults, the model gateway's keys and endpoints,
+// TERM, NO_COLOR, USER) and its standard input (brain add, agent set -f -, workflow
+// start -). run gives them the process's; a test passes one of its own to runEnv, so
+// that a test that sets a variable or feeds standard input can still run in parallel:
+// t.Setenv and a swapped os.Stdin change the whole process, and the testing package
+// refuses t.Setenv in a parallel test.
+//
+// The packages the commands call read a few variables themselves, which no test of
+// this package sets: `toolbus node` all of its own (package node), the embedded node
+// the keys it redacts (redact.SecretEnv) and OTEL_*, the NATS_PASSWORD and
+// TOOLBUS_CONSOLE_PASSWORD behind the -pass-file flags (internal/secretflag), and the
+// web search keys (web.KeysFromEnv).
+type env struct {
+	getenv func(string) string // os.Getenv's contract: "" for a variable not set
+	// stdin is standard input. `toolbus run` asks on it for approvals only when it is an
+	// *os.File on a terminal, as the process's os.Stdin can be.
+	stdin io.Reader
+}
+
+// processEnv is the process's environment and standard input, for main.
+func processEnv() *env { return &env{getenv: os.Getenv, stdin: os.Stdin} }
+
+// run runs the command line args in the process's environment and returns the
+// process's exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runEnv(ctx, processEnv(), args, stdout, stderr)
+}
+
+// runEnv is run in the environment e.
+func runEnv(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		usage(stderr)
 		return exitUsage
@@ -91,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	for _, c := range commands {
 		if c.name == name {
-			return exitCode(stderr, c.name, c.run(ctx, args[1:], stdout, stderr))
+			return exitCode(stderr, c.name, c.run(ctx, e, args[1:], stdout, stderr))
 		}
 	}
 	fmt.Fprintf(stderr, "toolbus: unknown command %q\n\n", name)

@@ -10,7 +10,7 @@ import (
 
 // cmdNode runs a node in the foreground: the daemon that serves tool
 // categories and runs turns for a bus that other commands reach with -server.
-func cmdNode(ctx context.Context, args []string, _, stderr io.Writer) error {
+func cmdNode(ctx context.Context, e *env, args []string, _, stderr io.Writer) error {
 	err := node.Run(ctx, "toolbus node", args, stderr)
 	var ue *node.UsageError
 	switch {

@@ -384,6 +384,7 @@ func anthropicScript(t *testing.T) []modelStep {
 // The issue's acceptance: run -model openai:... (and chat:..., anthropic:...) against
 // a server speaking the API works end to end from the command line.
 func TestRunAgainstModelServer(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		model string
@@ -402,7 +403,7 @@ func TestRunAgainstModelServer(t *testing.T) {
 		{"anthropic unstreamed", "anthropic:claude-test", "/v1/messages", anthropicScript, false, []string{"-stream=false"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(gateway.EnvModelAPIKey, fakeKey)
+			t.Parallel() // each run starts an embedded bus of its own
 			// Every step streams, but with -stream=false.
 			steps, streams := tc.steps(t), !slices.Contains(tc.args, "-stream=false")
 			for i, step := range steps {
@@ -428,7 +429,8 @@ func TestRunAgainstModelServer(t *testing.T) {
 			if tc.json {
 				args = append(args, "-json")
 			}
-			code, stdout, stderr := cli(testContext(t), append(args, demoPrompt)...)
+			e := testEnv(map[string]string{gateway.EnvModelAPIKey: fakeKey}, "")
+			code, stdout, stderr := cliEnv(testContext(t), e, append(args, demoPrompt)...)
 			if code != exitOK {
 				t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s", code, stderr, stdout)
 			}
@@ -501,6 +503,7 @@ func checkTranscript(t *testing.T, stdout string) {
 // A refused key ends the run at once: one request, no retry, exit 1, and a
 // message naming the status, with the key the server echoed removed.
 func TestRunModelServerRefusesKey(t *testing.T) {
+	t.Parallel()
 	refused := modelStep{
 		status: http.StatusUnauthorized,
 		body:   `{"error":{"message":"Incorrect API key provided: ` + fakeKey + `.","type":"invalid_request_error","code":"invalid_api_key"}}`,
@@ -513,9 +516,10 @@ func TestRunModelServerRefusesKey(t *testing.T) {
 		{"chat:llama-test", "/v1/chat/completions"},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
-			t.Setenv(gateway.EnvModelAPIKey, fakeKey)
+			t.Parallel()
 			srv := newModelServer(t, tc.path, refused)
-			code, stdout, stderr := cli(testContext(t), "run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome, demoPrompt)
+			e := testEnv(map[string]string{gateway.EnvModelAPIKey: fakeKey}, "")
+			code, stdout, stderr := cliEnv(testContext(t), e, "run", "-model", tc.model, "-base-url", srv.baseURL(), "-home", demoHome, demoPrompt)
 			if code != exitFailed {
 				t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", code, exitFailed, stderr, stdout)
 			}
@@ -535,8 +539,9 @@ func TestRunModelServerRefusesKey(t *testing.T) {
 }
 
 func TestGatewayConfig(t *testing.T) {
-	t.Setenv(gateway.EnvAPIKey, fakeKey)
-	t.Setenv(gateway.EnvBaseURL, "http://env.example/v1")
+	t.Parallel()
+	vars := map[string]string{gateway.EnvAPIKey: fakeKey, gateway.EnvBaseURL: "http://env.example/v1"}
+	getenv := func(k string) string { return vars[k] }
 	for _, tc := range []struct {
 		baseURL, wantURL string
 		hosted           bool
@@ -544,12 +549,12 @@ func TestGatewayConfig(t *testing.T) {
 		{"", "http://env.example/v1", false},
 		{"http://localhost:11434/v1", "http://localhost:11434/v1", true},
 	} {
-		got, err := (&node.GatewayFlags{BaseURL: tc.baseURL, HostedSearch: tc.hosted}).Config()
+		got, err := (&node.GatewayFlags{BaseURL: tc.baseURL, HostedSearch: tc.hosted}).ConfigFrom(getenv)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.OpenAIKey != fakeKey || got.BaseURL != tc.wantURL || got.HostedToolSearch != tc.hosted {
-			t.Errorf("GatewayFlags.Config(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
+			t.Errorf("GatewayFlags.ConfigFrom(%q, %v): key set %v, base URL %q, hosted %v; want %q, %v",
 				tc.baseURL, tc.hosted, got.OpenAIKey == fakeKey, got.BaseURL, got.HostedToolSearch, tc.wantURL, tc.hosted)
 		}
 	}
@@ -558,6 +563,7 @@ func TestGatewayConfig(t *testing.T) {
 // OPENAI_API_KEY goes only to OpenAI: a server at another -base-url gets no
 // key, or the one -api-key-file (or TOOLBUS_MODEL_API_KEY) gives it.
 func TestRunModelServerKeyScope(t *testing.T) {
+	t.Parallel()
 	const openAIKey = "sk-openai-never-local-3c2b1a09"
 	keyFile := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
@@ -576,12 +582,12 @@ func TestRunModelServerKeyScope(t *testing.T) {
 		{"the endpoint's variable", nil, fakeKey, "Bearer " + fakeKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(gateway.EnvAPIKey, openAIKey)
-			t.Setenv(gateway.EnvModelAPIKey, tc.env)
+			t.Parallel()
+			e := testEnv(map[string]string{gateway.EnvAPIKey: openAIKey, gateway.EnvModelAPIKey: tc.env}, "")
 			srv := newModelServer(t, "/v1/chat/completions", answer)
 			srv.auth = tc.auth
 			args := append([]string{"run", "-model", "chat:llama-test", "-base-url", srv.baseURL(), "-home", demoHome}, tc.args...)
-			code, stdout, stderr := cli(testContext(t), append(args, demoPrompt)...)
+			code, stdout, stderr := cliEnv(testContext(t), e, append(args, demoPrompt)...)
 			if code != exitOK || srv.requests() != 1 {
 				t.Fatalf("exit %d after %d requests; stderr:\n%s\nstdout:\n%s", code, srv.requests(), stderr, stdout)
 			}
@@ -597,8 +603,12 @@ func TestRunModelServerKeyScope(t *testing.T) {
 // A model endpoint that never answers ends the turn after -request-timeout
 // per attempt, with an error that says so, instead of waiting in silence.
 func TestRunModelServerSilent(t *testing.T) {
-	// Not parallel: each attempt must reach the server within its 50 ms, which the
-	// other tests of the package running beside it made it miss (under -race).
+	// Parallel with a timeout of a second, not 50 ms: beside the package's other tests,
+	// under -race, an attempt of 50 ms missed the server (a failure, and attempts.Wait
+	// hung), so the test was serial, its 1.7 s (the retries' backoff) added to the
+	// package's time. A second costs 3 s more, while the other tests run.
+	t.Parallel()
+	const timeout = "1s"
 	var attempts sync.WaitGroup
 	attempts.Add(1 + gateway.DefaultMaxRetries)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -609,13 +619,13 @@ func TestRunModelServerSilent(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 	code, stdout, stderr := cli(testContext(t), "run", "-model", "chat:llama-test", "-base-url", srv.URL+"/v1",
-		"-request-timeout", "50ms", "-home", demoHome, demoPrompt)
+		"-request-timeout", timeout, "-home", demoHome, demoPrompt)
 	if code != exitFailed {
 		t.Fatalf("exit %d, want %d; stderr:\n%s\nstdout:\n%s", code, exitFailed, stderr, stdout)
 	}
 	attempts.Wait() // exactly three attempts reached the server (a fourth would panic)
 	// Each attempt is logged as it fails; the last line says how the turn ended.
-	want := fmt.Sprintf("\ntoolbus: turn failed: model failed: model step 1: chat: no answer from %s/v1 within 50ms (3 attempts)\n", srv.URL)
+	want := fmt.Sprintf("\ntoolbus: turn failed: model failed: model step 1: chat: no answer from %s/v1 within %s (3 attempts)\n", srv.URL, timeout)
 	if !strings.HasSuffix(stderr, want) || strings.Count(stderr, "model request failed") != 3 {
 		t.Errorf("stderr:\n%s\nwant three failed attempts, then:%s", stderr, want)
 	}
@@ -626,6 +636,7 @@ func TestRunModelServerSilent(t *testing.T) {
 // TOOLBUS_MODEL_API_KEY) gives it, always as x-api-key; OPENAI_BASE_URL is not the
 // endpoint of an anthropic: model.
 func TestRunAnthropicKeyScope(t *testing.T) {
+	t.Parallel()
 	const anthropicKey = "sk-ant-never-local-7d6c5b4a"
 	keyFile := filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(keyFile, []byte(fakeKey+"\n"), 0o600); err != nil {
@@ -646,17 +657,18 @@ func TestRunAnthropicKeyScope(t *testing.T) {
 		{"OPENAI_BASE_URL beside it", nil, map[string]string{gateway.EnvAnthropicBaseURL: "SERVER", gateway.EnvBaseURL: "http://openai.invalid/v1"}, false, anthropicKey},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			srv := newModelServer(t, "/v1/messages", answer)
 			srv.authHeader, srv.auth = "X-Api-Key", tc.key
-			t.Setenv(gateway.EnvAnthropicKey, anthropicKey)
-			for _, k := range []string{gateway.EnvModelAPIKey, gateway.EnvAnthropicBaseURL, gateway.EnvBaseURL} {
-				t.Setenv(k, strings.ReplaceAll(tc.env[k], "SERVER", srv.srv.URL))
+			vars := map[string]string{gateway.EnvAnthropicKey: anthropicKey}
+			for k, v := range tc.env {
+				vars[k] = strings.ReplaceAll(v, "SERVER", srv.srv.URL)
 			}
 			args := []string{"run", "-model", "anthropic:claude-test", "-home", demoHome}
 			if tc.baseURL {
 				args = append(args, "-base-url", srv.srv.URL)
 			}
-			code, stdout, stderr := cli(testContext(t), append(append(args, tc.args...), demoPrompt)...)
+			code, stdout, stderr := cliEnv(testContext(t), testEnv(vars, ""), append(append(args, tc.args...), demoPrompt)...)
 			if code != exitOK || srv.requests() != 1 {
 				t.Fatalf("exit %d after %d requests; stderr:\n%s\nstdout:\n%s", code, srv.requests(), stderr, stdout)
 			}

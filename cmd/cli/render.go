@@ -36,10 +36,11 @@ const spinnerEvery = 100 * time.Millisecond
 // maxLiveLines bounds the activities drawn at once; the rest are counted.
 const maxLiveLines = 8
 
-// terminalWidth reports whether w is a terminal and, if so, its width.
-func terminalWidth(w io.Writer) (int, bool) {
+// terminalWidth reports whether w is a terminal and, if so, its width; TERM=dumb
+// (in e's environment) says it is none.
+func terminalWidth(w io.Writer, e *env) (int, bool) {
 	f, ok := w.(*os.File)
-	if !ok || os.Getenv("TERM") == "dumb" {
+	if !ok || e.getenv("TERM") == "dumb" {
 		return 0, false
 	}
 	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
@@ -88,13 +89,15 @@ type renderer struct {
 	interrupted bool
 }
 
-func newRenderer(w io.Writer) *renderer {
+// newRenderer shows a turn on w, live and in color when w is a terminal (NO_COLOR in
+// e's environment turns the color off).
+func newRenderer(w io.Writer, e *env) *renderer {
 	r := &renderer{w: w, now: time.Now}
-	if _, ok := terminalWidth(w); ok {
+	if _, ok := terminalWidth(w, e); ok {
 		r.tty = true
-		r.color = os.Getenv("NO_COLOR") == ""
+		r.color = e.getenv("NO_COLOR") == ""
 		r.width = func() int {
-			n, _ := terminalWidth(w)
+			n, _ := terminalWidth(w, e)
 			return max(n, 20)
 		}
 	}

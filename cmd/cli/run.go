@@ -24,18 +24,18 @@ import (
 // running calls client.AbortGrace to stop, then stores its transcript.
 const abortWait = client.AbortGrace + 13*time.Second
 
-func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdRun(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("run", "[flags] PROMPT",
 		"Runs one agent turn and shows its tool calls live, then the model's answer.\n"+
 			"Without -server it starts an embedded bus and node in this process. Ctrl-C aborts\n"+
 			"the turn and shows how each call ended; a second Ctrl-C quits at once.\n"+
 			"Exit status: 0 completed or terminated, 1 failed or step limit, 130 aborted.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var gf node.GatewayFlags
 	gf.Register(fs, "embedded node: ", true)
 	var (
-		model        = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs a key), chat:MODEL (Chat Completions, e.g. a local server at -base-url) or anthropic:MODEL (Messages API, ANTHROPIC_API_KEY) (env TOOLBUS_MODEL)")
+		model        = fs.String("model", e.getenv("TOOLBUS_MODEL"), "the model: script:FILE (a scripted model, offline), openai:MODEL (Responses API, needs a key), chat:MODEL (Chat Completions, e.g. a local server at -base-url) or anthropic:MODEL (Messages API, ANTHROPIC_API_KEY) (env TOOLBUS_MODEL)")
 		nodeName     = fs.String("node", "", "with -server: the node that runs the turn (default: any node that runs turns)")
 		agent        = fs.String("agent", defaultAgent, "the agent the turn runs for: it selects the agent's home under a node's home root, and its todo list")
 		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools read, write and run commands")
@@ -95,21 +95,21 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	// A bad -model is refused before an embedded node starts.
 	checkGateway := func(gw gateway.Config) error { return checkModel("-model", req.Model, gw, bf.server == "") }
-	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, checkGateway, *logFile, *verbose, stderr)
+	bc, logs, err := turnBus(ctx, e, bf, &gf, embedOptions{home: *home, storeDir: *storeDir, sandbox: *sandbox}, checkGateway, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}
 	defer logs.Close()
 	defer bc.Close()
 
-	r := newRenderer(stdout)
+	r := newRenderer(stdout, e)
 	if *asJSON {
 		r = &renderer{w: io.Discard, now: time.Now}
 	}
 	if bf.server == "" {
 		r.println(r.style(ansiDim, homeNote(*home, *sandbox)))
 	}
-	final, err := followTurn(ctx, bc, *nodeName, req, r, logs, *giveUp)
+	final, err := followTurn(ctx, e, bc, *nodeName, req, r, logs, *giveUp)
 	if err != nil {
 		return err
 	}
@@ -176,7 +176,7 @@ func readScript(path string) (json.RawMessage, error) {
 // followTurn starts the turn req and shows it live until it ends: on nodeName, or any
 // node that runs turns. Ctrl-C (ctx) aborts it and waits for its end; a turn whose node
 // is lost and not resumed within giveUp is an error.
-func followTurn(ctx context.Context, bc *busConn, nodeName string, req bus.TurnSpec, r *renderer, logs *logView, giveUp time.Duration) (bus.TurnStatus, error) {
+func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req bus.TurnSpec, r *renderer, logs *logView, giveUp time.Duration) (bus.TurnStatus, error) {
 	w, err := bc.cl.Watch(req.ID)
 	if err != nil {
 		return bus.TurnStatus{}, err
@@ -190,7 +190,7 @@ func followTurn(ctx context.Context, bc *busConn, nodeName string, req bus.TurnS
 		return bus.TurnStatus{}, err
 	}
 	ow := &ownerWatch{turn: req.ID, r: r, giveUp: giveUp}
-	approvals := newApprover(bc.cl, r, os.Stderr, r.w == io.Discard)
+	approvals := newApprover(e, bc.cl, r, os.Stderr, r.w == io.Discard)
 	lost := time.NewTimer(time.Hour)
 	defer lost.Stop()
 

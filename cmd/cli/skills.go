@@ -28,8 +28,8 @@ const skillsAbout = "Lists and shows an agent's skills: folders skills/<name>/ o
 	"  toolbus skills list [-agent A] [-json]    every skill present or enabled, with its problems\n" +
 	"  toolbus skills show [-agent A] [-file PATH] SKILL   what load_skill returns"
 
-func cmdSkills(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, "skills", skillsUsage, skillsAbout, "list or show", subcommands{
+func cmdSkills(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, e, "skills", skillsUsage, skillsAbout, "list or show", subcommands{
 		"list": skillsList, "ls": skillsList, "show": skillsShow,
 	}, args, stdout, stderr)
 }
@@ -41,8 +41,8 @@ type skillFlags struct {
 	home, homeRoot string
 }
 
-func (f *skillFlags) register(fs *flag.FlagSet) {
-	f.bf.register(fs)
+func (f *skillFlags) register(fs *flag.FlagSet, e *env) {
+	f.bf.register(fs, e)
 	fs.StringVar(&f.agent, "agent", defaultAgent, "the agent whose skills to read")
 	fs.StringVar(&f.home, "home", "", "the agent's home (as a node's -home gives every agent)")
 	fs.StringVar(&f.homeRoot, "home-root", "", "the folder of the agents' homes, as the node's -home-root (default "+node.DefaultHomeRoot()+")")
@@ -104,12 +104,12 @@ type skillEntry struct {
 	Problem     string   `json:"problem,omitempty"`
 }
 
-func skillsList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func skillsList(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("skills list", "[flags]",
 		"Lists the skills present in the agent's home and those its profile enables (with\n"+
 			"-server), each with its description and MCP servers, or what is wrong with it.", stderr)
 	var f skillFlags
-	f.register(fs)
+	f.register(fs, e)
 	asJSON := fs.Bool("json", false, "print the list as JSON")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
@@ -199,13 +199,13 @@ func skillsList(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	return tw.Flush()
 }
 
-func skillsShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func skillsShow(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("skills show", "[flags] SKILL",
 		"Prints a skill as load_skill returns it to the model: its instructions, the files of\n"+
 			"its folder and how to reach its MCP servers with mcporter; with -file, that file of\n"+
 			"its folder. A skill that cannot be loaded is an error that says why.", stderr)
 	var f skillFlags
-	f.register(fs)
+	f.register(fs, e)
 	file := fs.String("file", "", "print this file of the skill's folder instead (a path relative to it)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {

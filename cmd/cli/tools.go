@@ -27,7 +27,7 @@ const (
 	apiAnthropic = "anthropic"
 )
 
-func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdTools(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("tools", "[flags]",
 		"Lists the tools a turn assembles, in the order the model receives them.\n"+
 			"Without -server: the built-in tools. With -server: also the external\n"+
@@ -42,7 +42,7 @@ func cmdTools(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			"behind its hosted tool search, the cache_control breakpoint on the last).\n"+
 			"A strict tool carries the strict projection of its schema.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var (
 		asJSON  = fs.Bool("json", false, "print the tool definitions as the model API receives them")
 		api     = fs.String("api", apiResponses, "with -json: the API whose format to print, responses, chat or anthropic")

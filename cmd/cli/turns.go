@@ -13,13 +13,13 @@ import (
 	"github.com/toolbus/toolbus/durable"
 )
 
-func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdTurns(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("turns", "[flags]",
 		"Lists the durable turns of a running bus, newest first: each with its state, the node\n"+
 			"that runs it, its step and its age. A turn queued or running whose node is gone shows\n"+
 			"here until a node takes it; `toolbus resume ID` queues one again.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var (
 		all   = fs.Bool("all", false, "list ended turns too (default: queued and running ones, and those ended in the last hour)")
 		limit = fs.Int("n", 50, "list at most this many turns")
@@ -65,14 +65,14 @@ func cmdTurns(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return tw.Flush()
 }
 
-func cmdResume(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdResume(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("resume", "[flags] TURN",
 		"Queues a turn again whose node was lost while no node could take it over (it was\n"+
 			"started on a node that went down for good). A node that runs turns resumes it from its\n"+
 			"transcript, as after a node failure. A turn that has ended, or whose node still beats,\n"+
 			"is refused.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	listen := fs.Duration("listen", 6*time.Second, "how long to listen for the turn's heartbeat first: a turn whose node beats is running, not lost")
 	pos, err := parseArgs(fs, args)
 	if err != nil {

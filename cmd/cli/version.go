@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdVersion(_ context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("version", "", "Prints the module version and the VCS revision the program was built from.", stderr)
 	pos, err := parseArgs(fs, args)
 	if err != nil {

@@ -17,12 +17,12 @@ import (
 // made by one process share their leading characters.
 const shortTurn = 8
 
-func cmdWatch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func cmdWatch(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("watch", "-server URL [flags] [TURN]",
 		"Prints the messages of one turn, or of every turn, as they pass on the bus: one\n"+
 			"line each with time, turn, kind and label. Runs until Ctrl-C.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -41,14 +40,14 @@ const workflowAbout = "Starts, follows, lists and cancels workflows: tasks that 
 	"  toolbus workflow list [-state STATE]\n" +
 	"  toolbus workflow cancel [-reason TEXT] ID"
 
-func cmdWorkflow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return dispatch(ctx, "workflow", workflowUsage, workflowAbout, "start, view, list or cancel", subcommands{
+func cmdWorkflow(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
+	return dispatch(ctx, e, "workflow", workflowUsage, workflowAbout, "start, view, list or cancel", subcommands{
 		"start": workflowStart, "view": workflowView, "show": workflowView,
 		"list": workflowList, "ls": workflowList, "cancel": workflowCancel,
 	}, args, stdout, stderr)
 }
 
-func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func workflowStart(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("workflow start", "[flags] FILE",
 		"Starts the workflow FILE describes (workflow_start's arguments: a title and the\n"+
 			"tasks, each with instructions, a result_schema, depends_on, max_attempts, and for\n"+
@@ -56,12 +55,12 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 			"ends, then the whole workflow. Ctrl-C cancels the workflow. Without -server it runs\n"+
 			"on an embedded bus and node. Exit status: 0 completed, 1 failed or cancelled.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	var gf node.GatewayFlags
 	gf.Register(fs, "embedded node: ", false)
 	var (
 		agent    = fs.String("agent", defaultAgent, "the agent the workflow runs for")
-		model    = fs.String("model", os.Getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL, chat:MODEL or anthropic:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
+		model    = fs.String("model", e.getenv("TOOLBUS_MODEL"), "the model of the task turns, openai:MODEL, chat:MODEL or anthropic:MODEL, when FILE names none; tasks with a script play it instead (env TOOLBUS_MODEL)")
 		asJSON   = fs.Bool("json", false, "print only the workflow's document at the end (with -detach: at once), as JSON")
 		detach   = fs.Bool("detach", false, "with -server: return once the workflow has started, without following it")
 		storeDir = fs.String("store-dir", "", "embedded node: JetStream store directory (default: a temporary one, removed at exit)")
@@ -91,7 +90,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err := checkAgent(*agent); err != nil {
 		return err
 	}
-	doc, err := readDoc("workflow file", pos[0])
+	doc, err := readDoc(e.stdin, "workflow file", pos[0])
 	if err != nil {
 		return err
 	}
@@ -115,7 +114,7 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 		name = "workflow file: model"
 	}
 	checkGateway := func(gw gateway.Config) error { return checkModel(name, def.Model, gw, bf.server == "" && needsModel) }
-	bc, logs, err := turnBus(ctx, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, checkGateway, *logFile, *verbose, stderr)
+	bc, logs, err := turnBus(ctx, e, bf, &gf, embedOptions{home: ".", storeDir: *storeDir}, checkGateway, *logFile, *verbose, stderr)
 	if err != nil {
 		return err
 	}
@@ -138,14 +137,14 @@ func workflowStart(ctx context.Context, args []string, stdout, stderr io.Writer)
 		fmt.Fprintf(stdout, "follow it: toolbus workflow view -follow -server … -agent %s %s\n", wf.Agent, wf.ID)
 		return nil
 	}
-	return followToEnd(ctx, bc, "workflow_start", *agent, args2, *asJSON, false, stdout)
+	return followToEnd(ctx, e, bc, "workflow_start", *agent, args2, *asJSON, false, stdout)
 }
 
 // followToEnd calls a workflow tool and shows the workflow it answers with live until it
 // ends (with -json, prints its final document instead); the exit says how it ended.
 // showFirst prints the workflow as the tool found it before following it.
-func followToEnd(ctx context.Context, bc *busConn, tool, agent string, args []byte, asJSON, showFirst bool, stdout io.Writer) error {
-	r := newRenderer(stdout)
+func followToEnd(ctx context.Context, e *env, bc *busConn, tool, agent string, args []byte, asJSON, showFirst bool, stdout io.Writer) error {
+	r := newRenderer(stdout, e)
 	if asJSON {
 		r = &renderer{w: io.Discard, now: time.Now}
 	}
@@ -193,12 +192,12 @@ func workflowExit(wf *bus.Workflow) error {
 	return &exitError{code: exitFailed, err: fmt.Errorf("workflow %s %s: %s", wf.ID, wf.State, cmp.Or(wf.Error, "no reason given"))}
 }
 
-func workflowView(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func workflowView(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("workflow view", "[flags] ID",
 		"Shows one workflow: its state, each task with its attempts (turn, outcome, reason),\n"+
 			"result and error. -follow shows it live until it ends.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	agent := fs.String("agent", defaultAgent, "the agent whose workflow it is")
 	asJSON := fs.Bool("json", false, "print the workflow's document as JSON")
 	follow := fs.Bool("follow", false, "follow the workflow live until it ends, as start does")
@@ -209,7 +208,7 @@ func workflowView(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	defer bc.Close()
 	req, _ := json.Marshal(map[string]string{"workflow_id": pos[0]})
 	if *follow {
-		return followToEnd(ctx, bc, "workflow_view", *agent, req, *asJSON, true, stdout)
+		return followToEnd(ctx, e, bc, "workflow_view", *agent, req, *asJSON, true, stdout)
 	}
 	wf, err := callWorkflowTool(ctx, bc, "workflow_view", *agent, req)
 	if err != nil {
@@ -218,10 +217,10 @@ func workflowView(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return printWorkflow(stdout, wf, *asJSON)
 }
 
-func workflowList(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func workflowList(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("workflow list", "[flags]", "Lists an agent's workflows, newest first.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	agent := fs.String("agent", defaultAgent, "the agent whose workflows to list")
 	asJSON := fs.Bool("json", false, "print the workflows' documents as a JSON array")
 	state := fs.String("state", "", "only workflows in this state: running, completed, failed or cancelled")
@@ -286,12 +285,12 @@ func workflowList(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return tw.Flush()
 }
 
-func workflowCancel(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func workflowCancel(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("workflow cancel", "[flags] ID",
 		"Cancels a running workflow: its running task turns are aborted and its unfinished\n"+
 			"tasks recorded as cancelled.", stderr)
 	var bf busFlags
-	bf.register(fs)
+	bf.register(fs, e)
 	agent := fs.String("agent", defaultAgent, "the agent whose workflow it is")
 	asJSON := fs.Bool("json", false, "print the workflow's document as JSON")
 	reason := fs.String("reason", "", "why, recorded with the workflow and its tasks")

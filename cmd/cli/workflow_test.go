@@ -170,7 +170,7 @@ func TestWorkflowCommands(t *testing.T) {
 }
 
 func TestWorkflowRefusals(t *testing.T) {
-	t.Setenv("OPENAI_API_KEY", "")
+	t.Parallel()
 	ctx := testContext(t)
 	bad := writeWorkflow(t, `{"title":"t","tasks":[
 		{"id":"a","instructions":"A.","result_schema":{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"},"uniqueItems":true}}},"script":{"responses":[{"text":"x"}]}},
@@ -203,7 +203,8 @@ func TestWorkflowRefusals(t *testing.T) {
 		{"bad state", []string{"list", "-server", "nats://127.0.0.1:1", "-state", "done"}, exitUsage, []string{`-state "done": want running`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, _, stderr := cli(ctx, append([]string{"workflow"}, tc.args...)...)
+			// No OPENAI_API_KEY in the run's environment.
+			code, _, stderr := cliEnv(ctx, testEnv(nil, ""), append([]string{"workflow"}, tc.args...)...)
 			if code != tc.code {
 				t.Errorf("exit %d, want %d\n%s", code, tc.code, stderr)
 			}
