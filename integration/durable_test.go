@@ -267,7 +267,7 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 	}
 	started := startedTurns(t, nc)
 	script := slowScript(t, []scriptCall{
-		slowCall("q1", "wait", 0),    // finishes and is recorded before the kill
+		slowCall("q1", "wait", 0),    // finishes and is recorded before the kill (checked)
 		slowCall("r1", "wait", held), // read-only, in flight: runs again
 		slowCall("d1", "mark", held), // destructive, in flight: abandoned
 	})
@@ -275,9 +275,19 @@ func TestTurnResumesAfterNodeKill(t *testing.T) {
 		"-model", "script:"+script, "-json", "work slowly")
 	first := nextStarted(t, started)
 	host.waitStarted(t, "q1", "r1", "d1")
-	checkFor(t, "q1 finished", func() error {
-		if host.count("end q1") == 0 {
-			return fmt.Errorf("q1 has not finished")
+	// q1 is recorded, not only finished: its output is appended to the transcript after
+	// the host answers, and a kill before the append is acknowledged rightly runs the
+	// read-only call again (seen once under the full suite).
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFor(t, "q1 recorded", func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		a, err := durable.AuditTranscript(ctx, js, first.Turn)
+		if err != nil || a.Outputs["q1"] == 0 {
+			return fmt.Errorf("q1's output is not in the transcript yet (%v; host log has %d ends of q1)", err, host.count("end q1"))
 		}
 		return nil
 	})
