@@ -11,12 +11,8 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 )
 
-// leakIgnore is the goroutine bleve keeps for the life of the process: its analysis
-// queue's workers, started when the package is initialised.
-var leakIgnore = goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker")
-
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, leakIgnore)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 // testContext is a context that ends with the test, or after a minute.

@@ -20,7 +20,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 // oddSchema keeps key order, spacing and number spellings that must survive byte for byte.

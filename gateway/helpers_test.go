@@ -20,13 +20,14 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/gateway"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the requests the fake servers receive")
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 // testKey is the API key of every test; no item, error or log line may contain it.
@@ -278,13 +279,13 @@ func jsonPath(t *testing.T, v any, path ...any) any {
 }
 
 // outputItem is a function_call_output for call id.
-func outputItem(id, text string) gateway.Item {
-	return gateway.Item{Kind: gateway.KindCallOutput, CallID: id, Output: []toolbus.ContentPart{toolbus.Text(text)}}
+func outputItem(id, text string) toolbus.Item {
+	return toolbus.Item{Kind: toolbus.KindCallOutput, CallID: id, Output: []toolbus.ContentPart{toolbus.Text(text)}}
 }
 
 // outputsFor answers every call of a response, as a turn would.
-func outputsFor(r *gateway.Response) []gateway.Item {
-	var out []gateway.Item
+func outputsFor(r *gateway.Response) []toolbus.Item {
+	var out []toolbus.Item
 	for _, c := range r.Calls() {
 		out = append(out, outputItem(c.CallID, "result of "+c.Name))
 	}
@@ -292,8 +293,8 @@ func outputsFor(r *gateway.Response) []gateway.Item {
 }
 
 // kinds lists the kinds of items.
-func kinds(items []gateway.Item) []gateway.ItemKind {
-	out := make([]gateway.ItemKind, len(items))
+func kinds(items []toolbus.Item) []toolbus.ItemKind {
+	out := make([]toolbus.ItemKind, len(items))
 	for i, it := range items {
 		out[i] = it.Kind
 	}

@@ -71,12 +71,10 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	prepareBinaries(dir)
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(bustest.KnownLeaks(), goleak.Cleanup(func(code int) {
 		_ = os.RemoveAll(dir)
 		os.Exit(code)
-	}),
-		// bleve starts its analysis workers when its package loads, for the process's life.
-		goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"))
+	}))...)
 }
 
 // prepareBinaries builds cmd/node and cmd/cli into dir and installs the nats

@@ -21,11 +21,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// bleve (the brain's index) starts its analysis workers when the package is
-		// initialised; they live as long as the process.
-		goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"),
-	)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 // sampleArgs are valid arguments for every built-in tool.

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/goleak"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
@@ -49,15 +50,7 @@ func TestMain(m *testing.M) {
 	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBUS_MODEL_API_KEY", "TOOLBUS_REQUEST_TIMEOUT"} {
 		os.Unsetenv(v)
 	}
-	goleak.VerifyTestMain(m,
-		// protoactor throttles its dead-letter log with a goroutine that lives
-		// one throttle interval after a dead letter; a late reply or abort
-		// reaching a turn that has just stopped is one.
-		goleak.IgnoreTopFunction("github.com/asynkron/protoactor-go/actor.NewDeadLetter.NewThrottle.func4.1"),
-		// bleve (the brain's index) starts its analysis workers when the package is
-		// initialised; they live as long as the process.
-		goleak.IgnoreTopFunction("github.com/blevesearch/bleve_index_api.AnalysisWorker"),
-	)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 // output is a concurrency-safe buffer that can wait for a text to appear.
@@ -237,12 +230,12 @@ func TestRunJSON(t *testing.T) {
 		t.Errorf("status = %+v", out.Status)
 	}
 	calls := map[string]string{}
-	outputs := map[string]gateway.Item{}
+	outputs := map[string]toolbus.Item{}
 	for _, it := range out.Transcript {
 		switch it.Kind {
-		case gateway.KindFunctionCall:
+		case toolbus.KindFunctionCall:
 			calls[it.CallID] = it.Name
-		case gateway.KindCallOutput:
+		case toolbus.KindCallOutput:
 			outputs[it.CallID] = it
 		}
 	}
@@ -258,7 +251,7 @@ func TestRunJSON(t *testing.T) {
 	if got := outputs["call_0_2"].Output; len(got) == 0 || !strings.Contains(got[0].Text, "Open items for tinycalc") {
 		t.Errorf("the repaired read of notes.txt gave %+v", got)
 	}
-	if first := out.Transcript[0]; first.Kind != gateway.KindMessage || first.Text != demoPrompt {
+	if first := out.Transcript[0]; first.Kind != toolbus.KindMessage || first.Text != demoPrompt {
 		t.Errorf("transcript starts with %+v", first)
 	}
 }

@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "computer:", err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+	goleak.VerifyTestMain(m, append(bustest.KnownLeaks(), goleak.Cleanup(func(code int) {
 		// Once, after all tests, which run commands side by side: a cgroup of this
 		// process still there is one a command left behind.
 		if left := ownCgroups(testConfig.hostCgroups()); len(left) > 0 {
@@ -44,7 +44,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 		os.Exit(code)
-	}))
+	}))...)
 }
 
 // testConfig keeps kill grace short so that stop paths finish quickly.

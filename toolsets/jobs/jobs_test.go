@@ -16,7 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 func TestSummary(t *testing.T) {

@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 func mustZone(t *testing.T, name string) *time.Location {

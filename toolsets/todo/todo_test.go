@@ -17,10 +17,11 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
 }
 
 // newBucket starts an in-process JetStream server and returns a fresh todo bucket on it.
