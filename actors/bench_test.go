@@ -23,9 +23,9 @@ type callsModel struct {
 
 func (m *callsModel) Respond(_ context.Context, req *gateway.Request) (*gateway.Response, error) {
 	if req.Step >= m.steps {
-		return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: "done"}}}, nil
+		return &gateway.Response{Items: []toolbus.Item{{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: "done"}}}, nil
 	}
-	return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindFunctionCall,
+	return &gateway.Response{Items: []toolbus.Item{{Kind: toolbus.KindFunctionCall,
 		CallID: fmt.Sprintf("c%d", req.Step), Name: m.tool, Arguments: `{"path":"notes.txt","line":3}`}}}, nil
 }
 

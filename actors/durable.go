@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // A durable turn's journal holds a lease (durable.Lease) on its record and its
@@ -32,7 +32,7 @@ type durableJournal struct {
 	// leaseTime is the intake's lease, told to clients with the started status.
 	leaseTime time.Duration
 
-	unsaved  []gateway.Item   // items not yet appended
+	unsaved  []toolbus.Item   // items not yet appended
 	busy     bool             // an append is being written
 	inflight chan writeResult // its result, read by the actor or by drain
 	afters   []func()         // run once what is queued now is stored
@@ -60,20 +60,20 @@ func (j *durableJournal) begin(t *turn) beginning {
 	return b
 }
 
-func (j *durableJournal) afterResponse(items []gateway.Item, then func()) {
+func (j *durableJournal) afterResponse(items []toolbus.Item, then func()) {
 	j.unsaved = append(j.unsaved, items...)
 	j.checkpoint(then)
 }
 
 // afterCall stores a call's output at once: a node that resumes the turn runs no call
 // again whose result was recorded.
-func (j *durableJournal) afterCall(output gateway.Item) bool {
+func (j *durableJournal) afterCall(output toolbus.Item) bool {
 	j.unsaved = append(j.unsaved, output)
 	j.checkpoint(nil)
 	return true
 }
 
-func (j *durableJournal) afterBatch(outputs []gateway.Item) {
+func (j *durableJournal) afterBatch(outputs []toolbus.Item) {
 	j.unsaved = append(j.unsaved, outputs...)
 	j.checkpoint(nil)
 }

@@ -241,7 +241,7 @@ func TestTaskTurnRepairsTextOnceThenFails(t *testing.T) {
 	}
 	var repairs int
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindMessage && it.Role == gateway.RoleDeveloper && it.Text == policy.RepairInstruction {
+		if it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleDeveloper && it.Text == policy.RepairInstruction {
 			repairs++
 		}
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
-	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -205,7 +205,7 @@ func (in *intake) take(msg jetstream.Msg) {
 	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
 		log.Info("intake: taking a turn delivered again", "deliveries", md.NumDelivered)
 	}
-	input := []gateway.Item{gateway.UserMessage(spec.Input)}
+	input := []toolbus.Item{toolbus.UserMessage(spec.Input)}
 	lease, ok := in.claim(ctx, msg, spec, input, log)
 	if !ok {
 		return
@@ -249,8 +249,8 @@ const claimTimeout = 30 * time.Second
 
 // claim takes the turn's lease. A turn found ended is settled here (a node lost after
 // it ended the turn, before it settled it); false: nothing more to do here.
-func (in *intake) claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec, input []gateway.Item, log *slog.Logger) (*durable.Lease, bool) {
-	first := func(rec bus.TurnRecord, resumed bool) []gateway.Item {
+func (in *intake) claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec, input []toolbus.Item, log *slog.Logger) (*durable.Lease, bool) {
+	first := func(rec bus.TurnRecord, resumed bool) []toolbus.Item {
 		if !resumed {
 			return input
 		}
@@ -258,7 +258,7 @@ func (in *intake) claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpe
 		if k := len(rec.Resumes); k > 0 {
 			r = rec.Resumes[k-1]
 		}
-		return []gateway.Item{durable.ResumeNote(r)}
+		return []toolbus.Item{durable.ResumeNote(r)}
 	}
 	// The lease runs from the claim on: reading a long transcript back, while a stream
 	// elects a leader, must not let the intake give the turn to another node meanwhile.

@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -32,12 +32,12 @@ type journal interface {
 	// the repair instruction the turn gives about one; then runs on the actor once the
 	// turn may act on it (a durable journal has stored it: a node that resumes the turn knows every
 	// call the model made, and that it was told once).
-	afterResponse(items []gateway.Item, then func())
+	afterResponse(items []toolbus.Item, then func())
 	// afterCall is told of one call's output as it finishes; it reports whether it
 	// recorded it (false: it goes with the batch).
-	afterCall(output gateway.Item) (recorded bool)
+	afterCall(output toolbus.Item) (recorded bool)
 	// afterBatch records the outputs of the batch not recorded yet, in the model's order.
-	afterBatch(outputs []gateway.Item)
+	afterBatch(outputs []toolbus.Item)
 	// atEnd records the turn's end, after everything before it. durable.ErrFenced: the
 	// turn is another node's now, and nothing was written.
 	atEnd(state bus.TurnState, msg string, submitted json.RawMessage) error
@@ -66,7 +66,7 @@ type beginning struct {
 // resumePoint is a stored history to go on from: the transcript read back by the claim
 // (ending with its resume note), why the turn is resumed, and the node that was lost.
 type resumePoint struct {
-	items []gateway.Item
+	items []toolbus.Item
 	from  bus.Resume
 	lost  string
 }
@@ -77,7 +77,7 @@ type resumePoint struct {
 type streamJournal struct {
 	t       *turn
 	js      jetstream.JetStream
-	unsaved []gateway.Item // items not yet appended to the stream
+	unsaved []toolbus.Item // items not yet appended to the stream
 	flushed time.Time      // when unsaved items last went to the stream
 	appends []*transcriptAppend
 	seq     int // the last transcript message's position (HeaderSeq)
@@ -96,14 +96,14 @@ func (j *streamJournal) begin(t *turn) beginning {
 	return beginning{}
 }
 
-func (j *streamJournal) afterResponse(items []gateway.Item, then func()) {
+func (j *streamJournal) afterResponse(items []toolbus.Item, then func()) {
 	j.record(items)
 	then()
 }
 
-func (j *streamJournal) afterCall(gateway.Item) bool { return false }
+func (j *streamJournal) afterCall(toolbus.Item) bool { return false }
 
-func (j *streamJournal) afterBatch(outputs []gateway.Item) {
+func (j *streamJournal) afterBatch(outputs []toolbus.Item) {
 	j.record(outputs)
 	if time.Since(j.flushed) >= transcriptBatch {
 		j.flush()
@@ -121,7 +121,7 @@ func (j *streamJournal) kept() bool      { return false }
 
 // record queues items for the transcript stream; a step's items (the model's response
 // and the calls' outputs) are stored as one message.
-func (j *streamJournal) record(items []gateway.Item) {
+func (j *streamJournal) record(items []toolbus.Item) {
 	if j.js != nil {
 		j.unsaved = append(j.unsaved, items...)
 	}
@@ -230,7 +230,7 @@ func (j *streamJournal) wait() error {
 
 // reuse empties a slice of items that was encoded, keeping its array for the next
 // ones: a turn's queue would otherwise grow again from nothing after every append.
-func reuse(items []gateway.Item) []gateway.Item {
+func reuse(items []toolbus.Item) []toolbus.Item {
 	clear(items)
 	return items[:0]
 }

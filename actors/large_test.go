@@ -133,7 +133,7 @@ func TestLargeArguments(t *testing.T) {
 
 	// check checks what a turn did: both calls accounted for, the file written, the model
 	// told, and the transcript read back from its stream exact.
-	check := func(t *testing.T, id, file string, calls []bus.CallRecord, local []gateway.Item) {
+	check := func(t *testing.T, id, file string, calls []bus.CallRecord, local []toolbus.Item) {
 		t.Helper()
 		if got, want := callOutcomes(calls), []string{"write_file:ok", "write_file:invalid"}; !slices.Equal(got, want) {
 			t.Fatalf("outcomes %v, want %v: %+v", got, want, calls)
@@ -152,13 +152,13 @@ func TestLargeArguments(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var fc []gateway.Item
-		outs := map[string]gateway.Item{}
+		var fc []toolbus.Item
+		outs := map[string]toolbus.Item{}
 		for _, it := range items {
 			switch it.Kind {
-			case gateway.KindFunctionCall:
+			case toolbus.KindFunctionCall:
 				fc = append(fc, it)
-			case gateway.KindCallOutput:
+			case toolbus.KindCallOutput:
 				outs[it.CallID] = it
 			}
 		}
@@ -279,10 +279,10 @@ func TestElideOversized(t *testing.T) {
 	huge := writeArgs("huge.txt", strings.Repeat("x", bus.MaxCallPayload))
 	rawArgs, _ := json.Marshal(huge)
 	raw := `{"type":"function_call","id":"fc_1","call_id":"c1","name":"write_file","arguments":` + string(rawArgs) + `}`
-	items := []gateway.Item{
-		{Kind: gateway.KindReasoning, Provider: gateway.ProviderResponses, Raw: json.RawMessage(`{"type":"reasoning","id":"rs_1"}`)},
-		{Kind: gateway.KindFunctionCall, CallID: "c0", Name: "read_file", Arguments: `{"path":"a"}`},
-		{Kind: gateway.KindFunctionCall, CallID: "c1", Name: "write_file", Arguments: huge, Provider: gateway.ProviderResponses, Raw: json.RawMessage(raw)},
+	items := []toolbus.Item{
+		{Kind: toolbus.KindReasoning, Provider: gateway.ProviderResponses, Raw: json.RawMessage(`{"type":"reasoning","id":"rs_1"}`)},
+		{Kind: toolbus.KindFunctionCall, CallID: "c0", Name: "read_file", Arguments: `{"path":"a"}`},
+		{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file", Arguments: huge, Provider: gateway.ProviderResponses, Raw: json.RawMessage(raw)},
 	}
 	if got := elideOversized(items[:2]); &got[0] != &items[0] {
 		t.Error("a response without large calls was copied")

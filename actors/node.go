@@ -432,7 +432,7 @@ func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (kit *toolsets.K
 // assemble is Assemble for a turn that calls the tools of calls next (a resumed turn's
 // last batch): it waits up to patience for the catalog to serve their namespaces that
 // the profile names.
-func (n *Node) assemble(ctx context.Context, spec bus.TurnSpec, calls []gateway.Item, patience time.Duration) (kit *toolsets.Kit, err error) {
+func (n *Node) assemble(ctx context.Context, spec bus.TurnSpec, calls []toolbus.Item, patience time.Duration) (kit *toolsets.Kit, err error) {
 	// A category creator that panics (a bug, or a profile, skill or spec nobody foresaw)
 	// fails this turn, with the reason, and not the node with every turn it runs.
 	defer func() {
@@ -496,7 +496,7 @@ func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile
 // are still reconnecting: without the wait, a resumed call of theirs is refused as an
 // unknown tool (seen: the turn taken 0.3 s after the node was ready, before its host had
 // reconnected).
-func (n *Node) awaitHosts(ctx context.Context, cat *catalog.Catalog, turn string, profile *toolsets.Profile, calls []gateway.Item, patience time.Duration) {
+func (n *Node) awaitHosts(ctx context.Context, cat *catalog.Catalog, turn string, profile *toolsets.Profile, calls []toolbus.Item, patience time.Duration) {
 	if profile == nil || patience <= 0 {
 		return
 	}

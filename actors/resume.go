@@ -9,7 +9,6 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
-	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -25,7 +24,7 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 	t.transcript = append(t.transcript[:0], items...)
 	for _, it := range items {
 		// The repair instruction is given once per turn, wherever the turn runs.
-		if p := t.cfg.Kit.Policy; p.Text == toolsets.TextRepairOnce && it.Kind == gateway.KindMessage && it.Role == gateway.RoleDeveloper && it.Text == p.RepairInstruction {
+		if p := t.cfg.Kit.Policy; p.Text == toolsets.TextRepairOnce && it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleDeveloper && it.Text == p.RepairInstruction {
 			t.repaired = true
 		}
 	}
@@ -34,7 +33,7 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 
 	calls := durable.LastCalls(items)
 	t.prepare(calls, false)
-	plan := durable.PlanBatch(items, func(i int, _ gateway.Item) durable.CallInfo {
+	plan := durable.PlanBatch(items, func(i int, _ toolbus.Item) durable.CallInfo {
 		pc := t.batch[i]
 		return durable.CallInfo{
 			Refused:    pc.state == callDone,
@@ -98,9 +97,9 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 
 // finalArgs reads the arguments of a call of a final local tool (a task's submit_result)
 // as the turn accepted them; false for any other call, or arguments that do not pass.
-func (t *turn) finalArgs(it gateway.Item) (json.RawMessage, bool) {
+func (t *turn) finalArgs(it toolbus.Item) (json.RawMessage, bool) {
 	local, ok := t.cfg.Kit.Local[it.Name]
-	if it.Kind != gateway.KindFunctionCall || !ok || !local.Final {
+	if it.Kind != toolbus.KindFunctionCall || !ok || !local.Final {
 		return nil, false
 	}
 	p := local.Spec.Params
@@ -112,7 +111,7 @@ func (t *turn) finalArgs(it gateway.Item) (json.RawMessage, bool) {
 }
 
 // outputOK reports whether the call has a recorded output that is not an error.
-func outputOK(outputs map[string]gateway.Item, callID string) bool {
+func outputOK(outputs map[string]toolbus.Item, callID string) bool {
 	o, ok := outputs[callID]
 	return ok && !o.IsError
 }

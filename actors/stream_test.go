@@ -141,7 +141,7 @@ func TestEarlyDispatchKeepsOrder(t *testing.T) {
 	}
 	var order []string
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindCallOutput {
+		if it.Kind == toolbus.KindCallOutput {
 			order = append(order, it.CallID)
 		}
 	}
@@ -287,7 +287,7 @@ func TestAbortDuringStream(t *testing.T) {
 	// Every call in the transcript has its output: the history stays valid.
 	calls, outs := 0, outputs(res)
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			calls++
 			if _, ok := outs[it.CallID]; !ok {
 				t.Errorf("call %s has no output", it.CallID)
@@ -481,12 +481,12 @@ func durableStream(t *testing.T, lose func(a *Node, h streamHooks)) streamWorld 
 	calls := 0
 	for _, it := range items {
 		switch {
-		case it.Kind == gateway.KindFunctionCall:
+		case it.Kind == toolbus.KindFunctionCall:
 			calls++
 			if it.CallID != "c_mark" {
 				t.Errorf("call %s in the transcript: only c_mark was complete", it.CallID)
 			}
-		case it.Kind == gateway.KindCallOutput && it.CallID == "c_mark":
+		case it.Kind == toolbus.KindCallOutput && it.CallID == "c_mark":
 			w.out++
 			w.output = outputText(it)
 		}
@@ -595,9 +595,9 @@ func TestResponsesStream(t *testing.T) {
 	var messages, notes []string
 	for _, it := range res.Transcript {
 		switch it.Kind {
-		case gateway.KindMessage:
+		case toolbus.KindMessage:
 			messages = append(messages, it.Role+":"+it.Text)
-		case gateway.KindNote:
+		case toolbus.KindNote:
 			notes = append(notes, string(it.Raw))
 		}
 	}

@@ -45,7 +45,7 @@ type TurnConfig struct {
 	Node string
 	// Input, when set, is the transcript the turn starts from instead of Spec.Input as
 	// one user message.
-	Input []gateway.Item
+	Input []toolbus.Item
 	Model gateway.Model
 	// Kit holds the turn's tools and policy (toolsets.Assemble); nil lets the node
 	// assemble it from the spec, the agent's profile and the bus catalog.
@@ -102,7 +102,7 @@ func (c TurnConfig) withDefaults() TurnConfig {
 		c.Logger = slog.Default()
 	}
 	if len(c.Input) == 0 && c.Spec.Input != "" {
-		c.Input = []gateway.Item{gateway.UserMessage(c.Spec.Input)}
+		c.Input = []toolbus.Item{toolbus.UserMessage(c.Spec.Input)}
 	}
 	return c
 }
@@ -141,7 +141,7 @@ type TurnResult struct {
 	Steps      int
 	Calls      []bus.CallRecord
 	Usage      bus.Usage // the model's tokens in the turn
-	Transcript []gateway.Item
+	Transcript []toolbus.Item
 	// Submitted is the arguments of the final local call that was accepted (a task's
 	// submit_result), when one ended the turn.
 	Submitted json.RawMessage
@@ -169,7 +169,7 @@ const (
 
 // pendingCall is one function call of the current batch.
 type pendingCall struct {
-	item   gateway.Item
+	item   toolbus.Item
 	wireID string // the call id on the bus (the model's when it is a valid token)
 	tool   *toolbus.Spec
 	local  *toolsets.LocalTool // set for a tool the turn answers itself
@@ -271,7 +271,7 @@ type turn struct {
 	j     journal
 	phase phase
 
-	transcript []gateway.Item
+	transcript []toolbus.Item
 	step       int
 	text       string
 	usage      bus.Usage  // the model's tokens in the turn
@@ -288,7 +288,7 @@ type turn struct {
 	// transcript (what came before the next call); early reports items that went to the
 	// transcript and journal before the response was whole.
 	streamed int
-	unsent   []gateway.Item
+	unsent   []toolbus.Item
 	early    bool
 	textSeq  int // the last text piece published (bus.TextDelta.Seq)
 	// saidText is the text a step status said while the response streamed.
@@ -569,14 +569,14 @@ func (t *turn) onModelReply(m *modelReply) {
 		if t.early {
 			items = append(items, note)
 		} else {
-			items = append([]gateway.Item{note}, items...)
+			items = append([]toolbus.Item{note}, items...)
 		}
 	}
 	t.transcript = append(t.transcript, items...)
 	t.text = resp.Text()
-	var calls []gateway.Item
+	var calls []toolbus.Item
 	for _, it := range rest {
-		if it.Kind == gateway.KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			calls = append(calls, it)
 		}
 	}
@@ -608,9 +608,9 @@ func (t *turn) onModelStream(m *modelStream) {
 			return // not the next item (the gateway's contract): the reply has it
 		}
 		t.streamed++
-		it := elideOversized([]gateway.Item{*m.ev.Item})[0]
+		it := elideOversized([]toolbus.Item{*m.ev.Item})[0]
 		t.unsent = append(t.unsent, it)
-		if it.Kind != gateway.KindFunctionCall {
+		if it.Kind != toolbus.KindFunctionCall {
 			return
 		}
 		items := t.unsent
@@ -623,7 +623,7 @@ func (t *turn) onModelStream(m *modelStream) {
 			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text})
 		}
 		// Whole: a call the output limit cut never streams.
-		added := t.addCalls([]gateway.Item{it}, false)
+		added := t.addCalls([]toolbus.Item{it}, false)
 		t.j.afterResponse(items, func() { t.ready(added) })
 	}
 }
@@ -658,7 +658,7 @@ func (t *turn) storeDeferred() {
 
 // prepare resolves each call's tool and arguments, in the model's order, as a new batch
 // of calls that are stored already (a resumed turn's).
-func (t *turn) prepare(calls []gateway.Item, truncated bool) {
+func (t *turn) prepare(calls []toolbus.Item, truncated bool) {
 	t.beginBatch()
 	for _, pc := range t.addCalls(calls, truncated) {
 		pc.ready = true
@@ -674,7 +674,7 @@ func (t *turn) beginBatch() {
 
 // addCalls adds calls to the batch, in the model's order, resolving each one's tool and
 // arguments; a call refused here is settled at once. They go out once ready.
-func (t *turn) addCalls(calls []gateway.Item, truncated bool) []*pendingCall {
+func (t *turn) addCalls(calls []toolbus.Item, truncated bool) []*pendingCall {
 	added := make([]*pendingCall, 0, len(calls))
 	for _, it := range calls {
 		pc := &pendingCall{item: it, wireID: it.CallID}
@@ -751,11 +751,11 @@ type elided struct {
 // was left out (elidedKey): the call is refused all the same, and the model reads its
 // transcript again at every step. It returns items as they were when no call is that
 // large, a copy otherwise.
-func elideOversized(items []gateway.Item) []gateway.Item {
+func elideOversized(items []toolbus.Item) []toolbus.Item {
 	changed := false
 	for i, it := range items {
 		n := len(it.Arguments)
-		if it.Kind != gateway.KindFunctionCall || n <= bus.MaxCallPayload {
+		if it.Kind != toolbus.KindFunctionCall || n <= bus.MaxCallPayload {
 			continue
 		}
 		if !changed {
@@ -792,7 +792,7 @@ func elidedSize(args string) (int64, bool) {
 
 // lookup finds a call's tool. A call without a namespace may name a namespaced tool whose
 // name no other tool has (models drop the namespace now and then).
-func (t *turn) lookup(it gateway.Item) (*toolbus.Spec, bool) {
+func (t *turn) lookup(it toolbus.Item) (*toolbus.Spec, bool) {
 	set := t.cfg.Kit.Tools
 	if spec, ok := set.Lookup(it.Namespace, it.Name); ok || it.Namespace != "" {
 		return spec, ok
@@ -809,7 +809,7 @@ func (t *turn) lookup(it gateway.Item) (*toolbus.Spec, bool) {
 	return found, found != nil
 }
 
-func (t *turn) unknownTool(it gateway.Item) string {
+func (t *turn) unknownTool(it toolbus.Item) string {
 	name := it.Name
 	if it.Namespace != "" {
 		name = it.Namespace + "." + it.Name
@@ -1261,7 +1261,7 @@ func (t *turn) answeredWithText() {
 	t.repaired = true
 	// Watchers see the text, and that the turn was told what it lacks.
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text, Notes: []string{repairNote}})
-	msg := []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: p.RepairInstruction}}
+	msg := []toolbus.Item{{Kind: toolbus.KindMessage, Role: toolbus.RoleDeveloper, Text: p.RepairInstruction}}
 	t.transcript = append(t.transcript, msg...)
 	t.j.afterResponse(msg, t.callModel)
 }
@@ -1410,7 +1410,7 @@ func (t *turn) completeBatch() {
 // the model's order. It reports whether a result asked to end the turn.
 func (t *turn) closeBatch() (terminate bool) {
 	first := len(t.records)
-	var outputs []gateway.Item
+	var outputs []toolbus.Item
 	for _, pc := range t.batch {
 		out := pc.outputItem()
 		if !pc.resumed {
@@ -1432,9 +1432,9 @@ func (t *turn) closeBatch() (terminate bool) {
 }
 
 // outputItem is the call's output as the transcript holds it.
-func (pc *pendingCall) outputItem() gateway.Item {
-	return gateway.Item{
-		Kind:      gateway.KindCallOutput,
+func (pc *pendingCall) outputItem() toolbus.Item {
+	return toolbus.Item{
+		Kind:      toolbus.KindCallOutput,
 		CallID:    pc.item.CallID,
 		Name:      pc.item.Name,
 		Namespace: pc.item.Namespace,

@@ -170,17 +170,17 @@ func call(name, args string) gateway.ScriptCall {
 	return gateway.ScriptCall{Name: name, Arguments: args}
 }
 
-func outputs(res TurnResult) map[string]gateway.Item {
-	out := map[string]gateway.Item{}
+func outputs(res TurnResult) map[string]toolbus.Item {
+	out := map[string]toolbus.Item{}
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindCallOutput {
+		if it.Kind == toolbus.KindCallOutput {
 			out[it.CallID] = it
 		}
 	}
 	return out
 }
 
-func outputText(it gateway.Item) string {
+func outputText(it toolbus.Item) string {
 	var parts []string
 	for _, p := range it.Output {
 		parts = append(parts, p.Text)
@@ -346,7 +346,7 @@ func TestResultsInModelOrder(t *testing.T) {
 	res := h.run(context.Background(), []*toolbus.Tool{wait}, gateway.ScriptStep{Calls: calls}, gateway.ScriptStep{Text: "ok"})
 	var got []string
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindCallOutput {
+		if it.Kind == toolbus.KindCallOutput {
 			got = append(got, it.CallID+"="+outputText(it))
 		}
 	}
@@ -652,7 +652,7 @@ func TestTerminateAndStepLimit(t *testing.T) {
 	}
 
 	loop := modelFunc(func(ctx context.Context, req *gateway.Request) (*gateway.Response, error) {
-		return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindFunctionCall, CallID: fmt.Sprint("l", req.Step), Name: "nothing", Arguments: "{}"}}}, nil
+		return &gateway.Response{Items: []toolbus.Item{{Kind: toolbus.KindFunctionCall, CallID: fmt.Sprint("l", req.Step), Name: "nothing", Arguments: "{}"}}}, nil
 	})
 	res, err := h.node.Run(context.Background(), TurnConfig{Spec: bus.TurnSpec{Input: "loop", Limits: bus.TurnLimits{MaxSteps: 3}}, Model: loop, Kit: kitOf(t, stop)})
 	if err != nil {
@@ -997,7 +997,7 @@ func TestUsageAddsUp(t *testing.T) {
 	// The transcript holds each step's tokens too, in items the gateways skip.
 	var notes []string
 	for _, it := range res.Transcript {
-		if it.Kind == gateway.KindNote {
+		if it.Kind == toolbus.KindNote {
 			notes = append(notes, string(it.Raw))
 		}
 	}

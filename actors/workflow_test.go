@@ -207,7 +207,7 @@ func (h *wfHarness) turnRecord(id string) (bus.TurnRecord, error) {
 }
 
 // transcript reads a turn's transcript.
-func (h *wfHarness) transcript(id string) []gateway.Item {
+func (h *wfHarness) transcript(id string) []toolbus.Item {
 	h.t.Helper()
 	items, err := durable.ReadTranscript(context.Background(), h.js, id)
 	if err != nil {
@@ -342,11 +342,11 @@ func TestSubmitAcceptedEndsTurn(t *testing.T) {
 		t.Errorf("turn record: %s after %d steps, submitted %s", rec.State, rec.Step, rec.Submitted)
 	}
 	items := h.transcript(task.Attempts[0].Turn)
-	if last := items[len(items)-1]; last.Kind != gateway.KindCallOutput || last.IsError || !strings.Contains(outputText(last), "Result accepted") {
+	if last := items[len(items)-1]; last.Kind != toolbus.KindCallOutput || last.IsError || !strings.Contains(outputText(last), "Result accepted") {
 		t.Errorf("the transcript ends with %+v, want the accepted submission's output", last)
 	}
 	// The model saw the task's instructions as the turn's input.
-	if items[0].Kind != gateway.KindMessage || items[0].Text != "Count the things." {
+	if items[0].Kind != toolbus.KindMessage || items[0].Text != "Count the things." {
 		t.Errorf("first item %+v", items[0])
 	}
 }
@@ -373,7 +373,7 @@ func TestSubmitRejectedKeepsTurn(t *testing.T) {
 	}
 	var refusal string
 	for _, it := range h.transcript(turn) {
-		if it.Kind == gateway.KindCallOutput && it.IsError {
+		if it.Kind == toolbus.KindCallOutput && it.IsError {
 			refusal = outputText(it)
 		}
 	}
@@ -394,10 +394,10 @@ func TestTextOnlyGetsOneRepairThenFails(t *testing.T) {
 	t.Parallel()
 	h := newWFHarness(t)
 	policy, _ := toolsets.PolicyFor(bus.TurnTask)
-	repairs := func(items []gateway.Item) int {
+	repairs := func(items []toolbus.Item) int {
 		n := 0
 		for _, it := range items {
-			if it.Kind == gateway.KindMessage && it.Role == gateway.RoleDeveloper {
+			if it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleDeveloper {
 				if it.Text != policy.RepairInstruction {
 					t.Errorf("developer message %q", it.Text)
 				}
@@ -789,9 +789,9 @@ func TestResumedTaskEndsWithItsAcceptedSubmission(t *testing.T) {
 		t.Fatal(err)
 	}
 	// What the lost node had stored: the response with the submission, then its output.
-	for seq, items := range [][]gateway.Item{
-		{gateway.UserMessage("Count."), {Kind: gateway.KindFunctionCall, CallID: "c1", Name: "submit_result", Arguments: `{"result":{"n":5,"note":"five"}}`}},
-		{{Kind: gateway.KindCallOutput, CallID: "c1", Name: "submit_result", Output: []toolbus.ContentPart{toolbus.Text("Result accepted. The task is done.")}}},
+	for seq, items := range [][]toolbus.Item{
+		{toolbus.UserMessage("Count."), {Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "submit_result", Arguments: `{"result":{"n":5,"note":"five"}}`}},
+		{{Kind: toolbus.KindCallOutput, CallID: "c1", Name: "submit_result", Output: []toolbus.ContentPart{toolbus.Text("Result accepted. The task is done.")}}},
 	} {
 		m := nats.NewMsg(bus.TranscriptSubject(turn))
 		m.Data, _ = json.Marshal(items)

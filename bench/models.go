@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/gateway"
 )
 
@@ -31,11 +32,11 @@ func (m *stepModel) Respond(ctx context.Context, req *gateway.Request) (*gateway
 	}
 	m.mu.Unlock()
 	if req.Step >= m.steps {
-		return &gateway.Response{Items: []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: "done"}}}, nil
+		return &gateway.Response{Items: []toolbus.Item{{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: "done"}}}, nil
 	}
-	resp := &gateway.Response{Items: make([]gateway.Item, m.calls)}
+	resp := &gateway.Response{Items: make([]toolbus.Item, m.calls)}
 	for i := range resp.Items {
-		resp.Items[i] = gateway.Item{Kind: gateway.KindFunctionCall, CallID: fmt.Sprintf("c%d_%d", req.Step, i), Name: m.tool, Namespace: m.namespace, Arguments: "{}"}
+		resp.Items[i] = toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: fmt.Sprintf("c%d_%d", req.Step, i), Name: m.tool, Namespace: m.namespace, Arguments: "{}"}
 	}
 	m.mu.Lock()
 	m.last = time.Now()

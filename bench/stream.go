@@ -307,7 +307,7 @@ func (m *deliveryModel) Respond(ctx context.Context, req *gateway.Request) (*gat
 	if f := req.Stream; f != nil {
 		r := *req
 		r.Stream = func(ev gateway.StreamEvent) {
-			if ev.Kind == gateway.StreamItem && ev.Item.Kind == gateway.KindFunctionCall {
+			if ev.Kind == gateway.StreamItem && ev.Item.Kind == toolbus.KindFunctionCall {
 				m.delivered()
 			}
 			f(ev)

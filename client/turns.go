@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // StartTimeout bounds the request that starts a turn: a node answers once the turn is
@@ -250,7 +250,7 @@ const TranscriptTimeout = 30 * time.Second
 
 // Transcript reads a turn's transcript back, in the turn's order; ErrNoTranscript
 // when it has none.
-func (c *Client) Transcript(ctx context.Context, turn string) ([]gateway.Item, error) {
+func (c *Client) Transcript(ctx context.Context, turn string) ([]toolbus.Item, error) {
 	js, err := c.jetStream()
 	if err != nil {
 		return nil, fmt.Errorf("read transcript: %w", err)
@@ -268,7 +268,7 @@ func (c *Client) Transcript(ctx context.Context, turn string) ([]gateway.Item, e
 type RunOutput struct {
 	Turn       string         `json:"turn_id"`
 	Status     bus.TurnStatus `json:"status"`
-	Transcript []gateway.Item `json:"transcript"`
+	Transcript []toolbus.Item `json:"transcript"`
 }
 
 // Ended reads a turn's end from its record, for a follower that may have missed the
@@ -289,7 +289,7 @@ func (c *Client) Ended(ctx context.Context, turn string) (st bus.TurnStatus, ok 
 	}
 	if items, terr := c.Transcript(ctx, turn); terr == nil {
 		for i := len(items) - 1; i >= 0; i-- {
-			if it := items[i]; it.Kind == gateway.KindMessage && it.Role == gateway.RoleAssistant && it.Text != "" {
+			if it := items[i]; it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleAssistant && it.Text != "" {
 				st.Text = it.Text
 				break
 			}

@@ -13,7 +13,6 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
 
@@ -100,7 +99,7 @@ func (s *Server) callCount(ctx context.Context, rec bus.TurnRecord) (int, bool) 
 		return 0, false
 	}
 	for _, it := range items {
-		if it.Kind == gateway.KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			n++
 		}
 	}
@@ -117,7 +116,7 @@ func (s *Server) callCount(ctx context.Context, rec bus.TurnRecord) (int, bool) 
 
 // itemView is one item of a transcript as the timeline shows it.
 type itemView struct {
-	Kind      gateway.ItemKind `json:"kind"`
+	Kind      toolbus.ItemKind `json:"kind"`
 	Role      string           `json:"role,omitempty"`
 	Text      string           `json:"text,omitempty"`
 	Call      string           `json:"call_id,omitempty"`
@@ -173,7 +172,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		iv := itemView{Kind: it.Kind, Role: it.Role, Text: clip(it.Text), Call: it.CallID, Name: it.Name,
 			Namespace: it.Namespace, Args: clip(it.Arguments), Truncated: it.Truncated, IsError: it.IsError}
 		switch it.Kind {
-		case gateway.KindCallOutput:
+		case toolbus.KindCallOutput:
 			res := toolbus.Result{Content: it.Output}
 			iv.Output = clip(res.Text())
 			for _, p := range it.Output {
@@ -181,9 +180,9 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 					iv.Media++
 				}
 			}
-		case gateway.KindNote:
+		case toolbus.KindNote:
 			iv.Note = it.Raw
-		case gateway.KindReasoning, gateway.KindOpaque:
+		case toolbus.KindReasoning, toolbus.KindOpaque:
 			// Provider items carried verbatim: shown as their kind only.
 		}
 		v.Items = append(v.Items, iv)
@@ -194,13 +193,13 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 		// approve makes first). A user who may not ask is refused: none shown.
 		answered := map[string]bool{}
 		for _, it := range items {
-			if it.Kind == gateway.KindCallOutput {
+			if it.Kind == toolbus.KindCallOutput {
 				answered[it.CallID] = true
 			}
 		}
 		asked := 0
 		for _, it := range items {
-			if it.Kind != gateway.KindFunctionCall || answered[it.CallID] || !bus.ValidID(it.CallID) || asked == maxHeldAsks {
+			if it.Kind != toolbus.KindFunctionCall || answered[it.CallID] || !bus.ValidID(it.CallID) || asked == maxHeldAsks {
 				continue
 			}
 			asked++

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -43,7 +43,7 @@ type Lease struct {
 	msg   jetstream.Msg
 	Spec  bus.TurnSpec
 	Rec   bus.TurnRecord // the record as this node claimed (or, for ErrTurnOver, found) it
-	Items []gateway.Item // the transcript as read at the claim, with the claim's message
+	Items []toolbus.Item // the transcript as read at the claim, with the claim's message
 	// Resumed reports a turn another node (or this one, before a restart) had started:
 	// Items holds its transcript, which ends with this claim's resume note.
 	Resumed bool
@@ -86,7 +86,7 @@ const (
 // may be stale). Any other failure gives the turn back (a claim whose write landed while
 // its answer was lost is found and undone) and has the message redelivered.
 func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec, lease time.Duration,
-	first func(rec bus.TurnRecord, resumed bool) []gateway.Item) (*Lease, error) {
+	first func(rec bus.TurnRecord, resumed bool) []toolbus.Item) (*Lease, error) {
 	kv, err := s.records()
 	if err != nil {
 		return nil, err
@@ -174,7 +174,7 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 
 // fence reads the transcript and appends the claim's first message at its last
 // sequence, reading again when a writer that held the turn before appended meanwhile.
-func (l *Lease) fence(ctx context.Context, first func(rec bus.TurnRecord, resumed bool) []gateway.Item) error {
+func (l *Lease) fence(ctx context.Context, first func(rec bus.TurnRecord, resumed bool) []toolbus.Item) error {
 	for attempt := 0; ; attempt++ {
 		t, err := l.s.readTranscript(ctx, l.Spec.ID)
 		if err != nil {
@@ -228,7 +228,7 @@ func (l *Lease) Pos() int {
 // has its body stored in bus.ObjectTranscripts first, unfenced (a unique object no
 // reader finds but through a message), and the fenced message names it
 // (bus.HeaderPayload); an object whose message is refused is deleted again.
-func (l *Lease) Append(ctx context.Context, step int, items []gateway.Item) error {
+func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) error {
 	if len(items) == 0 {
 		return nil
 	}

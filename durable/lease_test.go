@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 func openStore(t testing.TB, js jetstream.JetStream, node string, replicas int) *Store {
@@ -67,19 +67,19 @@ func specOf(t testing.TB, m jetstream.Msg) bus.TurnSpec {
 	return spec
 }
 
-func input(spec bus.TurnSpec) func(bus.TurnRecord, bool) []gateway.Item {
-	return func(rec bus.TurnRecord, resumed bool) []gateway.Item {
+func input(spec bus.TurnSpec) func(bus.TurnRecord, bool) []toolbus.Item {
+	return func(rec bus.TurnRecord, resumed bool) []toolbus.Item {
 		if resumed {
-			return []gateway.Item{ResumeNote(rec.Resumes[len(rec.Resumes)-1])}
+			return []toolbus.Item{ResumeNote(rec.Resumes[len(rec.Resumes)-1])}
 		}
-		return []gateway.Item{gateway.UserMessage(spec.Input)}
+		return []toolbus.Item{toolbus.UserMessage(spec.Input)}
 	}
 }
 
-func words(s ...string) []gateway.Item {
-	var out []gateway.Item
+func words(s ...string) []toolbus.Item {
+	var out []toolbus.Item
 	for _, w := range s {
-		out = append(out, gateway.Item{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: w})
+		out = append(out, toolbus.Item{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: w})
 	}
 	return out
 }

@@ -9,9 +9,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // TestLargeTranscriptMessage: a transcript message over the bus's limit is stored with
@@ -30,9 +30,9 @@ func TestLargeTranscriptMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := gateway.Item{Kind: gateway.KindFunctionCall, CallID: "c1", Name: "write_file",
+	big := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
 		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
-	if err := la.Append(ctx, 1, []gateway.Item{big}); err != nil {
+	if err := la.Append(ctx, 1, []toolbus.Item{big}); err != nil {
 		t.Fatal(err)
 	}
 	stored, err := a.StoredTranscript(ctx, spec.ID)
@@ -56,7 +56,7 @@ func TestLargeTranscriptMessage(t *testing.T) {
 	if !lb.Resumed || len(lb.Items) != 3 || lb.Items[1].Arguments != big.Arguments {
 		t.Fatalf("the claim read %d items back", len(lb.Items))
 	}
-	if err := la.Append(ctx, 2, []gateway.Item{big}); !errors.Is(err, ErrFenced) {
+	if err := la.Append(ctx, 2, []toolbus.Item{big}); !errors.Is(err, ErrFenced) {
 		t.Fatalf("stale large append: %v, want ErrFenced", err)
 	}
 	obs, err := jsA.ObjectStore(ctx, bus.ObjectTranscripts)

@@ -1,6 +1,6 @@
 package durable
 
-import "github.com/toolbus/toolbus/gateway"
+import "github.com/toolbus/toolbus"
 
 // Resuming a turn is planned from its transcript alone: which calls of the last batch
 // the model made, which have a recorded output, and which may have gone out before the
@@ -48,9 +48,9 @@ type CallInfo struct {
 type Plan struct {
 	// Calls are the function calls of the transcript's last response, in the model's
 	// order; Actions says what becomes of each, and Outputs holds the recorded ones.
-	Calls   []gateway.Item
+	Calls   []toolbus.Item
 	Actions []Action
-	Outputs map[string]gateway.Item
+	Outputs map[string]toolbus.Item
 	// Open reports a batch with a call that has no output yet (refused ones included):
 	// the turn finishes it.
 	// Otherwise the turn asks the model for its next step, unless Answered.
@@ -66,23 +66,23 @@ type Plan struct {
 // recorded output may have gone out before the node was lost unless the execution
 // modes held it back: a sequential call waits for every call before it, and every call
 // after a sequential one waits for that one.
-func PlanBatch(items []gateway.Item, info func(i int, call gateway.Item) CallInfo) Plan {
+func PlanBatch(items []toolbus.Item, info func(i int, call toolbus.Item) CallInfo) Plan {
 	var p Plan
 	start, end := lastResponse(items)
-	p.Outputs = make(map[string]gateway.Item)
+	p.Outputs = make(map[string]toolbus.Item)
 	for _, it := range items {
-		if it.Kind == gateway.KindCallOutput {
+		if it.Kind == toolbus.KindCallOutput {
 			p.Outputs[it.CallID] = it
 		}
 	}
 	for _, it := range items[start:end] {
-		if it.Kind == gateway.KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			p.Calls = append(p.Calls, it)
 		}
 	}
 	if len(p.Calls) == 0 {
 		for _, it := range items[start:end] {
-			if it.Kind == gateway.KindMessage && it.Role == gateway.RoleAssistant {
+			if it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleAssistant {
 				p.Answered = true
 				p.Text += it.Text
 			}
@@ -125,15 +125,15 @@ func PlanBatch(items []gateway.Item, info func(i int, call gateway.Item) CallInf
 // lastResponse bounds the transcript's last model response: the run of items before
 // its outputs (which come in any order after it) and after the input, or the outputs
 // of the batch before. Notes are skipped on both sides.
-func lastResponse(items []gateway.Item) (start, end int) {
+func lastResponse(items []toolbus.Item) (start, end int) {
 	end = len(items)
-	for end > 0 && (items[end-1].Kind == gateway.KindCallOutput || IsNote(items[end-1])) {
+	for end > 0 && (items[end-1].Kind == toolbus.KindCallOutput || IsNote(items[end-1])) {
 		end--
 	}
 	start = end
 	for start > 0 {
 		it := items[start-1]
-		if it.Kind == gateway.KindCallOutput || IsNote(it) || (it.Kind == gateway.KindMessage && it.Role != gateway.RoleAssistant) {
+		if it.Kind == toolbus.KindCallOutput || IsNote(it) || (it.Kind == toolbus.KindMessage && it.Role != toolbus.RoleAssistant) {
 			break
 		}
 		start--
@@ -142,11 +142,11 @@ func lastResponse(items []gateway.Item) (start, end int) {
 }
 
 // LastCalls are the function calls of the transcript's last model response.
-func LastCalls(items []gateway.Item) []gateway.Item {
+func LastCalls(items []toolbus.Item) []toolbus.Item {
 	start, end := lastResponse(items)
-	var calls []gateway.Item
+	var calls []toolbus.Item
 	for _, it := range items[start:end] {
-		if it.Kind == gateway.KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			calls = append(calls, it)
 		}
 	}
@@ -155,10 +155,10 @@ func LastCalls(items []gateway.Item) []gateway.Item {
 
 // Steps counts the model responses of a transcript: each is a run of the model's
 // items (calls, messages, reasoning) between inputs, outputs and notes.
-func Steps(items []gateway.Item) int {
+func Steps(items []toolbus.Item) int {
 	n, in := 0, false
 	for _, it := range items {
-		model := !IsNote(it) && it.Kind != gateway.KindCallOutput && !(it.Kind == gateway.KindMessage && it.Role != gateway.RoleAssistant)
+		model := !IsNote(it) && it.Kind != toolbus.KindCallOutput && !(it.Kind == toolbus.KindMessage && it.Role != toolbus.RoleAssistant)
 		if model && !in {
 			n++
 		}

@@ -5,29 +5,29 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // TestPlanResume is the table of what a resumed turn does with the calls of its last
 // batch, from the transcript alone.
 func TestPlanResume(t *testing.T) {
 	t.Parallel()
-	user := gateway.UserMessage("go")
-	call := func(id, name string) gateway.Item {
-		return gateway.Item{Kind: gateway.KindFunctionCall, CallID: id, Name: name, Arguments: "{}"}
+	user := toolbus.UserMessage("go")
+	call := func(id, name string) toolbus.Item {
+		return toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: id, Name: name, Arguments: "{}"}
 	}
-	out := func(id string) gateway.Item {
-		return gateway.Item{Kind: gateway.KindCallOutput, CallID: id, Output: nil}
+	out := func(id string) toolbus.Item {
+		return toolbus.Item{Kind: toolbus.KindCallOutput, CallID: id, Output: nil}
 	}
-	text := func(s string) gateway.Item {
-		return gateway.Item{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: s}
+	text := func(s string) toolbus.Item {
+		return toolbus.Item{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: s}
 	}
 	usage := UsageNote(1, bus.Usage{InputTokens: 3})
 	resumed := ResumeNote(bus.Resume{Node: "n2", From: "n1"})
 	// Tools by name: p parallel and destructive, r read-only, s sequential and
 	// destructive, x refused (unknown, or invalid arguments).
-	info := func(_ int, c gateway.Item) CallInfo {
+	info := func(_ int, c toolbus.Item) CallInfo {
 		switch c.Name {
 		case "r":
 			return CallInfo{ReadOnly: true}
@@ -40,34 +40,34 @@ func TestPlanResume(t *testing.T) {
 	}
 	cases := []struct {
 		name     string
-		items    []gateway.Item
+		items    []toolbus.Item
 		actions  []Action
 		open     bool
 		answered string
 		steps    int
 	}{
-		{name: "fresh turn", items: []gateway.Item{user, resumed}, steps: 0},
-		{name: "answer stored, end not", items: []gateway.Item{user, usage, text("done"), resumed}, answered: "done", steps: 1},
-		{name: "every output recorded", items: []gateway.Item{user, call("a", "p"), call("b", "p"), out("b"), out("a"), resumed},
+		{name: "fresh turn", items: []toolbus.Item{user, resumed}, steps: 0},
+		{name: "answer stored, end not", items: []toolbus.Item{user, usage, text("done"), resumed}, answered: "done", steps: 1},
+		{name: "every output recorded", items: []toolbus.Item{user, call("a", "p"), call("b", "p"), out("b"), out("a"), resumed},
 			actions: []Action{Recorded, Recorded}, steps: 1},
-		{name: "destructive in flight may have run", items: []gateway.Item{user, call("a", "p"), call("b", "p"), out("a")},
+		{name: "destructive in flight may have run", items: []toolbus.Item{user, call("a", "p"), call("b", "p"), out("a")},
 			actions: []Action{Recorded, Abandon}, open: true, steps: 1},
-		{name: "read-only in flight runs again", items: []gateway.Item{user, call("a", "r"), call("b", "p"), out("b"), resumed},
+		{name: "read-only in flight runs again", items: []toolbus.Item{user, call("a", "r"), call("b", "p"), out("b"), resumed},
 			actions: []Action{Run, Recorded}, open: true, steps: 1},
-		{name: "sequential after an open call was held back", items: []gateway.Item{user, call("a", "p"), call("b", "s"), call("c", "p")},
+		{name: "sequential after an open call was held back", items: []toolbus.Item{user, call("a", "p"), call("b", "s"), call("c", "p")},
 			actions: []Action{Abandon, Run, Run}, open: true, steps: 1},
-		{name: "open sequential call holds every later one", items: []gateway.Item{user, call("a", "s"), call("b", "p"), call("c", "r")},
+		{name: "open sequential call holds every later one", items: []toolbus.Item{user, call("a", "s"), call("b", "p"), call("c", "r")},
 			actions: []Action{Abandon, Run, Run}, open: true, steps: 1},
-		{name: "sequential after recorded calls may have gone out", items: []gateway.Item{user, call("a", "p"), call("b", "s"), out("a")},
+		{name: "sequential after recorded calls may have gone out", items: []toolbus.Item{user, call("a", "p"), call("b", "s"), out("a")},
 			actions: []Action{Recorded, Abandon}, open: true, steps: 1},
-		{name: "refused call holds nothing back", items: []gateway.Item{user, call("a", "x"), call("b", "s")},
+		{name: "refused call holds nothing back", items: []toolbus.Item{user, call("a", "x"), call("b", "s")},
 			actions: []Action{Refused, Abandon}, open: true, steps: 1},
-		{name: "a refused call alone still needs its output", items: []gateway.Item{user, call("a", "x"), call("b", "p"), out("b")},
+		{name: "a refused call alone still needs its output", items: []toolbus.Item{user, call("a", "x"), call("b", "p"), out("b")},
 			actions: []Action{Refused, Recorded}, open: true, steps: 1},
-		{name: "only the last batch counts", items: []gateway.Item{user, usage, call("a", "p"), out("a"), usage, text("now b"), call("b", "p"), resumed, resumed},
+		{name: "only the last batch counts", items: []toolbus.Item{user, usage, call("a", "p"), out("a"), usage, text("now b"), call("b", "p"), resumed, resumed},
 			actions: []Action{Abandon}, open: true, steps: 2},
-		{name: "repair instruction then no answer yet", items: []gateway.Item{user, text("plain"),
-			{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: "call submit_result"}}, steps: 1},
+		{name: "repair instruction then no answer yet", items: []toolbus.Item{user, text("plain"),
+			{Kind: toolbus.KindMessage, Role: toolbus.RoleDeveloper, Text: "call submit_result"}}, steps: 1},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -93,7 +93,7 @@ func TestPlanResume(t *testing.T) {
 
 func TestNotesAreNotes(t *testing.T) {
 	t.Parallel()
-	for _, it := range []gateway.Item{ResumeNote(bus.Resume{Node: "n1"}), UsageNote(2, bus.Usage{OutputTokens: 1})} {
+	for _, it := range []toolbus.Item{ResumeNote(bus.Resume{Node: "n1"}), UsageNote(2, bus.Usage{OutputTokens: 1})} {
 		if !IsNote(it) {
 			t.Errorf("%s is not a note", it.Raw)
 		}
@@ -108,13 +108,13 @@ func TestNotesAreNotes(t *testing.T) {
 // them as opaque items of provider "toolbus"; they are still notes, other opaque items not.
 func TestLegacyNotesAreNotes(t *testing.T) {
 	raw := json.RawMessage(`{"type":"toolbus.resume","node":"n2"}`)
-	if it := (gateway.Item{Kind: gateway.KindOpaque, Provider: "toolbus", Raw: raw}); !IsNote(it) {
+	if it := (toolbus.Item{Kind: toolbus.KindOpaque, Provider: "toolbus", Raw: raw}); !IsNote(it) {
 		t.Errorf("legacy note %+v is not a note", it)
 	}
-	if it := (gateway.Item{Kind: gateway.KindOpaque, Provider: gateway.ProviderChat, Raw: raw}); IsNote(it) {
+	if it := (toolbus.Item{Kind: toolbus.KindOpaque, Provider: "chat", Raw: raw}); IsNote(it) { // gateway.ProviderChat
 		t.Errorf("opaque item %+v of a gateway is a note", it)
 	}
-	if it := ResumeNote(bus.Resume{Node: "n2"}); it.Kind != gateway.KindNote || it.Provider != "" {
-		t.Errorf("resume note %+v: want kind %q and no provider", it, gateway.KindNote)
+	if it := ResumeNote(bus.Resume{Node: "n2"}); it.Kind != toolbus.KindNote || it.Provider != "" {
+		t.Errorf("resume note %+v: want kind %q and no provider", it, toolbus.KindNote)
 	}
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // ErrNoTranscript reports a turn the transcript stream holds nothing of.
@@ -23,7 +23,7 @@ var ErrNoTranscript = errors.New("no transcript of the turn")
 // Transcript is a turn's transcript as read back.
 type Transcript struct {
 	// Items in the turn's order, each run of call outputs in the order of its calls.
-	Items []gateway.Item
+	Items []toolbus.Item
 	// Last is the stream sequence of the turn's last message (0: none), the expected
 	// last subject sequence of the next append; Pos is its position (Toolbus-Seq).
 	Last uint64
@@ -33,7 +33,7 @@ type Transcript struct {
 // ReadTranscript reads a turn's transcript back, in the turn's order, waiting out a
 // stream that elects a leader (bus.Retry) until ctx ends. A turn with no message is
 // ErrNoTranscript.
-func (s *Store) ReadTranscript(ctx context.Context, turn string) ([]gateway.Item, error) {
+func (s *Store) ReadTranscript(ctx context.Context, turn string) ([]toolbus.Item, error) {
 	t, err := s.readTranscript(ctx, turn)
 	if err != nil {
 		return nil, err
@@ -46,7 +46,7 @@ func (s *Store) ReadTranscript(ctx context.Context, turn string) ([]gateway.Item
 
 // ReadTranscript reads a turn's transcript from js, as [Store.ReadTranscript] does, for
 // a caller with a connection and no store.
-func ReadTranscript(ctx context.Context, js jetstream.JetStream, turn string) ([]gateway.Item, error) {
+func ReadTranscript(ctx context.Context, js jetstream.JetStream, turn string) ([]toolbus.Item, error) {
 	return (&Store{js: js}).ReadTranscript(ctx, turn)
 }
 
@@ -65,7 +65,7 @@ func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, er
 
 type transcriptPart struct {
 	pos, epoch int
-	items      []gateway.Item
+	items      []toolbus.Item
 }
 
 func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
@@ -73,7 +73,7 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 		parts []transcriptPart
 		out   Transcript
 	)
-	err := eachMessage(ctx, s.js, s.transcripts, s.payloadStore(), turn, func(m jetstream.Msg, items []gateway.Item) {
+	err := eachMessage(ctx, s.js, s.transcripts, s.payloadStore(), turn, func(m jetstream.Msg, items []toolbus.Item) {
 		p := transcriptPart{items: items}
 		// Messages written before positions had none; they keep their stream order.
 		p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
@@ -103,7 +103,7 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 // claim at or after the position where the newer claim began (written while the newer
 // claim read, unseen by it). Transcripts of earlier builds (no claim, or no position)
 // could hold a retried message twice, or after a later one: they are read as they were.
-func assemble(parts []transcriptPart) ([]gateway.Item, int) {
+func assemble(parts []transcriptPart) ([]toolbus.Item, int) {
 	kept := make([]transcriptPart, 0, len(parts))
 	top := 0
 	for _, p := range parts {
@@ -120,7 +120,7 @@ func assemble(parts []transcriptPart) ([]gateway.Item, int) {
 	}
 	slices.SortStableFunc(kept, func(a, b transcriptPart) int { return cmp.Compare(a.pos, b.pos) })
 	var (
-		items []gateway.Item
+		items []toolbus.Item
 		pos   int
 	)
 	for i, p := range kept {
@@ -142,7 +142,7 @@ func (s *Store) payloadStore() *bus.Payloads {
 // eachMessage calls f with every message of a turn's transcript, as stored, in stream
 // order, each body decoded (read from the object store when the message names one,
 // bus.HeaderPayload); a missing stream is an empty transcript. stream may be nil.
-func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p *bus.Payloads, turn string, f func(jetstream.Msg, []gateway.Item)) error {
+func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p *bus.Payloads, turn string, f func(jetstream.Msg, []toolbus.Item)) error {
 	seen := 0
 	return eachStored(ctx, js, stream, turn, func(m jetstream.Msg) error {
 		seen++
@@ -150,7 +150,7 @@ func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.S
 		if err != nil {
 			return fmt.Errorf("message %d: %w", seen, err)
 		}
-		var items []gateway.Item
+		var items []toolbus.Item
 		if err := json.Unmarshal(body, &items); err != nil {
 			return fmt.Errorf("message %d: %w", seen, err)
 		}
@@ -241,26 +241,26 @@ func readAgain(err error) error {
 
 // inModelOrder puts each run of call outputs in the order of their calls (a durable turn
 // stores each output as its call finishes) and keeps one output per call.
-func inModelOrder(items []gateway.Item) []gateway.Item {
+func inModelOrder(items []toolbus.Item) []toolbus.Item {
 	order := make(map[string]int)
 	seen := make(map[string]bool)
 	out := items[:0]
 	for i := 0; i < len(items); {
 		it := items[i]
-		if it.Kind == gateway.KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			order[it.CallID] = len(order)
 		}
-		if it.Kind != gateway.KindCallOutput {
+		if it.Kind != toolbus.KindCallOutput {
 			out = append(out, it)
 			i++
 			continue
 		}
 		j := i
-		for j < len(items) && items[j].Kind == gateway.KindCallOutput {
+		for j < len(items) && items[j].Kind == toolbus.KindCallOutput {
 			j++
 		}
 		run := slices.Clone(items[i:j])
-		slices.SortStableFunc(run, func(a, b gateway.Item) int { return cmp.Compare(order[a.CallID], order[b.CallID]) })
+		slices.SortStableFunc(run, func(a, b toolbus.Item) int { return cmp.Compare(order[a.CallID], order[b.CallID]) })
 		for _, o := range run {
 			if !seen[o.CallID] {
 				seen[o.CallID] = true
@@ -300,7 +300,7 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 		a = Audit{Outputs: make(map[string]int)}
 		seen := make(map[int]bool)
 		top := 0
-		return eachMessage(ctx, js, nil, bus.NewPayloads(js, 1), turn, func(m jetstream.Msg, items []gateway.Item) {
+		return eachMessage(ctx, js, nil, bus.NewPayloads(js, 1), turn, func(m jetstream.Msg, items []toolbus.Item) {
 			a.Messages++
 			pos, _ := strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
 			epoch, _ := strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
@@ -315,9 +315,9 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 			top = max(top, epoch)
 			for _, it := range items {
 				switch it.Kind {
-				case gateway.KindFunctionCall:
+				case toolbus.KindFunctionCall:
 					a.Calls++
-				case gateway.KindCallOutput:
+				case toolbus.KindCallOutput:
 					a.Outputs[it.CallID]++
 				}
 			}

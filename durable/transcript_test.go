@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus"
 )
 
 // TestAssembleTranscript is the table of how a transcript's stored messages are read: in
@@ -14,7 +14,7 @@ func TestAssembleTranscript(t *testing.T) {
 	t.Parallel()
 	// m is a message at position pos of claim epoch, holding one text item named text.
 	m := func(pos, epoch int, text string) transcriptPart {
-		return transcriptPart{pos: pos, epoch: epoch, items: []gateway.Item{{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: text}}}
+		return transcriptPart{pos: pos, epoch: epoch, items: []toolbus.Item{{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: text}}}
 	}
 	for _, tc := range []struct {
 		name  string

@@ -279,7 +279,7 @@ func (m *Anthropic) classify(ctx context.Context, err error) error {
 
 // params builds one request: its params, and the body they encode to with every raw
 // value (schemas, carried blocks) spliced in verbatim.
-func (m *Anthropic) params(req *Request, transcript []Item) (anthropic.MessageNewParams, option.RequestOption, error) {
+func (m *Anthropic) params(req *Request, transcript []toolbus.Item) (anthropic.MessageNewParams, option.RequestOption, error) {
 	v := newVerbatim()
 	tools, err := anthropicTools(req.Tools, !m.cfg.NoPromptCache, m.strict, v)
 	if err != nil {
@@ -468,7 +468,7 @@ func checkAnthropicName(name string) error {
 // assistant message in their order; the outputs that answer it open the next user
 // message, one tool_result per tool_use id, before any text. Reasoning and opaque items
 // of other providers, and notes, are skipped.
-func anthropicMessages(transcript []Item, v *verbatim) []anthropic.MessageParam {
+func anthropicMessages(transcript []toolbus.Item, v *verbatim) []anthropic.MessageParam {
 	var (
 		out           []anthropic.MessageParam
 		role          string
@@ -479,7 +479,7 @@ func anthropicMessages(transcript []Item, v *verbatim) []anthropic.MessageParam 
 		results, rest = nil, nil
 		switch {
 		case len(blocks) == 0:
-		case role == RoleAssistant:
+		case role == toolbus.RoleAssistant:
 			out = append(out, anthropic.MessageParam{OfAssistant: &anthropic.AssistantMessageParam{Content: blocks}})
 		default:
 			out = append(out, anthropic.MessageParam{OfUser: &anthropic.UserMessageParam{Content: blocks}})
@@ -498,30 +498,30 @@ func anthropicMessages(transcript []Item, v *verbatim) []anthropic.MessageParam 
 	}
 	for _, it := range transcript {
 		switch it.Kind {
-		case KindMessage:
+		case toolbus.KindMessage:
 			if it.Text == "" {
 				continue
 			}
-			r := RoleUser // developer text too: the API has no such role mid-conversation
-			if it.Role == RoleAssistant {
-				r = RoleAssistant
+			r := toolbus.RoleUser // developer text too: the API has no such role mid-conversation
+			if it.Role == toolbus.RoleAssistant {
+				r = toolbus.RoleAssistant
 			}
 			add(r, anthropic.NewTextBlock(it.Text), false)
-		case KindFunctionCall:
-			add(RoleAssistant, anthropic.ContentBlockParamUnion{OfToolUse: &anthropic.ToolUseBlockParam{
+		case toolbus.KindFunctionCall:
+			add(toolbus.RoleAssistant, anthropic.ContentBlockParamUnion{OfToolUse: &anthropic.ToolUseBlockParam{
 				ID: it.CallID, Name: chatCallName(it), Input: v.hold(toolInput(it.Arguments)),
 			}}, false)
-		case KindCallOutput:
+		case toolbus.KindCallOutput:
 			res := &anthropic.ToolResultBlockParam{ToolUseID: it.CallID, Content: toolResultContent(it.Output)}
 			if it.IsError {
 				res.IsError = anthropic.Bool(true)
 			}
-			add(RoleUser, anthropic.ContentBlockParamUnion{OfToolResult: res}, true)
-		case KindReasoning, KindOpaque:
+			add(toolbus.RoleUser, anthropic.ContentBlockParamUnion{OfToolResult: res}, true)
+		case toolbus.KindReasoning, toolbus.KindOpaque:
 			if it.Provider != ProviderAnthropic || len(it.Raw) == 0 {
 				continue
 			}
-			add(RoleAssistant, param.Override[anthropic.ContentBlockParamUnion](v.hold(it.Raw)), false)
+			add(toolbus.RoleAssistant, param.Override[anthropic.ContentBlockParamUnion](v.hold(it.Raw)), false)
 		}
 	}
 	flush()
@@ -591,7 +591,7 @@ func (m *Anthropic) response(msg *anthropic.Message, set []*toolbus.Spec, stream
 		}
 		out.Items = append(out.Items, it)
 		last = -1
-		if it.Kind == KindFunctionCall && i == len(msg.Content)-1 && (stream == nil || !stream.emitted[i]) {
+		if it.Kind == toolbus.KindFunctionCall && i == len(msg.Content)-1 && (stream == nil || !stream.emitted[i]) {
 			last = len(out.Items) - 1
 		}
 	}
@@ -622,27 +622,27 @@ func (m *Anthropic) response(msg *anthropic.Message, set []*toolbus.Spec, stream
 
 // blockItem translates one content block; ok is false for a block that holds nothing
 // (an empty text). args, when not empty, are the call's arguments as streamed.
-func (m *Anthropic) blockItem(b anthropic.ContentBlockUnion, set []*toolbus.Spec, args string) (Item, bool) {
-	it := Item{Provider: ProviderAnthropic}
+func (m *Anthropic) blockItem(b anthropic.ContentBlockUnion, set []*toolbus.Spec, args string) (toolbus.Item, bool) {
+	it := toolbus.Item{Provider: ProviderAnthropic}
 	switch b.Type {
 	case "text":
 		if b.Text == "" {
-			return Item{}, false
+			return toolbus.Item{}, false
 		}
-		it.Kind, it.Role, it.Text = KindMessage, RoleAssistant, m.red.string(b.Text)
+		it.Kind, it.Role, it.Text = toolbus.KindMessage, toolbus.RoleAssistant, m.red.string(b.Text)
 	case "tool_use":
 		if args == "" {
 			args = string(b.Input)
 		}
-		it.Kind, it.CallID = KindFunctionCall, b.ID
+		it.Kind, it.CallID = toolbus.KindFunctionCall, b.ID
 		it.Name, it.Namespace = splitChatName(set, b.Name)
 		it.Arguments = m.red.string(args)
 	case "thinking", "redacted_thinking":
-		it.Kind, it.Text = KindReasoning, m.red.string(b.Thinking)
+		it.Kind, it.Text = toolbus.KindReasoning, m.red.string(b.Thinking)
 		it.Raw = json.RawMessage(m.red.bytes([]byte(b.RawJSON())))
 	default:
 		// Server tools, tool search and anything newer: carried through.
-		it.Kind = KindOpaque
+		it.Kind = toolbus.KindOpaque
 		it.Raw = json.RawMessage(m.red.bytes([]byte(b.RawJSON())))
 	}
 	return it, true
@@ -730,7 +730,7 @@ func (m *Anthropic) streamOnce(ctx context.Context, params anthropic.MessageNewP
 				state.skipped++
 				continue
 			}
-			if it.Kind == KindFunctionCall && !isObject([]byte(it.Arguments)) {
+			if it.Kind == toolbus.KindFunctionCall && !isObject([]byte(it.Arguments)) {
 				continue // cut short: the Response has it, truncated
 			}
 			state.emitted[i] = true

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/gateway/gatewaytest"
 )
@@ -50,7 +51,7 @@ func TestAnthropicStreamBreaks(t *testing.T) {
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 			rec := newRecorder(1)
 			resp, err := newAnthropic(t, cfg).Respond(context.Background(), &gateway.Request{
-				Input: []gateway.Item{gateway.UserMessage("Read a.md.")}, Tools: testTools(t), Stream: rec.stream})
+				Input: []toolbus.Item{toolbus.UserMessage("Read a.md.")}, Tools: testTools(t), Stream: rec.stream})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +79,7 @@ func TestAnthropicStreamBreaks(t *testing.T) {
 		srv := newSSEServer(t, gatewaytest.Stream{Events: used[:len(used)-1], Drop: true}, answer())
 		rec := newRecorder(1)
 		_, err := newAnthropic(t, anthropicSSEConfig(srv)).Respond(context.Background(), &gateway.Request{
-			Input: []gateway.Item{gateway.UserMessage("Read a.md.")}, Tools: testTools(t), Stream: rec.stream})
+			Input: []toolbus.Item{toolbus.UserMessage("Read a.md.")}, Tools: testTools(t), Stream: rec.stream})
 		var gwErr *gateway.Error
 		if !errors.Is(err, gateway.ErrStreamCut) || !errors.As(err, &gwErr) || gwErr.Provider != gateway.ProviderAnthropic {
 			t.Fatalf("err %v, want an anthropic ErrStreamCut", err)
@@ -104,7 +105,7 @@ func TestAnthropicStreamBreaks(t *testing.T) {
 		cfg := anthropicSSEConfig(srv)
 		cfg.MaxRetries = 1
 		_, err := newAnthropic(t, cfg).Respond(context.Background(), &gateway.Request{
-			Input: []gateway.Item{gateway.UserMessage("Read a.md.")}, Stream: func(gateway.StreamEvent) {}})
+			Input: []toolbus.Item{toolbus.UserMessage("Read a.md.")}, Stream: func(gateway.StreamEvent) {}})
 		if err == nil || !strings.Contains(err.Error(), "anthropic: the stream broke") || !strings.Contains(err.Error(), "(2 attempts)") || errors.Is(err, gateway.ErrStreamCut) {
 			t.Fatalf("err %v, want the break after 2 attempts", err)
 		}

@@ -123,19 +123,19 @@ func anthropicConfig(api *fakeAPI, logs io.Writer) gateway.Config {
 // anthropicTranscript holds every kind of item the gateway translates: user and
 // developer text, a namespaced call and a plain one with their outputs (an error, an
 // image), carried blocks of its own, and items of another provider and notes, skipped.
-func anthropicTranscript() []gateway.Item {
-	return []gateway.Item{
-		gateway.UserMessage("Look up CUST-1, then read notes.md."),
-		{Kind: gateway.KindReasoning, Provider: gateway.ProviderAnthropic, Raw: json.RawMessage(thinkingBlock), Text: "The user wants a.md; read it."},
-		{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: "Looking both up.", Provider: gateway.ProviderAnthropic},
-		{Kind: gateway.KindFunctionCall, Provider: gateway.ProviderAnthropic, CallID: "toolu_a", Name: "get_customer", Namespace: "crm", Arguments: `{"customer_id":"CUST-1"}`},
-		{Kind: gateway.KindFunctionCall, CallID: "toolu_b", Name: "read_file", Arguments: `{"path":"notes.md"}`},
-		{Kind: gateway.KindCallOutput, CallID: "toolu_a", Output: []toolbus.ContentPart{toolbus.Text("no such customer")}, IsError: true},
-		{Kind: gateway.KindCallOutput, CallID: "toolu_b", Output: []toolbus.ContentPart{
+func anthropicTranscript() []toolbus.Item {
+	return []toolbus.Item{
+		toolbus.UserMessage("Look up CUST-1, then read notes.md."),
+		{Kind: toolbus.KindReasoning, Provider: gateway.ProviderAnthropic, Raw: json.RawMessage(thinkingBlock), Text: "The user wants a.md; read it."},
+		{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: "Looking both up.", Provider: gateway.ProviderAnthropic},
+		{Kind: toolbus.KindFunctionCall, Provider: gateway.ProviderAnthropic, CallID: "toolu_a", Name: "get_customer", Namespace: "crm", Arguments: `{"customer_id":"CUST-1"}`},
+		{Kind: toolbus.KindFunctionCall, CallID: "toolu_b", Name: "read_file", Arguments: `{"path":"notes.md"}`},
+		{Kind: toolbus.KindCallOutput, CallID: "toolu_a", Output: []toolbus.ContentPart{toolbus.Text("no such customer")}, IsError: true},
+		{Kind: toolbus.KindCallOutput, CallID: "toolu_b", Output: []toolbus.ContentPart{
 			toolbus.Text("notes.md holds a chart:"), toolbus.Image("image/png", []byte{0x89, 'P', 'N', 'G'})}},
-		{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: "Answer briefly."},
-		{Kind: gateway.KindReasoning, Provider: gateway.ProviderResponses, Raw: json.RawMessage(reasoningOut)},
-		gateway.Note(json.RawMessage(`{"type":"toolbus.usage","step":1,"input_tokens":3,"output_tokens":1}`)),
+		{Kind: toolbus.KindMessage, Role: toolbus.RoleDeveloper, Text: "Answer briefly."},
+		{Kind: toolbus.KindReasoning, Provider: gateway.ProviderResponses, Raw: json.RawMessage(reasoningOut)},
+		toolbus.Note(json.RawMessage(`{"type":"toolbus.usage","step":1,"input_tokens":3,"output_tokens":1}`)),
 	}
 }
 
@@ -262,10 +262,10 @@ func TestAnthropicStream(t *testing.T) {
 		events []gateway.StreamEvent
 		once   sync.Once
 	)
-	req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Look up C1, read a.md.")}, Tools: testTools(t), ParallelToolCalls: true,
+	req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Look up C1, read a.md.")}, Tools: testTools(t), ParallelToolCalls: true,
 		Stream: func(e gateway.StreamEvent) {
 			events = append(events, e)
-			if e.Kind == gateway.StreamItem && e.Item.Kind == gateway.KindFunctionCall {
+			if e.Kind == gateway.StreamItem && e.Item.Kind == toolbus.KindFunctionCall {
 				once.Do(func() { close(firstCall) })
 			}
 		}}
@@ -309,7 +309,7 @@ func TestAnthropicStream(t *testing.T) {
 
 	// Without Request.Stream the same gateway sends a plain request.
 	api := newFakeAPI(t, exchange{body: anthropicMessage("msg_p", "end_turn", "", textBlock("Plain."))})
-	if _, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}}); err != nil {
+	if _, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	if strings.Contains(string(api.requests()[0].body), `"stream"`) {
@@ -321,7 +321,7 @@ func TestAnthropicStream(t *testing.T) {
 		sseEvent("message_start", `{"type":"message_start","message":{"id":"msg_e","type":"message","role":"assistant","model":"claude-test","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":1,"output_tokens":1}}}`) +
 		strings.Join(sseText(0, "Hal")[:2], "") +
 		sseEvent("error", `{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}`)})
-	_, err = newAnthropic(t, broken.config()).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Stream: func(gateway.StreamEvent) {}})
+	_, err = newAnthropic(t, broken.config()).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Stream: func(gateway.StreamEvent) {}})
 	if err == nil || !strings.Contains(err.Error(), "overloaded_error: Overloaded") {
 		t.Errorf("err = %v, want the stream's error", err)
 	}
@@ -339,7 +339,7 @@ func TestAnthropicMaxTokensTruncates(t *testing.T) {
 			sseToolUse(1, "toolu_2", "set_limits", `{"max": `, `1`))})
 		var streamed []string
 		resp, err := newAnthropic(t, srv.config()).Respond(context.Background(), &gateway.Request{
-			Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t), ParallelToolCalls: true,
+			Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t), ParallelToolCalls: true,
 			Stream: func(e gateway.StreamEvent) {
 				if e.Kind == gateway.StreamItem {
 					streamed = append(streamed, e.Item.CallID)
@@ -361,7 +361,7 @@ func TestAnthropicMaxTokensTruncates(t *testing.T) {
 		api := newFakeAPI(t, exchange{body: anthropicMessage("msg_t", "max_tokens", "",
 			toolUseBlock("toolu_1", "read_file", `{"path":"a.md"}`), toolUseBlock("toolu_2", "set_limits", `{}`))})
 		resp, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(),
-			&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+			&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestAnthropicMaxTokensTruncates(t *testing.T) {
 		// A text block last: no call was cut.
 		api = newFakeAPI(t, exchange{body: anthropicMessage("msg_u", "max_tokens", "", toolUseBlock("toolu_1", "read_file", `{"path":"a.md"}`), textBlock("And then"))})
 		resp, err = newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(),
-			&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+			&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -423,12 +423,12 @@ func TestAnthropicThinkingCarried(t *testing.T) {
 			exchange{body: anthropicMessage("msg_2", "end_turn", "", textBlock("Read."))},
 		)
 		m := newAnthropic(t, anthropicConfig(api, io.Discard))
-		req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Read a.md.")}, Tools: testTools(t), ParallelToolCalls: true}
+		req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Read a.md.")}, Tools: testTools(t), ParallelToolCalls: true}
 		resp, err := m.Respond(context.Background(), req)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, want := kinds(resp.Items), []gateway.ItemKind{gateway.KindReasoning, gateway.KindReasoning, gateway.KindOpaque, gateway.KindFunctionCall}; !slices.Equal(got, want) {
+		if got, want := kinds(resp.Items), []toolbus.ItemKind{toolbus.KindReasoning, toolbus.KindReasoning, toolbus.KindOpaque, toolbus.KindFunctionCall}; !slices.Equal(got, want) {
 			t.Fatalf("items %v, want %v", got, want)
 		}
 		if resp.Items[0].Text != "The user wants a.md; read it." {
@@ -446,12 +446,12 @@ func TestAnthropicThinkingCarried(t *testing.T) {
 		srv := newStreamServer(t, []string{sseMessage("msg_1", "tool_use",
 			sseThinking(0, "The user wants a.md; read it.", sig), sseToolUse(1, "toolu_1", "read_file", `{"path":"a.md"}`))})
 		resp, err := newAnthropic(t, srv.config()).Respond(context.Background(), &gateway.Request{
-			Input: []gateway.Item{gateway.UserMessage("Read a.md.")}, Tools: testTools(t), ParallelToolCalls: true, Stream: func(gateway.StreamEvent) {}})
+			Input: []toolbus.Item{toolbus.UserMessage("Read a.md.")}, Tools: testTools(t), ParallelToolCalls: true, Stream: func(gateway.StreamEvent) {}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		api := newFakeAPI(t, exchange{body: anthropicMessage("msg_2", "end_turn", "", textBlock("Read."))})
-		input := append(append([]gateway.Item{gateway.UserMessage("Read a.md.")}, resp.Items...), outputsFor(resp)...)
+		input := append(append([]toolbus.Item{toolbus.UserMessage("Read a.md.")}, resp.Items...), outputsFor(resp)...)
 		if _, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(), &gateway.Request{Input: input, Tools: testTools(t)}); err != nil {
 			t.Fatal(err)
 		}
@@ -476,7 +476,7 @@ func TestAnthropicCacheControl(t *testing.T) {
 			cfg.NoPromptCache = off
 			m := newAnthropic(t, cfg)
 			tools := testTools(t)[:4] // none deferred: the breakpoint is on the last tool
-			req := &gateway.Request{Instructions: "Be brief.", Input: []gateway.Item{gateway.UserMessage("Hi.")}, Tools: tools}
+			req := &gateway.Request{Instructions: "Be brief.", Input: []toolbus.Item{toolbus.UserMessage("Hi.")}, Tools: tools}
 			first, err := m.Respond(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -543,7 +543,7 @@ func TestAnthropicRetries(t *testing.T) {
 			exchange{body: anthropicMessage("msg_1", "end_turn", "", textBlock("Finally."))},
 		)
 		var logs bytes.Buffer
-		resp, err := newAnthropic(t, anthropicConfig(api, &logs)).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+		resp, err := newAnthropic(t, anthropicConfig(api, &logs)).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -564,7 +564,7 @@ func TestAnthropicRetries(t *testing.T) {
 		api := newFakeAPI(t, exchange{status: http.StatusTooManyRequests, header: map[string]string{"Retry-After": "600"},
 			body: `{"type":"error","error":{"type":"rate_limit_error","message":"rate limited"}}`})
 		var logs bytes.Buffer
-		_, err := newAnthropic(t, anthropicConfig(api, &logs)).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+		_, err := newAnthropic(t, anthropicConfig(api, &logs)).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 		var gwErr *gateway.Error
 		if !errors.As(err, &gwErr) || gwErr.Status != http.StatusTooManyRequests || !strings.Contains(gwErr.Message, "rate_limit_error: rate limited") {
 			t.Fatalf("err = %v, want the 429 at once", err)
@@ -586,7 +586,7 @@ func TestAnthropicRetries(t *testing.T) {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			t.Parallel()
 			api := newFakeAPI(t, exchange{status: tc.status, body: tc.body})
-			_, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+			_, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 			var gwErr *gateway.Error
 			if !errors.As(err, &gwErr) || gwErr.Status != tc.status || gwErr.Provider != gateway.ProviderAnthropic || !strings.Contains(gwErr.Message, tc.want) {
 				t.Fatalf("err = %v, want a *gateway.Error %d with %q", err, tc.status, tc.want)
@@ -711,11 +711,11 @@ func TestAnthropicPauseTurn(t *testing.T) {
 		exchange{body: anthropicMessage("msg_2", "end_turn", "", textBlock("Found it."))},
 	)
 	resp, err := newAnthropic(t, anthropicConfig(api, io.Discard)).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("Find a.md.")}})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Find a.md.")}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(resp.Items), []gateway.ItemKind{gateway.KindMessage, gateway.KindOpaque, gateway.KindMessage}; !slices.Equal(got, want) {
+	if got, want := kinds(resp.Items), []toolbus.ItemKind{toolbus.KindMessage, toolbus.KindOpaque, toolbus.KindMessage}; !slices.Equal(got, want) {
 		t.Fatalf("items %v, want %v", got, want)
 	}
 	if resp.ID != "msg_2" || resp.Text() != "Searching.\nFound it." || resp.Usage.OutputTokens != 24 {

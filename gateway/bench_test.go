@@ -35,12 +35,12 @@ func benchStep(b *testing.B) *Request {
 		}
 		tools = append(tools, &t.Spec)
 	}
-	input := []Item{UserMessage("Do the things.")}
+	input := []toolbus.Item{toolbus.UserMessage("Do the things.")}
 	for i := range 20 {
 		id := fmt.Sprintf("call_%d", i)
 		input = append(input,
-			Item{Kind: KindFunctionCall, CallID: id, Name: fmt.Sprintf("tool_%d", i), Arguments: `{"path":"a/b/c.txt","limit":10}`},
-			Item{Kind: KindCallOutput, CallID: id, Output: []toolbus.ContentPart{toolbus.Text("line one\nline two\nline three")}})
+			toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: id, Name: fmt.Sprintf("tool_%d", i), Arguments: `{"path":"a/b/c.txt","limit":10}`},
+			toolbus.Item{Kind: toolbus.KindCallOutput, CallID: id, Output: []toolbus.ContentPart{toolbus.Text("line one\nline two\nline three")}})
 	}
 	return &Request{Instructions: "Be brief.", Input: input, Tools: tools, ParallelToolCalls: true}
 }

@@ -134,7 +134,7 @@ func (m *Chat) Respond(ctx context.Context, req *Request) (*Response, error) {
 // software searches), the searches to answer, its tokens and why it finished.
 type chatRound struct {
 	id       string
-	items    []Item
+	items    []toolbus.Item
 	searches []chatSearchCall
 	usage    openai.CompletionUsage
 	finish   string
@@ -157,7 +157,7 @@ func (m *Chat) whole(res *openai.ChatCompletion, req *Request, round int) (chatR
 	choice := res.Choices[0]
 	r := chatRound{id: res.ID, usage: res.Usage, finish: choice.FinishReason}
 	if text := choice.Message.Content + choice.Message.Refusal; text != "" {
-		r.items = append(r.items, Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text), Provider: ProviderChat})
+		r.items = append(r.items, toolbus.Item{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: m.red.string(text), Provider: ProviderChat})
 	}
 	for i, tc := range choice.Message.ToolCalls {
 		if err := m.addCall(&r, req, round, i, chatCall{id: tc.ID, typ: tc.Type, name: tc.Function.Name, args: tc.Function.Arguments}); err != nil {
@@ -189,12 +189,12 @@ func (m *Chat) addCall(r *chatRound, req *Request, round, i int, tc chatCall) er
 			return fmt.Errorf("encode tool search call: %w", err)
 		}
 		r.searches = append(r.searches, s)
-		r.items = append(r.items, Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw})
+		r.items = append(r.items, toolbus.Item{Kind: toolbus.KindOpaque, Provider: ProviderChat, Raw: raw})
 		return nil
 	}
 	name, namespace := splitChatName(req.Tools, tc.name)
-	r.items = append(r.items, Item{
-		Kind:      KindFunctionCall,
+	r.items = append(r.items, toolbus.Item{
+		Kind:      toolbus.KindFunctionCall,
 		CallID:    id,
 		Name:      name,
 		Namespace: namespace,
@@ -248,7 +248,7 @@ func (m *Chat) streamOnce(ctx context.Context, params openai.ChatCompletionNewPa
 		if text.Len() == 0 {
 			return
 		}
-		it := Item{Kind: KindMessage, Role: RoleAssistant, Text: m.red.string(text.String()), Provider: ProviderChat}
+		it := toolbus.Item{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: m.red.string(text.String()), Provider: ProviderChat}
 		text.Reset()
 		r.items = append(r.items, it)
 		em.item(base+len(r.items)-1, it)
@@ -373,7 +373,7 @@ func splitChatName(set []*toolbus.Spec, wire string) (name, namespace string) {
 	return wire, ""
 }
 
-func (m *Chat) params(req *Request, transcript []Item) (openai.ChatCompletionNewParams, error) {
+func (m *Chat) params(req *Request, transcript []toolbus.Item) (openai.ChatCompletionNewParams, error) {
 	tools, err := m.tools(req.Tools, loadedTools(transcript))
 	if err != nil {
 		return openai.ChatCompletionNewParams{}, err
@@ -397,10 +397,10 @@ func (m *Chat) params(req *Request, transcript []Item) (openai.ChatCompletionNew
 }
 
 // loadedTools lists the deferred tools earlier software searches loaded.
-func loadedTools(transcript []Item) map[string]bool {
+func loadedTools(transcript []toolbus.Item) map[string]bool {
 	loaded := make(map[string]bool)
 	for _, it := range transcript {
-		if it.Kind != KindOpaque || it.Provider != ProviderChat {
+		if it.Kind != toolbus.KindOpaque || it.Provider != ProviderChat {
 			continue
 		}
 		var o chatSearchOutput
@@ -514,7 +514,7 @@ func firstLine(s string) string {
 }
 
 // answerSearch runs a software tool search and returns its output item.
-func (m *Chat) answerSearch(set []*toolbus.Spec, s chatSearchCall) (Item, error) {
+func (m *Chat) answerSearch(set []*toolbus.Spec, s chatSearchCall) (toolbus.Item, error) {
 	query := searchQuery(json.RawMessage(s.Arguments))
 	found := searchDeferred(set, query)
 	o := chatSearchOutput{Type: "tool_search_output", CallID: s.CallID, Loaded: make([]string, 0, len(found))}
@@ -534,17 +534,17 @@ func (m *Chat) answerSearch(set []*toolbus.Spec, s chatSearchCall) (Item, error)
 	o.Output = b.String()
 	raw, err := json.Marshal(o)
 	if err != nil {
-		return Item{}, fmt.Errorf("encode tool search output: %w", err)
+		return toolbus.Item{}, fmt.Errorf("encode tool search output: %w", err)
 	}
 	m.log.Debug("tool search answered", slog.String("provider", ProviderChat),
 		slog.String("query", query), slog.Any("loaded", o.Loaded))
-	return Item{Kind: KindOpaque, Provider: ProviderChat, Raw: raw}, nil
+	return toolbus.Item{Kind: toolbus.KindOpaque, Provider: ProviderChat, Raw: raw}, nil
 }
 
 // chatMessages translates the transcript. Consecutive assistant items (text, calls,
 // software searches) form one assistant message, as the API wants; each output becomes a
 // tool message. Reasoning and opaque items of other providers are skipped.
-func chatMessages(instructions string, transcript []Item) []openai.ChatCompletionMessageParamUnion {
+func chatMessages(instructions string, transcript []toolbus.Item) []openai.ChatCompletionMessageParamUnion {
 	var out []openai.ChatCompletionMessageParamUnion
 	if instructions != "" {
 		out = append(out, openai.SystemMessage(instructions))
@@ -581,9 +581,9 @@ func chatMessages(instructions string, transcript []Item) []openai.ChatCompletio
 	}
 	for _, it := range transcript {
 		switch it.Kind {
-		case KindMessage:
+		case toolbus.KindMessage:
 			switch it.Role {
-			case RoleAssistant:
+			case toolbus.RoleAssistant:
 				if it.Text != "" {
 					assistant()
 					if text.Len() > 0 {
@@ -591,7 +591,7 @@ func chatMessages(instructions string, transcript []Item) []openai.ChatCompletio
 					}
 					text.WriteString(it.Text)
 				}
-			case RoleUser:
+			case toolbus.RoleUser:
 				flush()
 				out = append(out, openai.UserMessage(it.Text))
 			default:
@@ -599,12 +599,12 @@ func chatMessages(instructions string, transcript []Item) []openai.ChatCompletio
 				flush()
 				out = append(out, openai.SystemMessage(it.Text))
 			}
-		case KindFunctionCall:
+		case toolbus.KindFunctionCall:
 			call(it.CallID, chatCallName(it), it.Arguments)
-		case KindCallOutput:
+		case toolbus.KindCallOutput:
 			flush()
 			out = append(out, openai.ToolMessage(outputText(it.Output), it.CallID))
-		case KindOpaque:
+		case toolbus.KindOpaque:
 			if it.Provider != ProviderChat {
 				continue
 			}
@@ -634,7 +634,7 @@ func chatMessages(instructions string, transcript []Item) []openai.ChatCompletio
 }
 
 // chatCallName is the flat name of a call in the transcript, as the model called it.
-func chatCallName(it Item) string {
+func chatCallName(it toolbus.Item) string {
 	if it.Namespace == "" {
 		return it.Name
 	}

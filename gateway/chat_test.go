@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/gateway"
 )
 
@@ -47,9 +48,9 @@ func TestChatRequestGolden(t *testing.T) {
 	input := goldenTranscript()
 	// A software search done at an earlier step loaded get_shipping_eta.
 	input = append(input,
-		gateway.Item{Kind: gateway.KindOpaque, Provider: gateway.ProviderChat,
+		toolbus.Item{Kind: toolbus.KindOpaque, Provider: gateway.ProviderChat,
 			Raw: json.RawMessage(`{"type":"tool_search_call","call_id":"call_s","arguments":"{\"query\":\"shipping\"}"}`)},
-		gateway.Item{Kind: gateway.KindOpaque, Provider: gateway.ProviderChat,
+		toolbus.Item{Kind: toolbus.KindOpaque, Provider: gateway.ProviderChat,
 			Raw: json.RawMessage(`{"type":"tool_search_output","call_id":"call_s","loaded":["get_shipping_eta"],"output":"Loaded: get_shipping_eta"}`)},
 	)
 	resp, err := newChat(t, cfg).Respond(context.Background(), &gateway.Request{
@@ -102,8 +103,8 @@ func TestChatMultiStep(t *testing.T) {
 		exchange{body: chatBody("c3", "stop", "All read.")},
 	)
 	m := newChat(t, api.config(&bytes.Buffer{}))
-	req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Read.")}, Tools: testTools(t), ParallelToolCalls: true}
-	var all []gateway.Item
+	req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Read.")}, Tools: testTools(t), ParallelToolCalls: true}
+	var all []toolbus.Item
 	for step := range 3 {
 		req.Step = step
 		resp, err := m.Respond(context.Background(), req)
@@ -156,12 +157,12 @@ func TestChatSoftwareToolSearch(t *testing.T) {
 	)
 	m := newChat(t, api.config(&bytes.Buffer{}))
 	tools := testTools(t)
-	req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("When does o42 arrive?")}, Tools: tools}
+	req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("When does o42 arrive?")}, Tools: tools}
 	resp, err := m.Respond(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(resp.Items), []gateway.ItemKind{gateway.KindOpaque, gateway.KindOpaque, gateway.KindFunctionCall}; !slices.Equal(got, want) {
+	if got, want := kinds(resp.Items), []toolbus.ItemKind{toolbus.KindOpaque, toolbus.KindOpaque, toolbus.KindFunctionCall}; !slices.Equal(got, want) {
 		t.Fatalf("items %v, want %v: the search must not reach the turn as a call", got, want)
 	}
 	if c := resp.Calls()[0]; c.Name != "get_shipping_eta" || c.Arguments != `{"order_id":"o42"}` {
@@ -211,7 +212,7 @@ func TestChatTruncation(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, exchange{body: chatBody("c1", "length", "", chatCall("call_1", "set_limits", `{"max": 1`))})
 	resp, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +226,7 @@ func TestChatNoKey(t *testing.T) {
 	api := newFakeAPI(t, exchange{body: chatBody("c1", "stop", "hi")})
 	cfg := api.config(&bytes.Buffer{})
 	cfg.APIKey = ""
-	if _, err := newChat(t, cfg).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}}); err != nil {
+	if _, err := newChat(t, cfg).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	if auth := api.requests()[0].header.Get("Authorization"); auth != "" {
@@ -248,7 +249,7 @@ func TestChatErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := newFakeAPI(t, tc.ex)
-			_, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+			_, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 			var gwErr *gateway.Error
 			if !errors.As(err, &gwErr) || gwErr.Status != tc.status || !strings.Contains(gwErr.Message, tc.want) {
 				t.Fatalf("err = %v, want a *gateway.Error with status %d and %q", err, tc.status, tc.want)
@@ -266,7 +267,7 @@ func TestChatToolSearchNameClash(t *testing.T) {
 	tools := append(testTools(t), rawTool(t, toolbusDef("tool_search")))
 	api := newFakeAPI(t)
 	_, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: tools})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: tools})
 	if err == nil || !strings.Contains(err.Error(), "clashes") {
 		t.Fatalf("err = %v, want a name clash", err)
 	}

@@ -37,7 +37,7 @@ func TestToolDefinitionsAreWhatIsSent(t *testing.T) {
 			cfg := api.config(&bytes.Buffer{})
 			cfg.HostedToolSearch = tc.hosted
 			if _, err := newResponses(t, cfg).Respond(context.Background(), &gateway.Request{
-				Input: []gateway.Item{gateway.UserMessage("hi")}, Tools: tools,
+				Input: []toolbus.Item{toolbus.UserMessage("hi")}, Tools: tools,
 			}); err != nil {
 				t.Fatal(err)
 			}
@@ -53,7 +53,7 @@ func TestToolDefinitionsAreWhatIsSent(t *testing.T) {
 	t.Run("chat", func(t *testing.T) {
 		api := newFakeAPI(t, exchange{body: chatBody("c1", "stop", "Done.")})
 		if _, err := newChat(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{
-			Input: []gateway.Item{gateway.UserMessage("hi")}, Tools: tools,
+			Input: []toolbus.Item{toolbus.UserMessage("hi")}, Tools: tools,
 		}); err != nil {
 			t.Fatal(err)
 		}

@@ -1,13 +1,12 @@
 // Package gateway is the model side of a turn: it turns the turn's transcript and tool set
 // into a provider request and the provider's answer into transcript items and function calls.
 //
-// The transcript is provider-neutral ([Item]); items a provider needs carried through
+// The transcript is provider-neutral ([toolbus.Item]); items a provider needs carried through
 // verbatim between steps (reasoning, tool search) travel in Item.Raw.
 package gateway
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -25,7 +24,7 @@ type Model interface {
 // Request is one step of a turn.
 type Request struct {
 	Instructions string
-	Input        []Item
+	Input        []toolbus.Item
 	Tools        []*toolbus.Spec
 	// ParallelToolCalls lets the model emit several calls in one response.
 	ParallelToolCalls bool
@@ -66,56 +65,8 @@ type StreamEvent struct {
 	// Index is the item's position in the step's Response.Items.
 	Index int
 	Text  string
-	Item  *Item
+	Item  *toolbus.Item
 }
-
-// ItemKind is the kind of a transcript item.
-type ItemKind string
-
-const (
-	KindMessage      ItemKind = "message"       // text from user, assistant or developer
-	KindFunctionCall ItemKind = "function_call" // a call the model made
-	KindCallOutput   ItemKind = "function_call_output"
-	KindReasoning    ItemKind = "reasoning" // carried through verbatim in Raw
-	KindOpaque       ItemKind = "opaque"    // any other provider item carried in Raw (tool search, ...)
-	KindNote         ItemKind = "note"      // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
-)
-
-// Roles of message items.
-const (
-	RoleUser      = "user"
-	RoleAssistant = "assistant"
-	RoleDeveloper = "developer"
-)
-
-// Item is one entry of a turn's transcript.
-type Item struct {
-	Kind ItemKind `json:"kind"`
-	Role string   `json:"role,omitempty"`
-	Text string   `json:"text,omitempty"`
-
-	// Function calls and their outputs.
-	CallID    string `json:"call_id,omitempty"`
-	Name      string `json:"name,omitempty"`
-	Namespace string `json:"namespace,omitempty"`
-	Arguments string `json:"arguments,omitempty"` // raw, exactly as the model sent them
-	// Truncated marks a call whose arguments were cut by the output limit.
-	Truncated bool                  `json:"truncated,omitempty"`
-	Output    []toolbus.ContentPart `json:"output,omitempty"`
-	IsError   bool                  `json:"is_error,omitempty"`
-
-	// Provider names the gateway that produced Raw; other gateways skip such items.
-	Provider string          `json:"provider,omitempty"`
-	Raw      json.RawMessage `json:"raw,omitempty"`
-}
-
-// UserMessage is a user text item.
-func UserMessage(text string) Item { return Item{Kind: KindMessage, Role: RoleUser, Text: text} }
-
-// Note is a note item: raw is a JSON object whose "type" names the note
-// ("toolbus.resume", "toolbus.usage"). Gateways skip notes; people and tools reading the
-// transcript see them.
-func Note(raw json.RawMessage) Item { return Item{Kind: KindNote, Raw: raw} }
 
 // Usage counts tokens of one response: the root contract's [toolbus.Usage], the same type
 // as bus.Usage, which a turn's statuses carry.
@@ -123,18 +74,18 @@ type Usage = toolbus.Usage
 
 // Response is the model's answer to one step.
 type Response struct {
-	ID    string `json:"id,omitempty"`
-	Items []Item `json:"items"`
+	ID    string         `json:"id,omitempty"`
+	Items []toolbus.Item `json:"items"`
 	// Truncated reports that the model stopped on its output limit.
 	Truncated bool  `json:"truncated,omitempty"`
 	Usage     Usage `json:"usage"`
 }
 
 // Calls returns the function-call items in the order the model emitted them.
-func (r *Response) Calls() []Item {
-	var calls []Item
+func (r *Response) Calls() []toolbus.Item {
+	var calls []toolbus.Item
 	for _, it := range r.Items {
-		if it.Kind == KindFunctionCall {
+		if it.Kind == toolbus.KindFunctionCall {
 			calls = append(calls, it)
 		}
 	}
@@ -145,7 +96,7 @@ func (r *Response) Calls() []Item {
 func (r *Response) Text() string {
 	var parts []string
 	for _, it := range r.Items {
-		if it.Kind == KindMessage && it.Role == RoleAssistant && it.Text != "" {
+		if it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleAssistant && it.Text != "" {
 			parts = append(parts, it.Text)
 		}
 	}

@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/gateway"
 )
 
 func ask(t *testing.T, m gateway.Model) (*gateway.Response, error) {
 	t.Helper()
-	return m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+	return m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 }
 
 // A silent endpoint: every attempt times out, each is retried as a network error would

@@ -73,7 +73,7 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 	for round := 1; ; round++ {
 		var (
 			res      *responses.Response
-			items    []Item
+			items    []toolbus.Item
 			searches []search
 		)
 		if em != nil {
@@ -103,7 +103,7 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 
 		// Every search gets its answer, even in a truncated response: a call without
 		// one would make the next request invalid.
-		answers := make([]Item, 0, len(searches))
+		answers := make([]toolbus.Item, 0, len(searches))
 		for _, s := range searches {
 			a, err := m.answerSearch(req.Tools, s)
 			if err != nil {
@@ -141,7 +141,7 @@ func (m *Responses) Respond(ctx context.Context, req *Request) (*Response, error
 func markTruncated(r *Response, whole int) {
 	r.Truncated = true
 	for i := whole; i < len(r.Items); i++ {
-		if r.Items[i].Kind == KindFunctionCall {
+		if r.Items[i].Kind == toolbus.KindFunctionCall {
 			r.Items[i].Truncated = true
 		}
 	}
@@ -299,7 +299,7 @@ func functionJSON(t *toolbus.Spec, warn *fallbackLog) (json.RawMessage, error) {
 // input translates the transcript. Items this gateway returned go back verbatim from
 // Raw; neutral items are rebuilt; reasoning and opaque items of other providers are
 // skipped, since no other provider's reasoning means anything here.
-func (m *Responses) input(items []Item) []responses.ResponseInputItemUnionParam {
+func (m *Responses) input(items []toolbus.Item) []responses.ResponseInputItemUnionParam {
 	namespaces := callNamespaces(items)
 	out := make([]responses.ResponseInputItemUnionParam, 0, len(items))
 	for _, it := range items {
@@ -308,7 +308,7 @@ func (m *Responses) input(items []Item) []responses.ResponseInputItemUnionParam 
 			continue
 		}
 		switch it.Kind {
-		case KindMessage:
+		case toolbus.KindMessage:
 			if it.Text == "" {
 				continue
 			}
@@ -316,13 +316,13 @@ func (m *Responses) input(items []Item) []responses.ResponseInputItemUnionParam 
 				Role:    responses.EasyInputMessageRole(it.Role),
 				Content: responses.EasyInputMessageContentUnionParam{OfString: openai.String(it.Text)},
 			}})
-		case KindFunctionCall:
+		case toolbus.KindFunctionCall:
 			call := &responses.ResponseFunctionToolCallParam{CallID: it.CallID, Name: it.Name, Arguments: it.Arguments}
 			if it.Namespace != "" {
 				call.Namespace = openai.String(it.Namespace)
 			}
 			out = append(out, responses.ResponseInputItemUnionParam{OfFunctionCall: call})
-		case KindCallOutput:
+		case toolbus.KindCallOutput:
 			o := &responses.ResponseInputItemFunctionCallOutputParam{
 				CallID: openai.String(it.CallID),
 				Output: functionOutput(it.Output),
@@ -395,11 +395,11 @@ type search struct {
 
 // output translates the response's output items and collects the tool searches this
 // gateway must answer.
-func (m *Responses) output(res *responses.Response, set []*toolbus.Spec) ([]Item, []search, error) {
+func (m *Responses) output(res *responses.Response, set []*toolbus.Spec) ([]toolbus.Item, []search, error) {
 	if !res.JSON.Output.Valid() {
 		return nil, nil, &Error{Provider: ProviderResponses, Message: "malformed response: no output list"}
 	}
-	items := make([]Item, 0, len(res.Output))
+	items := make([]toolbus.Item, 0, len(res.Output))
 	var searches []search
 	for i, o := range res.Output {
 		it, s, err := m.item(i, o, set)
@@ -416,15 +416,15 @@ func (m *Responses) output(res *responses.Response, set []*toolbus.Spec) ([]Item
 
 // item translates output item i, and says whether it is a tool search this gateway
 // must answer.
-func (m *Responses) item(i int, o responses.ResponseOutputItemUnion, set []*toolbus.Spec) (Item, *search, error) {
+func (m *Responses) item(i int, o responses.ResponseOutputItemUnion, set []*toolbus.Spec) (toolbus.Item, *search, error) {
 	raw := json.RawMessage(m.red.bytes([]byte(o.RawJSON())))
-	it := Item{Provider: ProviderResponses, Raw: raw}
+	it := toolbus.Item{Provider: ProviderResponses, Raw: raw}
 	var s *search
 	switch o.Type {
 	case "":
-		return Item{}, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed response: output item %d has no type", i)}
+		return toolbus.Item{}, nil, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed response: output item %d has no type", i)}
 	case "message":
-		it.Kind, it.Role = KindMessage, RoleAssistant
+		it.Kind, it.Role = toolbus.KindMessage, toolbus.RoleAssistant
 		var text []string
 		for _, c := range o.Content {
 			switch c.Type {
@@ -439,28 +439,28 @@ func (m *Responses) item(i int, o responses.ResponseOutputItemUnion, set []*tool
 		fc := o.AsFunctionCall()
 		return m.callItem([]byte(o.RawJSON()), fc.CallID, fc.Name, fc.Namespace, fc.Arguments, set), nil, nil
 	case "reasoning":
-		it.Kind = KindReasoning
+		it.Kind = toolbus.KindReasoning
 		var text []string
 		for _, s := range o.AsReasoning().Summary {
 			text = append(text, s.Text)
 		}
 		it.Text = m.red.string(strings.Join(text, "\n"))
 	case "tool_search_call":
-		it.Kind = KindOpaque
+		it.Kind = toolbus.KindOpaque
 		call := o.AsToolSearchCall()
 		if call.Execution != responses.ResponseToolSearchCallExecutionServer && !m.cfg.HostedToolSearch {
 			s = &search{callID: call.CallID, args: json.RawMessage(call.JSON.Arguments.Raw())}
 		}
 	default:
 		// tool_search_output, hosted tool calls and anything newer: carried through.
-		it.Kind = KindOpaque
+		it.Kind = toolbus.KindOpaque
 	}
 	return it, s, nil
 }
 
 // callItem is a function call item of the response, raw as it came.
-func (m *Responses) callItem(raw []byte, callID, name, namespace, args string, set []*toolbus.Spec) Item {
-	return Item{Provider: ProviderResponses, Raw: json.RawMessage(m.red.bytes(raw)), Kind: KindFunctionCall,
+func (m *Responses) callItem(raw []byte, callID, name, namespace, args string, set []*toolbus.Spec) toolbus.Item {
+	return toolbus.Item{Provider: ProviderResponses, Raw: json.RawMessage(m.red.bytes(raw)), Kind: toolbus.KindFunctionCall,
 		CallID: callID, Name: name, Namespace: callNamespace(set, name, namespace), Arguments: m.red.string(args)}
 }
 
@@ -468,10 +468,10 @@ func (m *Responses) callItem(raw []byte, callID, name, namespace, args string, s
 // and each output item as it is done go to em, numbered from base (the round's first
 // item in the step), and the terminal event's response comes back with its items
 // translated.
-func (m *Responses) streamRound(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []Item, []search, error) {
+func (m *Responses) streamRound(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []toolbus.Item, []search, error) {
 	type round struct {
 		res      *responses.Response
-		items    []Item
+		items    []toolbus.Item
 		searches []search
 	}
 	r, err := streamRetry(ctx, &m.client, ProviderResponses, em, func() (round, error) {
@@ -485,7 +485,7 @@ func (m *Responses) streamRound(ctx context.Context, params responses.ResponseNe
 // pieces; output_item.done is an item complete, but for a function call whose status
 // says it was cut (incomplete); response.completed, .incomplete and .failed end it with
 // the whole response; an error event fails it.
-func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []Item, []search, error) {
+func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNewParams, set []*toolbus.Spec, base int, em *emitter) (*responses.Response, []toolbus.Item, []search, error) {
 	// The request as ResponseService.NewStreaming sends it, and the events read into
 	// streamEvent rather than the SDK's event union (see streamEvent).
 	var httpRes *http.Response
@@ -512,7 +512,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 	s := ssestream.NewStream[streamEvent](ssestream.NewDecoder(httpRes), nil)
 	defer s.Close()
 	var (
-		done     []Item          // the items of output_item.done, by output index
+		done     []toolbus.Item  // the items of output_item.done, by output index
 		searched map[int]*search // the tool searches among them
 	)
 	for s.Next() {
@@ -530,7 +530,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 				return nil, nil, nil, err
 			}
 			for len(done) <= i {
-				done = append(done, Item{})
+				done = append(done, toolbus.Item{})
 			}
 			done[i] = it
 			if srch != nil {
@@ -550,7 +550,7 @@ func (m *Responses) streamOnce(ctx context.Context, params responses.ResponseNew
 			}
 			if !res.JSON.Output.Valid() || len(res.Output) == 0 && len(done) > 0 {
 				// Some servers leave the final output empty: the items streamed are it.
-				var items []Item
+				var items []toolbus.Item
 				var searches []search
 				for i, it := range done {
 					if it.Kind == "" {
@@ -593,7 +593,7 @@ type streamEvent struct {
 // streamedItem is the item of an output_item.done; cut reports a function call whose
 // status says the output limit cut it (incomplete). A function call is read from the
 // few fields it has; any other item through the SDK's item union.
-func (m *Responses) streamedItem(i int, raw json.RawMessage, set []*toolbus.Spec) (it Item, s *search, cut bool, err error) {
+func (m *Responses) streamedItem(i int, raw json.RawMessage, set []*toolbus.Spec) (it toolbus.Item, s *search, cut bool, err error) {
 	var head struct {
 		Type      string `json:"type"`
 		Status    string `json:"status"`
@@ -604,13 +604,13 @@ func (m *Responses) streamedItem(i int, raw json.RawMessage, set []*toolbus.Spec
 		Arguments json.RawMessage `json:"arguments"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
-		return Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output item %d: %v", i, err)}
+		return toolbus.Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output item %d: %v", i, err)}
 	}
 	if head.Type == "function_call" {
 		var args string
 		if len(head.Arguments) > 0 {
 			if err := json.Unmarshal(head.Arguments, &args); err != nil {
-				return Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: the arguments of output item %d: %v", i, err)}
+				return toolbus.Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: the arguments of output item %d: %v", i, err)}
 			}
 		}
 		it = m.callItem(raw, head.CallID, head.Name, head.Namespace, args, set)
@@ -618,7 +618,7 @@ func (m *Responses) streamedItem(i int, raw json.RawMessage, set []*toolbus.Spec
 	}
 	var o responses.ResponseOutputItemUnion
 	if err := o.UnmarshalJSON(raw); err != nil {
-		return Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output item %d: %v", i, err)}
+		return toolbus.Item{}, nil, false, &Error{Provider: ProviderResponses, Message: fmt.Sprintf("malformed stream: output item %d: %v", i, err)}
 	}
 	it, s, err = m.item(i, o, set)
 	return it, s, false, err
@@ -627,7 +627,7 @@ func (m *Responses) streamedItem(i int, raw json.RawMessage, set []*toolbus.Spec
 // answerSearch runs a client-executed tool search over the deferred tools and returns
 // the tool_search_output item holding their definitions, namespaced tools inside their
 // namespace.
-func (m *Responses) answerSearch(set []*toolbus.Spec, s search) (Item, error) {
+func (m *Responses) answerSearch(set []*toolbus.Spec, s search) (toolbus.Item, error) {
 	found := searchDeferred(set, searchQuery(s.args))
 	names := make([]string, 0, len(found))
 	for _, t := range found {
@@ -647,7 +647,7 @@ func (m *Responses) answerSearch(set []*toolbus.Spec, s search) (Item, error) {
 			ns.Tools = append(ns.Tools, responses.ToolSearchOutputNamespaceToolToolUnionParam{OfFunction: &f})
 		})
 	if err != nil {
-		return Item{}, err
+		return toolbus.Item{}, err
 	}
 	if loaded == nil {
 		// An empty list, not null: the search ran and found nothing.
@@ -663,11 +663,11 @@ func (m *Responses) answerSearch(set []*toolbus.Spec, s search) (Item, error) {
 	}
 	b, err := o.MarshalJSON()
 	if err != nil {
-		return Item{}, fmt.Errorf("encode tool search output: %w", err)
+		return toolbus.Item{}, fmt.Errorf("encode tool search output: %w", err)
 	}
 	m.log.Debug("tool search answered", slog.String("provider", ProviderResponses),
 		slog.String("query", searchQuery(s.args)), slog.Any("loaded", names))
-	return Item{Kind: KindOpaque, Provider: ProviderResponses, Raw: b}, nil
+	return toolbus.Item{Kind: toolbus.KindOpaque, Provider: ProviderResponses, Raw: b}, nil
 }
 
 // namespaceDescription is the first description any tool gives its namespace. The API

@@ -53,20 +53,20 @@ func newResponses(t *testing.T, cfg gateway.Config) *gateway.Responses {
 // message, items it returned earlier (carried verbatim), a namespaced call whose output
 // does not repeat the namespace, neutral items from a scripted model, an image output,
 // and items of another provider that must be skipped.
-func goldenTranscript() []gateway.Item {
-	return []gateway.Item{
-		gateway.UserMessage("List the open orders of CUST-1, then read notes.md."),
-		{Kind: gateway.KindReasoning, Provider: gateway.ProviderResponses, Raw: json.RawMessage(reasoningOut), Text: "Thinking about files."},
-		{Kind: gateway.KindFunctionCall, Provider: gateway.ProviderResponses, CallID: "call_a", Name: "get_customer", Namespace: "crm",
+func goldenTranscript() []toolbus.Item {
+	return []toolbus.Item{
+		toolbus.UserMessage("List the open orders of CUST-1, then read notes.md."),
+		{Kind: toolbus.KindReasoning, Provider: gateway.ProviderResponses, Raw: json.RawMessage(reasoningOut), Text: "Thinking about files."},
+		{Kind: toolbus.KindFunctionCall, Provider: gateway.ProviderResponses, CallID: "call_a", Name: "get_customer", Namespace: "crm",
 			Arguments: `{"customer_id":"CUST-1"}`, Raw: json.RawMessage(callOut("call_a", "get_customer", "crm", `{"customer_id":"CUST-1"}`))},
-		{Kind: gateway.KindFunctionCall, CallID: "call_b", Name: "read_file", Arguments: `{"path":"notes.md"}`},
+		{Kind: toolbus.KindFunctionCall, CallID: "call_b", Name: "read_file", Arguments: `{"path":"notes.md"}`},
 		outputItem("call_a", "CUST-1: Ada"),
-		{Kind: gateway.KindCallOutput, CallID: "call_b", Output: []toolbus.ContentPart{
+		{Kind: toolbus.KindCallOutput, CallID: "call_b", Output: []toolbus.ContentPart{
 			toolbus.Text("notes.md holds a chart:"), toolbus.Image("image/png", []byte{0x89, 'P', 'N', 'G'})}},
-		{Kind: gateway.KindReasoning, Provider: "anthropic", Raw: json.RawMessage(`{"type":"thinking"}`)},
-		{Kind: gateway.KindMessage, Role: gateway.RoleAssistant, Text: "Ada has no open orders."},
-		{Kind: gateway.KindMessage, Role: gateway.RoleDeveloper, Text: "Answer briefly."},
-		gateway.Note(json.RawMessage(`{"type":"toolbus.usage","step":1,"input_tokens":3,"output_tokens":1}`)),
+		{Kind: toolbus.KindReasoning, Provider: "anthropic", Raw: json.RawMessage(`{"type":"thinking"}`)},
+		{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: "Ada has no open orders."},
+		{Kind: toolbus.KindMessage, Role: toolbus.RoleDeveloper, Text: "Answer briefly."},
+		toolbus.Note(json.RawMessage(`{"type":"toolbus.usage","step":1,"input_tokens":3,"output_tokens":1}`)),
 	}
 }
 
@@ -148,7 +148,7 @@ func TestResponsesMultiStepParallelCalls(t *testing.T) {
 	var logs bytes.Buffer
 	m := newResponses(t, api.config(&logs))
 	tools := testTools(t)
-	req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Read a.md and b.md.")}, Tools: tools, ParallelToolCalls: true}
+	req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Read a.md and b.md.")}, Tools: tools, ParallelToolCalls: true}
 
 	var wantCalls = [][]string{{"read_file", "get_customer"}, {"read_file"}, nil}
 	var last *gateway.Response
@@ -234,13 +234,13 @@ func TestResponsesClientToolSearch(t *testing.T) {
 	var logs bytes.Buffer
 	m := newResponses(t, api.config(&logs))
 	tools := testTools(t)
-	req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Open orders of C1?")}, Tools: tools}
+	req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Open orders of C1?")}, Tools: tools}
 
 	resp, err := m.Respond(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(resp.Items), []gateway.ItemKind{gateway.KindOpaque, gateway.KindOpaque, gateway.KindFunctionCall}; !slices.Equal(got, want) {
+	if got, want := kinds(resp.Items), []toolbus.ItemKind{toolbus.KindOpaque, toolbus.KindOpaque, toolbus.KindFunctionCall}; !slices.Equal(got, want) {
 		t.Fatalf("items %v, want %v", got, want)
 	}
 	call := resp.Calls()[0]
@@ -297,7 +297,7 @@ func TestResponsesToolSearchFindsNothing(t *testing.T) {
 		exchange{body: responseBody("resp_2", messageOut("I have no weather tool."))},
 	)
 	resp, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("Weather?")}, Tools: testTools(t)})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Weather?")}, Tools: testTools(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func TestResponsesSearchRoundsBounded(t *testing.T) {
 	}
 	api := newFakeAPI(t, search(1), search(2), search(3), search(4))
 	_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 	var gwErr *gateway.Error
 	if !errors.As(err, &gwErr) || !strings.Contains(gwErr.Message, "searched for tools 4 times") {
 		t.Fatalf("err = %v, want a *gateway.Error about endless searching", err)
@@ -339,11 +339,11 @@ func TestResponsesHostedToolSearch(t *testing.T) {
 	cfg := api.config(&bytes.Buffer{})
 	cfg.HostedToolSearch = true
 	resp, err := newResponses(t, cfg).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := kinds(resp.Items), []gateway.ItemKind{gateway.KindOpaque, gateway.KindOpaque, gateway.KindFunctionCall}; !slices.Equal(got, want) {
+	if got, want := kinds(resp.Items), []toolbus.ItemKind{toolbus.KindOpaque, toolbus.KindOpaque, toolbus.KindFunctionCall}; !slices.Equal(got, want) {
 		t.Errorf("items %v, want %v", got, want)
 	}
 	if n := len(api.requests()); n != 1 {
@@ -372,7 +372,7 @@ func TestResponsesTruncation(t *testing.T) {
 				`{"type":"function_call","id":"fc_2","call_id":"call_2","name":"set_limits","arguments":"{\"max\": 1","status":"incomplete"}`)
 			api := newFakeAPI(t, exchange{body: body})
 			resp, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-				&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+				&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -404,7 +404,7 @@ func TestResponsesRetryAfter(t *testing.T) {
 	)
 	var logs bytes.Buffer
 	resp, err := newResponses(t, api.config(&logs)).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestRetryWarningOmitsEmptyRetryAfter(t *testing.T) {
 	)
 	var logs bytes.Buffer
 	cfg := api.config(&logs)
-	if _, err := newResponses(t, cfg).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}}); err != nil {
+	if _, err := newResponses(t, cfg).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}}); err != nil {
 		t.Fatal(err)
 	}
 	var refused []string
@@ -465,7 +465,7 @@ func TestResponsesRetriesExhausted(t *testing.T) {
 			api := newFakeAPI(t, script...)
 			cfg := api.config(&bytes.Buffer{})
 			cfg.MaxRetries = tc.retries
-			_, err := newResponses(t, cfg).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+			_, err := newResponses(t, cfg).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 			var gwErr *gateway.Error
 			if !errors.As(err, &gwErr) || gwErr.Status != http.StatusInternalServerError {
 				t.Fatalf("err = %v, want a *gateway.Error with status 500", err)
@@ -481,7 +481,7 @@ func TestResponsesRetriesNetworkError(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, exchange{drop: true}, exchange{body: responseBody("resp_1", messageOut("ok"))})
 	resp, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,7 +509,7 @@ func TestResponsesFatalStatus(t *testing.T) {
 		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
 			api := newFakeAPI(t, exchange{status: tc.status, body: tc.body})
 			var logs bytes.Buffer
-			_, err := newResponses(t, api.config(&logs)).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+			_, err := newResponses(t, api.config(&logs)).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 			var gwErr *gateway.Error
 			if !errors.As(err, &gwErr) {
 				t.Fatalf("err = %v (%T), want *gateway.Error", err, err)
@@ -541,7 +541,7 @@ func TestResponsesMalformed(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			api := newFakeAPI(t, exchange{body: tc.body})
-			_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+			_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 			var gwErr *gateway.Error
 			if !errors.As(err, &gwErr) || !strings.Contains(gwErr.Message, "malformed response") {
 				t.Fatalf("err = %v, want a *gateway.Error about a malformed response", err)
@@ -553,7 +553,7 @@ func TestResponsesMalformed(t *testing.T) {
 func TestResponsesFailedStatus(t *testing.T) {
 	t.Parallel()
 	api := newFakeAPI(t, exchange{body: `{"id":"resp_1","status":"failed","error":{"code":"server_error","message":"The model crashed."},"output":[]}`})
-	_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+	_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 	var gwErr *gateway.Error
 	if !errors.As(err, &gwErr) || !strings.Contains(gwErr.Message, "The model crashed.") {
 		t.Fatalf("err = %v, want the response's error", err)
@@ -568,12 +568,12 @@ func TestResponsesAbort(t *testing.T) {
 		<-api.arrived // the request is at the server, which will never answer
 		cancel()
 	}()
-	_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(ctx, &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+	_, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(ctx, &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
 	// A done context never reaches the server.
-	_, err = newResponses(t, api.config(&bytes.Buffer{})).Respond(ctx, &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}})
+	_, err = newResponses(t, api.config(&bytes.Buffer{})).Respond(ctx, &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}})
 	if !errors.Is(err, context.Canceled) || len(api.requests()) != 1 {
 		t.Errorf("err = %v after %d requests, want context.Canceled after 1", err, len(api.requests()))
 	}
@@ -596,7 +596,7 @@ func TestResponsesKeyNeverLeaks(t *testing.T) {
 	cfg := api.config(&logs)
 	cfg.MaxRetries = -1
 	m := newResponses(t, cfg)
-	req := &gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)}
+	req := &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)}
 	resp, err := m.Respond(context.Background(), req)
 	if err != nil {
 		t.Fatal(err)
@@ -624,7 +624,7 @@ func TestResponsesCallNamespace(t *testing.T) {
 		callOut("call_2", "list_open_orders", "crm", `{"customer_id":"C1"}`),
 		callOut("call_3", "read_file", "", `{"path":"a"}`))})
 	resp, err := newResponses(t, api.config(&bytes.Buffer{})).Respond(context.Background(),
-		&gateway.Request{Input: []gateway.Item{gateway.UserMessage("x")}, Tools: testTools(t)})
+		&gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("x")}, Tools: testTools(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -660,7 +660,7 @@ func TestSubmitResultGolden(t *testing.T) {
 	var logs bytes.Buffer
 	resp, err := newResponses(t, api.config(&logs)).Respond(context.Background(), &gateway.Request{
 		Instructions:      "You work on task \"facts\" of the workflow \"Compare\" (attempt 1 of 1).",
-		Input:             []gateway.Item{gateway.UserMessage("Find the facts about bleve.")},
+		Input:             []toolbus.Item{toolbus.UserMessage("Find the facts about bleve.")},
 		Tools:             []*toolbus.Spec{submit},
 		ParallelToolCalls: true,
 	})

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/internal/jsonpos"
 )
 
@@ -137,15 +138,15 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 		resp.Usage = *st.Usage
 	}
 	if st.Text != "" {
-		resp.Items = append(resp.Items, Item{Kind: KindMessage, Role: RoleAssistant, Text: st.Text})
+		resp.Items = append(resp.Items, toolbus.Item{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: st.Text})
 	}
 	for i, c := range st.Calls {
 		id := c.ID
 		if id == "" {
 			id = fmt.Sprintf("call_%d_%d", req.Step, i)
 		}
-		resp.Items = append(resp.Items, Item{
-			Kind:      KindFunctionCall,
+		resp.Items = append(resp.Items, toolbus.Item{
+			Kind:      toolbus.KindFunctionCall,
 			CallID:    id,
 			Name:      c.Name,
 			Namespace: c.Namespace,

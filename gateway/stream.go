@@ -15,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/internal/label"
 )
 
@@ -98,7 +99,7 @@ func (e *emitter) send(index int, s string) {
 	e.f(StreamEvent{Kind: StreamText, Index: index, Text: s})
 }
 
-func (e *emitter) item(index int, it Item) {
+func (e *emitter) item(index int, it toolbus.Item) {
 	if index != e.items {
 		return
 	}

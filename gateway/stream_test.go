@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/gateway/gatewaytest"
 )
@@ -97,7 +98,7 @@ func (r *recorder) stream(e gateway.StreamEvent) {
 	r.events = append(r.events, e)
 	n := 0
 	for _, e := range r.events {
-		if e.Kind == gateway.StreamItem && e.Item.Kind == gateway.KindFunctionCall {
+		if e.Kind == gateway.StreamItem && e.Item.Kind == toolbus.KindFunctionCall {
 			n++
 		}
 	}
@@ -187,7 +188,7 @@ func TestResponsesStreamWire(t *testing.T) {
 		close(seen)
 	}()
 	tools := testTools(t)
-	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("read a and b")}, Tools: tools, ParallelToolCalls: true, Stream: rec.stream})
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("read a and b")}, Tools: tools, ParallelToolCalls: true, Stream: rec.stream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,7 +250,7 @@ func TestChatStream(t *testing.T) {
 		close(first)
 	}()
 	tools := testTools(t)
-	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("read a and b")}, Tools: tools[:1], ParallelToolCalls: true, Stream: rec.stream})
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("read a and b")}, Tools: tools[:1], ParallelToolCalls: true, Stream: rec.stream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +289,7 @@ func TestStreamCutLengthChat(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder(1)
-	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("go")}, Tools: testTools(t)[:1], Stream: rec.stream})
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("go")}, Tools: testTools(t)[:1], Stream: rec.stream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestStreamBreaks(t *testing.T) {
 		t.Parallel()
 		srv := newSSEServer(t, sseStream{Events: []sse{created}, Drop: true}, sseStream{Events: []sse{created, completed}})
 		m, _ := gateway.NewResponses("gpt-test", srv.config())
-		resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
+		resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
 		if err != nil || resp.Text() != "Reading both files." {
 			t.Fatalf("got %+v, %v; want the second attempt's answer", resp, err)
 		}
@@ -328,7 +329,7 @@ func TestStreamBreaks(t *testing.T) {
 		t.Parallel()
 		srv := newSSEServer(t, sseStream{Events: []sse{created, text}, Drop: true})
 		m, _ := gateway.NewResponses("gpt-test", srv.config())
-		_, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
+		_, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
 		if !errors.Is(err, gateway.ErrStreamCut) {
 			t.Fatalf("err %v, want ErrStreamCut", err)
 		}
@@ -341,7 +342,7 @@ func TestStreamBreaks(t *testing.T) {
 		cfg.NoStream = true
 		m, _ := gateway.NewResponses("gpt-test", cfg)
 		streamed := 0
-		resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: func(gateway.StreamEvent) { streamed++ }})
+		resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("hi")}, Stream: func(gateway.StreamEvent) { streamed++ }})
 		if err != nil || resp.Text() != "Reading both files." || streamed != 0 {
 			t.Fatalf("got %+v, %v, %d pieces streamed", resp, err, streamed)
 		}
@@ -390,11 +391,11 @@ func TestResponsesStreamToolSearch(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder(1)
-	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("Open orders of C1?")}, Tools: testTools(t), Stream: rec.stream})
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("Open orders of C1?")}, Tools: testTools(t), Stream: rec.stream})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kinds(resp.Items); !slices.Equal(got, []gateway.ItemKind{gateway.KindOpaque, gateway.KindOpaque, gateway.KindFunctionCall}) {
+	if got := kinds(resp.Items); !slices.Equal(got, []toolbus.ItemKind{toolbus.KindOpaque, toolbus.KindOpaque, toolbus.KindFunctionCall}) {
 		t.Fatalf("items %v", got)
 	}
 	checkStreamed(t, rec.got(), resp, nil)
@@ -415,7 +416,7 @@ func TestStreamRedactsSplitKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder(1)
-	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: rec.stream})
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("hi")}, Stream: rec.stream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -448,7 +449,7 @@ func TestChatStreamWithoutIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := newRecorder(2)
-	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("go")}, Tools: testTools(t)[:1], Stream: rec.stream})
+	resp, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("go")}, Tools: testTools(t)[:1], Stream: rec.stream})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +469,7 @@ func TestStreamRefusedAdvises(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = m.Respond(context.Background(), &gateway.Request{Input: []gateway.Item{gateway.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
+	_, err = m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
 	var ge *gateway.Error
 	if !errors.As(err, &ge) || ge.Status != 400 || !strings.Contains(err.Error(), "Unsupported parameter: 'stream'") || !strings.Contains(err.Error(), "-stream=false") {
 		t.Fatalf("err %v, want the 400 with the advice to run with -stream=false", err)

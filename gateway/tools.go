@@ -217,10 +217,10 @@ func findTool(set []*toolbus.Spec, namespace, name string) *toolbus.Spec {
 
 // callNamespaces maps the call id of every function call in input to its namespace, for
 // outputs that do not carry the namespace themselves.
-func callNamespaces(input []Item) map[string]string {
+func callNamespaces(input []toolbus.Item) map[string]string {
 	ns := make(map[string]string)
 	for _, it := range input {
-		if it.Kind == KindFunctionCall && it.Namespace != "" {
+		if it.Kind == toolbus.KindFunctionCall && it.Namespace != "" {
 			ns[it.CallID] = it.Namespace
 		}
 	}

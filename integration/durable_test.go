@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // The durable-turn tests use a tool host of their own, slowhost (testdata/slowhost): tools
@@ -756,9 +756,9 @@ func TestSoakDurableTurns(t *testing.T) {
 		calls, outputs := map[string]int{}, map[string]int{}
 		for _, it := range items {
 			switch it.Kind {
-			case gateway.KindFunctionCall:
+			case toolbus.KindFunctionCall:
 				calls[it.CallID]++
-			case gateway.KindCallOutput:
+			case toolbus.KindCallOutput:
 				outputs[it.CallID]++
 			}
 		}

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
@@ -478,12 +479,12 @@ func checkTranscript(t *testing.T, stdout string) {
 	if out.Status.State != bus.TurnCompleted || out.Status.Step != 2 || len(out.Status.Calls) != 2 || out.Status.Text != "All good." {
 		t.Errorf("status %+v", out.Status)
 	}
-	names, outputs := map[string]string{}, map[string]gateway.Item{}
+	names, outputs := map[string]string{}, map[string]toolbus.Item{}
 	for _, it := range out.Transcript {
 		switch it.Kind {
-		case gateway.KindFunctionCall:
+		case toolbus.KindFunctionCall:
 			names[it.CallID] = it.Name
-		case gateway.KindCallOutput:
+		case toolbus.KindCallOutput:
 			outputs[it.CallID] = it
 		}
 	}
@@ -495,7 +496,7 @@ func checkTranscript(t *testing.T, stdout string) {
 			t.Errorf("call %s: output %+v", id, o)
 		}
 	}
-	if n := len(out.Transcript); n == 0 || out.Transcript[n-1].Kind != gateway.KindMessage || out.Transcript[n-1].Text != "All good." {
+	if n := len(out.Transcript); n == 0 || out.Transcript[n-1].Kind != toolbus.KindMessage || out.Transcript[n-1].Text != "All good." {
 		t.Errorf("transcript does not end with the answer: %+v", out.Transcript)
 	}
 }

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/gateway"
 )
 
 // TestThousandsOfParallelCalls: one response of 2 000 parallel calls completes in an
@@ -52,7 +52,7 @@ func TestThousandsOfParallelCalls(t *testing.T) {
 	}
 	outputs := 0
 	for _, it := range out.Transcript {
-		if it.Kind == gateway.KindCallOutput {
+		if it.Kind == toolbus.KindCallOutput {
 			outputs++
 			if it.IsError || len(it.Output) == 0 || !strings.Contains(it.Output[0].Text, "file-29.txt") {
 				t.Fatalf("call %s: output %+v", it.CallID, it)

@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/durable"
-	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
@@ -102,7 +102,7 @@ func TestTaskResultFormatAsserted(t *testing.T) {
 				return err
 			}
 			for _, it := range items {
-				if it.Kind == gateway.KindCallOutput && it.IsError {
+				if it.Kind == toolbus.KindCallOutput && it.IsError {
 					for _, p := range it.Output {
 						refusal += p.Text
 					}
