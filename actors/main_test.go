@@ -8,6 +8,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testparallel"
 )
 
 // parallelTests: most tests here wait on the bus, leases and timed tools (20 s of CPU in
@@ -15,7 +16,7 @@ import (
 const parallelTests = 6
 
 func TestMain(m *testing.M) {
-	if err := bustest.Parallel(parallelTests); err != nil {
+	if err := testparallel.Default(parallelTests); err != nil {
 		fmt.Fprintln(os.Stderr, "actors:", err)
 		os.Exit(1)
 	}

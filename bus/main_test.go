@@ -2,16 +2,27 @@ package bus
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/toolbus/toolbus/internal/testparallel"
 	"go.uber.org/goleak"
 )
 
+// parallelTests: the tests wait on servers, clusters and timeouts; the package took
+// 11.2 s with go test's default (2 here) and 6.4 s with 8.
+const parallelTests = 8
+
 func TestMain(m *testing.M) {
+	if err := testparallel.Default(parallelTests); err != nil {
+		fmt.Fprintln(os.Stderr, "bus:", err)
+		os.Exit(1)
+	}
 	// bustest.KnownLeaks, which this package's own tests cannot import (bustest imports
 	// bus): of them, only nats.go's runs here.
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))

@@ -26,8 +26,11 @@ func ask(t *testing.T, m gateway.Model) (*gateway.Response, error) {
 // A silent endpoint: every attempt times out, each is retried as a network error would
 // be, and the call ends naming the endpoint, the timeout and the attempts made.
 func TestRequestTimeoutRetriedThenReported(t *testing.T) {
-	// Not parallel: each attempt must reach the server within its 50 ms, which the
-	// other tests of the package running beside it made it miss (under -race).
+	// Each attempt must reach the server within the timeout: 50 ms, run alone, was missed
+	// beside the package's other tests under -race; 500 ms runs beside them (the SDK's
+	// backoff between attempts, 0.5 s and 1 s, is most of the test's time either way).
+	t.Parallel()
+	const timeout = 500 * time.Millisecond
 	for _, tc := range []struct {
 		name     string
 		retries  int
@@ -40,6 +43,7 @@ func TestRequestTimeoutRetriedThenReported(t *testing.T) {
 		{"no retries", -1, 1, func(t *testing.T, c gateway.Config) gateway.Model { return newChat(t, c) }, "chat"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			script := make([]exchange, tc.attempts)
 			for i := range script {
 				script[i] = exchange{hang: true}
@@ -47,7 +51,7 @@ func TestRequestTimeoutRetriedThenReported(t *testing.T) {
 			api := newFakeAPI(t, script...)
 			var logs bytes.Buffer
 			cfg := api.config(&logs)
-			cfg.RequestTimeout = 50 * time.Millisecond
+			cfg.RequestTimeout = timeout
 			cfg.MaxRetries = tc.retries
 			_, err := ask(t, tc.open(t, cfg))
 			if !errors.Is(err, gateway.ErrRequestTimeout) || !errors.Is(err, context.DeadlineExceeded) {
@@ -57,7 +61,7 @@ func TestRequestTimeoutRetriedThenReported(t *testing.T) {
 			if tc.attempts == 1 {
 				attempts = "1 attempt"
 			}
-			want := fmt.Sprintf("%s: no answer from %s/v1 within 50ms (%s)", tc.provider, api.srv.URL, attempts)
+			want := fmt.Sprintf("%s: no answer from %s/v1 within %s (%s)", tc.provider, api.srv.URL, timeout, attempts)
 			if err.Error() != want {
 				t.Errorf("err = %q\nwant  %q", err, want)
 			}

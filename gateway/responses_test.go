@@ -426,6 +426,7 @@ func TestResponsesRetryAfter(t *testing.T) {
 // TestRetryWarningOmitsEmptyRetryAfter: a refusal without a Retry-After is logged without
 // the attribute, not with an empty one; Retry-After-Ms is logged as such.
 func TestRetryWarningOmitsEmptyRetryAfter(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPI(t,
 		exchange{status: http.StatusServiceUnavailable, body: `{"error":{"message":"busy"}}`},
 		exchange{status: http.StatusServiceUnavailable, header: map[string]string{"Retry-After-Ms": "5"}, body: `{"error":{"message":"busy"}}`},

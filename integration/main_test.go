@@ -22,6 +22,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testparallel"
 )
 
 const (
@@ -61,7 +62,7 @@ var bins struct {
 const parallelTests = 16
 
 func TestMain(m *testing.M) {
-	if err := bustest.Parallel(parallelTests); err != nil {
+	if err := testparallel.Default(parallelTests); err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		os.Exit(1)
 	}

@@ -7,12 +7,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -167,22 +165,6 @@ func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
 		time.Sleep(every)
 	}
 	t.Fatal(err)
-}
-
-// Parallel sets how many parallel tests run at once when -parallel is not given; call it
-// from TestMain, before m.Run. Tests that wait on servers, leases and processes use
-// little of the CPU (a package of them: 34 s of CPU in 66 s on 2 cores), so go test's
-// default (GOMAXPROCS) leaves the machine idle while they wait.
-func Parallel(n int) error {
-	if !flag.Parsed() {
-		flag.Parse()
-	}
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if given {
-		return nil
-	}
-	return flag.Set("test.parallel", strconv.Itoa(n))
 }
 
 // Logger is a logger of records at level and above, kept and logged only should t

@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/testparallel"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -41,7 +42,7 @@ const (
 const parallelTests = 6
 
 func TestMain(m *testing.M) {
-	if err := bustest.Parallel(parallelTests); err != nil {
+	if err := testparallel.Default(parallelTests); err != nil {
 		fmt.Fprintln(os.Stderr, "cli:", err)
 		os.Exit(1)
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 
 	"github.com/toolbus/toolbus/internal/label"
+	"github.com/toolbus/toolbus/internal/testparallel"
 )
 
 // Secrets in this process's environment, the node's here: no command may see them. Set
@@ -31,7 +32,15 @@ const (
 	testAPIKey    = "sk-test-4f9a0c-not-a-real-key"
 )
 
+// parallelTests: the tests mostly wait on commands (kill graces, timeouts, sandboxes
+// starting); the package took 4.5 s with go test's default (2 here) and 2.3 s with 8.
+const parallelTests = 8
+
 func TestMain(m *testing.M) {
+	if err := testparallel.Default(parallelTests); err != nil {
+		fmt.Fprintln(os.Stderr, "computer:", err)
+		os.Exit(1)
+	}
 	if err := errors.Join(os.Setenv(testSecretVar, testSecret), os.Setenv("OPENAI_API_KEY", testAPIKey)); err != nil {
 		fmt.Fprintln(os.Stderr, "computer:", err)
 		os.Exit(1)
