@@ -319,7 +319,7 @@ func (in *intake) prepare(ctx context.Context, lease *durable.Lease, log *slog.L
 }
 
 // resumeHostPatience bounds how long a resumed turn waits for the hosts of its last
-// calls (Node.awaitHosts).
+// calls (Node.freshenCatalog).
 const resumeHostPatience = 5 * time.Second
 
 // runHeld runs a prepared turn under its lease, beating for clients, until it ends or is

@@ -460,8 +460,7 @@ func (n *Node) assemble(ctx context.Context, spec bus.TurnSpec, calls []toolbus.
 			return nil, fmt.Errorf("assemble turn: %w", err)
 		}
 	}
-	n.freshenCatalog(ctx, cat, profile)
-	n.awaitHosts(ctx, cat, spec.ID, profile, calls, patience)
+	n.freshenCatalog(ctx, cat, spec.ID, profile, calls, patience)
 	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Tools.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
 		ScheduleMinInterval: n.cfg.Tools.ScheduleMinInterval})
 }
@@ -477,7 +476,13 @@ const maxWorkers = 512
 const catalogPatience = 250 * time.Millisecond
 
 // freshenCatalog refreshes the catalog when the profile names a namespace it lacks.
-func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile *toolsets.Profile) {
+// With a patience, it then waits up to that long, refreshing every catalogPatience,
+// until the catalog serves the namespaces of calls (a resumed turn's last batch) that
+// the profile names. A node restarted with its embedded server resumes its turns at
+// once, while the hosts that were connected to it are still reconnecting: without the
+// wait, a resumed call of theirs is refused as an unknown tool (seen: the turn taken
+// 0.3 s after the node was ready, before its host had reconnected).
+func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, turn string, profile *toolsets.Profile, calls []toolbus.Item, patience time.Duration) {
 	if profile == nil || len(profile.Namespaces) == 0 {
 		return
 	}
@@ -488,39 +493,26 @@ func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, profile
 	if err := cat.Ensure(ctx, catalogPatience, names...); err != nil {
 		n.log.Warn("catalog refresh before a turn failed", "err", err)
 	}
-}
-
-// awaitHosts waits up to patience, refreshing the catalog every catalogPatience, until
-// it serves the namespaces of calls that the profile names. A node restarted with its
-// embedded server resumes its turns at once, while the hosts that were connected to it
-// are still reconnecting: without the wait, a resumed call of theirs is refused as an
-// unknown tool (seen: the turn taken 0.3 s after the node was ready, before its host had
-// reconnected).
-func (n *Node) awaitHosts(ctx context.Context, cat *catalog.Catalog, turn string, profile *toolsets.Profile, calls []toolbus.Item, patience time.Duration) {
-	if profile == nil || patience <= 0 {
-		return
-	}
-	var names []string
+	var awaited []string
 	for _, c := range calls {
-		named := slices.ContainsFunc(profile.Namespaces, func(ns toolsets.NamespaceRef) bool { return ns.Name == c.Namespace })
-		if c.Namespace != "" && named && !slices.Contains(names, c.Namespace) {
-			names = append(names, c.Namespace)
+		if slices.Contains(names, c.Namespace) && !slices.Contains(awaited, c.Namespace) {
+			awaited = append(awaited, c.Namespace)
 		}
 	}
-	if len(names) == 0 || cat.Serves(names...) {
+	if patience <= 0 || len(awaited) == 0 || cat.Serves(awaited...) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, patience)
 	defer cancel()
 	tick := time.NewTicker(catalogPatience)
 	defer tick.Stop()
-	for !cat.Serves(names...) {
+	for !cat.Serves(awaited...) {
 		select {
 		case <-ctx.Done():
-			n.log.Warn("resuming a turn without the hosts of its last calls", "turn", turn, "namespaces", strings.Join(names, ","), "waited", patience)
+			n.log.Warn("resuming a turn without the hosts of its last calls", "turn", turn, "namespaces", strings.Join(awaited, ","), "waited", patience)
 			return
 		case <-tick.C:
-			_ = cat.Ensure(ctx, catalogPatience, names...)
+			_ = cat.Ensure(ctx, catalogPatience, awaited...)
 		}
 	}
 }
