@@ -1,14 +1,9 @@
 package actors
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
-	"go.uber.org/goleak"
-
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/testparallel"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 // parallelTests: most tests here wait on the bus, leases and timed tools (20 s of CPU in
@@ -16,9 +11,5 @@ import (
 const parallelTests = 6
 
 func TestMain(m *testing.M) {
-	if err := testparallel.Default(parallelTests); err != nil {
-		fmt.Fprintln(os.Stderr, "actors:", err)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
+	testmain.Main(m, testmain.Config{Parallel: parallelTests})
 }

@@ -5,14 +5,14 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
+	testmain.Main(m, testmain.Config{})
 }
 
 // testContext is a context that ends with the test, or after a minute.

@@ -2,16 +2,13 @@ package bus
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/toolbus/toolbus/internal/testparallel"
-	"go.uber.org/goleak"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 // parallelTests: the tests wait on servers, clusters and timeouts; the package took
@@ -19,13 +16,7 @@ import (
 const parallelTests = 8
 
 func TestMain(m *testing.M) {
-	if err := testparallel.Default(parallelTests); err != nil {
-		fmt.Fprintln(os.Stderr, "bus:", err)
-		os.Exit(1)
-	}
-	// bustest.KnownLeaks, which this package's own tests cannot import (bustest imports
-	// bus): of them, only nats.go's runs here.
-	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/nats-io/nats.go/jetstream.(*jetStream).resetPendingAcksOnReconnect"))
+	testmain.Main(m, testmain.Config{Parallel: parallelTests})
 }
 
 // testTimeout bounds every wait in these tests. It is a liveness guard, not

@@ -11,16 +11,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/schema"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
+	testmain.Main(m, testmain.Config{})
 }
 
 // oddSchema keeps key order, spacing and number spellings that must survive byte for byte.

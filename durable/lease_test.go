@@ -67,6 +67,16 @@ func specOf(t testing.TB, m jetstream.Msg) bus.TurnSpec {
 	return spec
 }
 
+// claim claims spec's message for a minute's lease, stopped (its progress signals
+// ended) when the test ends.
+func claim(t testing.TB, ctx context.Context, s *Store, msg jetstream.Msg, spec bus.TurnSpec) (*Lease, error) {
+	l, err := s.Claim(ctx, msg, spec, time.Minute, input(spec))
+	if l != nil {
+		t.Cleanup(l.Stop)
+	}
+	return l, err
+}
+
 func input(spec bus.TurnSpec) func(bus.TurnRecord, bool) []toolbus.Item {
 	return func(rec bus.TurnRecord, resumed bool) []toolbus.Item {
 		if resumed {
@@ -94,7 +104,7 @@ func TestStaleLeaseIsFenced(t *testing.T) {
 	b := openStore(t, bustest.JetStream(t, srv, "b"), "n2", 1)
 	msg := queued(t, a, 1)[0]
 	spec := specOf(t, msg)
-	la, err := a.Claim(ctx, msg, spec, time.Minute, input(spec))
+	la, err := claim(t, ctx, a, msg, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +112,7 @@ func TestStaleLeaseIsFenced(t *testing.T) {
 		t.Fatal(err)
 	}
 	// n1 pauses; its lease runs out and n2 takes the turn over.
-	lb, err := b.Claim(ctx, msg, spec, time.Minute, input(spec))
+	lb, err := claim(t, ctx, b, msg, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +223,7 @@ func TestReplicatedConflictFences(t *testing.T) {
 	fenced, over := 0, 0
 	for _, msg := range msgs {
 		spec := specOf(t, msg)
-		stale, err := stores[0].Claim(ctx, msg, spec, time.Minute, input(spec))
+		stale, err := claim(t, ctx, stores[0], msg, spec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +234,7 @@ func TestReplicatedConflictFences(t *testing.T) {
 			claimEr error
 		)
 		wg.Go(func() { endErr = stale.End(ctx, bus.TurnCompleted, "", 1, nil) })
-		wg.Go(func() { owner, claimEr = stores[1+len(spec.ID)%2].Claim(ctx, msg, spec, time.Minute, input(spec)) })
+		wg.Go(func() { owner, claimEr = claim(t, ctx, stores[1+len(spec.ID)%2], msg, spec) })
 		wg.Wait()
 		switch {
 		case endErr == nil && errors.Is(claimEr, ErrTurnOver):
@@ -256,7 +266,7 @@ func TestClaimTimeoutGivesTurnBack(t *testing.T) {
 	spec := specOf(t, msg)
 	real := s.kv
 	s.kv = &lostAnswers{KeyValue: real, lose: 1}
-	_, err := s.Claim(ctx, msg, spec, time.Minute, input(spec))
+	_, err := claim(t, ctx, s, msg, spec)
 	if err == nil || errors.Is(err, ErrClaimLost) {
 		t.Fatalf("claim with its answer lost: %v", err)
 	}
@@ -277,7 +287,7 @@ func TestClaimTimeoutGivesTurnBack(t *testing.T) {
 		t.Fatalf("the intake did not give the turn again: %v", err)
 	}
 	s.kv = real
-	l, err := s.Claim(ctx, m, spec, time.Minute, input(spec))
+	l, err := claim(t, ctx, s, m, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

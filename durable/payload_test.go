@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -26,7 +25,7 @@ func TestLargeTranscriptMessage(t *testing.T) {
 	b := openStore(t, bustest.JetStream(t, srv, "b"), "n2", 1)
 	msg := queued(t, a, 1)[0]
 	spec := specOf(t, msg)
-	la, err := a.Claim(ctx, msg, spec, time.Minute, input(spec))
+	la, err := claim(t, ctx, a, msg, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +48,7 @@ func TestLargeTranscriptMessage(t *testing.T) {
 	}
 
 	// n2 takes the turn over; n1's next large append is fenced and its object deleted.
-	lb, err := b.Claim(ctx, msg, spec, time.Minute, input(spec))
+	lb, err := claim(t, ctx, b, msg, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

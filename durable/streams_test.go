@@ -210,7 +210,7 @@ func TestStoredAndDeletedTranscript(t *testing.T) {
 
 	msgs := queued(t, s, 1)
 	spec := specOf(t, msgs[0])
-	l, err := s.Claim(ctx, msgs[0], spec, time.Minute, input(spec))
+	l, err := claim(t, ctx, s, msgs[0], spec)
 	if err != nil {
 		t.Fatal(err)
 	}

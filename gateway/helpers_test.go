@@ -17,17 +17,19 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden.json from the requests the fake servers receive")
 
+// parallelTests: most of the tests' time is the SDKs' backoff between attempts; the
+// package took 5.5 s at go test's default (2 here) and 4.3 s at 8.
+const parallelTests = 8
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
+	testmain.Main(m, testmain.Config{Parallel: parallelTests})
 }
 
 // testKey is the API key of every test; no item, error or log line may contain it.

@@ -19,10 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/internal/testparallel"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 const (
@@ -62,20 +60,13 @@ var bins struct {
 const parallelTests = 16
 
 func TestMain(m *testing.M) {
-	if err := testparallel.Default(parallelTests); err != nil {
-		fmt.Fprintln(os.Stderr, "integration:", err)
-		os.Exit(1)
-	}
 	dir, err := os.MkdirTemp("", "toolbus-integration-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "integration:", err)
 		os.Exit(1)
 	}
 	prepareBinaries(dir)
-	goleak.VerifyTestMain(m, append(bustest.KnownLeaks(), goleak.Cleanup(func(code int) {
-		_ = os.RemoveAll(dir)
-		os.Exit(code)
-	}))...)
+	testmain.Main(m, testmain.Config{Parallel: parallelTests, Done: func() error { return os.RemoveAll(dir) }})
 }
 
 // prepareBinaries builds cmd/node and cmd/cli into dir and installs the nats

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -11,8 +12,18 @@ import (
 
 // TestNilHandlesCostNothing: with no exporter and no metrics, what a turn and a host call
 // into allocate nothing (not parallel: AllocsPerRun).
+// open opens a Telemetry closed when the test ends: its batch span processor runs a
+// goroutine until then.
+func open(t *testing.T, c Config) (*Telemetry, error) {
+	tel, err := Open(t.Context(), c)
+	if err == nil {
+		t.Cleanup(func() { _ = tel.Close(context.Background()) })
+	}
+	return tel, err
+}
+
 func TestNilHandlesCostNothing(t *testing.T) {
-	tel, err := Open(t.Context(), Config{Env: func(string) (string, bool) { return "", false }})
+	tel, err := open(t, Config{Env: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +91,7 @@ func TestContentIsRedactedAndCapped(t *testing.T) {
 func TestTurnIDsAndLinks(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
-	tel, err := Open(t.Context(), Config{Exporter: exp, Env: func(string) (string, bool) { return "", false }})
+	tel, err := open(t, Config{Exporter: exp, Env: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +127,7 @@ func TestTurnIDsAndLinks(t *testing.T) {
 // turn's end.
 func TestApprovalsWaiting(t *testing.T) {
 	t.Parallel()
-	tel, err := Open(t.Context(), Config{Metrics: true, Env: func(string) (string, bool) { return "", false }})
+	tel, err := open(t, Config{Metrics: true, Env: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +168,7 @@ func TestApprovalsWaiting(t *testing.T) {
 func TestStepCacheTokens(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
-	tel, err := Open(t.Context(), Config{Exporter: exp, Metrics: true, Env: func(string) (string, bool) { return "", false }})
+	tel, err := open(t, Config{Exporter: exp, Metrics: true, Env: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +229,7 @@ func TestStepCacheTokens(t *testing.T) {
 func TestResourceAndScope(t *testing.T) {
 	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
-	tel, err := Open(t.Context(), Config{Exporter: exp, Node: "n1", Env: func(string) (string, bool) { return "", false }})
+	tel, err := open(t, Config{Exporter: exp, Node: "n1", Env: func(string) (string, bool) { return "", false }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,15 +16,13 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
-	"github.com/toolbus/toolbus/internal/testparallel"
+	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -42,16 +39,12 @@ const (
 const parallelTests = 6
 
 func TestMain(m *testing.M) {
-	if err := testparallel.Default(parallelTests); err != nil {
-		fmt.Fprintln(os.Stderr, "cli:", err)
-		os.Exit(1)
-	}
 	// The flags read these; a developer's environment must not send the
 	// tests to a real bus or model.
 	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBUS_MODEL_API_KEY", "TOOLBUS_REQUEST_TIMEOUT"} {
 		os.Unsetenv(v)
 	}
-	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
+	testmain.Main(m, testmain.Config{Parallel: parallelTests})
 }
 
 // output is a concurrency-safe buffer that can wait for a text to appear.

@@ -14,13 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus/bustest"
 
 	"github.com/toolbus/toolbus/internal/label"
-	"github.com/toolbus/toolbus/internal/testparallel"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 // Secrets in this process's environment, the node's here: no command may see them. Set
@@ -37,23 +35,18 @@ const (
 const parallelTests = 8
 
 func TestMain(m *testing.M) {
-	if err := testparallel.Default(parallelTests); err != nil {
-		fmt.Fprintln(os.Stderr, "computer:", err)
-		os.Exit(1)
-	}
 	if err := errors.Join(os.Setenv(testSecretVar, testSecret), os.Setenv("OPENAI_API_KEY", testAPIKey)); err != nil {
 		fmt.Fprintln(os.Stderr, "computer:", err)
 		os.Exit(1)
 	}
-	goleak.VerifyTestMain(m, append(bustest.KnownLeaks(), goleak.Cleanup(func(code int) {
+	testmain.Main(m, testmain.Config{Parallel: parallelTests, Done: func() error {
 		// Once, after all tests, which run commands side by side: a cgroup of this
 		// process still there is one a command left behind.
 		if left := ownCgroups(testConfig.hostCgroups()); len(left) > 0 {
-			fmt.Fprintf(os.Stderr, "cgroups left behind by the tests' commands: %v\n", left)
-			code = 1
+			return fmt.Errorf("cgroups left behind by the tests' commands: %v", left)
 		}
-		os.Exit(code)
-	}))...)
+		return nil
+	}})
 }
 
 // testConfig keeps kill grace short so that stop paths finish quickly.

@@ -13,15 +13,14 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/goleak"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/testmain"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, bustest.KnownLeaks()...)
+	testmain.Main(m, testmain.Config{})
 }
 
 // newBucket starts an in-process JetStream server and returns a fresh todo bucket on it.

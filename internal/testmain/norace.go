@@ -1,0 +1,7 @@
+//go:build !race
+
+package testmain
+
+const raceEnabled = false
+
+func raceErrors() int { return 0 }
