@@ -36,6 +36,7 @@ type wfHarness struct {
 	nc    *nats.Conn // a client's connection
 	js    jetstream.JetStream
 	store string
+	logs  logBuffer // the node's log, from Info up
 }
 
 func newWFHarness(t *testing.T) *wfHarness {
@@ -60,7 +61,7 @@ func (h *wfHarness) start() {
 		Connect:    func(name string) (*nats.Conn, error) { return srv.Connect(name) },
 		Categories: []string{workflow.Category},
 		Turns:      true,
-		Logger:     DiscardLogger(),
+		Logger:     h.logs.logger(),
 		AbortGrace: 300 * time.Millisecond,
 		TurnLease:  3 * time.Second,
 	})
@@ -822,5 +823,120 @@ func TestResumedTaskEndsWithItsAcceptedSubmission(t *testing.T) {
 	if end.State != bus.TurnTerminated || end.Step != 1 || len(end.Resumes) != 1 || end.Resumes[0].From != "ghost" ||
 		string(end.Submitted) != `{"result":{"n":5,"note":"five"}}` {
 		t.Errorf("turn record: %s after %d steps, resumes %+v, submitted %s", end.State, end.Step, end.Resumes, end.Submitted)
+	}
+}
+
+// textSchema is a result schema: an object with a string text.
+const textSchema = `{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`
+
+// TestTemplateTooLargeFailsTask: a task whose instructions repeat the ~40 KB result of
+// the task it depends on 30 times (1.2 MB: more than the bus carries in one message)
+// fails as soon as a's result is in, with the cap's reason in the workflow's document
+// and no turn; the task after it fails as a dependency's failure says, the task that
+// does not need it runs, and the workflow ends. The turn whose end started b is settled
+// once and acknowledged: no warning, no redelivery, nothing left in the intake.
+func TestTemplateTooLargeFailsTask(t *testing.T) {
+	t.Parallel()
+	h := newWFHarness(t)
+	aResult, _ := json.Marshal(map[string]string{"text": strings.Repeat("findings ", 40<<10/9)})
+	def := workflow.Definition{Title: "too big", Tasks: []workflow.TaskDef{
+		{ID: "a", Instructions: "Collect the findings.", ResultSchema: json.RawMessage(textSchema), Script: script(t, submit(string(aResult)))},
+		{ID: "b", Instructions: strings.Repeat("Again: {{tasks.a.result}}\n", 30), ResultSchema: json.RawMessage(textSchema),
+			DependsOn: []string{"a"}, Script: script(t, submit(`{"text":"never"}`))},
+		{ID: "c", Instructions: "Sum up {{tasks.b.result.text}}", ResultSchema: json.RawMessage(textSchema),
+			DependsOn: []string{"b"}, Script: script(t, submit(`{"text":"never"}`))},
+		{ID: "d", Instructions: "Check {{tasks.a.result.text}}", ResultSchema: json.RawMessage(textSchema),
+			DependsOn: []string{"a"}, Script: script(t, submit(`{"text":"checked"}`))},
+	}}
+	started := time.Now()
+	wf := h.startWorkflow(def)
+	got := h.waitEnded(wf.ID)
+	took := time.Since(started)
+	a, b, c, d := got.Task("a"), got.Task("b"), got.Task("c"), got.Task("d")
+	if got.State != bus.WorkflowFailed || a.State != bus.TaskDone || b.State != bus.TaskFailed || c.State != bus.TaskFailed || d.State != bus.TaskDone {
+		t.Fatalf("workflow %s; tasks a %s, b %s, c %s, d %s: %s", got.State, a.State, b.State, c.State, d.State, b.Error)
+	}
+	for _, part := range []string{
+		"not started: the instructions of task b expand to 1.2 MiB (",
+		"bytes, with 30 references filled in), over the 256 KiB a task's instructions may hold",
+		"refer to each result once",
+	} {
+		if !strings.Contains(b.Error, part) {
+			t.Errorf("b's error lacks %q: %s", part, b.Error)
+		}
+	}
+	if len(b.Attempts) != 0 || c.Error != "task b, which it depends on, failed" || got.Error != "2 of 4 tasks did not finish: b, c" {
+		t.Errorf("b's attempts %+v; c's error %q; the workflow's %q", b.Attempts, c.Error, got.Error)
+	}
+	if took > 10*time.Second {
+		t.Errorf("the workflow took %v to end", took)
+	}
+	// b never had a turn.
+	turns := h.turns(t.Context())
+	if _, _, err := turns.Record(t.Context(), bus.AttemptTurn(wf.ID, "b", 1)); !errors.Is(err, durable.ErrNoRecord) {
+		t.Errorf("b's turn: %v, want no record", err)
+	}
+	// Every task turn's intake message is acknowledged (a's was, after its settle
+	// moved the workflow on), and nothing was settled twice or warned about.
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		n, err := turns.IntakeMessages(t.Context())
+		if err != nil {
+			return err
+		}
+		if n != 0 {
+			return fmt.Errorf("%d turn messages are still in the intake", n)
+		}
+		return nil
+	})
+	if logs := h.logs.String(); strings.Contains(logs, "level=WARN") || strings.Contains(logs, "delivered again") {
+		t.Errorf("the node warned or took a turn again:\n%.2000s", logs)
+	}
+	// The view says so too.
+	r := h.call("workflow_view", map[string]string{"workflow_id": wf.ID, "task_id": "b"})
+	if r.Outcome != bus.OutcomeOK || !strings.Contains(contentText(r), "- b: failed\n  error: not started: the instructions of task b expand to 1.2 MiB") {
+		t.Errorf("workflow_view of b: %s %s\n%s", r.Outcome, r.Error, contentText(r))
+	}
+}
+
+// TestTaskResultFormatInTheTurn: a task whose first submission has "when": "yesterday",
+// against a result schema whose when is a date-time, reads the refusal and submits
+// again, in the same attempt (the formats themselves: toolsets/workflow's
+// TestTaskResultFormatAsserted).
+func TestTaskResultFormatInTheTurn(t *testing.T) {
+	t.Parallel()
+	h := newWFHarness(t)
+	const when = `{"type":"object","properties":{"when":{"type":"string","format":"date-time"}},"required":["when"]}`
+	def := workflow.Definition{Title: "formats", Tasks: []workflow.TaskDef{{
+		ID: "a", Instructions: "When did it happen?", ResultSchema: json.RawMessage(when),
+		Script: script(t, submit(`{"when":"yesterday"}`), submit(`{"when":"2025-01-31T09:30:00Z"}`)),
+	}}}
+	wf := h.startWorkflow(def)
+	got := h.waitEnded(wf.ID)
+	a := got.Task("a")
+	if got.State != bus.WorkflowCompleted || a.State != bus.TaskDone || len(a.Attempts) != 1 {
+		t.Fatalf("workflow %s, task %s with %d attempts: %s", got.State, a.State, len(a.Attempts), a.Error)
+	}
+	if string(a.Result) != `{"when":"2025-01-31T09:30:00Z"}` {
+		t.Errorf("result %s", a.Result)
+	}
+	turns := h.turns(t.Context())
+	var refusal string
+	bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		items, err := turns.ReadTranscript(t.Context(), bus.AttemptTurn(wf.ID, "a", 1))
+		if err != nil {
+			return err
+		}
+		for _, it := range items {
+			if it.Kind == toolbus.KindCallOutput && it.IsError {
+				for _, p := range it.Output {
+					refusal += p.Text
+				}
+				return nil
+			}
+		}
+		return errors.New("no error result in the task's transcript")
+	})
+	if !strings.Contains(refusal, "/result/when: value does not match format 'date-time' (RFC 3339") {
+		t.Errorf("the model read: %s", refusal)
 	}
 }

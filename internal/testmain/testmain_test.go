@@ -64,7 +64,8 @@ func TestExitCodes(t *testing.T) {
 				t.Skip("needs -race")
 			}
 			cmd := exec.CommandContext(t.Context(), self, "-test.run=^$")
-			cmd.Env = append(os.Environ(), childEnv+"="+tc.child)
+			// Without the race runtime's exit sleep: the race child exits through it.
+			cmd.Env = append(os.Environ(), childEnv+"="+tc.child, "GORACE=atexit_sleep_ms=0")
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := errors.AsType[*exec.ExitError](err); ok {

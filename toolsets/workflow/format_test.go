@@ -6,12 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/bus/bustest"
-	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
@@ -20,8 +15,7 @@ import (
 // as a strict provider would: a value that breaks its format is refused, in the turn
 // (Parse, what the model's call meets) and when the engine checks the stored submission
 // again (Validate), with a leaf naming the field and the format. A format the validator
-// does not know stays an annotation. End to end, a task whose first submission has
-// "when": "yesterday" reads the refusal and submits again, in the same attempt.
+// does not know stays an annotation. End to end: actors' TestTaskResultFormatInTheTurn.
 func TestTaskResultFormatAsserted(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
@@ -74,45 +68,4 @@ func TestTaskResultFormatAsserted(t *testing.T) {
 	if err := plain.Validate(json.RawMessage(`{"v":"yesterday"}`)); err != nil {
 		t.Errorf("a tool's arguments: %v; format is an annotation there", err)
 	}
-
-	t.Run("turn", func(t *testing.T) {
-		h := newHarness(t)
-		const when = `{"type":"object","properties":{"when":{"type":"string","format":"date-time"}},"required":["when"]}`
-		def := workflow.Definition{Title: "formats", Tasks: []workflow.TaskDef{{
-			ID: "a", Instructions: "When did it happen?", ResultSchema: json.RawMessage(when),
-			Script: script(t, submit(`{"when":"yesterday"}`), submit(`{"when":"2025-01-31T09:30:00Z"}`)),
-		}}}
-		wf := h.start(def)
-		got := h.waitEnded(wf.ID)
-		a := got.Task("a")
-		if got.State != bus.WorkflowCompleted || a.State != bus.TaskDone || len(a.Attempts) != 1 {
-			t.Fatalf("workflow %s, task %s with %d attempts: %s", got.State, a.State, len(a.Attempts), a.Error)
-		}
-		if string(a.Result) != `{"when":"2025-01-31T09:30:00Z"}` {
-			t.Errorf("result %s", a.Result)
-		}
-		turns, err := durable.Open(t.Context(), h.js, durable.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var refusal string
-		bustest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-			items, err := turns.ReadTranscript(t.Context(), bus.AttemptTurn(wf.ID, "a", 1))
-			if err != nil {
-				return err
-			}
-			for _, it := range items {
-				if it.Kind == toolbus.KindCallOutput && it.IsError {
-					for _, p := range it.Output {
-						refusal += p.Text
-					}
-					return nil
-				}
-			}
-			return errors.New("no error result in the task's transcript")
-		})
-		if !strings.Contains(refusal, "/result/when: value does not match format 'date-time' (RFC 3339") {
-			t.Errorf("the model read: %s", refusal)
-		}
-	})
 }
