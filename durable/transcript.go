@@ -215,7 +215,10 @@ func eachStored(ctx context.Context, js jetstream.JetStream, stream jetstream.St
 			return readAgain(err)
 		}
 		if n == 0 {
-			return fmt.Errorf("fetch: %d messages pending but none delivered", pending)
+			// The consumer's replica counted messages it could not deliver yet: it is
+			// catching up (seen through a server just woken from a pause, in
+			// TestPausedNodeIsFenced).
+			return fmt.Errorf("fetch: %d messages pending but none delivered: %w", pending, bus.ErrReadAgain)
 		}
 		pending -= uint64(n)
 	}
