@@ -36,12 +36,21 @@ type wfHarness struct {
 	nc    *nats.Conn // a client's connection
 	js    jetstream.JetStream
 	store string
-	logs  logBuffer // the node's log, from Info up
+	lease time.Duration // of the node's turns
+	logs  logBuffer     // the node's log, from Info up
 }
 
-func newWFHarness(t *testing.T) *wfHarness {
+// newWFHarness starts a harness whose turns hold 10 s leases: long enough that a loaded
+// machine does not let a claimed task turn's delivery run out (with 3 s,
+// TestTemplateTooLargeFailsTask saw a turn delivered again beside the other packages of
+// go test -race ./...).
+func newWFHarness(t *testing.T) *wfHarness { return newWFHarnessLease(t, 10*time.Second) }
+
+// newWFHarnessLease starts a harness whose turns hold leases of lease: a test whose turn
+// outlives its node waits one out.
+func newWFHarnessLease(t *testing.T, lease time.Duration) *wfHarness {
 	t.Helper()
-	h := &wfHarness{t: t, store: t.TempDir()}
+	h := &wfHarness{t: t, store: t.TempDir(), lease: lease}
 	h.start()
 	return h
 }
@@ -63,7 +72,7 @@ func (h *wfHarness) start() {
 		Turns:      true,
 		Logger:     h.logs.logger(),
 		AbortGrace: 300 * time.Millisecond,
-		TurnLease:  3 * time.Second,
+		TurnLease:  h.lease,
 	})
 	if err != nil {
 		srv.Close()
@@ -605,7 +614,7 @@ func TestWorkflowCancelAbortsTasks(t *testing.T) {
 // retries) and finishes, and the dependent input it was given.
 func TestWorkflowStateSurvivesRestart(t *testing.T) {
 	t.Parallel()
-	h := newWFHarness(t)
+	h := newWFHarnessLease(t, 3*time.Second)
 	wf := h.startWorkflow(workflow.Definition{Title: "two steps", Tasks: []workflow.TaskDef{
 		{ID: "first", Instructions: "Count.", ResultSchema: json.RawMessage(countSchema), Script: script(t, submit(`{"n":7,"note":"seven"}`))},
 		{ID: "second", Instructions: "Double {{tasks.first.result.n}} ({{tasks.first.result.note}}).", DependsOn: []string{"first"},
