@@ -18,13 +18,6 @@ const (
 	// server answers (no meta or stream leader to answer it) would
 	// otherwise hold the whole wait.
 	RetryAttemptTimeout = 3 * time.Second
-	// retryFirstAttempt bounds the first attempt, and doubles for each
-	// attempt after it up to RetryAttemptTimeout. A cluster that starts
-	// together leaves requests unanswered while the groups of its new
-	// streams elect leaders: with every attempt bounded by 3 s, three nodes
-	// took 3.7-6.9 s to be ready (2-6 attempts ran out); with 1 s first,
-	// see retryAttemptBound.
-	retryFirstAttempt = time.Second
 	retryMinBackoff     = 50 * time.Millisecond
 	retryMaxBackoff     = time.Second
 	retryLogEvery       = time.Second
@@ -32,8 +25,7 @@ const (
 
 // Retry calls f until it succeeds, f fails with an error that JetStream
 // does not give only while it has no leader, or ctx ends. Each attempt gets
-// a context bounded by 1 s, doubling with each attempt up to
-// [RetryAttemptTimeout] (and by ctx); attempts are
+// a context bounded by [RetryAttemptTimeout] (and by ctx); attempts are
 // spaced from 50 ms, doubling up to 1 s. Failures are logged to log, when
 // it is not nil, at most once a second.
 //
@@ -80,7 +72,7 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, retryAttemptBound(attempt, attemptTimeout))
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
 		err := f(actx)
 		attemptEnded := actx.Err() != nil
 		cancel()
@@ -116,16 +108,6 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 		case <-timer.C:
 		}
 	}
-}
-
-// retryAttemptBound is how long the attempt-th attempt may take: 1 s, doubling up to
-// most.
-func retryAttemptBound(attempt int, most time.Duration) time.Duration {
-	d := retryFirstAttempt
-	for i := 1; i < attempt && d < most; i++ {
-		d *= 2
-	}
-	return min(d, most)
 }
 
 // retryBackoff is the wait after the attempt-th failure: 50 ms, doubling

@@ -59,19 +59,6 @@ func TestRetryBackoff(t *testing.T) {
 	}
 }
 
-func TestRetryAttemptBound(t *testing.T) {
-	t.Parallel()
-	want := []time.Duration{1000, 2000, 3000, 3000}
-	for i, w := range want {
-		if got := retryAttemptBound(i+1, RetryAttemptTimeout); got != w*time.Millisecond {
-			t.Errorf("retryAttemptBound(%d) = %v, want %v", i+1, got, w*time.Millisecond)
-		}
-	}
-	if got := retryAttemptBound(1, 20*time.Millisecond); got != 20*time.Millisecond {
-		t.Errorf("bounded by 20 ms: %v", got)
-	}
-}
-
 func TestRetry(t *testing.T) {
 	t.Parallel()
 	boom := errors.New("boom")
