@@ -123,6 +123,13 @@ func Stream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamCon
 		stream, err = js.CreateOrUpdateStream(ctx, cfg)
 		return err
 	})
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		// Created between CreateOrUpdateStream's update and its create, by another
+		// node starting too or by an attempt of this one that timed out but landed
+		// (seen: three nodes started together, "stream name already in use"): the
+		// stream is there to update.
+		stream, err = js.UpdateStream(ctx, cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("create or update stream %q: %w", cfg.Name, err)
 	}
