@@ -80,9 +80,12 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 			return nil
 		}
 		if ctx.Err() != nil {
-			// The attempt may have failed only because ctx ended: an error
-			// before it then says more.
-			if lastErr == nil || !errors.Is(err, ctx.Err()) {
+			// The attempt may have failed only because ctx ended, or because its
+			// own deadline came first (a loaded machine: seen in TestRetry): an
+			// error before it then says more.
+			saysNothing := errors.Is(err, ctx.Err()) ||
+				attemptEnded && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
+			if lastErr == nil || !saysNothing {
 				lastErr = err
 			}
 			return fmt.Errorf("%s: %w", what, lastErr)
