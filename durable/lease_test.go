@@ -33,26 +33,32 @@ func queued(t testing.TB, s *Store, n int) []jetstream.Msg {
 		spec := bus.TurnSpec{ID: bus.NewID(), Agent: "ann", Input: fmt.Sprintf("turn %d", i)}
 		spec.Normalize()
 		if err := s.Submit(ctx, spec, ""); err != nil {
-			t.Fatal(err)
+			t.Fatalf("submit %s: %v", spec.ID, err)
 		}
 	}
 	cons, err := s.RunnerConsumers(ctx, time.Minute)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("runner consumers: %v", err)
 	}
 	var msgs []jetstream.Msg
-	for len(msgs) < n {
+	// A fetch can find no responders while the consumer's leader moves (in a cluster
+	// of three on a loaded machine: TestReplicatedConflictFences): fetch again.
+	bustest.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
 		batch, err := cons[0].Fetch(n-len(msgs), jetstream.FetchMaxWait(5*time.Second))
 		if err != nil {
-			t.Fatal(err)
+			return fmt.Errorf("fetch: %w", err)
 		}
 		for m := range batch.Messages() {
 			msgs = append(msgs, m)
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats_timeout) {
-			t.Fatal(err)
+			return fmt.Errorf("fetch: %w", err)
 		}
-	}
+		if len(msgs) < n {
+			return fmt.Errorf("%d of the %d queued turns fetched", len(msgs), n)
+		}
+		return nil
+	})
 	return msgs
 }
 
