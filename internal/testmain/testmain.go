@@ -31,8 +31,6 @@ type Config struct {
 	// stops what TestMain started for all tests (a browser, a folder) and checks what
 	// they may have left (cgroups). An error it returns fails the run.
 	Done func() error
-	// Leaks are goroutines this package's tests may leave, beyond KnownLeaks.
-	Leaks []goleak.Option
 }
 
 func (c Config) validate() error {
@@ -42,9 +40,9 @@ func (c Config) validate() error {
 	return nil
 }
 
-// KnownLeaks are goroutines of the dependencies that outlive what started them: every
+// knownLeaks are goroutines of the dependencies that outlive what started them: every
 // package's tests leave them alone and find any other.
-func KnownLeaks() []goleak.Option {
+func knownLeaks() []goleak.Option {
 	return []goleak.Option{
 		// protoactor throttles its dead-letter log with a goroutine that lives one
 		// throttle interval after a dead letter; a late reply or abort reaching a turn
@@ -84,7 +82,7 @@ func run(m *testing.M, c Config) int {
 	if code != 0 {
 		return code
 	}
-	if err := goleak.Find(append(KnownLeaks(), c.Leaks...)...); err != nil {
+	if err := goleak.Find(knownLeaks()...); err != nil {
 		fmt.Fprintf(os.Stderr, "goleak: goroutines left after the tests passed: %v\n", err)
 		return 1
 	}
