@@ -3,5 +3,3 @@
 package testmain
 
 const raceEnabled = false
-
-func raceErrors() int { return 0 }

@@ -1,8 +1,8 @@
 // Package testmain is the TestMain of toolbus's test binaries: the default number of
-// tests run at once, the check that no goroutine outlives the tests, and an exit that
-// does not wait out the race runtime's grace once both have passed.
+// tests run at once, the check that no goroutine outlives the tests, and the race
+// runtime's settings for a test binary.
 //
-// It is a leaf (flag, os, syscall, testing and goleak), so that every package's tests,
+// It is a leaf (flag, os, strings, syscall, testing and goleak), so that every package's tests,
 // bus's and the internal leaves' among them, can use it without linking what they test
 // against.
 package testmain
@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -61,9 +62,83 @@ func knownLeaks() []goleak.Option {
 }
 
 // Main runs the tests and exits with their result: call it as the whole of TestMain, or
-// at its end.
+// at its end. A race-built binary first starts itself again with raceOptions added to
+// GORACE, unless GORACE already sets them.
 func Main(m *testing.M, c Config) {
-	exit(run(m, c))
+	if raceEnabled {
+		withRaceOptions()
+	}
+	os.Exit(run(m, c))
+}
+
+// raceOptions are the race runtime's settings for a test binary. The runtime reads
+// GORACE only as the process starts, so a binary that lacks them runs itself again
+// with them (syscall.Exec: the same process, arguments and files; it costs a second
+// start of the binary, 10 ms for a leaf's tests and 170 ms for actors', mostly the
+// packages' init).
+//
+//   - atexit_sleep_ms=0: os.Exit otherwise sleeps 1 s, a grace for goroutines still
+//     running to report a race; 28 binaries made it about 14 s of a 2-core
+//     go test -race ./... (a race-built program that only exits: 1.02 s, and 0.015 s
+//     without the sleep). After a run that passed, the leak check has found no
+//     goroutine of ours still running, so none is left to report one; a run that
+//     failed has failed already. A race the detector has seen is still reported at
+//     the exit, which fails with 66.
+//   - clear_shadow_mmap_threshold=1073741824: for an allocation over this size
+//     (64 KiB by default) the runtime drops the shadow memory of the range and maps it
+//     afresh, and every first touch of it faults a zeroed page back in, with a TLB
+//     flush on every CPU. The tests move megabytes of JSON (arguments of 1.2 and
+//     17 MiB, results over 1 MiB): perf showed half of actors' test time in the
+//     kernel, in those faults. Clearing the shadow in place instead took actors' tests
+//     from 8.2 s of system time to 3.2 s, cmd/cli's from 6.4 s to 3.3 s, and the whole
+//     go test -race ./... from 85-87 s to 79-80 s, with no more memory (actors:
+//     1.9-2.2 GB at most either way).
+var raceOptions = []string{"atexit_sleep_ms=0", "clear_shadow_mmap_threshold=1073741824"}
+
+// withRaceOptions runs this binary again with raceOptions in GORACE, unless it has
+// them: on success it does not return. Should that fail, the tests run as they are,
+// only slower.
+func withRaceOptions() {
+	gorace, missing := addOptions(os.Getenv("GORACE"), raceOptions)
+	if !missing {
+		return
+	}
+	exe, err := os.Executable()
+	if err == nil {
+		err = syscall.Exec(exe, os.Args, setenv(os.Environ(), "GORACE", gorace))
+	}
+	fmt.Fprintf(os.Stderr, "testmain: run again with GORACE=%q: %v; running without it\n", gorace, err)
+}
+
+// setenv sets name to value in env, once: the process's getenv takes a name's first
+// value, exec.Cmd its last.
+func setenv(env []string, name, value string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); k != name {
+			out = append(out, kv)
+		}
+	}
+	return append(out, name+"="+value)
+}
+
+// addOptions adds to gorace, a GORACE value ("name=value" pairs separated by spaces),
+// each of opts whose name it does not set. missing reports whether it added one: an
+// option the caller set keeps the caller's value.
+func addOptions(gorace string, opts []string) (merged string, missing bool) {
+	fields := strings.Fields(gorace)
+	set := make(map[string]bool, len(fields))
+	for _, f := range fields {
+		name, _, _ := strings.Cut(f, "=")
+		set[name] = true
+	}
+	for _, o := range opts {
+		if name, _, _ := strings.Cut(o, "="); !set[name] {
+			fields = append(fields, o)
+			missing = true
+		}
+	}
+	return strings.Join(fields, " "), missing
 }
 
 // run returns the binary's exit code.
@@ -87,22 +162,6 @@ func run(m *testing.M, c Config) int {
 		return 1
 	}
 	return 0
-}
-
-// exit ends the binary with code. Under the race detector, os.Exit(0) first waits out
-// the race runtime's atexit_sleep_ms (1 s unless GORACE says otherwise), a grace for
-// goroutines still running to report a race: with 27 test binaries, about 14 s of a
-// 2-core go test -race ./... (a race-built program that only exits takes 1.02 s, and
-// 0.015 s with atexit_sleep_ms=0). After a run that passed, the leak check has just
-// found no goroutine of ours still running, so none is left to report one; if the
-// detector has seen a race all the same (after m.Run's own check, "race detected
-// outside of test execution"), os.Exit reports it and fails the binary as it would.
-// A coverage run also ends through os.Exit, whose exit hooks write the counters.
-func exit(code int) {
-	if code == 0 && raceEnabled && raceErrors() == 0 && testing.CoverMode() == "" {
-		syscall.Exit(0)
-	}
-	os.Exit(code)
 }
 
 // defaultParallel sets -test.parallel to n unless the command line gave it.

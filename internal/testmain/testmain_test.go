@@ -2,6 +2,7 @@ package testmain
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,6 +27,9 @@ func TestMain(m *testing.M) {
 		}})
 	case "done-fails":
 		Main(m, Config{Done: func() error { return errors.New("cgroups left behind: x") }})
+	case "options":
+		fmt.Printf("GORACE=%q\n", os.Getenv("GORACE"))
+		Main(m, Config{})
 	case "race":
 		// A race after m.Run has checked for one: only the race runtime's exit sees it.
 		Main(m, Config{Done: func() error {
@@ -47,6 +51,7 @@ func TestExitCodes(t *testing.T) {
 	}
 	cases := []struct {
 		child    string
+		gorace   string // the child's GORACE, when set
 		code     int
 		says     string
 		raceOnly bool
@@ -56,6 +61,9 @@ func TestExitCodes(t *testing.T) {
 		{child: "done-fails", code: 1, says: "cgroups left behind: x"},
 		// 66: the race runtime's exit code.
 		{child: "race", code: 66, says: "WARNING: DATA RACE", raceOnly: true},
+		// The race runtime's settings are added to the caller's, whose own value wins.
+		{child: "options", gorace: "halt_on_error=1 atexit_sleep_ms=5", code: 0,
+			says: `GORACE="halt_on_error=1 atexit_sleep_ms=5 clear_shadow_mmap_threshold=1073741824"`, raceOnly: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.child, func(t *testing.T) {
@@ -64,8 +72,10 @@ func TestExitCodes(t *testing.T) {
 				t.Skip("needs -race")
 			}
 			cmd := exec.CommandContext(t.Context(), self, "-test.run=^$")
-			// Without the race runtime's exit sleep: the race child exits through it.
-			cmd.Env = append(os.Environ(), childEnv+"="+tc.child, "GORACE=atexit_sleep_ms=0")
+			cmd.Env = append(os.Environ(), childEnv+"="+tc.child)
+			if tc.gorace != "" {
+				cmd.Env = append(cmd.Env, "GORACE="+tc.gorace)
+			}
 			out, err := cmd.CombinedOutput()
 			code := 0
 			if ee, ok := errors.AsType[*exec.ExitError](err); ok {
@@ -84,5 +94,36 @@ func TestParallelValidated(t *testing.T) {
 	t.Parallel()
 	if err := (Config{Parallel: -1}).validate(); err == nil || !strings.Contains(err.Error(), "parallel -1") {
 		t.Errorf("Parallel -1: %v", err)
+	}
+}
+
+// TestRaceOptions: a race-built test binary runs with raceOptions, which it gave itself.
+func TestRaceOptions(t *testing.T) {
+	t.Parallel()
+	if !raceEnabled {
+		t.Skip("needs -race")
+	}
+	if got, missing := addOptions(os.Getenv("GORACE"), raceOptions); missing {
+		t.Errorf("GORACE=%q lacks some of %q (want %q)", os.Getenv("GORACE"), raceOptions, got)
+	}
+}
+
+func TestAddOptions(t *testing.T) {
+	t.Parallel()
+	opts := []string{"a=1", "b=2"}
+	for _, tc := range []struct {
+		gorace, want string
+		missing      bool
+	}{
+		{"", "a=1 b=2", true},
+		{"a=1 b=2", "a=1 b=2", false},
+		{"b=9", "b=9 a=1", true},
+		{"  log_path=/tmp/r   a=0 ", "log_path=/tmp/r a=0 b=2", true},
+		{"b=2 a=0", "b=2 a=0", false},
+	} {
+		got, missing := addOptions(tc.gorace, opts)
+		if got != tc.want || missing != tc.missing {
+			t.Errorf("addOptions(%q) = %q, %v; want %q, %v", tc.gorace, got, missing, tc.want, tc.missing)
+		}
 	}
 }
