@@ -54,8 +54,31 @@ func servedNames(cat *catalog.Catalog) string {
 	return names
 }
 
+// Args parses and validates raw, the JSON arguments of a call of tool, as a turn does
+// (schema.Schema.Parse, with its repairs), for Call. Arguments over the most a call may
+// carry (bus.MaxCallPayload) are refused before they are parsed.
+func Args(tool *toolbus.Spec, raw string) (schema.Args, error) {
+	if err := checkArgsSize(tool, len(raw)); err != nil {
+		return schema.Args{}, err
+	}
+	args, err := tool.Params.Parse(raw, schema.ParseOptions{Destructive: tool.Destructive})
+	if err != nil {
+		return args, fmt.Errorf("invalid arguments for %s: %w", tool.Name, err)
+	}
+	return args, nil
+}
+
+// checkArgsSize refuses arguments of size bytes over bus.MaxCallPayload.
+func checkArgsSize(tool *toolbus.Spec, size int) error {
+	if size > bus.MaxCallPayload {
+		return fmt.Errorf("the arguments of %s are %s, over the %s a tool call may carry", tool.Name,
+			bus.FormatBytes(int64(size)), bus.FormatBytes(bus.MaxCallPayload))
+	}
+	return nil
+}
+
 // Call sends one call of a tool and waits for its host's reply, as a turn's call goes:
-// the arguments parsed and validated already (tool.Params.Parse), the call's deadline
+// the arguments parsed and validated already (Args), the call's deadline
 // the tool's timeout (bus.DefaultCallTimeout when it sets none). The call runs as a
 // turn of its own: when ctx ends first, Call aborts it and returns the host's word on
 // how it stopped. A host that says nothing within the deadline and bus.ReplyGrace gets
@@ -78,9 +101,8 @@ func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, arg
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+bus.ReplyGrace)
 	defer cancel()
 	if size, limit := len(m.Data), bus.InlineLimit(c.nc.MaxPayload()); size > limit {
-		if size > bus.MaxCallPayload {
-			return bus.ToolReply{}, fmt.Errorf("the arguments of %s are %s, over the %s a tool call may carry", tool.Name,
-				bus.FormatBytes(int64(size)), bus.FormatBytes(bus.MaxCallPayload))
+		if err := checkArgsSize(tool, size); err != nil {
+			return bus.ToolReply{}, err
 		}
 		ref, err := c.offload(rctx, m, bus.PayloadName(turn, call, "args"))
 		if err != nil {

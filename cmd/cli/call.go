@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -64,9 +65,9 @@ func cmdCall(ctx context.Context, e *env, args []string, stdout, stderr io.Write
 	if note := gatingNote(ctx, bc.nc, *agent, tool); note != "" {
 		fmt.Fprintln(stderr, "toolbus: note:", note)
 	}
-	parsed, err := tool.Params.Parse(raw, schema.ParseOptions{Destructive: tool.Destructive})
+	parsed, err := client.Args(tool, raw)
 	if err != nil {
-		return fmt.Errorf("invalid arguments for %s: %w", name, err)
+		return err
 	}
 	if rungs := repairRungs(rungNames(parsed.Rungs)); len(rungs) > 0 {
 		fmt.Fprintf(stderr, "arguments repaired (%s): %s\n", strings.Join(rungs, ", "), parsed.JSON)
