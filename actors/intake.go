@@ -373,8 +373,12 @@ func (in *intake) runHeld(ctx context.Context, lease *durable.Lease, cfg *TurnCo
 			bctx, bcancel := context.WithTimeout(context.Background(), confirmPatience)
 			err := lease.Confirm(bctx)
 			bcancel()
-			if err == nil {
+			switch {
+			case err == nil:
 				in.beat(spec)
+			case errors.Is(err, durable.ErrFenced):
+				// The turn stops now, not when it next writes: its calls may run for long.
+				n.sys.Root.Send(n.pid, &turnFenced{turn: spec.ID})
 			}
 		}
 	}

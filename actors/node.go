@@ -176,6 +176,8 @@ type (
 	spawnHost   struct{ cfg HostConfig }
 	spawnTurn   struct{ cfg *TurnConfig }
 	handBackAll struct{}
+	// turnFenced: the intake found that another node holds the turn now.
+	turnFenced struct{ turn string }
 )
 
 // nodeActor spawns hosts and turns as its children, so stopping the node
@@ -188,6 +190,12 @@ func (nodeActor) Receive(ctx actor.Context) {
 		for _, c := range ctx.Children() {
 			if strings.Contains(c.Id, "/turn-") {
 				ctx.Send(c, &handBack{})
+			}
+		}
+	case *turnFenced:
+		for _, c := range ctx.Children() {
+			if strings.HasSuffix(c.Id, "/turn-"+m.turn) {
+				ctx.Send(c, &checkLease{})
 			}
 		}
 	case *spawnHost:

@@ -219,6 +219,8 @@ type (
 	expiryDue      struct{}
 	abortGraceOver struct{}
 	handBack       struct{}
+	// checkLease: the turn's lease may be lost (its intake found it fenced).
+	checkLease struct{}
 	// onActor runs f on the actor (a journal's write that finished off the mailbox).
 	onActor   struct{ f func() }
 	localDone struct {
@@ -364,6 +366,8 @@ func (t *turn) Receive(ctx actor.Context) {
 		m.f()
 	case *handBack:
 		t.onHandBack()
+	case *checkLease:
+		t.leaseLost()
 	case *actor.Stopping:
 		switch {
 		case t.over() || t.self == nil:
@@ -1589,9 +1593,11 @@ func (t *turn) fenced(err error) {
 
 // onHandBack asks a turn whose history is kept to stop at its next checkpoint and go
 // back to the intake: at once while it waits for the model (the next node asks again),
-// after the batch while calls run. An aborted turn ends as it is.
+// after the batch while calls run. An aborted turn ends as it is; a turn another node
+// has taken stops at once, with no checkpoint to wait for (a node woken from a pause
+// waited out its stop's grace for the calls of turns it had lost).
 func (t *turn) onHandBack() {
-	if t.over() || t.phase == phaseAborting || t.phase == phaseHandingBack || !t.j.kept() {
+	if t.over() || t.phase == phaseAborting || t.phase == phaseHandingBack || !t.j.kept() || t.leaseLost() {
 		return
 	}
 	modelOut := t.modelOut

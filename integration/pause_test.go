@@ -197,6 +197,26 @@ func TestPausedNodeIsFenced(t *testing.T) {
 			t.Errorf("after it woke, %s published a %s status of turn %s, which another node had resumed", victim.name, s.kind, s.st.Turn)
 		}
 	})
+	// And it stops the turns it lost, whatever they wait for: a held call's reply, a
+	// checkpoint (its intake finds the lease gone within a third of a lease). Before,
+	// a turn whose calls did not answer lingered until the node's stop, and the stop
+	// waited out its grace for it.
+	checkFor(t, "the woken node stopped the turns it lost", func() error {
+		stopped := map[string]bool{}
+		for _, l := range strings.Split(victim.proc.stderr.String(), "\n") {
+			if _, rest, ok := strings.Cut(l, `msg="turn taken over by another node; stopping without ending it"`); ok {
+				if _, id, ok := strings.Cut(rest, " turn="); ok {
+					stopped[strings.Fields(id)[0]] = true
+				}
+			}
+		}
+		for _, id := range victimTurns {
+			if !stopped[id] && !reclaimed[id] {
+				return fmt.Errorf("%s still runs turn %s, which another node resumed", victim.name, id)
+			}
+		}
+		return nil
+	})
 	js, err := jetstream.New(live)
 	if err != nil {
 		t.Fatal(err)
