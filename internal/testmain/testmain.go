@@ -62,13 +62,19 @@ func knownLeaks() []goleak.Option {
 }
 
 // Main runs the tests and exits with their result: call it as the whole of TestMain, or
-// at its end. A race-built binary first starts itself again with raceOptions added to
-// GORACE, unless GORACE already sets them.
+// at its end.
 func Main(m *testing.M, c Config) {
+	os.Exit(run(m, c))
+}
+
+// A race-built binary starts itself again with raceOptions added to GORACE, unless
+// GORACE already sets them: here, before any TestMain, so that what a TestMain does
+// before Main (integration's builds of the binaries it starts, and its temporary
+// folder) is done once, by the process that runs the tests.
+func init() {
 	if raceEnabled {
 		withRaceOptions()
 	}
-	os.Exit(run(m, c))
 }
 
 // raceOptions are the race runtime's settings for a test binary. The runtime reads
