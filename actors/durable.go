@@ -99,17 +99,25 @@ func (j *durableJournal) handBack() error {
 }
 
 // confirm asks the record, when the lease may have run out (a node woken after a pause
-// longer than its lease), whether the turn is still this node's (durable.Lease.Confirm).
-func (j *durableJournal) confirm() error {
-	ctx, cancel := context.WithTimeout(context.Background(), confirmPatience)
-	defer cancel()
+// longer than its lease, or cut off from the quorum), whether the turn is still this
+// node's (durable.Lease.Confirm: within a lease of its last confirmation, at once).
+func (j *durableJournal) confirm() error { return j.confirmFor(0) }
+
+// confirmFor makes sure the turn is this node's, and will be for d as far as its lease
+// can tell (d is how long the caller relies on it: a stopping node's grace): a write of
+// the record, unless the lease of its last confirmation outlasts d; within a third of a
+// lease either way.
+func (j *durableJournal) confirmFor(d time.Duration) error {
+	ctx := context.Background()
+	if d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
 	return j.lease.Confirm(ctx)
 }
 
 func (j *durableJournal) kept() bool { return true }
-
-// confirmPatience bounds the record read of a turn woken past its lease.
-const confirmPatience = 3 * time.Second
 
 // checkpoint stores what the transcript still lacks, off the mailbox; after runs on
 // the actor once it is stored. Appends are written one at a time, in order.

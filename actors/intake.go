@@ -348,40 +348,89 @@ func (in *intake) runHeld(ctx context.Context, lease *durable.Lease, cfg *TurnCo
 		lease.Release(ctx)
 		return
 	}
-	// A heartbeat for clients, as often as the lease's progress.
+	// Every third of a lease the turn is confirmed this node's (a write of its record, off
+	// this loop), and its clients get a heartbeat: the intake's progress signals go on
+	// only within a lease of the last confirmation (durable.Lease.Confirm). A claim and a
+	// start that took a while are confirmed at once.
+	confirmed := make(chan error, 1)
+	cctx, ccancel := context.WithCancel(context.Background())
+	defer ccancel() // a confirmation under way when the turn ends gives up, and is not heard
+	confirm := func(d time.Duration) {
+		go func() { confirmed <- confirmHeld(cctx, lease, d) }()
+	}
+	confirming := true
+	confirm(2 * n.cfg.TurnLease / 3)
+	settle := func(r TurnResult) {
+		switch {
+		case r.HandedBack:
+			// HandBack gave the message back.
+		case r.Fenced:
+			// Another node holds the turn and its message now (or may: its lease could
+			// not be confirmed): not a word more.
+			lease.Stop()
+		case r.Unended:
+			// Its end is not stored: the turn goes on, from what the stream holds,
+			// on the node the intake gives it to next.
+			lease.Retry()
+		case lease.Fenced():
+			lease.Stop()
+		default:
+			in.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.ErrorText())
+			in.ackSettled(lease, log)
+		}
+	}
 	beat := time.NewTicker(n.cfg.TurnLease / 3)
 	defer beat.Stop()
 	for {
 		select {
 		case r := <-h.done:
-			switch {
-			case r.HandedBack:
-				// HandBack gave the message back.
-			case r.Fenced:
-				// Another node holds the turn and its message now: not a word more.
-				lease.Stop()
-			case lease.Fenced():
-				lease.Stop()
-			default:
-				in.turnEnded(spec, r.State, r.Steps, r.Text, r.Calls, r.ErrorText())
-				in.ackSettled(lease, log)
-			}
+			settle(r)
 			return
 		case <-beat.C:
-			// Woken past the lease (paused, starved), a node beats only for a turn its
-			// record still gives it.
-			bctx, bcancel := context.WithTimeout(context.Background(), confirmPatience)
-			err := lease.Confirm(bctx)
-			bcancel()
+			if !confirming {
+				confirming = true
+				confirm(n.cfg.TurnLease)
+			}
+		case err := <-confirmed:
+			confirming = false
+			select {
+			case r := <-h.done: // ended meanwhile: no word of its lease after its end
+				settle(r)
+				return
+			default:
+			}
 			switch {
 			case err == nil:
 				in.beat(spec)
 			case errors.Is(err, durable.ErrFenced):
 				// The turn stops now, not when it next writes: its calls may run for long.
 				n.sys.Root.Send(n.pid, &turnFenced{turn: spec.ID})
+			case errors.Is(err, durable.ErrUnconfirmed):
+				// Another node may hold the turn now: it stops without a word, and the
+				// intake gives it to a node again after the lease.
+				log.Warn("intake: could not confirm for a lease that this node still holds the turn (cut off from the quorum?); stopping it without a word", "err", err)
+				lease.Stop()
+				n.sys.Root.Send(n.pid, &turnUnconfirmed{turn: spec.ID, err: err})
+				return
 			}
 		}
 	}
+}
+
+// confirmHeld confirms that this node still holds a turn it runs, and will for d: a
+// write of its record, unless the lease of its last confirmation outlasts d. A
+// confirmation that fails (an election, a slow write: the next beat tries again) is nil
+// while the lease of the last one lasts, ErrUnconfirmed once it has run out (the node is
+// cut off from the quorum, or was paused past the lease); ErrFenced, another node
+// claimed the turn.
+func confirmHeld(ctx context.Context, lease *durable.Lease, d time.Duration) error {
+	dctx, cancel := context.WithTimeout(ctx, d)
+	err := lease.Confirm(dctx)
+	cancel()
+	if errors.Is(err, durable.ErrUnconfirmed) && ctx.Err() == nil && lease.Confirmed() {
+		return nil
+	}
+	return err
 }
 
 // beat publishes a heartbeat of a turn this node runs.
@@ -437,7 +486,10 @@ func (in *intake) endUnstarted(ctx context.Context, lease *durable.Lease, state 
 
 // stopIntake stops taking turns and hands the running ones back: each at its next
 // checkpoint, within grace; a turn that does not make it is stopped where it is and
-// the intake gives it to another node at once.
+// the intake gives it to another node at once. A turn whose lease cannot be confirmed
+// for the grace (the node is cut off from the quorum: its hand-back could not be stored
+// either) stops at once, within a third of a lease, without a word: the intake gives it
+// to another node after the lease.
 func (in *intake) stop(grace time.Duration) {
 	n := in.n
 	if in.cancel == nil {
@@ -456,7 +508,7 @@ func (in *intake) stop(grace time.Duration) {
 		return
 	}
 	n.log.Info("handing turns back to the intake", "turns", len(held), "grace", grace)
-	n.sys.Root.Send(n.pid, &handBackAll{})
+	n.sys.Root.Send(n.pid, &handBackAll{grace: grace})
 	all := make(chan struct{})
 	go func() { in.held.Wait(); close(all) }()
 	select {

@@ -173,11 +173,18 @@ type Node struct {
 
 // node actor messages.
 type (
-	spawnHost   struct{ cfg HostConfig }
-	spawnTurn   struct{ cfg *TurnConfig }
-	handBackAll struct{}
+	spawnHost struct{ cfg HostConfig }
+	spawnTurn struct{ cfg *TurnConfig }
+	// handBackAll: the node stops, and waits grace for its turns to go back to the intake.
+	handBackAll struct{ grace time.Duration }
 	// turnFenced: the intake found that another node holds the turn now.
 	turnFenced struct{ turn string }
+	// turnUnconfirmed: the intake could not confirm for a lease that this node still
+	// holds the turn (err says why), and stopped its lease.
+	turnUnconfirmed struct {
+		turn string
+		err  error
+	}
 )
 
 // nodeActor spawns hosts and turns as its children, so stopping the node
@@ -189,13 +196,19 @@ func (nodeActor) Receive(ctx actor.Context) {
 	case *handBackAll:
 		for _, c := range ctx.Children() {
 			if strings.Contains(c.Id, "/turn-") {
-				ctx.Send(c, &handBack{})
+				ctx.Send(c, &handBack{grace: m.grace})
 			}
 		}
 	case *turnFenced:
 		for _, c := range ctx.Children() {
 			if strings.HasSuffix(c.Id, "/turn-"+m.turn) {
 				ctx.Send(c, &checkLease{})
+			}
+		}
+	case *turnUnconfirmed:
+		for _, c := range ctx.Children() {
+			if strings.HasSuffix(c.Id, "/turn-"+m.turn) {
+				ctx.Send(c, &checkLease{unconfirmed: m.err})
 			}
 		}
 	case *spawnHost:

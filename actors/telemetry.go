@@ -26,7 +26,7 @@ func (t *turn) startTelemetry(resumed bool) {
 	done, tel := t.cfg.Done, t.tel
 	t.cfg.Done = func(r TurnResult) {
 		tel.End(telemetry.TurnEnd{State: string(r.State), Err: r.ErrorText(), Steps: r.Steps,
-			Input: r.Usage.InputTokens, Output: r.Usage.OutputTokens, HandedBack: r.HandedBack, Fenced: r.Fenced})
+			Input: r.Usage.InputTokens, Output: r.Usage.OutputTokens, HandedBack: r.HandedBack || r.Unended, Fenced: r.Fenced})
 		if done != nil {
 			done(r)
 		}

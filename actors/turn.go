@@ -148,6 +148,10 @@ type TurnResult struct {
 	// HandedBack reports a durable turn its node gave back to the intake (the node is
 	// stopping) instead of ending it; Fenced, one that another node took over.
 	HandedBack, Fenced bool
+	// Unended reports a durable turn whose end could not be stored (its transcript or
+	// its record did not take it, Err says why): it is not over, and the intake gives it
+	// to a node again, which resumes it from what the stream holds.
+	Unended bool
 }
 
 // ErrorText is Err's text, or "" when the turn did not fail.
@@ -218,9 +222,11 @@ type (
 	callExpired    struct{ wireID string }
 	expiryDue      struct{}
 	abortGraceOver struct{}
-	handBack       struct{}
-	// checkLease: the turn's lease may be lost (its intake found it fenced).
-	checkLease struct{}
+	// handBack: the node stops; it waits grace for the turn to go back to the intake.
+	handBack struct{ grace time.Duration }
+	// checkLease: the turn's lease may be lost (its intake found it fenced), or is
+	// (unconfirmed: its intake could not confirm it for a lease, and stopped it).
+	checkLease struct{ unconfirmed error }
 	// onActor runs f on the actor (a journal's write that finished off the mailbox).
 	onActor   struct{ f func() }
 	localDone struct {
@@ -365,9 +371,13 @@ func (t *turn) Receive(ctx actor.Context) {
 	case *onActor:
 		m.f()
 	case *handBack:
-		t.onHandBack()
+		t.onHandBack(m.grace)
 	case *checkLease:
-		t.leaseLost()
+		if m.unconfirmed != nil {
+			t.unconfirmed(m.unconfirmed)
+		} else {
+			t.leaseLost()
+		}
 	case *actor.Stopping:
 		switch {
 		case t.over() || t.self == nil:
@@ -1491,10 +1501,25 @@ func (t *turn) finish(state bus.TurnState, err error) {
 			t.cfg.Done(res)
 		}
 		return
+	case werr != nil && t.j.kept():
+		// Not over: a done status would claim an end that no node can read back (a
+		// turn completed with a cut history). Another node resumes it after the intake
+		// gives it again.
+		res.Unended = true
+		res.Err = fmt.Errorf("%w: the turn's %s end could not be stored: %w", ErrRuntime, state, werr)
+		t.log.Warn("could not store the turn's end; the intake gives it to a node again", "state", state, "err", werr)
+		if t.cfg.Done != nil {
+			t.cfg.Done(res)
+		}
+		return
 	case werr != nil:
+		// A turn whose history was not stored did not complete.
 		t.log.Warn("store the turn's end", "err", werr)
 		if res.Err == nil {
 			res.Err = fmt.Errorf("%w: %w", ErrRuntime, werr)
+		}
+		if state == bus.TurnCompleted {
+			state, res.State = bus.TurnFailed, bus.TurnFailed
 		}
 	}
 	t.status(bus.StatusDone, bus.TurnStatus{State: state, Text: t.text, Calls: t.records, Error: res.ErrorText()})
@@ -1551,35 +1576,40 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	}
 }
 
-// leaseLost reports, and stops, a turn whose node no longer holds it: a node woken after
-// a pause longer than its lease asks before it calls the model, settles expired calls or
-// speaks for the turn (journal.confirm).
-func (t *turn) leaseLost() bool {
+// leaseLost reports, and stops, a turn whose node no longer holds it, or cannot confirm
+// that it does: a node woken after a pause longer than its lease, or cut off from the
+// quorum for a lease, asks before it calls the model, settles expired calls or speaks
+// for the turn (journal.confirm).
+func (t *turn) leaseLost() bool { return t.leaseLostFor(0) }
+
+// leaseLostFor is leaseLost for a caller that relies on the lease for d (a stopping
+// node's grace): unless the lease of the turn's last confirmation outlasts d, the record
+// is written to confirm it (durableJournal.confirmFor), within a third of a lease.
+func (t *turn) leaseLostFor(d time.Duration) bool {
 	if t.over() {
 		return false
 	}
-	switch err := t.j.confirm(); {
+	confirm := t.j.confirm
+	if dj, ok := t.j.(*durableJournal); ok && d > 0 {
+		confirm = func() error { return dj.confirmFor(d) }
+	}
+	switch err := confirm(); {
 	case errors.Is(err, durable.ErrFenced):
 		t.fenced(err)
 		return true
+	case err != nil && d > 0:
+		t.unconfirmed(fmt.Errorf("as its node stops (grace %s): %w", d, err))
+		return true
 	case err != nil:
-		t.log.Warn("could not confirm the turn is still this node's; going on (its writes are fenced)", "err", err)
+		t.unconfirmed(err)
+		return true
 	}
 	return false
 }
 
-// leaseUnsure reports a turn that should not speak for itself now: lost, or woken past
-// its lease without confirming it yet.
-func (t *turn) leaseUnsure() bool {
-	if t.over() {
-		return false
-	}
-	err := t.j.confirm()
-	if errors.Is(err, durable.ErrFenced) {
-		t.fenced(err)
-	}
-	return err != nil
-}
+// leaseUnsure reports a turn that should not speak for itself now: lost, or past its
+// lease without confirming it (which stops it).
+func (t *turn) leaseUnsure() bool { return t.leaseLost() }
 
 // fenced stops a turn another node took over: it writes nothing more.
 func (t *turn) fenced(err error) {
@@ -1591,13 +1621,32 @@ func (t *turn) fenced(err error) {
 	}
 }
 
+// unconfirmed stops a turn whose node could not confirm that it still holds it
+// (durable.ErrUnconfirmed: the node is cut off from the quorum, or was paused past the
+// lease): another node may hold it now, or once the lease runs out, so this one says and
+// writes nothing more for it. The intake gives it to a node again after the lease; its
+// result is Fenced, as a turn taken over.
+func (t *turn) unconfirmed(err error) {
+	if t.over() {
+		return
+	}
+	t.log.Warn("could not confirm that this node still holds the turn (cut off from the quorum?); stopping without ending it", "err", err)
+	t.phase = phaseDone
+	t.modelCancel()
+	if t.cfg.Done != nil {
+		t.cfg.Done(TurnResult{Turn: t.cfg.Spec.ID, State: bus.TurnRunning, Fenced: true, Steps: t.step})
+	}
+}
+
 // onHandBack asks a turn whose history is kept to stop at its next checkpoint and go
-// back to the intake: at once while it waits for the model (the next node asks again),
-// after the batch while calls run. An aborted turn ends as it is; a turn another node
-// has taken stops at once, with no checkpoint to wait for (a node woken from a pause
-// waited out its stop's grace for the calls of turns it had lost).
-func (t *turn) onHandBack() {
-	if t.over() || t.phase == phaseAborting || t.phase == phaseHandingBack || !t.j.kept() || t.leaseLost() {
+// back to the intake, within its node's grace: at once while it waits for the model (the
+// next node asks again), after the batch while calls run. An aborted turn ends as it is;
+// a turn another node has taken stops at once, with no checkpoint to wait for (a node
+// woken from a pause waited out its stop's grace for the calls of turns it had lost), and
+// so does one whose lease its node cannot confirm for the grace (cut off from the
+// quorum, it could store no hand-back either, and waited out its grace).
+func (t *turn) onHandBack(grace time.Duration) {
+	if t.over() || t.phase == phaseAborting || t.phase == phaseHandingBack || !t.j.kept() || t.leaseLostFor(grace) {
 		return
 	}
 	modelOut := t.modelOut
@@ -1624,8 +1673,14 @@ func (t *turn) handOver() {
 		t.log.Info("turn handed back to the intake", "step", t.step)
 	}
 	if t.cfg.Done != nil {
-		t.cfg.Done(TurnResult{Turn: t.cfg.Spec.ID, State: bus.TurnQueued, HandedBack: err == nil, Fenced: errors.Is(err, durable.ErrFenced),
-			Steps: t.step, Transcript: t.transcript})
+		// A hand-back that was not stored (nor fenced) leaves the turn unended: the intake
+		// gives it to a node again (it is not over: no word of an end).
+		res := TurnResult{Turn: t.cfg.Spec.ID, State: bus.TurnQueued, HandedBack: err == nil, Fenced: errors.Is(err, durable.ErrFenced),
+			Steps: t.step, Transcript: t.transcript}
+		if err != nil && !res.Fenced {
+			res.Unended, res.Err = true, fmt.Errorf("%w: the turn's hand-back could not be stored: %w", ErrRuntime, err)
+		}
+		t.cfg.Done(res)
 	}
 }
 

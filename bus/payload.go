@@ -214,7 +214,7 @@ func (p *Payloads) store(ctx context.Context, bucket string, create bool) (jetst
 		case ObjectTranscripts:
 			cfg.Description = "toolbus: bodies of transcript messages too large for a message"
 		}
-		err = capReplicas(p.replicas, func(r int) error {
+		err = capReplicasOn(p.js, p.replicas, func(r int) error {
 			cfg.Replicas = r
 			obs, err = p.js.CreateObjectStore(ctx, cfg)
 			return err

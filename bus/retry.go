@@ -45,7 +45,10 @@ const (
 //     that is gone;
 //   - a placement that fails because a peer is offline ("no suitable peers
 //     for placement, peer offline", 10005), as it does right after a
-//     cluster forms, until the meta leader has heard from every peer.
+//     cluster forms, until the meta leader has heard from every peer;
+//   - a placement refused for too few servers while the cluster is still
+//     forming (errClusterForming, made by the bus's bucket and stream
+//     creation: see capReplicasOn).
 //
 // A server without JetStream, or a cluster with a peer down for good,
 // answers some of these for ever: then ctx bounds the wait.
@@ -134,7 +137,8 @@ const (
 // retryable reports whether err is one a JetStream without a leader, or
 // still forming, gives (see Retry); deadlines are Retry's to judge.
 func retryable(err error) bool {
-	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrReadAgain) {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, ErrReadAgain) ||
+		errors.Is(err, errClusterForming) {
 		return true
 	}
 	var apiErr *jetstream.APIError

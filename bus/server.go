@@ -209,6 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("start nats server %q: %w", name, err)
 	}
 
+	setRaftTiming()
 	if s.ns, err = server.NewServer(opts); err != nil {
 		s.lock.release()
 		s.removeStoreDir()

@@ -2,11 +2,12 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -63,7 +64,9 @@ func OpenKeyValue(ctx context.Context, js jetstream.JetStream, bucket string) (j
 // EnsureKeyValue opens the bucket cfg.Bucket, creating it from cfg if it
 // does not exist; concurrent callers on several nodes all get the bucket.
 // If cfg.Replicas is more than the cluster can place, the bucket is created
-// with as many as there are JetStream servers (1 on a single server).
+// with as many as there are JetStream servers (1 on a single server); while
+// the cluster is still forming, the refusal is an error [Retry] retries (see
+// capReplicasOn).
 func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
 	kv, err := js.KeyValue(ctx, cfg.Bucket)
 	if err == nil {
@@ -72,7 +75,7 @@ func EnsureKeyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.K
 	if !errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("open key-value bucket %q: %w", cfg.Bucket, err)
 	}
-	err = capReplicas(cfg.Replicas, func(r int) error {
+	err = capReplicasOn(js, cfg.Replicas, func(r int) error {
 		cfg.Replicas = r
 		kv, err = js.CreateKeyValue(ctx, cfg)
 		return err
@@ -99,7 +102,7 @@ func ObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, rep
 		return nil, fmt.Errorf("open object store %q: %w", bucket, err)
 	}
 	cfg := jetstream.ObjectStoreConfig{Bucket: bucket, Storage: jetstream.FileStorage}
-	err = capReplicas(replicas, func(r int) error {
+	err = capReplicasOn(js, replicas, func(r int) error {
 		cfg.Replicas = r
 		obs, err = js.CreateObjectStore(ctx, cfg)
 		return err
@@ -117,7 +120,7 @@ func ObjectStore(ctx context.Context, js jetstream.JetStream, bucket string, rep
 // as for EnsureKeyValue.
 func Stream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
 	var stream jetstream.Stream
-	err := capReplicas(cfg.Replicas, func(r int) error {
+	err := capReplicasOn(js, cfg.Replicas, func(r int) error {
 		cfg.Replicas = r
 		var err error
 		stream, err = js.CreateOrUpdateStream(ctx, cfg)
@@ -141,37 +144,115 @@ func Stream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamCon
 const (
 	errCodeReplicasNotSupported jetstream.ErrorCode = 10074 // replicas > 1 on a server that is not clustered
 	errCodeNoPeers              jetstream.ErrorCode = 10005
-	// The placement error carries no reason when the cluster simply has
-	// fewer JetStream servers than replicas; offline peers, storage or tags
-	// add one, and those are not capped away.
+	// The placement error carries no reason when the meta leader counts fewer
+	// JetStream servers than replicas; offline peers, storage or tags add one,
+	// and those are not capped away.
 	noSuitablePeers = "no suitable peers for placement"
 )
 
-// capReplicas calls create with replicas, and again with fewer while the
+// errClusterForming marks a placement refused with a bare noSuitablePeers while
+// the cluster has fewer servers than it will have: [Retry] retries it.
+var errClusterForming = errors.New("the JetStream cluster is still forming")
+
+// capReplicasOn calls create with replicas, and again with fewer while the
 // server answers that it cannot place that many: 1 on a server that is not
-// clustered, one less each time in a cluster that is too small. The
-// JetStream API does not tell an ordinary account how many servers the
-// cluster has, but these refusals say exactly that there are too few.
-func capReplicas(replicas int, create func(replicas int) error) error {
-	r := max(replicas, 1)
+// clustered, one less each time in a cluster that is too small.
+//
+// A bare "no suitable peers for placement" says that the meta leader has fewer
+// servers in its meta group than replicas, which is also so while the cluster
+// forms: once elected (by every server on a fresh cluster, by a quorum on a
+// restarted one), the leader adds the servers new to the group one by one as they
+// answer it. Taken as "too small", a stream asked for R3 the moment a fresh
+// three-node cluster was up was created R2 (2 starts in 30 as
+// TestReplicasAtClusterStart makes them), and stays so. So the refusal lowers the count only
+// while it is more than the servers the cluster will have (clusterServers of js's
+// server); up to that, it is returned marked errClusterForming, which [Retry]
+// retries until the leader has them all. When that number is unknown (js connected
+// over the network), every bare refusal lowers the count, as before.
+func capReplicasOn(js jetstream.JetStream, replicas int, create func(replicas int) error) error {
+	return capReplicasWith(func() int { return clusterServers(js) }, replicas, create)
+}
+
+// capReplicasWith is capReplicasOn with servers saying how many JetStream servers
+// the cluster will have (0: unknown); it is called only on a bare refusal.
+func capReplicasWith(servers func() int, replicas int, create func(replicas int) error) error {
+	r, n := max(replicas, 1), -1
 	for {
 		err := create(r)
-		if err == nil || r == 1 {
+		if n < 0 && tooFewPeers(err) {
+			n = servers()
+		}
+		next, err := fewerReplicas(err, r, max(n, 0))
+		if next == 0 {
 			return err
 		}
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) {
-			return err
-		}
-		switch {
-		case apiErr.ErrorCode == errCodeReplicasNotSupported:
-			r = 1
-		case apiErr.ErrorCode == errCodeNoPeers && apiErr.Description == noSuitablePeers:
-			r--
-		default:
-			return err
-		}
+		r = next
 	}
+}
+
+// fewerReplicas decides what capReplicas does once a create with r replicas
+// returned err, in a cluster that will have servers JetStream servers (0:
+// unknown): create again with next replicas, or, when next is 0, return err
+// (marked errClusterForming for a refusal to wait out).
+func fewerReplicas(err error, r, servers int) (next int, _ error) {
+	if err == nil || r <= 1 {
+		return 0, err
+	}
+	var apiErr *jetstream.APIError
+	switch {
+	case !errors.As(err, &apiErr):
+		return 0, err
+	case apiErr.ErrorCode == errCodeReplicasNotSupported:
+		return 1, nil
+	case !tooFewPeers(err):
+		return 0, err
+	case r <= servers:
+		return 0, fmt.Errorf("%w (%d replicas, %d servers named by the routes): %w", errClusterForming, r, servers, err)
+	}
+	return r - 1, nil
+}
+
+// tooFewPeers reports a bare placement refusal: the meta leader counts fewer
+// JetStream servers than the replicas asked.
+func tooFewPeers(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers && apiErr.Description == noSuitablePeers
+}
+
+// routesConfig is what clusterServers asks of an embedded server
+// (*server.Server).
+type routesConfig interface {
+	Varz(*server.VarzOptions) (*server.Varz, error)
+}
+
+// clusterServers is how many JetStream servers the cluster of js's server will
+// have, 0 when it cannot tell. The JetStream API does not tell an ordinary
+// account, and the meta group's own size follows the peers it has counted so far;
+// what names every node is the route list of an embedded server (Config.Cluster.Routes,
+// the same list on every node, itself included: docs/operations.md), which
+// [Server.Connect]'s in-process connections lead to; nats-server sizes a fresh meta
+// group by it too. A list without the node itself counts one less, and a node
+// routed only to seeds fewer: capReplicas then caps as it did before it knew. A
+// list naming more than will run (a server gone for good, left in the routes) has
+// creations wait for it, as a peer offline does. A connection over the network
+// (Dial, a node run with -server) cannot ask: 0.
+func clusterServers(js jetstream.JetStream) int {
+	if js == nil || js.Conn() == nil {
+		return 0
+	}
+	srv, ok := js.Conn().Opts.InProcessServer.(routesConfig)
+	if !ok {
+		return 0
+	}
+	v, err := srv.Varz(nil)
+	if err != nil {
+		return 0
+	}
+	routes := make(map[string]bool, len(v.Cluster.URLs))
+	for _, hostport := range v.Cluster.URLs {
+		routes[strings.ToLower(hostport)] = true
+	}
+	return len(routes)
 }
 
 // KeyValueTTL opens the key-value bucket as KeyValue does, creating it able to expire
@@ -214,33 +295,9 @@ var ErrReadAgain = errors.New("read again")
 // 3 of its 7 messages): a reader that must not act on a stale copy asks this first, and
 // reads until it has this message (ErrReadAgain).
 func LeaderLastSeq(ctx context.Context, nc *nats.Conn, stream, subject string) (uint64, error) {
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subject})
-	if err != nil {
+	m, err := LeaderLastMsg(ctx, nc, stream, subject)
+	if err != nil || m == nil {
 		return 0, err
 	}
-	// The stored-message get, not the direct one: only the leader answers it.
-	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
-	if err != nil {
-		return 0, fmt.Errorf("last message of %s: %w", subject, err)
-	}
-	var resp struct {
-		Error   *jetstream.APIError `json:"error"`
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return 0, fmt.Errorf("last message of %s: malformed answer: %w", subject, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, nil
-	case resp.Error != nil:
-		return 0, fmt.Errorf("last message of %s: %w", subject, resp.Error)
-	case resp.Message == nil:
-		return 0, fmt.Errorf("last message of %s: an answer without a message", subject)
-	}
-	return resp.Message.Seq, nil
+	return m.Sequence, nil
 }

@@ -180,6 +180,10 @@ func TestStream(t *testing.T) {
 	}
 }
 
+// TestCapReplicas: the replicas capReplicas tries against a fake server that accepts up
+// to a number of replicas and refuses more, in a cluster whose routes name servers
+// servers (0: unknown). A bare refusal lowers the count only above that number: up to
+// it the cluster is still forming, and the refusal is returned for Retry to wait out.
 func TestCapReplicas(t *testing.T) {
 	t.Parallel()
 	noPeers := &jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: noSuitablePeers}
@@ -190,33 +194,56 @@ func TestCapReplicas(t *testing.T) {
 	tests := []struct {
 		name     string
 		replicas int
+		servers  int   // the servers the routes name, 0 unknown
 		accept   int   // the largest replica count the fake server accepts
 		refusal  error // its answer to more
 		tries    []int
 		wantErr  error
+		forming  bool // the error is marked errClusterForming, and Retry retries it
 	}{
-		{"fits", 3, 3, noPeers, []int{3}, nil},
-		{"zero means one", 0, 1, noPeers, []int{1}, nil},
-		{"single server", 3, 1, single, []int{3, 1}, nil},
-		{"small cluster", 5, 3, noPeers, []int{5, 4, 3}, nil},
-		{"offline peers are not capped away", 3, 1, offline, []int{3}, offline},
-		{"other errors are returned", 3, 1, other, []int{3}, other},
+		{"fits", 3, 3, 3, noPeers, []int{3}, nil, false},
+		{"zero means one", 0, 0, 1, noPeers, []int{1}, nil, false},
+		{"single server", 3, 0, 1, single, []int{3, 1}, nil, false},
+		{"single server in a cluster's configuration", 3, 3, 1, single, []int{3, 1}, nil, false},
+		{"small cluster, size unknown", 5, 0, 3, noPeers, []int{5, 4, 3}, nil, false},
+		{"small cluster", 5, 3, 3, noPeers, []int{5, 4, 3}, nil, false},
+		{"two servers asked for three", 3, 2, 2, noPeers, []int{3, 2}, nil, false},
+		{"forming", 3, 3, 2, noPeers, []int{3}, noPeers, true},
+		{"forming, more asked than it will have", 5, 3, 2, noPeers, []int{5, 4, 3}, noPeers, true},
+		{"forming, size unknown", 3, 0, 2, noPeers, []int{3, 2}, nil, false},
+		{"routes naming fewer, forming", 3, 2, 1, noPeers, []int{3, 2}, noPeers, true},
+		{"one replica refused is returned", 1, 3, 0, noPeers, []int{1}, noPeers, false},
+		{"offline peers are not capped away", 3, 3, 1, offline, []int{3}, offline, false},
+		{"other errors are returned", 3, 3, 1, other, []int{3}, other, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var tries []int
-			err := capReplicas(tt.replicas, func(r int) error {
+			asked := 0
+			err := capReplicasWith(func() int { asked++; return tt.servers }, tt.replicas, func(r int) error {
 				tries = append(tries, r)
 				if r > tt.accept {
 					return tt.refusal
 				}
 				return nil
 			})
-			if !errors.Is(err, tt.wantErr) {
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
 				t.Errorf("error %v, want %v", err, tt.wantErr)
+			}
+			wantRetryable := tt.forming || err != nil && tt.refusal == offline
+			if errors.Is(err, errClusterForming) != tt.forming || retryable(err) != wantRetryable {
+				t.Errorf("error %v: forming %t, retryable %t; want %t, %t", err, errors.Is(err, errClusterForming), retryable(err), tt.forming, wantRetryable)
 			}
 			if !slices.Equal(tries, tt.tries) {
 				t.Errorf("tried %v, want %v", tries, tt.tries)
+			}
+			// The cluster's size is looked up once, and only after a bare refusal.
+			wantAsked := 0
+			if tt.refusal == noPeers && tt.tries[0] > tt.accept {
+				wantAsked = 1
+			}
+			if asked != wantAsked {
+				t.Errorf("cluster size looked up %d times, want %d", asked, wantAsked)
 			}
 		})
 	}

@@ -26,8 +26,10 @@ var (
 	// claimed it (this node's lease ran out while it was paused, slow or cut off). The
 	// server refused the write; the node must write nothing more for the turn.
 	ErrFenced = errors.New("another node holds the turn now")
-	// ErrUnconfirmed reports a lease Confirm could not check (the record could not be
-	// read): it is asked again next time.
+	// ErrUnconfirmed reports a lease Confirm could not check: its write of the record
+	// neither landed nor was refused in time (no quorum, a leaderless stream). Within a
+	// lease of the last confirmation the turn goes on; past it, the node stops the turn
+	// without a word (another node may hold it by then).
 	ErrUnconfirmed = errors.New("could not confirm that this node still holds the turn")
 	// ErrClaimLost reports a claim that another writer of the record beat.
 	ErrClaimLost = errors.New("another node claimed the turn first")
@@ -52,7 +54,7 @@ type Lease struct {
 
 	stopProgress func()
 	lease        time.Duration
-	beat         atomic.Int64 // when progress was last signalled (UnixNano)
+	beat         atomic.Int64 // when the hold was last confirmed: the claim, or a write of Confirm (UnixNano)
 
 	mu    sync.Mutex
 	rev   uint64      // the record's revision as this node last wrote it
@@ -248,6 +250,12 @@ func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) erro
 	m.Header.Set(bus.HeaderSeq, strconv.Itoa(pos))
 	m.Header.Set(bus.HeaderEpoch, strconv.Itoa(l.Rec.Epoch))
 	m.Header.Set(bus.HeaderStep, strconv.Itoa(step))
+	// Every attempt carries the same message id: an attempt whose answer was lost (it
+	// timed out, its leader paused or replaced) and that landed all the same is found by
+	// the stream's deduplication, and the next attempt is told so (a duplicate's ack,
+	// with the first one's sequence), never stored twice.
+	id := l.msgID(pos)
+	m.Header.Set(jetstream.MsgIDHeader, id)
 	var ref bus.PayloadRef
 	err = bus.Retry(ctx, "store transcript", l.s.log, func(ctx context.Context) error {
 		if len(m.Data) > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
@@ -256,36 +264,7 @@ func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) erro
 				return err
 			}
 		}
-		for attempt := 0; ; attempt++ {
-			ack, err := l.s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.last))
-			if err == nil {
-				l.last = ack.Sequence
-				return nil
-			}
-			if !bus.IsConflict(err) {
-				return err
-			}
-			// A retried append refused because the first attempt landed is this
-			// lease's own message: find it.
-			last, gerr := l.lastMsg(ctx)
-			switch {
-			case gerr != nil:
-				return gerr
-			case last != nil && last.Header.Get(bus.HeaderEpoch) == m.Header.Get(bus.HeaderEpoch) && last.Header.Get(bus.HeaderSeq) == m.Header.Get(bus.HeaderSeq):
-				l.last = last.Sequence
-				return nil
-			case (last == nil || last.Sequence == l.last) && attempt < 20:
-				// 10164: a proposal of the subject is under way (perhaps ours); wait for
-				// it to land, then the answer is exact.
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(time.Duration(5+10*attempt) * time.Millisecond):
-				}
-			default:
-				return fmt.Errorf("%w: %w", ErrFenced, err)
-			}
-		}
+		return l.publish(ctx, m, id)
 	})
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
@@ -304,26 +283,74 @@ func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) erro
 	return nil
 }
 
-// lastMsg is the turn's last transcript message; nil when it has none.
-func (l *Lease) lastMsg(ctx context.Context) (*jetstream.RawStreamMsg, error) {
-	stream := l.s.transcripts
-	if stream == nil {
-		st, err := l.s.js.Stream(ctx, bus.StreamTranscripts)
-		if err != nil {
-			return nil, err
+// msgID is the message id (Nats-Msg-Id) of the transcript message at pos of this claim.
+func (l *Lease) msgID(pos int) string {
+	return l.Spec.ID + "." + strconv.Itoa(l.Rec.Epoch) + "." + strconv.Itoa(pos)
+}
+
+// Answers of JetStream that publish reads (nats-server's errors.json).
+const (
+	// errCodeDupInProcess: an attempt with the message's id is being proposed (ours,
+	// whose answer was lost); its outcome is known once it is applied.
+	errCodeDupInProcess jetstream.ErrorCode = 10158
+	// inFlightWaits bounds the waits for a proposal under way, 5 ms growing by 10 ms
+	// (about 2 s in all): a replicated stream applies one within milliseconds, and a
+	// server woken from a pause learns of the next leader within that.
+	inFlightWaits = 20
+)
+
+// publish appends m, with message id id, at the last sequence this lease stored; l.mu
+// is held. It succeeds only on the stream's acknowledgement: of this attempt, or of an
+// earlier one with the same id (a duplicate), or once the stream's leader shows the
+// message as the turn's last. A refusal because the turn's last message is another
+// writer's is ErrFenced. A refusal the leader does not bear out (a server woken from a
+// pause answered from before it, or a proposal was under way) is waited out, then left
+// to bus.Retry as bus.ErrReadAgain; a timeout likewise: the next attempt has the same id.
+func (l *Lease) publish(ctx context.Context, m *nats.Msg, id string) error {
+	for attempt := 0; ; attempt++ {
+		ack, err := l.s.publishMsg(ctx, m, jetstream.WithExpectLastSequencePerSubject(l.last))
+		if err == nil {
+			l.last = ack.Sequence
+			return nil
 		}
-		stream = st
+		var apiErr *jetstream.APIError
+		inProcess := errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeDupInProcess
+		if !bus.IsConflict(err) && !inProcess {
+			return err
+		}
+		if !inProcess {
+			last, gerr := bus.LeaderLastMsg(ctx, l.s.js.Conn(), bus.StreamTranscripts, bus.TranscriptSubject(l.Spec.ID))
+			switch {
+			case gerr != nil:
+				return gerr
+			case last != nil && last.Header.Get(jetstream.MsgIDHeader) == id:
+				l.last = last.Sequence
+				return nil
+			case last != nil && last.Sequence > l.last:
+				return fmt.Errorf("%w: %w", ErrFenced, err)
+			}
+		}
+		if attempt >= inFlightWaits {
+			return fmt.Errorf("the stream refused the append (%w) and its leader holds nothing newer of the turn: %w", err, bus.ErrReadAgain)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(5+10*attempt) * time.Millisecond):
+		}
 	}
-	m, err := stream.GetLastMsgForSubject(ctx, bus.TranscriptSubject(l.Spec.ID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, nil
-	}
-	return m, err
 }
 
 // End stores the turn's end in its record, at the revision of the claim: a node that
 // lost the turn gets ErrFenced. After it, Ack settles the intake message.
+//
+// The record counts the transcript messages the lease stored (TurnRecord.Stored), and
+// never more than the stream holds: the stream's leader must hold the last one first,
+// or the end is not written and the error is ErrTranscriptBehind.
 func (l *Lease) End(ctx context.Context, state bus.TurnState, msg string, steps int, submitted json.RawMessage) error {
+	if err := l.checkStored(ctx); err != nil {
+		return err
+	}
 	return l.write(ctx, ended, func(r *bus.TurnRecord) {
 		r.State, r.Error, r.Step, r.Stored, r.Batch, r.Submitted = state, msg, steps, l.pos, nil, submitted
 	})
@@ -332,14 +359,57 @@ func (l *Lease) End(ctx context.Context, state bus.TurnState, msg string, steps 
 // HandBack stores the turn as queued for the next node (this one is stopping) and has
 // the intake give its message to another node at once.
 func (l *Lease) HandBack(ctx context.Context, steps int) error {
-	err := l.write(ctx, gone, func(r *bus.TurnRecord) {
-		r.State, r.Owner, r.Step, r.Stored, r.Batch = bus.TurnQueued, "", steps, l.pos, nil
-	})
+	err := l.checkStored(ctx)
+	if err == nil {
+		err = l.write(ctx, gone, func(r *bus.TurnRecord) {
+			r.State, r.Owner, r.Step, r.Stored, r.Batch = bus.TurnQueued, "", steps, l.pos, nil
+		})
+	}
 	l.stop()
 	if err == nil {
 		_ = l.msg.Nak()
 	}
 	return err
+}
+
+// ErrTranscriptBehind reports a transcript whose stream holds less of the turn than the
+// lease stored: a message JetStream acknowledged is not in the stream's leader. The end
+// is not written, so that no record claims more than the log holds; the turn is the
+// intake's to give to a node again, which resumes it from what the stream holds.
+var ErrTranscriptBehind = errors.New("the transcript stream holds less of the turn than was stored")
+
+// behindPatience bounds how long a stream leader that answers with less than the lease
+// stored is asked again before it is believed: a server woken from a pause that still
+// takes itself for the leader hears of the next one within a heartbeat (1 s).
+const behindPatience = 3 * time.Second
+
+// checkStored makes sure the stream's leader holds the last transcript message this
+// lease stored: ErrTranscriptBehind if it holds an older one for longer than
+// behindPatience. A newer one is another writer's, which the record's revision fences.
+func (l *Lease) checkStored(ctx context.Context) error {
+	l.mu.Lock()
+	last, pos := l.last, l.pos
+	l.mu.Unlock()
+	if last == 0 {
+		return nil
+	}
+	subject := bus.TranscriptSubject(l.Spec.ID)
+	var first time.Time
+	return bus.Retry(ctx, "check the stored transcript", l.s.log, func(ctx context.Context) error {
+		lead, err := bus.LeaderLastSeq(ctx, l.s.js.Conn(), bus.StreamTranscripts, subject)
+		switch {
+		case err != nil:
+			return err
+		case lead >= last:
+			return nil
+		case first.IsZero():
+			first = time.Now()
+		case time.Since(first) >= behindPatience:
+			return fmt.Errorf("turn %s: %w: its last message is at stream sequence %d, this node stored %d messages, the last at %d",
+				l.Spec.ID, ErrTranscriptBehind, lead, pos, last)
+		}
+		return fmt.Errorf("the leader of %s holds the turn up to sequence %d of %d: %w", bus.StreamTranscripts, lead, last, bus.ErrReadAgain)
+	})
 }
 
 // Release gives back a turn this node claimed but could not start, so that the next
@@ -390,7 +460,7 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 	if err != nil {
 		return err
 	}
-	rev, err := bus.UpdateAt(ctx, kv, l.Spec.ID, b, l.rev)
+	rev, err := l.updateAt(ctx, kv, rec, b)
 	if err != nil {
 		if bus.IsConflict(err) {
 			l.state.set(gone)
@@ -401,6 +471,30 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 	l.Rec, l.rev = rec, rev
 	l.state.set(next)
 	return nil
+}
+
+// updateAt writes rec (encoded as b) at the revision the lease holds; l.mu is held. A
+// conflict is this lease's own doing when the record is still its claim's: a write of
+// this lease whose answer was lost (it timed out) and that landed all the same, found by
+// its time, is this write; a confirmation that landed late (Confirm) is written over,
+// once. Any other conflict is another node's claim, returned as it is.
+func (l *Lease) updateAt(ctx context.Context, kv jetstream.KeyValue, rec bus.TurnRecord, b []byte) (uint64, error) {
+	for retried := false; ; retried = true {
+		rev, err := bus.UpdateAt(ctx, kv, l.Spec.ID, b, l.rev)
+		if err == nil || !bus.IsConflict(err) {
+			return rev, err
+		}
+		cur, crev, gerr := l.s.Record(ctx, l.Spec.ID)
+		switch {
+		case gerr != nil || crev <= l.rev || cur.Epoch != l.Rec.Epoch:
+			return 0, err
+		case cur.Updated.Equal(rec.Updated):
+			return crev, nil
+		case retried || cur.Owner != l.s.cfg.Node || cur.State != l.Rec.State:
+			return 0, err
+		}
+		l.rev = crev
+	}
 }
 
 // Ack settles the intake message of a turn whose end is stored (End, or ErrTurnOver).
@@ -415,8 +509,9 @@ func (l *Lease) Ack() error {
 	return l.msg.Ack()
 }
 
-// Retry has the intake message of a turn whose end is stored delivered again later,
-// for a node to settle what this one could not (a task's workflow).
+// Retry has the intake message of the turn delivered again later: for a node to settle
+// what this one could not (a task's workflow), or to resume a turn whose end this one
+// could not store.
 func (l *Lease) Retry() {
 	l.stop()
 	l.nakLater()
@@ -445,11 +540,14 @@ func (l *Lease) nakLater() { _ = l.msg.NakWithDelay(time.Second) }
 func (l *Lease) Fenced() bool { return l.state.get() == gone }
 
 // keepInProgress tells the intake every third of the lease that the message's turn is
-// in hand, until the returned stop is called (once or more). A tick that comes more than
-// a lease after the one before (the process was paused, or starved) does not signal
-// progress until Confirm has found the turn still this node's: the intake may have given
-// it to another node meanwhile, and a progress signal of the old delivery would extend
-// the new holder's lease.
+// in hand, until the returned stop is called (once or more), while the turn was
+// confirmed this node's within a lease: by the claim, or by a write of Confirm, which
+// the lease's holder has made every third of a lease (the intake's beat). A node that
+// cannot confirm the turn (cut off from the quorum, or paused past the lease) thus stops
+// signalling a lease after it last could, when the intake may give the turn to another
+// node: a progress signal is a plain publish that no answer vouches for, and one of a
+// delivery that may be another's now would extend the new holder's lease. An ended turn
+// is signalled until its message is settled.
 func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 	done := make(chan struct{})
 	var once sync.Once
@@ -461,17 +559,15 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 		for {
 			select {
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(context.Background(), lease)
-				err := l.Confirm(ctx)
-				cancel()
-				if errors.Is(err, ErrFenced) {
+				switch l.state.get() {
+				case gone:
 					return
-				}
-				if err != nil {
-					continue // no progress signal for a delivery that may be another's
+				case holding:
+					if time.Since(time.Unix(0, l.beat.Load())) >= lease {
+						continue // not confirmed for a lease: the delivery may be another's
+					}
 				}
 				_ = msg.InProgress()
-				l.beat.Store(time.Now().UnixNano())
 			case <-done:
 				return
 			}
@@ -480,30 +576,111 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 	return func() { once.Do(func() { close(done) }) }
 }
 
-// Confirm tells whether this node still holds the turn. Within a lease of the last
-// progress signal it does at once; past it (the process was paused or starved for
-// longer than the lease) it writes the record at the revision it holds, and a turn
-// claimed by another node since is ErrFenced from then on. A read would not do: a
-// server woken from a pause may still take itself for the stream's leader and answer
-// from before the pause, while a write needs the quorum. A write that neither lands nor
-// is refused within ctx is ErrUnconfirmed: the node should not speak for the turn yet,
-// and its other writes are fenced all the same.
+// Confirmed reports whether the lease's last confirmation (the claim, or a write of
+// Confirm) is less than a lease old: no other node can have claimed the turn yet.
+func (l *Lease) Confirmed() bool {
+	return l.state.get() != gone && time.Since(time.Unix(0, l.beat.Load())) < l.lease
+}
+
+// Confirm tells whether this node holds the turn, and will for as long as ctx lasts (now,
+// for a ctx without a deadline). While the lease of its last confirmation (the claim, or
+// a write of Confirm) outlasts that, it does at once. Otherwise it writes the record at
+// the revision it holds: a write that lands confirms the turn for a lease more (and
+// keepInProgress signals progress on); one refused because another node claimed the turn
+// is ErrFenced, from then on. A read would not do: a server woken from a pause, or cut
+// off from its cluster, may still take itself for the stream's leader and answer from
+// before, while a write needs the quorum. A write that neither lands nor is refused
+// within a third of the lease (or ctx) is ErrUnconfirmed: the node cannot tell that the
+// turn is still its own, and past the lease another node may hold it; its writes are
+// fenced all the same. With ctx ended, Confirm writes nothing: past the lease it is
+// ErrUnconfirmed.
+//
+// The holder confirms the lease every third of a lease, with a ctx a lease long (each
+// time a write, so that a node cut off from the quorum knows it within a third of a
+// lease); a ctx as long as its stop's grace tells a stopping node whether to wait for the
+// turn's next checkpoint.
 func (l *Lease) Confirm(ctx context.Context) error {
 	st := l.state.get()
 	if st == gone {
 		return ErrFenced
 	}
-	if st != holding || l.lease <= 0 || time.Since(time.Unix(0, l.beat.Load())) < l.lease {
+	if st != holding || l.lease <= 0 {
 		return nil
 	}
-	err := l.write(ctx, holding, func(*bus.TurnRecord) {})
+	last := time.Unix(0, l.beat.Load())
+	horizon := time.Now()
+	if d, ok := ctx.Deadline(); ok && d.After(horizon) && ctx.Err() == nil {
+		horizon = d
+	}
+	if last.Add(l.lease).After(horizon) {
+		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: last confirmed %s ago", ErrUnconfirmed, time.Since(last).Round(time.Millisecond))
+	}
+	wctx, cancel := context.WithTimeout(ctx, max(l.lease/3, 10*time.Millisecond))
+	defer cancel()
+	kv, err := l.s.records()
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnconfirmed, err)
+	}
+	// Off the caller: an append in flight holds the lease's lock for as long as its own
+	// patience, and the caller waits a third of a lease at most. A write that gets the
+	// lock after the caller gave up writes nothing (its ctx has ended).
+	answer := make(chan error, 1)
+	go func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		switch l.state.get() {
+		case ended:
+			answer <- nil // ended meanwhile: its end is stored
+			return
+		case gone:
+			answer <- fmt.Errorf("store turn record: %w", ErrFenced)
+			return
+		}
+		if err := wctx.Err(); err != nil {
+			answer <- err
+			return
+		}
+		// The record as the lease holds it, but for the time: l.Rec is left as it is
+		// (the turn reads it, unlocked, as it runs), and the next write sets the time.
+		rec := l.Rec
+		rec.Updated = time.Now()
+		b, err := json.Marshal(rec)
+		if err != nil {
+			answer <- err
+			return
+		}
+		rev, err := l.updateAt(wctx, kv, rec, b)
+		if err == nil {
+			l.rev = rev
+			answer <- nil
+			return
+		}
+		if !bus.IsConflict(err) {
+			answer <- err
+			return
+		}
+		l.state.set(gone)
+		answer <- fmt.Errorf("store turn record: %w: %w", ErrFenced, err)
+	}()
+	select {
+	case err = <-answer:
+	case <-wctx.Done():
+		select {
+		case err = <-answer:
+		default:
+			err = fmt.Errorf("no answer within %s: %w", max(l.lease/3, 10*time.Millisecond), wctx.Err())
+		}
+	}
 	switch {
 	case err == nil:
 		l.beat.Store(time.Now().UnixNano())
 		return nil
 	case errors.Is(err, ErrFenced):
-		return fmt.Errorf("%w (this node's lease ran out while it was paused or starved)", err)
+		return fmt.Errorf("%w (this node's lease ran out: it was paused, starved or cut off)", err)
 	default:
-		return fmt.Errorf("%w: %w", ErrUnconfirmed, err)
+		return fmt.Errorf("%w (last confirmed %s ago): %w", ErrUnconfirmed, time.Since(last).Round(time.Millisecond), err)
 	}
 }

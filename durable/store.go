@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -80,6 +81,18 @@ type Store struct {
 	// (bus.ObjectTranscripts), opened on first use (payloadStore).
 	payloadsOnce sync.Once
 	payloads     *bus.Payloads
+
+	// publish, when a test sets it, stands in for js.PublishMsg in the appends of
+	// leases, to put a fault between a message and its acknowledgement.
+	publish func(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error)
+}
+
+// publishMsg publishes m to JetStream and waits for its acknowledgement.
+func (s *Store) publishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if s.publish != nil {
+		return s.publish(ctx, m, opts...)
+	}
+	return s.js.PublishMsg(ctx, m, opts...)
 }
 
 // ErrNoTurns reports a bus on which no node that runs turns has started yet.

@@ -30,6 +30,9 @@ func transcriptStreamConfig(replicas int) jetstream.StreamConfig {
 		Storage:     jetstream.FileStorage,
 		Replicas:    replicas,
 		AllowDirect: true,
+		// Each append carries a message id (Lease.Append): one retried after its answer
+		// was lost is stored once. The window outlasts an append's retries (30 s).
+		Duplicates: 2 * time.Minute,
 	}
 }
 

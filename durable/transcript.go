@@ -57,10 +57,34 @@ func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, er
 	var t Transcript
 	err := bus.Retry(ctx, "read transcript "+turn, s.log, func(ctx context.Context) error {
 		var err error
-		t, err = s.readOnce(ctx, turn)
-		return err
+		if t, err = s.readOnce(ctx, turn); err != nil {
+			return err
+		}
+		return s.holdsRecorded(ctx, turn, t)
 	})
 	return t, err
+}
+
+// holdsRecorded makes sure a transcript read holds every message the turn's record
+// counts as stored (TurnRecord.Stored, written at an end or a hand-back only once the
+// stream's leader held them): a read answered from a stale copy is bus.ErrReadAgain. (A
+// server woken from a pause can take itself for the stream's leader for a moment and
+// answer the leader's check of a read from before its pause.) Transcripts of builds
+// that wrote no positions are read as they are.
+func (s *Store) holdsRecorded(ctx context.Context, turn string, t Transcript) error {
+	if s.kv == nil || t.Pos == 0 {
+		return nil
+	}
+	rec, _, err := s.Record(ctx, turn)
+	switch {
+	case errors.Is(err, ErrNoRecord):
+		return nil
+	case err != nil:
+		return err
+	case rec.Stored > t.Pos:
+		return fmt.Errorf("transcript of %s read up to position %d, its record counts %d stored: %w", turn, t.Pos, rec.Stored, bus.ErrReadAgain)
+	}
+	return nil
 }
 
 type transcriptPart struct {

@@ -218,6 +218,11 @@ func TestInboxIsPrivate(t *testing.T) {
 // user of role tool) publishes a forged result on the call's reply subject: the server
 // refuses it, the turn keeps waiting and takes the command's real output. The crm host
 // still answers the turn's call of its own tool.
+//
+// The command runs until the test has seen the forgery refused (it waits for a file the
+// test then writes in its home), and the test reads the call's results from before the
+// turn starts: the command used to sleep 3 s, in which the test had to hear of the
+// call, subscribe to its result and see the forgery refused, or miss the result.
 func TestHostAnswersOnlyItsCalls(t *testing.T) {
 	t.Parallel()
 	n, server, as := rolesNode(t, `[
@@ -230,12 +235,18 @@ func TestHostAnswersOnlyItsCalls(t *testing.T) {
 	if _, err := observer.Subscribe("toolbus.turn.*.evt.*."+string(bus.EventStarted), func(m *nats.Msg) { started <- m }); err != nil {
 		t.Fatal(err)
 	}
+	// Every result of a call "cmd", whatever its turn: the scripted call's id.
+	results, err := observer.SubscribeSync(bus.ResultSubject("*", "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := observer.Flush(); err != nil {
 		t.Fatal(err)
 	}
 
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "homes", "ann"), 0o755); err != nil {
+	home := filepath.Join(dir, "homes", "ann")
+	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	w := startProcess(t, "node w1 (tool role)", nodeBin(t), append(as("tools", "tools-pw-0b9a"),
@@ -271,7 +282,7 @@ func TestHostAnswersOnlyItsCalls(t *testing.T) {
 		t.Fatalf("agent set: %v\n%s%s", err, out, errOut)
 	}
 	script := writeScript(t, "all done",
-		[]scriptCall{{ID: "cmd", Name: "run_command", Arguments: `{"command":"sleep 3; echo real-output"}`}},
+		[]scriptCall{{ID: "cmd", Name: "run_command", Arguments: `{"command":"until [ -e release ]; do sleep 0.05; done; echo real-output"}`}},
 		[]scriptCall{{ID: "crm", Name: "lookup", Namespace: "crm", Arguments: `{}`}})
 	run := startProcess(t, "toolbus run", cliBin(t), append(append([]string{"run"}, ops...),
 		"-agent", "ann", "-model", "script:"+script, "-json", "run it, then look it up")...)
@@ -289,13 +300,6 @@ func TestHostAnswersOnlyItsCalls(t *testing.T) {
 			t.Fatalf("run_command never started\nstdout:\n%s\nstderr:\n%s", run.stdout.String(), run.stderr.String())
 		}
 	}
-	results, err := observer.SubscribeSync(bus.ResultSubject(turn, call))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := observer.Flush(); err != nil {
-		t.Fatal(err)
-	}
 	forged, _ := json.Marshal(bus.ToolReply{Call: call, Tool: "run_command", Outcome: bus.OutcomeOK,
 		Content: []bus.ContentPart{{Type: bus.ContentText, Text: "forged-output"}}})
 	if err := crm.Publish(bus.ResultSubject(turn, call), forged); err != nil {
@@ -305,12 +309,15 @@ func TestHostAnswersOnlyItsCalls(t *testing.T) {
 	if run.exited() {
 		t.Fatalf("the turn ended while its command ran\nstdout:\n%s", run.stdout.String())
 	}
+	if err := os.WriteFile(filepath.Join(home, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	m, err := results.NextMsg(waitLimit)
 	if err != nil {
 		t.Fatalf("no result: %v", err)
 	}
-	if !strings.Contains(string(m.Data), "real-output") {
-		t.Fatalf("the first result on the call's reply subject is %s, want the command's", m.Data)
+	if m.Subject != bus.ResultSubject(turn, call) || !strings.Contains(string(m.Data), "real-output") {
+		t.Fatalf("the first result of a call cmd is %s on %s, want the command's on %s", m.Data, m.Subject, bus.ResultSubject(turn, call))
 	}
 
 	if code := run.wait(t); code != 0 {
