@@ -203,6 +203,16 @@ func (in *intake) take(msg jetstream.Msg) {
 	}
 	log := in.log.With("turn", spec.ID)
 	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		in.mu.Lock()
+		h := in.running[spec.ID]
+		in.mu.Unlock()
+		if h != nil && h.lease.Adopt(msg) {
+			// Delivered again while it runs here, its hold confirmed: the intake lost
+			// its progress signals (its consumer's leader moved). A claim would fence
+			// this node's own turn, which the intake then gives to a node once more.
+			log.Info("intake: a turn this node runs was delivered again; it goes on here", "deliveries", md.NumDelivered)
+			return
+		}
 		log.Info("intake: taking a turn delivered again", "deliveries", md.NumDelivered)
 	}
 	input := []toolbus.Item{toolbus.UserMessage(spec.Input)}

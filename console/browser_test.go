@@ -347,18 +347,61 @@ type lane struct {
 
 const lanesJS = `[...document.querySelectorAll('#timeline .lane')].map(l => ({call: l.dataset.call, outcome: l.dataset.outcome}))`
 
+// recordTimeline makes a turn's page keep, in window.shown, each state its timeline
+// passes through (the turn's state and how many lanes it shows): a state that lasts
+// only until the next message of the feed is on the record however late the test
+// reads it. Each feed message is a task of its own, drawn before the observer runs.
+const recordTimeline = `(() => {
+  window.shown = [];
+  const note = () => {
+    const st = document.getElementById('turn-state');
+    const now = {state: st ? st.dataset.state : '', lanes: document.querySelectorAll('#timeline .lane').length};
+    const last = window.shown[window.shown.length - 1];
+    if (!last || last.state !== now.state || last.lanes !== now.lanes) window.shown.push(now);
+  };
+  new MutationObserver(note).observe(document.body, {subtree: true, childList: true, attributes: true});
+  note();
+})()`
+
+// shownRunning is true once the recorded page (recordTimeline) has shown the running
+// turn with each of these numbers of lanes, in this order.
+func shownRunning(lanes ...int) string {
+	b, _ := json.Marshal(lanes)
+	return `(() => {
+  let i = 0;
+  for (const n of ` + string(b) + `) {
+    const j = window.shown.slice(i).findIndex(s => s.state === 'running' && s.lanes === n);
+    if (j < 0) return false;
+    i += j;
+  }
+  return true;
+})()`
+}
+
 // A scripted turn of three steps: parallel reads and a sequential write, then a read
 // and a write, then its answer, each response 1.2 s apart. The list shows the turn as
 // it starts, beside two others, and filters them by agent; its page shows the first batch while the turn still runs, then the
 // second, and at the end every call's outcome.
+//
+// The page that watches the batches come is open before the turn starts and keeps a
+// record of what it showed (recordTimeline), which the test reads when it is ready.
+// Waiting instead in the page the list opens, for a batch on screen, lost the race
+// with the turn's clock: the list's checks and the click took 0.3 s alone, 0.65-1 s
+// with six CPU hogs, and over the turn's whole 2.7 s in 1 run of 5 there, which then
+// found the turn completed and waited 45 s for a batch already gone.
 func TestConsoleLiveTurn(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, worldOptions{})
+	const id = "live1"
+	live := newTab(t)
+	do(t, live, "open the turn's page before it starts", chromedp.Navigate(w.url+"#/turn/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	waitFor(t, live, "the turn's live feed", `document.getElementById('live').dataset.live === 'on'`)
+	do(t, live, "record the timeline", chromedp.Evaluate[chromedp.Void](recordTimeline))
+
 	tab := newTab(t)
 	do(t, tab, "open the console", chromedp.Navigate(w.url), chromedp.WaitVisible(chromedp.CSS(`#turns`)))
 	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
 
-	const id = "live1"
 	script := `{"responses":[
 	  {"delay_ms":300,"text":"Reading the notes.","calls":[
 	    {"id":"c1","name":"list_files","arguments":"{\"path\":\".\"}"},
@@ -380,9 +423,8 @@ func TestConsoleLiveTurn(t *testing.T) {
 	waitFor(t, tab, "the whole list", `document.querySelectorAll('#turns tr[data-turn]').length === 3`)
 
 	do(t, tab, "open the turn", click(`#turns tr[data-turn="`+id+`"] a`), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
-	running := `document.getElementById('turn-state').dataset.state === 'running'`
-	waitFor(t, tab, "the first batch while the turn runs", running+` && document.querySelectorAll('#timeline .lane').length === 5`)
-	waitFor(t, tab, "the second batch while the turn runs", running+` && document.querySelectorAll('#timeline .lane').length === 7`)
+	waitFor(t, live, "the first batch while the turn ran", shownRunning(5))
+	waitFor(t, live, "the second batch while the turn ran, after the first", shownRunning(5, 7))
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "every outcome", `[...document.querySelectorAll('#timeline .lane')].every(l => l.dataset.outcome === 'ok')`)
 	// The replies can come before the transcript: its steps, read back, replace the

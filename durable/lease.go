@@ -42,7 +42,8 @@ const claimPatience = 10 * time.Second
 // methods are safe for concurrent use; appends are written one at a time, in order.
 type Lease struct {
 	s     *Store
-	msg   jetstream.Msg
+	msgMu sync.Mutex
+	msg   jetstream.Msg // the intake delivery the lease answers (Adopt may replace it)
 	Spec  bus.TurnSpec
 	Rec   bus.TurnRecord // the record as this node claimed (or, for ErrTurnOver, found) it
 	Items []toolbus.Item // the transcript as read at the claim, with the claim's message
@@ -54,6 +55,7 @@ type Lease struct {
 
 	stopProgress func()
 	lease        time.Duration
+	claiming     atomic.Bool  // Claim has not returned yet
 	beat         atomic.Int64 // when the hold was last confirmed: the claim, or a write of Confirm (UnixNano)
 
 	mu    sync.Mutex
@@ -94,7 +96,13 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 		return nil, err
 	}
 	l := &Lease{s: s, msg: msg, Spec: spec}
-	l.stopProgress = l.keepInProgress(msg, lease)
+	// Until the claim has ended, its progress is signalled whatever the time: its own
+	// writes are the confirmation, and a claim slowed by an election (measured: 2 s on a
+	// loaded machine, with a lease of 1 s) must not have the intake give the turn to
+	// another node, or to this one again, meanwhile.
+	l.claiming.Store(true)
+	defer l.claiming.Store(false)
+	l.stopProgress = l.keepInProgress(lease)
 	rec, rev, err := s.Record(ctx, spec.ID)
 	switch {
 	case errors.Is(err, ErrNoRecord):
@@ -171,6 +179,8 @@ func (s *Store) Claim(ctx context.Context, msg jetstream.Msg, spec bus.TurnSpec,
 		l.stop()
 		return nil, err
 	}
+	// The fence's append needed the quorum and found the turn this claim's.
+	l.beat.Store(time.Now().UnixNano())
 	return l, nil
 }
 
@@ -367,7 +377,7 @@ func (l *Lease) HandBack(ctx context.Context, steps int) error {
 	}
 	l.stop()
 	if err == nil {
-		_ = l.msg.Nak()
+		_ = l.delivery().Nak()
 	}
 	return err
 }
@@ -506,7 +516,7 @@ func (l *Lease) Ack() error {
 		return fmt.Errorf("ack turn %s: its end is not stored by this node", l.Spec.ID)
 	}
 	l.stop()
-	return l.msg.Ack()
+	return l.delivery().Ack()
 }
 
 // Retry has the intake message of the turn delivered again later: for a node to settle
@@ -525,7 +535,7 @@ func (l *Lease) Stop() { l.stop() }
 // stops driving without having stored a hand-back.
 func (l *Lease) Nak() {
 	l.stop()
-	_ = l.msg.Nak()
+	_ = l.delivery().Nak()
 }
 
 func (l *Lease) stop() {
@@ -534,7 +544,30 @@ func (l *Lease) stop() {
 	}
 }
 
-func (l *Lease) nakLater() { _ = l.msg.NakWithDelay(time.Second) }
+func (l *Lease) nakLater() { _ = l.delivery().NakWithDelay(time.Second) }
+
+func (l *Lease) delivery() jetstream.Msg {
+	l.msgMu.Lock()
+	defer l.msgMu.Unlock()
+	return l.msg
+}
+
+// Adopt makes msg, a later delivery of the lease's intake message, the one the lease
+// answers, when the lease is held and confirmed within a lease: the intake delivered
+// the turn again while this node runs it (its stream or consumer changed leaders and
+// lost the progress signals, measured when a node stopping led the consumer), and a
+// claim would fence this node's own running turn. It signals progress on msg at once.
+// false: the lease is not the node's to keep, and msg is left to a claim.
+func (l *Lease) Adopt(msg jetstream.Msg) bool {
+	if l.state.get() != holding || !l.Confirmed() {
+		return false
+	}
+	l.msgMu.Lock()
+	l.msg = msg
+	l.msgMu.Unlock()
+	_ = msg.InProgress()
+	return true
+}
 
 // Fenced reports a lease that lost its turn to another node.
 func (l *Lease) Fenced() bool { return l.state.get() == gone }
@@ -548,7 +581,7 @@ func (l *Lease) Fenced() bool { return l.state.get() == gone }
 // node: a progress signal is a plain publish that no answer vouches for, and one of a
 // delivery that may be another's now would extend the new holder's lease. An ended turn
 // is signalled until its message is settled.
-func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
+func (l *Lease) keepInProgress(lease time.Duration) func() {
 	done := make(chan struct{})
 	var once sync.Once
 	l.lease = lease
@@ -563,11 +596,11 @@ func (l *Lease) keepInProgress(msg jetstream.Msg, lease time.Duration) func() {
 				case gone:
 					return
 				case holding:
-					if time.Since(time.Unix(0, l.beat.Load())) >= lease {
+					if !l.claiming.Load() && time.Since(time.Unix(0, l.beat.Load())) >= lease {
 						continue // not confirmed for a lease: the delivery may be another's
 					}
 				}
-				_ = msg.InProgress()
+				_ = l.delivery().InProgress()
 			case <-done:
 				return
 			}
