@@ -240,6 +240,10 @@ func (l *Lease) Pos() int {
 // has its body stored in bus.ObjectTranscripts first, unfenced (a unique object no
 // reader finds but through a message), and the fenced message names it
 // (bus.HeaderPayload); an object whose message is refused is deleted again.
+//
+// The message counts (Pos, and the record's Stored at the end) only once JetStream
+// acknowledged it; until then Append tries again, with the same message id, for as long
+// as ctx lasts.
 func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) error {
 	if len(items) == 0 {
 		return nil

@@ -622,10 +622,16 @@ func TestSoakDurableTurns(t *testing.T) {
 		rec, _, _ := store.Record(rctx, id)
 		return rec
 	}
-	// holder is a node that may be stopped and a running turn it holds: each stop then
-	// costs a turn its node, whatever the machine's speed.
+	// holder is a node that may be stopped and a running turn it holds, in its first
+	// batch (2 s or more left): each stop then costs a turn its node, whatever the
+	// machine's speed. (A turn found running may end before the stop: on a loaded
+	// machine the one pause of the short form hit a turn as it ended, twice in four
+	// runs, and nothing was resumed.)
 	holder := func() (*node, string) {
-		for _, id := range ids {
+		for i, id := range ids {
+			if host.count(fmt.Sprintf("start a%d", i)) == 0 || host.count(fmt.Sprintf("end b%d", i)) > 0 {
+				continue
+			}
 			rec := record(id)
 			if rec.State != bus.TurnRunning {
 				continue

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -115,17 +114,7 @@ func pausedLeaderKeepsTranscripts(t *testing.T, atWake bool) {
 		t.Fatal(err)
 	}
 
-	if err := syscall.Kill(-leader.proc.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	continued := false
-	resume := func() {
-		if !continued {
-			continued = true
-			_ = syscall.Kill(-leader.proc.cmd.Process.Pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := pause(t, leader)
 	paused := time.Now()
 	if atWake {
 		// The stream elects its next leader, then the old one wakes, and the calls end.
@@ -320,17 +309,7 @@ func TestWokenLeaderStallBounded(t *testing.T) {
 	}
 	defer func() { close(stop); wg.Wait() }()
 
-	if err := syscall.Kill(-leader.proc.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	continued := false
-	resume := func() {
-		if !continued {
-			continued = true
-			_ = syscall.Kill(-leader.proc.cmd.Process.Pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := pause(t, leader)
 	paused := time.Now()
 	// The cluster works without the paused server: a next leader, and every probe
 	// succeeding again.

@@ -53,6 +53,19 @@ func watchStatuses(t testing.TB, nc *nats.Conn) *statusLog {
 	return l
 }
 
+// pause stops a node's process group (SIGSTOP) and returns what continues it
+// (SIGCONT), once; the test's cleanup continues it too.
+func pause(t testing.TB, n *node) (resume func()) {
+	t.Helper()
+	if err := syscall.Kill(-n.proc.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(-n.proc.cmd.Process.Pid, syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	return resume
+}
+
 func (l *statusLog) each(f func(statusSeen)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -135,17 +148,7 @@ func TestPausedNodeIsFenced(t *testing.T) {
 	statuses := watchStatuses(t, live)
 
 	paused := time.Now()
-	if err := syscall.Kill(-victim.proc.cmd.Process.Pid, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	continued := false
-	resume := func() {
-		if !continued {
-			continued = true
-			_ = syscall.Kill(-victim.proc.cmd.Process.Pid, syscall.SIGCONT)
-		}
-	}
-	t.Cleanup(resume)
+	resume := pause(t, victim)
 	// While it is paused its turns start again elsewhere.
 	resumedAt := map[string]time.Duration{}
 	checkFor(t, "the paused node's turns resumed on live nodes", func() error {
