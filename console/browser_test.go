@@ -591,7 +591,7 @@ func TestConsoleResume(t *testing.T) {
 	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
 	spec := bus.TurnSpec{ID: id, Kind: bus.TurnMain, Agent: "ann", Input: "read, then think", Script: json.RawMessage(`{"responses":[
 	  {"calls":[{"id":"r1","name":"read_file","arguments":"{\"path\":\"a.txt\"}"}]},
-	  {"delay_ms":1500,"text":"Done, on another node."}]}`)}
+	  {"delay_ms":4000,"text":"Done, on another node."}]}`)}
 	// Queued for any node: A, the only one yet, takes it; a turn started on a named node
 	// would wait for that node again after its hand-back.
 	if _, err := cl.Start(ctx, spec, ""); err != nil {
@@ -599,7 +599,9 @@ func TestConsoleResume(t *testing.T) {
 	}
 	waitFor(t, tab, "the first step on A", `document.querySelector('.lane[data-call="r1"]')?.dataset.outcome === 'ok' && document.querySelector('.step[data-step="1"] .step-head').innerText.includes('on A')`)
 	start("B")
-	a.Close() // hands the turn back: it waits on its model
+	// Hands the turn back: it waits on its model, for longer than A takes to stop (0.2-0.5 s
+	// measured; 1.5 s was not always enough with the package's other tests running).
+	a.Close()
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "the resume", `document.querySelector('#timeline .resume')?.innerText.includes('resumed on B')`)
 	waitFor(t, tab, "the step after it, from the transcript", `document.querySelectorAll('#timeline .step').length === 2 && !document.querySelector('#timeline [data-streaming]')`)
