@@ -63,13 +63,25 @@ type slowhost struct {
 	release string // created by Release
 }
 
-// held is the seconds of a slow call held until releaseHeld.
-const held = -1
+// held is the seconds of a slow call held until releaseHeld; heldLater, until
+// releaseLater.
+const (
+	held      = -1
+	heldLater = -2
+)
 
 // releaseHeld ends every held call, those in flight and those to come.
 func (h *slowhost) releaseHeld(t testing.TB) {
 	t.Helper()
 	if err := os.WriteFile(h.release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// releaseLater ends every call held by heldLater.
+func (h *slowhost) releaseLater(t testing.TB) {
+	t.Helper()
+	if err := os.WriteFile(fmt.Sprintf("%s.%d", h.release, -heldLater), nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,8 +1,9 @@
 // Command slowhost serves the category "slow" for the durable-turn tests: tools that take
 // the time they are asked for and log each execution's start and end to a file, so a
-// test can count how often each call ran. A call asked to wait a negative number of
-// seconds is held until the release file (-release) exists: a test then decides when
-// the calls in flight end, instead of guessing a duration long enough. It is a plain micro service (catalog.Serve),
+// test can count how often each call ran. A call asked to wait -1 seconds is held until
+// the release file (-release) exists, one asked -N (N > 1) until "<release>.N" does: a
+// test then decides when the calls in flight end, instead of guessing a duration long
+// enough. It is a plain micro service (catalog.Serve),
 // as a worker in another process would be, and reconnects to any node of the cluster.
 package main
 
@@ -69,7 +70,11 @@ func main() {
 			if a.Seconds < 0 {
 				// A poll of a file, in a test's helper: no bus subject for the test to
 				// be allowed to publish on.
-				for _, err := os.Stat(*release); err != nil; _, err = os.Stat(*release) {
+				file := *release
+				if a.Seconds <= -2 {
+					file = fmt.Sprintf("%s.%d", file, int(-a.Seconds))
+				}
+				for _, err := os.Stat(file); err != nil; _, err = os.Stat(file) {
 					time.Sleep(20 * time.Millisecond)
 				}
 			} else {
