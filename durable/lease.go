@@ -56,6 +56,7 @@ type Lease struct {
 	stopProgress func()
 	lease        time.Duration
 	claiming     atomic.Bool  // Claim has not returned yet
+	progress     atomic.Int64 // when progress was last signalled to the intake (UnixNano)
 	beat         atomic.Int64 // when the hold was last confirmed: the claim, or a write of Confirm (UnixNano)
 
 	mu    sync.Mutex
@@ -570,6 +571,7 @@ func (l *Lease) Adopt(msg jetstream.Msg) bool {
 	l.msg = msg
 	l.msgMu.Unlock()
 	_ = msg.InProgress()
+	l.progress.Store(time.Now().UnixNano())
 	return true
 }
 
@@ -590,6 +592,7 @@ func (l *Lease) keepInProgress(lease time.Duration) func() {
 	var once sync.Once
 	l.lease = lease
 	l.beat.Store(time.Now().UnixNano())
+	l.progress.Store(time.Now().UnixNano())
 	go func() {
 		t := time.NewTicker(max(lease/3, 10*time.Millisecond))
 		defer t.Stop()
@@ -605,6 +608,7 @@ func (l *Lease) keepInProgress(lease time.Duration) func() {
 					}
 				}
 				_ = l.delivery().InProgress()
+				l.progress.Store(time.Now().UnixNano())
 			case <-done:
 				return
 			}
@@ -616,7 +620,17 @@ func (l *Lease) keepInProgress(lease time.Duration) func() {
 // Confirmed reports whether the lease's last confirmation (the claim, or a write of
 // Confirm) is less than a lease old: no other node can have claimed the turn yet.
 func (l *Lease) Confirmed() bool {
-	return l.state.get() != gone && time.Since(time.Unix(0, l.beat.Load())) < l.lease
+	return l.state.get() != gone && time.Now().Before(l.heldUntil())
+}
+
+// heldUntil is when the intake may give the turn to another node at the earliest: a
+// lease after the last progress signal (a plain publish, which the intake gets after it
+// was sent), or after the last confirmation, whichever is older. Measured: a node woken
+// 4.8 s into a 5 s lease, its last confirmation younger than its last progress signal,
+// took the turn for its own and published a beat for it, when another node had resumed
+// it already.
+func (l *Lease) heldUntil() time.Time {
+	return time.Unix(0, min(l.beat.Load(), l.progress.Load())).Add(l.lease)
 }
 
 // Confirm tells whether this node holds the turn, and will for as long as ctx lasts (now,
@@ -649,7 +663,7 @@ func (l *Lease) Confirm(ctx context.Context) error {
 	if d, ok := ctx.Deadline(); ok && d.After(horizon) && ctx.Err() == nil {
 		horizon = d
 	}
-	if last.Add(l.lease).After(horizon) {
+	if l.heldUntil().After(horizon) {
 		return nil
 	}
 	if err := ctx.Err(); err != nil {
@@ -714,6 +728,11 @@ func (l *Lease) Confirm(ctx context.Context) error {
 	switch {
 	case err == nil:
 		l.beat.Store(time.Now().UnixNano())
+		if l.state.get() == holding {
+			// Signalled at once: the intake's lease runs from its last progress signal.
+			_ = l.delivery().InProgress()
+			l.progress.Store(time.Now().UnixNano())
+		}
 		return nil
 	case errors.Is(err, ErrFenced):
 		return fmt.Errorf("%w (this node's lease ran out: it was paused, starved or cut off)", err)

@@ -49,7 +49,11 @@ export function sleep(ms, signal) {
 // Why a call's signal fired. The outcome and the error text follow from it.
 const cause = {
   deadline: () => ({ outcome: Outcome.timeout, text: "context deadline exceeded" }),
-  abort: (reason) => ({ outcome: Outcome.stopped, text: reason ? `the turn was aborted: ${reason}` : "the turn was aborted" }),
+  abort: (turn, reason) => ({
+    outcome: Outcome.stopped,
+    text: reason ? `the turn was aborted: ${reason}` : "the turn was aborted",
+    abort: reason ? { turn_id: turn, reason } : { turn_id: turn },
+  }),
   stopping: () => ({ outcome: Outcome.stopped, text: STOPPING }),
 };
 
@@ -148,7 +152,7 @@ export class Host {
     const acs = this.running.get(turn);
     if (!acs) return;
     this.log.info("abort", { turn, reason, calls: acs.size });
-    for (const ac of acs) ac.abort(cause.abort(reason));
+    for (const ac of acs) ac.abort(cause.abort(turn, reason));
   }
 
   /**
@@ -278,6 +282,10 @@ export class Host {
       const c = signal.reason;
       reply.outcome = c.outcome;
       reply.error = `call ${c.outcome}: ${c.text}` + (thrown ? ` (${thrown.message})` : "");
+      // The reply may reach the turn before the abort does (another subject): it
+      // carries the abort, so the turn takes it as one and asks its model nothing more
+      // (protocol.md, the reply's `abort`).
+      if (c.abort) reply.abort = c.abort;
     } else if (thrown instanceof ToolError) {
       reply.outcome = Outcome.error;
       reply.error = thrown.message;
