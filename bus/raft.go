@@ -19,14 +19,15 @@ import (
 // variables only (its own tests set them the same way, jetstream_helpers_test.go: 50 ms
 // heartbeats, 1.5-3.5 s elections); no Options field sets them.
 //
-// Heartbeats every 200 ms, elections 0.8-1.5 s after the last one heard: a follower
+// Heartbeats every 150 ms, elections 0.6-1 s after the last one heard: a follower
 // tolerates four lost heartbeats (a GC pause, a starved goroutine on a loaded machine)
 // before it campaigns, and a group a woken server disturbs has a leader again within
-// 1.5 s.
+// about a second. With 0.8-1.5 s, the longest stall after a wake was 2.35 s with a CPU
+// hog on the 2-core machine (TestWokenLeaderStallBounded, 1 run in 10).
 const (
-	raftHeartbeat          = 200 * time.Millisecond
-	raftMinElectionTimeout = 800 * time.Millisecond
-	raftMaxElectionTimeout = 1500 * time.Millisecond
+	raftHeartbeat          = 150 * time.Millisecond
+	raftMinElectionTimeout = 600 * time.Millisecond
+	raftMaxElectionTimeout = 1000 * time.Millisecond
 )
 
 //go:linkname raftHB github.com/nats-io/nats-server/v2/server.hbInterval

@@ -323,7 +323,7 @@ func TestWokenLeaderStallBounded(t *testing.T) {
 		return nil
 	})
 	t.Logf("the cluster worked again %s after the pause", time.Since(paused).Round(time.Millisecond))
-	// Paused for longer than the election timeouts (0.8-1.5 s, bus/raft.go), as a
+	// Paused for longer than the election timeouts (0.6-1 s, bus/raft.go), as a
 	// stopped VM or a starved process is: woken, it finds the timers of the groups it
 	// follows expired.
 	wake := time.Now().Add(3 * time.Second)
@@ -333,7 +333,7 @@ func TestWokenLeaderStallBounded(t *testing.T) {
 	}
 	resume()
 	// Long enough after the wake for what it stirs up: the woken server's groups hold
-	// their elections within a timeout (at most 1.5 s; nats-server's own 4-9 s before).
+	// their elections within a timeout (at most 1 s; nats-server's own 4-9 s before).
 	time.Sleep(6 * time.Second) // the window observed, not a wait for an event
 	for _, p := range probes {
 		d, err := p.stall()
