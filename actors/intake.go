@@ -410,6 +410,11 @@ func (in *intake) runHeld(ctx context.Context, lease *durable.Lease, cfg *TurnCo
 			default:
 			}
 			switch {
+			case err == nil && !lease.Confirmed():
+				// Confirmed before a pause that outlasted it (the answer waited here
+				// meanwhile): the intake may have given the turn to another node since.
+				confirming = true
+				confirm(n.cfg.TurnLease)
 			case err == nil:
 				in.beat(spec)
 			case errors.Is(err, durable.ErrFenced):

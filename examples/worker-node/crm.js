@@ -93,7 +93,7 @@ export function tools(store) {
   const slowReport = {
     ...common,
     name: "slow_report",
-    description: "Prepare a revenue report over every customer; it takes the given number of seconds. Stops at its 2 s limit.",
+    description: "Prepare a revenue report over every customer; it takes the given number of seconds. Stops at its 5 s limit.",
     schema: {
       type: "object",
       properties: { seconds: { type: "number", minimum: 0, maximum: 3600, description: "how long the report takes" } },
@@ -103,7 +103,7 @@ export function tools(store) {
     mode: "parallel",
     readOnly: true,
     destructive: false,
-    timeoutMs: 2000,
+    timeoutMs: 5000,
     activity: (a) => `Preparing a ${a.seconds} s report`,
     completed: (a, r) => r.details?.finished === false
       ? `Stopped the report after ${(r.details.elapsed_ms / 1000).toFixed(1)} s of ${a.seconds} s`
