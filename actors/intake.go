@@ -368,7 +368,7 @@ func (in *intake) runHeld(ctx context.Context, lease *durable.Lease, cfg *TurnCo
 	confirm := func(d time.Duration) {
 		go func() { confirmed <- confirmHeld(cctx, lease, d) }()
 	}
-	confirming := true
+	confirming, beats := true, false
 	confirm(2 * n.cfg.TurnLease / 3)
 	settle := func(r TurnResult) {
 		switch {
@@ -415,6 +415,10 @@ func (in *intake) runHeld(ctx context.Context, lease *durable.Lease, cfg *TurnCo
 				// meanwhile): the intake may have given the turn to another node since.
 				confirming = true
 				confirm(n.cfg.TurnLease)
+			case err == nil && !beats:
+				// The claim's own confirmation: the turn's started status says as much,
+				// and a beat now could overtake it (the turn publishes it as it starts).
+				beats = true
 			case err == nil:
 				in.beat(spec)
 			case errors.Is(err, durable.ErrFenced):
