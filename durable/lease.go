@@ -471,16 +471,11 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 	rec := l.Rec
 	change(&rec)
 	rec.Updated = time.Now()
-	b, err := json.Marshal(rec)
-	if err != nil {
+	rev, err := l.store(ctx, kv, rec)
+	switch {
+	case errors.Is(err, ErrFenced):
 		return err
-	}
-	rev, err := l.updateAt(ctx, kv, rec, b)
-	if err != nil {
-		if bus.IsConflict(err) {
-			l.state.set(gone)
-			return fmt.Errorf("store turn record: %w: %w", ErrFenced, err)
-		}
+	case err != nil:
 		return fmt.Errorf("store turn record: %w", l.s.cfg.StoreFull(err))
 	}
 	l.Rec, l.rev = rec, rev
@@ -488,12 +483,16 @@ func (l *Lease) write(ctx context.Context, next leaseState, change func(*bus.Tur
 	return nil
 }
 
-// updateAt writes rec (encoded as b) at the revision the lease holds; l.mu is held. A
-// conflict is this lease's own doing when the record is still its claim's: a write of
-// this lease whose answer was lost (it timed out) and that landed all the same, found by
-// its time, is this write; a confirmation that landed late (Confirm) is written over,
-// once. Any other conflict is another node's claim, returned as it is.
-func (l *Lease) updateAt(ctx context.Context, kv jetstream.KeyValue, rec bus.TurnRecord, b []byte) (uint64, error) {
+// store writes rec at the revision the lease holds; l.mu is held. A conflict is this
+// lease's own doing when the record is still its claim's: a write of this lease whose
+// answer was lost (it timed out) and that landed all the same, found by its time, is
+// this write; a confirmation that landed late (Confirm) is written over, once. Any other
+// conflict is another node's claim: the lease is fenced (ErrFenced).
+func (l *Lease) store(ctx context.Context, kv jetstream.KeyValue, rec bus.TurnRecord) (uint64, error) {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return 0, err
+	}
 	for retried := false; ; retried = true {
 		rev, err := bus.UpdateAt(ctx, kv, l.Spec.ID, b, l.rev)
 		if err == nil || !bus.IsConflict(err) {
@@ -501,14 +500,14 @@ func (l *Lease) updateAt(ctx context.Context, kv jetstream.KeyValue, rec bus.Tur
 		}
 		cur, crev, gerr := l.s.Record(ctx, l.Spec.ID)
 		switch {
-		case gerr != nil || crev <= l.rev || cur.Epoch != l.Rec.Epoch:
-			return 0, err
-		case cur.Updated.Equal(rec.Updated):
+		case gerr == nil && crev > l.rev && cur.Epoch == l.Rec.Epoch && cur.Updated.Equal(rec.Updated):
 			return crev, nil
-		case retried || cur.Owner != l.s.cfg.Node || cur.State != l.Rec.State:
-			return 0, err
+		case gerr == nil && crev > l.rev && cur.Epoch == l.Rec.Epoch && !retried && cur.Owner == l.s.cfg.Node && cur.State == l.Rec.State:
+			l.rev = crev
+			continue
 		}
-		l.rev = crev
+		l.state.set(gone)
+		return 0, fmt.Errorf("store turn record: %w: %w", ErrFenced, err)
 	}
 }
 
@@ -698,23 +697,11 @@ func (l *Lease) Confirm(ctx context.Context) error {
 		// (the turn reads it, unlocked, as it runs), and the next write sets the time.
 		rec := l.Rec
 		rec.Updated = time.Now()
-		b, err := json.Marshal(rec)
-		if err != nil {
-			answer <- err
-			return
-		}
-		rev, err := l.updateAt(wctx, kv, rec, b)
+		rev, err := l.store(wctx, kv, rec)
 		if err == nil {
 			l.rev = rev
-			answer <- nil
-			return
 		}
-		if !bus.IsConflict(err) {
-			answer <- err
-			return
-		}
-		l.state.set(gone)
-		answer <- fmt.Errorf("store turn record: %w: %w", ErrFenced, err)
+		answer <- err
 	}()
 	select {
 	case err = <-answer:
