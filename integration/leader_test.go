@@ -70,23 +70,15 @@ func TestPausedLeaderKeepsTranscripts(t *testing.T) {
 	started := startedTurns(t, watch)
 
 	const turns = 6
-	var clients []*process
-	owners := map[string]string{}
-	for i := range turns {
-		via := nodes[i%3]
-		list := append([]string{via.url}, otherURLs(nodes, via))
-		script := slowScript(t, []scriptCall{
+	clients, owners := startSlowTurns(t, nodes, started, turns, func(i int) [][]scriptCall {
+		return [][]scriptCall{{
 			slowCall(fmt.Sprintf("q%d", i), "wait", 0),
 			slowCall(fmt.Sprintf("r%d", i), "wait", held),
 			slowCall(fmt.Sprintf("d%d", i), "mark", held),
-		}, []scriptCall{
+		}, {
 			slowCall(fmt.Sprintf("w%d", i), "wait", heldLater),
-		})
-		clients = append(clients, startProcess(t, fmt.Sprintf("toolbus run %d", i), cliBin(t), "run", "-server", strings.Join(list, ","),
-			"-agent", "dur", "-model", "script:"+script, "-json", "work slowly"))
-		st := nextStarted(t, started)
-		owners[st.Turn] = st.Node
-	}
+		}}
+	})
 	for i := range turns {
 		host.waitStarted(t, fmt.Sprintf("r%d", i), fmt.Sprintf("d%d", i))
 	}
@@ -134,8 +126,8 @@ func TestPausedLeaderKeepsTranscripts(t *testing.T) {
 	})
 	t.Logf("every turn ended %s after the pause", time.Since(paused).Round(time.Millisecond))
 	for i, c := range clients {
-		if code := c.wait(t); code != 0 {
-			t.Errorf("client %d exited %d\nstdout:\n%s\nstderr:\n%s", i, code, tail(c.stdout.String()), tail(c.stderr.String()))
+		if code := c.proc.wait(t); code != 0 {
+			t.Errorf("client %d (connected through %s) exited %d\nstdout:\n%s\nstderr:\n%s", i, c.via, code, tail(c.proc.stdout.String()), tail(c.proc.stderr.String()))
 		}
 	}
 	for turn, owner := range owners {

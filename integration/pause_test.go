@@ -53,6 +53,32 @@ func watchStatuses(t testing.TB, nc *nats.Conn) *statusLog {
 	return l
 }
 
+// slowClient is a `toolbus run` of a slow turn and the node it connected to first.
+type slowClient struct {
+	proc *process
+	via  string
+}
+
+// startSlowTurns starts n turns of agent dur, each by a client connected first to a
+// node of its own (the others are its fallbacks), with the batches of calls steps(i)
+// gives; any node may take each turn. It returns the clients and each turn's first
+// owner.
+func startSlowTurns(t testing.TB, nodes []*node, started chan turnStarted, n int, steps func(i int) [][]scriptCall) ([]slowClient, map[string]string) {
+	t.Helper()
+	var clients []slowClient
+	owners := map[string]string{}
+	for i := range n {
+		via := nodes[i%len(nodes)]
+		list := append([]string{via.url}, otherURLs(nodes, via))
+		run := startProcess(t, fmt.Sprintf("toolbus run %d", i), cliBin(t), "run", "-server", strings.Join(list, ","),
+			"-agent", "dur", "-model", "script:"+slowScript(t, steps(i)...), "-json", "work slowly")
+		clients = append(clients, slowClient{proc: run, via: via.name})
+		st := nextStarted(t, started)
+		owners[st.Turn] = st.Node
+	}
+	return clients, owners
+}
+
 // pause stops a node's process group (SIGSTOP) and returns what continues it
 // (SIGCONT), once; the test's cleanup continues it too.
 func pause(t testing.TB, n *node) (resume func()) {
@@ -98,29 +124,14 @@ func TestPausedNodeIsFenced(t *testing.T) {
 	}
 	started := startedTurns(t, watch)
 
-	// Six turns, each client connected first to a node of its own (the others are its
-	// fallbacks); any node may take each turn.
 	const turns = 6
-	type client struct {
-		proc *process
-		via  string
-	}
-	var clients []client
-	owners := map[string]string{}
-	for i := range turns {
-		via := nodes[i%3]
-		list := append([]string{via.url}, otherURLs(nodes, via))
-		script := slowScript(t, []scriptCall{
+	clients, owners := startSlowTurns(t, nodes, started, turns, func(i int) [][]scriptCall {
+		return [][]scriptCall{{
 			slowCall(fmt.Sprintf("q%d", i), "wait", 0),
 			slowCall(fmt.Sprintf("r%d", i), "wait", held),
 			slowCall(fmt.Sprintf("d%d", i), "mark", held),
-		})
-		run := startProcess(t, fmt.Sprintf("toolbus run %d", i), cliBin(t), "run", "-server", strings.Join(list, ","),
-			"-agent", "dur", "-model", "script:"+script, "-json", "work slowly")
-		clients = append(clients, client{proc: run, via: via.name})
-		st := nextStarted(t, started)
-		owners[st.Turn] = st.Node
-	}
+		}}
+	})
 	for i := range turns {
 		host.waitStarted(t, fmt.Sprintf("r%d", i), fmt.Sprintf("d%d", i))
 	}
