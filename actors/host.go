@@ -75,6 +75,8 @@ type hostCall struct {
 	// too large for the message.
 	payload bus.PayloadRef
 	tel     telemetry.HostCall // its span on this node, and its count
+	turn    string             // the request's Toolbus-Turn
+	conn    uint64             // host.connGen when the request came: see keep
 }
 
 // hostReady asks a host whether it serves; it answers with hostStarted.
@@ -118,8 +120,13 @@ type host struct {
 	slots       chan struct{}
 	stats       map[string]*endpointStats
 	agents      *turnAgents
-	payloadsMu  sync.Mutex
-	payloadsOf  *bus.Payloads // opened through the host's connection when the node gave none
+	// resendSub answers the requests for a reply again (bus.ResendSubject) from kept.
+	resendSub *nats.Subscription
+	kept      keptReplies
+	// connGen counts the times the host's connection was re-established.
+	connGen    atomic.Uint64
+	payloadsMu sync.Mutex
+	payloadsOf *bus.Payloads // opened through the host's connection when the node gave none
 
 	mu sync.Mutex
 	// inflight maps turn → call → cancel, for aborts.
@@ -285,6 +292,7 @@ func (h *host) start() error {
 	h.cfg.Conn = nc
 	h.agents = newTurnAgents(nc)
 	nc.SetClosedHandler(func(*nats.Conn) { h.fail(errors.New("its connection closed")) })
+	nc.SetReconnectHandler(func(*nats.Conn) { h.reconnected() })
 	specs := make([]*toolbus.Spec, len(h.cfg.Tools))
 	tools := make(map[*toolbus.Spec]*toolbus.Tool, len(h.cfg.Tools))
 	for i, t := range h.cfg.Tools {
@@ -342,6 +350,10 @@ func (h *host) start() error {
 		return fmt.Errorf("subscribe to describe requests: %w", err)
 	}
 	h.describeSub = dsub
+	if h.resendSub, err = h.cfg.Conn.Subscribe(bus.ResendSubjects(h.cfg.Category), h.resend); err != nil {
+		_ = svc.Stop()
+		return fmt.Errorf("subscribe to resend requests: %w", err)
+	}
 	// Interest must reach the server before anyone is told the host is up.
 	if err := h.cfg.Conn.Flush(); err != nil {
 		return err
@@ -391,6 +403,10 @@ func (h *host) stop() {
 	if h.describeSub != nil {
 		_ = h.describeSub.Unsubscribe()
 		h.describeSub = nil
+	}
+	if h.resendSub != nil {
+		_ = h.resendSub.Unsubscribe()
+		h.resendSub = nil
 	}
 	if h.svc != nil {
 		_ = h.svc.Stop()
@@ -450,7 +466,7 @@ func (e *turnAborted) Error() string {
 // begin registers a call and starts it on its own goroutine.
 func (h *host) begin(m *hostCall) {
 	req, badHeader := bus.ParseToolRequest(nats.Header(m.req.Headers()))
-	m.trace, m.vouch, m.payload = req.Traceparent, req.Vouch, req.Payload
+	m.trace, m.vouch, m.payload, m.turn, m.conn = req.Traceparent, req.Vouch, req.Payload, req.Turn, h.connGen.Load()
 	m.tel = h.cfg.telemetry.StartHostCall(req.Traceparent, telemetry.HostInfo{Category: h.cfg.Category, Tool: m.tool.Name, ID: req.Call, Turn: req.Turn, Node: h.cfg.Node})
 	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
 	timeout := m.tool.Timeout
@@ -770,11 +786,12 @@ func execute(ctx context.Context, t *toolbus.Tool, call toolbus.Call) (res toolb
 
 // replyCall replies to a call and ends its telemetry.
 func (h *host) replyCall(m *hostCall, reply bus.ToolReply) {
-	h.reply(m.req, reply)
+	h.reply(m, reply)
 	m.tel.End(string(reply.Outcome), reply.Error)
 }
 
-func (h *host) reply(r micro.Request, reply bus.ToolReply) {
+func (h *host) reply(m *hostCall, reply bus.ToolReply) {
+	r := m.req
 	if r.Reply() == "" {
 		return // published without a reply subject: nobody to tell
 	}
@@ -787,9 +804,19 @@ func (h *host) reply(r micro.Request, reply bus.ToolReply) {
 	// waiting for its deadline. (Tools that produce more cap their own output, as
 	// run_command and read_file do.)
 	var opts []micro.RespondOpt
+	var payload string
 	if limit := bus.InlineLimit(h.cfg.Conn.MaxPayload()); len(b) > limit {
-		b, opts = h.largeReply(reply, b)
+		b, payload = h.largeReply(reply, b)
+		if payload != "" {
+			opts = []micro.RespondOpt{func(m *nats.Msg) {
+				if m.Header == nil {
+					m.Header = nats.Header{}
+				}
+				m.Header[bus.HeaderPayload] = []string{payload}
+			}}
+		}
 	}
+	h.keep(m, reply, b, payload)
 	if err := r.Respond(b, opts...); err != nil {
 		h.log.Warn("reply", "tool", reply.Tool, "call", reply.Call, "err", err)
 	}
@@ -797,18 +824,14 @@ func (h *host) reply(r micro.Request, reply bus.ToolReply) {
 
 // largeReply is what a host sends for an encoded reply too large for a message: the
 // reply stored in the object store, up to what a call may carry, and a message that names
-// it; past that, or if it cannot be stored, an error reply that says so.
-func (h *host) largeReply(reply bus.ToolReply, b []byte) ([]byte, []micro.RespondOpt) {
+// it (bus.PayloadNote, with the reference for bus.HeaderPayload); past that, or if it
+// cannot be stored, an error reply that says so.
+func (h *host) largeReply(reply bus.ToolReply, b []byte) ([]byte, string) {
 	why := fmt.Sprintf("over the %s a call may carry", bus.FormatBytes(bus.MaxCallPayload))
 	if len(b) <= bus.MaxCallPayload {
 		ref, err := h.storeReply(reply, b)
 		if err == nil {
-			return bus.PayloadNote, []micro.RespondOpt{func(m *nats.Msg) {
-				if m.Header == nil {
-					m.Header = nats.Header{}
-				}
-				m.Header[bus.HeaderPayload] = []string{ref.String()}
-			}}
+			return bus.PayloadNote, ref.String()
 		}
 		h.log.Warn("store a large reply", "tool", reply.Tool, "call", reply.Call, "size", len(b), "err", err)
 		why = fmt.Sprintf("more than a message carries, and it could not be stored: %v", err)
@@ -817,7 +840,7 @@ func (h *host) largeReply(reply bus.ToolReply, b []byte) ([]byte, []micro.Respon
 		Call: reply.Call, Tool: reply.Tool, Outcome: bus.OutcomeError, Duration: reply.Duration, Label: reply.Label,
 		Error: fmt.Sprintf("tool %s produced a result of %s, %s; the result was dropped: ask for less output", reply.Tool, bus.FormatBytes(int64(len(b))), why),
 	})
-	return out, nil
+	return out, ""
 }
 
 // storeReply stores an encoded reply too large for a message in bus.ObjectPayloads; the

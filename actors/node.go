@@ -166,6 +166,8 @@ type Node struct {
 	conns      []*nats.Conn
 	super      *nodeSupervisor
 	subs       []*nats.Subscription
+	lostMu     sync.Mutex
+	lostSub    *nats.Subscription // listenForLostReplies
 	// transcripts is set once the transcript stream is known to exist.
 	transcripts atomic.Bool
 	closeOnce   sync.Once
@@ -185,6 +187,8 @@ type (
 		turn string
 		err  error
 	}
+	// replyLost: a host said that its reply to a call of the turn may be lost.
+	replyLost struct{ turn, call string }
 )
 
 // nodeActor spawns hosts and turns as its children, so stopping the node
@@ -209,6 +213,12 @@ func (nodeActor) Receive(ctx actor.Context) {
 		for _, c := range ctx.Children() {
 			if strings.HasSuffix(c.Id, "/turn-"+m.turn) {
 				ctx.Send(c, &checkLease{unconfirmed: m.err})
+			}
+		}
+	case *replyLost:
+		for _, c := range ctx.Children() {
+			if strings.HasSuffix(c.Id, "/turn-"+m.turn) {
+				ctx.Send(c, m)
 			}
 		}
 	case *spawnHost:
@@ -584,6 +594,9 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	}
 	cfg.workers, cfg.voucher, cfg.interest, cfg.sampled, cfg.payloads = n.workers, n.voucher, n.cfg.Interest, n.cfg.TraceSampled, n.payloads
 	cfg.telemetry = n.cfg.Telemetry
+	if err := n.listenForLostReplies(); err != nil {
+		return "", err
+	}
 	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
 		return "", err
 	}
@@ -653,6 +666,29 @@ func (n *Node) listenForTurns() error {
 	}
 	n.subs = append(n.subs, sub)
 	return n.nc.Flush()
+}
+
+// listenForLostReplies passes a host's word that a reply may be lost (bus.EventReplyLost)
+// to the turn of the call, if it runs here: one subscription for the node, made with its
+// first turn (a node that only hosts tools may not subscribe there), not one more a turn
+// (each costs the server a scan of its subject cache when it goes).
+func (n *Node) listenForLostReplies() error {
+	n.lostMu.Lock()
+	defer n.lostMu.Unlock()
+	if n.lostSub != nil {
+		return nil
+	}
+	sys, pid := n.sys, n.pid
+	sub, err := n.nc.Subscribe(bus.AllRepliesLost, func(m *nats.Msg) {
+		if ts, ok := bus.ParseTurnSubject(m.Subject); ok && ts.Kind == bus.KindEvent {
+			sys.Root.Send(pid, &replyLost{turn: ts.Turn, call: ts.Call})
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("subscribe to lost replies: %w", err)
+	}
+	n.lostSub = sub
+	return nil
 }
 
 // startFromBus queues the turn a TurnSpec envelope describes; node, when set, is the
@@ -759,6 +795,12 @@ func (n *Node) close() {
 		_ = s.Unsubscribe()
 	}
 	n.subs = nil
+	n.lostMu.Lock()
+	if n.lostSub != nil {
+		_ = n.lostSub.Unsubscribe()
+		n.lostSub = nil
+	}
+	n.lostMu.Unlock()
 	if n.super != nil {
 		n.super.close()
 	}

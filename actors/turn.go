@@ -372,6 +372,8 @@ func (t *turn) Receive(ctx actor.Context) {
 		m.f()
 	case *handBack:
 		t.onHandBack(m.grace)
+	case *replyLost:
+		t.askResend(m.call)
 	case *checkLease:
 		if m.unconfirmed != nil {
 			t.unconfirmed(m.unconfirmed)

@@ -59,6 +59,9 @@ const (
 	EventProgress     EventKind = "progress"     // intermediate progress reported by execute
 	EventCompleted    EventKind = "completed"    // Label: the tool's DescribeCompletedActivity
 	EventPresentation EventKind = "presentation" // something for a UI to show, never sent to the model
+	// EventReplyLost is a host's word that the reply it sent may not have reached the
+	// caller: its connection to the bus was re-established meanwhile (see [ResendSubject]).
+	EventReplyLost EventKind = "reply_lost"
 )
 
 // Event is an activity event of one tool call, published on [EventSubject]
@@ -132,6 +135,14 @@ const DefaultCallTimeout = 2 * time.Minute
 // waits for the host's reply before it settles the call timeout itself: the host
 // enforces the deadline and needs a moment to say so.
 const ReplyGrace = 500 * time.Millisecond
+
+// ReplyKeep is how long a host keeps a reply it sent, to send it again when asked on
+// [ResendSubject]: when its connection is re-established, it announces ([EventReplyLost])
+// every reply it sent this long before. It covers the time a client of [Dial] takes to
+// notice that its server stopped answering, DialPingInterval*(DialMaxPingsOut+1) (6 s),
+// and then some for a loaded machine: a reply written to a connection that is already
+// dead is lost without an error.
+const ReplyKeep = 20 * time.Second
 
 // Abort asks a turn to stop; it is published on [AbortSubject].
 type Abort struct {

@@ -42,6 +42,8 @@ const (
 	AllNodeStarts  = Prefix + ".node.*.turn.start"
 	AllIntake      = Prefix + ".intake.>"
 	AllDescribes   = Prefix + ".describe.>" // activity labels asked of hosts
+	// AllRepliesLost matches every host's word that a reply may be lost ([EventReplyLost]).
+	AllRepliesLost = Prefix + ".turn.*.evt.*." + string(EventReplyLost)
 )
 
 // DescribeSubject is where a category host answers what a call of one of its tools
@@ -138,6 +140,24 @@ const (
 // ToolSubject is the request subject of one tool: "toolbus.tool.<category>.<tool>".
 func ToolSubject(category, tool string) string {
 	return toolPrefix + category + "." + tool
+}
+
+// ResendSubject is where a caller asks the hosts of a category for the reply to a call
+// again: "toolbus.tool.<category>.<tool>.resend". A host answers a reply once on the
+// connection it received the request on (the server's response permission is per
+// connection), so a reply sent around a reconnect is refused; the host keeps its recent
+// replies and says so ([EventReplyLost]), and the caller asks here, with the call's
+// [ResultSubject] as reply subject and [HeaderTurn] and [HeaderCall] set. Every host of
+// the category receives it (no queue group); only one that kept the reply answers, and
+// only to that reply subject. The tool never runs again.
+func ResendSubject(category, tool string) string {
+	return ToolSubject(category, tool) + ".resend"
+}
+
+// ResendSubjects matches the resend requests of a category's tools:
+// "toolbus.tool.<category>.*.resend".
+func ResendSubjects(category string) string {
+	return toolPrefix + category + ".*.resend"
 }
 
 // CategorySubjects matches every tool of a category: "toolbus.tool.<category>.>".
