@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors/batch"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/telemetry"
 )
@@ -21,10 +22,7 @@ import (
 // approves (their SHA-256); a decision for other arguments is turned down.
 func (t *turn) hold(pc *pendingCall, timeout time.Duration) {
 	sum := sha256.Sum256(pc.args)
-	pc.held, pc.argsHash = true, hex.EncodeToString(sum[:])
-	pc.state = callRunning
-	t.running++
-	t.seqRunning = pc.tool.Mode == toolbus.Sequential
+	pc.argsHash = hex.EncodeToString(sum[:])
 	sys, self, id := t.sys, t.self, pc.wireID
 	pc.timer = time.AfterFunc(timeout, func() { sys.Root.Send(self, &callExpired{wireID: id}) })
 	t.tel.Approval(pc.span, id, telemetry.ApprovalRequested, "")
@@ -92,7 +90,7 @@ func (t *turn) onApprove(wireID string, m *nats.Msg, a *bus.Approval, decodeErr 
 		_ = m.Respond(b)
 	}
 	pc := t.byWire[wireID]
-	if pc == nil || !pc.held || pc.state != callRunning || t.phase == phaseAborting {
+	if pc == nil || t.state(pc) != batch.Held || t.phase == phaseAborting {
 		reply(bus.ApprovalReply{Error: fmt.Sprintf("turn %s holds no call %s for approval", t.cfg.Spec.ID, wireID)})
 		return
 	}
@@ -136,12 +134,10 @@ func (t *turn) onApprove(wireID string, m *nats.Msg, a *bus.Approval, decodeErr 
 		t.settle(pc, bus.OutcomeRefused, msg, toolbus.Result{})
 		return
 	}
-	pc.held, pc.approved = false, true
+	t.b.Approved(pc.i)
 	t.tel.Approval(pc.span, wireID, telemetry.ApprovalGranted, who)
-	t.running-- // send counts it again
 	remaining := time.Until(pc.deadline)
 	if remaining <= 0 {
-		t.running++
 		t.settle(pc, bus.OutcomeTimeout, fmt.Sprintf("tool %s was approved after its deadline; it did not run", pc.tool.QualifiedName()), toolbus.Result{})
 		return
 	}

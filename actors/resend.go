@@ -6,6 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/actors/batch"
 	"github.com/toolbus/toolbus/bus"
 )
 
@@ -148,7 +149,7 @@ func (h *host) resend(m *nats.Msg) {
 // of them said it may be lost.
 func (t *turn) askResend(call string) {
 	pc := t.byWire[call]
-	if pc == nil || pc.state != callRunning {
+	if pc == nil || t.state(pc) != batch.Running {
 		return // answered meanwhile, or not this turn's
 	}
 	m := &nats.Msg{

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/actors/batch"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/schema"
@@ -36,7 +37,7 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 	plan := durable.PlanBatch(items, func(i int, _ toolbus.Item) durable.CallInfo {
 		pc := t.batch[i]
 		return durable.CallInfo{
-			Refused:    pc.state == callDone,
+			Refused:    t.state(pc) == batch.Done,
 			Sequential: pc.tool != nil && pc.tool.Mode == toolbus.Sequential,
 			ReadOnly:   pc.tool != nil && pc.tool.ReadOnly,
 		}
@@ -74,7 +75,7 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 		switch plan.Actions[i] {
 		case durable.Recorded:
 			out := plan.Outputs[pc.item.CallID]
-			pc.state, pc.stored, pc.resumed = callDone, true, true
+			t.b.Recorded(pc.i)
 			pc.output = toolbus.Result{Content: out.Output, IsError: out.IsError}
 			pc.record.Outcome = bus.OutcomeOK
 			if out.IsError {
@@ -87,7 +88,7 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 				t.submitted = pc.args
 			}
 		case durable.Abandon:
-			pc.resolve(bus.OutcomeAbandoned, fmt.Sprintf(
+			t.resolve(pc, bus.OutcomeAbandoned, fmt.Sprintf(
 				"call abandoned: the node running the turn (%s) was lost while this call was in flight; it may have run. Check its effect before you call it again.",
 				from.lost))
 		}

@@ -92,9 +92,6 @@ func (t *turn) callEnded(pc *pendingCall) {
 	if t.tel == nil {
 		return
 	}
-	if pc.held {
-		t.tel.Approval(pc.span, pc.wireID, telemetry.ApprovalGone, "")
-	}
 	e := telemetry.CallEnd{CallInfo: callInfo(pc), Outcome: string(pc.record.Outcome), Error: pc.record.Error,
 		Rungs: pc.record.Rungs, Truncated: pc.record.Truncated}
 	if !pc.start.IsZero() {

@@ -1,0 +1,300 @@
+package actors
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/toolsets"
+)
+
+// The model's side of a turn: asking for a step, and taking its response, streamed
+// or whole, item by item into the transcript, the journal and the batch.
+
+// callModel asks the model for the next step without blocking the mailbox.
+func (t *turn) callModel() {
+	if t.phase == phaseAborting || t.over() || t.leaseLost() {
+		return
+	}
+	if t.step >= t.cfg.Spec.Limits.MaxSteps {
+		t.finish(bus.TurnStepLimit, fmt.Errorf("%w: %d steps", ErrStepLimit, t.cfg.Spec.Limits.MaxSteps))
+		return
+	}
+	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
+	sys, self := t.sys, t.self
+	req := &gateway.Request{
+		Instructions: t.instructions,
+		// Capped, so the turn's later appends never write where the model reads.
+		Input:             t.transcript[:len(t.transcript):len(t.transcript)],
+		Tools:             t.cfg.Kit.Tools.Specs(),
+		ParallelToolCalls: true,
+		Step:              t.step,
+		// The pieces come to the mailbox in the order the gateway sends them, before its
+		// reply: a call complete is dispatched from there (onModelStream).
+		Stream: func(ev gateway.StreamEvent) {
+			if ev.Item != nil {
+				it := *ev.Item
+				ev.Item = &it
+			}
+			sys.Root.Send(self, &modelStream{step: step, ev: ev})
+		},
+	}
+	t.phase = phaseModel
+	t.tel.StartStep(t.step)
+	t.modelOut = true
+	t.beginBatch(true)
+	t.streamed, t.unsent, t.early, t.saidText = 0, nil, false, ""
+	t.cfg.workers.goFunc(func() {
+		resp, err := model.Respond(ctx, req)
+		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
+	})
+}
+
+func (t *turn) onModelReply(m *modelReply) {
+	t.modelOut = false
+	// The calls settled while the response streamed: their outputs are stored after the
+	// response's items.
+	deferred := t.b.ResponseEnded()
+	if t.phase != phaseModel && !t.over() && len(t.batch) > 0 {
+		// Calls went out while the response streamed: their outputs are stored now,
+		// after the part of the response that was stored, whatever became of the rest.
+		t.storeOutputs(deferred)
+	}
+	switch t.phase {
+	case phaseHandingBack:
+		// Whatever the model said is dropped: the node that resumes asks again. Calls it
+		// made while it streamed were stored; they finish first.
+		if len(t.batch) == 0 {
+			t.handOver()
+		} else {
+			t.schedule()
+		}
+		return
+	case phaseAborting:
+		if t.b.InFlight() == 0 {
+			t.completeBatch()
+		}
+		return
+	case phaseModel:
+		t.phase = phaseCalls
+	default:
+		return // over: taken over while the model was asked
+	}
+	t.step++
+	t.stepEnded(m)
+	if m.err != nil {
+		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step+1, m.err)) // steps are counted from 1 for people
+		return
+	}
+	resp := m.resp
+	if t.streamed > len(resp.Items) {
+		t.fail(fmt.Errorf("%w: model step %d: the gateway streamed %d items and answered with %d", ErrRuntime, m.step+1, t.streamed, len(resp.Items)))
+		return
+	}
+	if u := resp.Usage; u != (bus.Usage{}) {
+		t.usage.Add(u)
+		t.stepUsage = &u
+	}
+	// Arguments past what a call may carry are not kept: the transcript, which goes back
+	// to the model at every step, holds a note instead, and prepare refuses the call.
+	// What streamed up to its last call is in the transcript already: the rest follows
+	// it, as the reply has it (the items kept since, unsent, are its too).
+	rest := elideOversized(resp.Items[t.streamed-len(t.unsent):])
+	items := rest
+	t.unsent = nil
+	if t.stepUsage != nil {
+		// The step's tokens, for whoever reads the transcript, just before the response
+		// they paid for (so a turn's transcript still ends with its answer), or after it
+		// when part of it was stored while it streamed (a response's items stay
+		// together); gateways skip the item.
+		note := durable.UsageNote(t.step, *t.stepUsage)
+		if t.early {
+			items = append(items, note)
+		} else {
+			items = append([]toolbus.Item{note}, items...)
+		}
+	}
+	t.transcript = append(t.transcript, items...)
+	t.text = resp.Text()
+	var calls []toolbus.Item
+	for _, it := range rest {
+		if it.Kind == toolbus.KindFunctionCall {
+			calls = append(calls, it)
+		}
+	}
+	if t.text != "" && len(calls)+len(t.batch) > 0 && t.text != t.saidText {
+		// Words before the calls are shown while the calls run.
+		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
+	}
+	if len(calls)+len(t.batch) == 0 {
+		t.j.afterResponse(items, t.answeredWithText)
+		return
+	}
+	added := t.addCalls(calls, resp.Truncated)
+	t.j.afterResponse(items, func() { t.ready(added) })
+	t.storeOutputs(deferred)
+}
+
+// onModelStream takes a piece of the response the model is streaming. An item complete
+// is kept; a call complete goes to the transcript and the journal with what came before
+// it and is dispatched as the batch's rules allow, while the model goes on writing.
+func (t *turn) onModelStream(m *modelStream) {
+	if t.phase != phaseModel || m.step != t.step {
+		return // aborted, handed back or over: the rest of the response is not acted on
+	}
+	switch m.ev.Kind {
+	case gateway.StreamText:
+		t.streamText(m.ev)
+	case gateway.StreamItem:
+		if m.ev.Item == nil || m.ev.Index != t.streamed {
+			return // not the next item (the gateway's contract): the reply has it
+		}
+		t.streamed++
+		it := elideOversized([]toolbus.Item{*m.ev.Item})[0]
+		t.unsent = append(t.unsent, it)
+		if it.Kind != toolbus.KindFunctionCall {
+			return
+		}
+		items := t.unsent
+		t.unsent = nil
+		t.early = true
+		t.transcript = append(t.transcript, items...)
+		if text := (&gateway.Response{Items: items}).Text(); text != "" && t.saidText == "" {
+			// Words before the calls are shown while the calls run: these are whole.
+			t.saidText = text
+			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text})
+		}
+		// Whole: a call the output limit cut never streams.
+		added := t.addCalls([]toolbus.Item{it}, false)
+		t.j.afterResponse(items, func() { t.ready(added) })
+	}
+}
+
+// stepStored is the step a transcript write belongs to: the response streaming now is
+// the next one (t.step counts the responses that ended).
+func (t *turn) stepStored() int {
+	if t.modelOut {
+		return t.step + 1
+	}
+	return t.step
+}
+
+// elidedKey is the one member of the arguments the transcript keeps of a call whose
+// arguments were over bus.MaxCallPayload: {"toolbus_omitted":{"bytes":N,"note":"..."}}.
+const elidedKey = "toolbus_omitted"
+
+type elided struct {
+	Bytes int64  `json:"bytes"`
+	Note  string `json:"note"`
+}
+
+// elideOversized replaces the arguments of every function call over bus.MaxCallPayload
+// (and in the provider's raw item, when there is one) by a short JSON object saying what
+// was left out (elidedKey): the call is refused all the same, and the model reads its
+// transcript again at every step. It returns items as they were when no call is that
+// large, a copy otherwise.
+func elideOversized(items []toolbus.Item) []toolbus.Item {
+	changed := false
+	for i, it := range items {
+		n := len(it.Arguments)
+		if it.Kind != toolbus.KindFunctionCall || n <= bus.MaxCallPayload {
+			continue
+		}
+		if !changed {
+			items, changed = slices.Clone(items), true
+		}
+		note, _ := json.Marshal(map[string]elided{elidedKey: {Bytes: int64(n), Note: fmt.Sprintf(
+			"%s of arguments, over the %s a call may carry: not kept", bus.FormatBytes(int64(n)), bus.FormatBytes(bus.MaxCallPayload))}})
+		it.Arguments = string(note)
+		if len(it.Raw) > 0 {
+			var raw map[string]json.RawMessage
+			if json.Unmarshal(it.Raw, &raw) == nil && raw["arguments"] != nil {
+				raw["arguments"], _ = json.Marshal(it.Arguments)
+				it.Raw, _ = json.Marshal(raw)
+			} else {
+				it.Raw, it.Provider = nil, ""
+			}
+		}
+		items[i] = it
+	}
+	return items
+}
+
+// elidedSize reads arguments elideOversized left: the size of the ones it took out.
+func elidedSize(args string) (int64, bool) {
+	if !strings.HasPrefix(args, `{"`+elidedKey+`":`) {
+		return 0, false
+	}
+	var e map[string]elided
+	if json.Unmarshal([]byte(args), &e) != nil || len(e) != 1 || e[elidedKey].Bytes <= bus.MaxCallPayload {
+		return 0, false
+	}
+	return e[elidedKey].Bytes, true
+}
+
+// answeredWithText handles a response without calls, as the kind's policy says.
+func (t *turn) answeredWithText() {
+	p := t.cfg.Kit.Policy
+	if p.Text != toolsets.TextRepairOnce {
+		t.finish(bus.TurnCompleted, nil)
+		return
+	}
+	if t.repaired {
+		t.fail(fmt.Errorf("%w: it was told once (%q)", ErrNoToolCall, p.RepairInstruction))
+		return
+	}
+	t.repaired = true
+	// Watchers see the text, and that the turn was told what it lacks.
+	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text, Notes: []string{repairNote}})
+	msg := []toolbus.Item{{Kind: toolbus.KindMessage, Role: toolbus.RoleDeveloper, Text: p.RepairInstruction}}
+	t.transcript = append(t.transcript, msg...)
+	t.j.afterResponse(msg, t.callModel)
+}
+
+// repairNote is the note of the step status of a response that got the repair
+// instruction.
+const repairNote = "answered with text alone: told once to end with its call"
+
+// streamText publishes a piece of the text the model is writing, when anyone listens
+// (as statuses are gated): a turn nobody watches pays nothing for it.
+func (t *turn) streamText(ev gateway.StreamEvent) {
+	subject := bus.TextSubject(t.cfg.Spec.ID)
+	if t.cfg.interest != nil && !t.cfg.interest(subject) || t.leaseUnsure() {
+		return
+	}
+	d := bus.TextDelta{Turn: t.cfg.Spec.ID, Step: t.step + 1, Item: ev.Index}
+	for text := ev.Text; text != ""; {
+		d.Text, text = cutText(text, bus.MaxTextDelta)
+		t.textSeq++
+		d.Seq = t.textSeq
+		b, err := json.Marshal(d)
+		if err == nil {
+			err = t.cfg.Conn.Publish(subject, b)
+		}
+		if err != nil {
+			t.log.Warn("publish text", "err", err)
+			return
+		}
+	}
+}
+
+// cutText splits s after at most n bytes, on a rune boundary.
+func cutText(s string, n int) (head, rest string) {
+	if len(s) <= n {
+		return s, ""
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		cut = n // not UTF-8 there: cut where the bound is
+	}
+	return s[:cut], s[cut:]
+}
