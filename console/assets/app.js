@@ -778,7 +778,13 @@ function showNodes() {
               title: t.mode + (t.read_only ? ', read-only' : '') + (t.destructive ? ', destructive' : '') + (t.deferred ? ', deferred' : '') + (t.about ? ': ' + t.about : '')}, t.name)))))))));
   }).catch(e => flash('error', e.message));
   load();
+  // Hosts come and go, and one that answers discovery late (a loaded machine) is missed
+  // by a read: the page reads again while it is on screen.
+  every(load, nodesRefresh);
 }
+
+// nodesRefresh is how often the nodes page reads the categories again, in ms.
+const nodesRefresh = 5000;
 
 // ---- start ----
 
