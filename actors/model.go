@@ -2,9 +2,11 @@ package actors
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/toolbus/toolbus"
@@ -35,25 +37,67 @@ func (t *turn) callModel() {
 		Tools:             t.cfg.Kit.Tools.Specs(),
 		ParallelToolCalls: true,
 		Step:              t.step,
-		// The pieces come to the mailbox in the order the gateway sends them, before its
-		// reply: a call complete is dispatched from there (onModelStream).
-		Stream: func(ev gateway.StreamEvent) {
-			if ev.Item != nil {
-				it := *ev.Item
-				ev.Item = &it
+	}
+	// Each item reaches the mailbox once, in order: those the gateway streams as they
+	// complete (a call is dispatched from there, onModelStream), then the rest of the
+	// response as its last chunk (onModelReply); a model that does not stream answers in
+	// one chunk. The gateway's contract is that the streamed items are the response's
+	// first ones, Response.Items[:streamed]: the split is made here, once, and the turn
+	// never matches items by position.
+	var streamed atomic.Int64
+	req.Stream = func(ev gateway.StreamEvent) {
+		switch ev.Kind {
+		case gateway.StreamText:
+			sys.Root.Send(self, &modelStream{step: step, text: ev})
+		case gateway.StreamItem:
+			if ev.Item == nil || int64(ev.Index) != streamed.Load() {
+				return // not the next item (the gateway's contract): the response has it
 			}
-			sys.Root.Send(self, &modelStream{step: step, ev: ev})
-		},
+			streamed.Add(1)
+			it := *ev.Item
+			sys.Root.Send(self, &modelStream{step: step, item: &it})
+		}
 	}
 	t.phase = phaseModel
 	t.tel.StartStep(t.step)
 	t.modelOut = true
 	t.beginBatch(true)
-	t.streamed, t.unsent, t.early, t.saidText = 0, nil, false, ""
+	t.unsent, t.early, t.saidText = nil, false, ""
 	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
-		sys.Root.Send(self, &modelReply{step: step, resp: resp, err: err})
+		sys.Root.Send(self, lastChunk(step, resp, err, int(streamed.Load())))
 	})
+}
+
+// responseInfo is what a response says of itself, besides its items.
+type responseInfo struct {
+	id        string
+	usage     bus.Usage
+	truncated bool
+	text      string // the text of all its messages
+	calls     int    // its function calls, streamed or not
+}
+
+// lastChunk is the end of a response of which the gateway streamed the first n items.
+func lastChunk(step int, resp *gateway.Response, err error, n int) *modelReply {
+	m := &modelReply{step: step, err: err}
+	if err != nil {
+		return m
+	}
+	if n > len(resp.Items) {
+		m.err = &brokenStream{streamed: n, answered: len(resp.Items)}
+		return m
+	}
+	m.rest = resp.Items[n:]
+	m.info = responseInfo{id: resp.ID, usage: resp.Usage, truncated: resp.Truncated, text: resp.Text(), calls: len(resp.Calls())}
+	return m
+}
+
+// brokenStream: a gateway streamed more items than its response holds.
+type brokenStream struct{ streamed, answered int }
+
+func (e *brokenStream) Error() string {
+	return fmt.Sprintf("the gateway streamed %d items and answered with %d", e.streamed, e.answered)
 }
 
 func (t *turn) onModelReply(m *modelReply) {
@@ -88,16 +132,15 @@ func (t *turn) onModelReply(m *modelReply) {
 	}
 	t.step++
 	t.stepEnded(m)
+	if _, ok := errors.AsType[*brokenStream](m.err); ok {
+		t.fail(fmt.Errorf("%w: model step %d: %w", ErrRuntime, m.step+1, m.err))
+		return
+	}
 	if m.err != nil {
 		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step+1, m.err)) // steps are counted from 1 for people
 		return
 	}
-	resp := m.resp
-	if t.streamed > len(resp.Items) {
-		t.fail(fmt.Errorf("%w: model step %d: the gateway streamed %d items and answered with %d", ErrRuntime, m.step+1, t.streamed, len(resp.Items)))
-		return
-	}
-	if u := resp.Usage; u != (bus.Usage{}) {
+	if u := m.info.usage; u != (bus.Usage{}) {
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}
@@ -105,7 +148,7 @@ func (t *turn) onModelReply(m *modelReply) {
 	// to the model at every step, holds a note instead, and prepare refuses the call.
 	// What streamed up to its last call is in the transcript already: the rest follows
 	// it, as the reply has it (the items kept since, unsent, are its too).
-	rest := elideOversized(resp.Items[t.streamed-len(t.unsent):])
+	rest := append(t.unsent, elideOversized(m.rest)...)
 	items := rest
 	t.unsent = nil
 	if t.stepUsage != nil {
@@ -121,7 +164,7 @@ func (t *turn) onModelReply(m *modelReply) {
 		}
 	}
 	t.transcript = append(t.transcript, items...)
-	t.text = resp.Text()
+	t.text = m.info.text
 	var calls []toolbus.Item
 	for _, it := range rest {
 		if it.Kind == toolbus.KindFunctionCall {
@@ -136,7 +179,7 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.j.afterResponse(items, t.answeredWithText)
 		return
 	}
-	added := t.addCalls(calls, resp.Truncated)
+	added := t.addCalls(calls, m.info.truncated)
 	t.j.afterResponse(items, func() { t.ready(added) })
 	t.storeOutputs(deferred)
 }
@@ -148,15 +191,11 @@ func (t *turn) onModelStream(m *modelStream) {
 	if t.phase != phaseModel || m.step != t.step {
 		return // aborted, handed back or over: the rest of the response is not acted on
 	}
-	switch m.ev.Kind {
-	case gateway.StreamText:
-		t.streamText(m.ev)
-	case gateway.StreamItem:
-		if m.ev.Item == nil || m.ev.Index != t.streamed {
-			return // not the next item (the gateway's contract): the reply has it
-		}
-		t.streamed++
-		it := elideOversized([]toolbus.Item{*m.ev.Item})[0]
+	switch {
+	case m.item == nil:
+		t.streamText(m.text)
+	default:
+		it := elideOversized([]toolbus.Item{*m.item})[0]
 		t.unsent = append(t.unsent, it)
 		if it.Kind != toolbus.KindFunctionCall {
 			return

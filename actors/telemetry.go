@@ -59,10 +59,10 @@ func (t *turn) stepEnded(m *modelReply) {
 		return
 	}
 	e := telemetry.StepEnd{Err: m.err}
-	if r := m.resp; r != nil && m.err == nil {
-		e.ResponseID, e.Input, e.Output, e.Truncated = r.ID, r.Usage.InputTokens, r.Usage.OutputTokens, r.Truncated
-		e.CacheRead, e.CacheWritten = r.Usage.CacheReadInputTokens, r.Usage.CacheCreationInputTokens
-		e.Calls = len(r.Calls())
+	if r := m.info; m.err == nil {
+		e.ResponseID, e.Input, e.Output, e.Truncated = r.id, r.usage.InputTokens, r.usage.OutputTokens, r.truncated
+		e.CacheRead, e.CacheWritten = r.usage.CacheReadInputTokens, r.usage.CacheCreationInputTokens
+		e.Calls = r.calls
 	}
 	t.tel.EndStep(e)
 }

@@ -183,16 +183,23 @@ type pendingCall struct {
 
 // Messages the turn actor receives besides *nats.Msg.
 type (
-	turnStep   struct{}
+	turnStep struct{}
+	// modelReply is the end of a response: the items that did not stream (rest: the
+	// response's last chunk, all of it for a model that does not stream) and what the
+	// response says of itself. With the streamed ones (modelStream), each item of a
+	// response reaches the turn once, in order (callModel).
 	modelReply struct {
 		step int
-		resp *gateway.Response
+		rest []toolbus.Item
+		info responseInfo
 		err  error
 	}
-	// modelStream is a piece of the response the model is streaming.
+	// modelStream is a piece of the response the model is streaming: a piece of text, or
+	// the next item (item set), complete.
 	modelStream struct {
 		step int
-		ev   gateway.StreamEvent
+		text gateway.StreamEvent
+		item *toolbus.Item
 	}
 	callExpired    struct{ wireID string }
 	expiryDue      struct{}
@@ -266,14 +273,12 @@ type turn struct {
 	// modelOut: a model call is out, its reply not yet received (the phase may have moved
 	// on: an abort or a hand-back waits for it).
 	modelOut bool
-	// streamed counts the items of the response streaming now that the turn took
-	// (gateway.StreamItem: Response.Items[:streamed]); unsent holds those not yet in the
-	// transcript (what came before the next call); early reports items that went to the
+	// unsent holds the items of the response streaming now that are not in the transcript
+	// yet (what came since its last call); early reports items that went to the
 	// transcript and journal before the response was whole.
-	streamed int
-	unsent   []toolbus.Item
-	early    bool
-	textSeq  int // the last text piece published (bus.TextDelta.Seq)
+	unsent  []toolbus.Item
+	early   bool
+	textSeq int // the last text piece published (bus.TextDelta.Seq)
 	// saidText is the text a step status said while the response streamed.
 	saidText string
 
