@@ -51,7 +51,10 @@ func TestOneItemPath(t *testing.T) {
 				return &gateway.Response{Items: last}, nil
 			}
 			if stream && req.Stream != nil {
-				item := func(i int) { it := first[i]; req.Stream(gateway.StreamEvent{Kind: gateway.StreamItem, Index: i, Item: &it}) }
+				item := func(i int) {
+					it := first[i]
+					req.Stream(gateway.StreamEvent{Kind: gateway.StreamItem, Index: i, Item: &it})
+				}
 				item(0)
 				item(1)
 				item(1) // sent again: not the next item
