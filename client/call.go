@@ -86,11 +86,28 @@ func checkArgsSize(tool *toolbus.Spec, size int) error {
 // the payload object store, as a turn sends them (docs/protocol.md §4); so does a
 // large reply.
 func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, args schema.Args) (bus.ToolReply, error) {
+	return c.CallWith(ctx, tool, agent, args, CallIDs{})
+}
+
+// CallIDs name a call Call sends: its turn (which an abort names, so a turn of its own
+// per call unless all its calls may be aborted together) and its id. Empty ones are new
+// ids (bus.NewID). A caller that names them can watch the call's events and answer its
+// approval subjects before it is sent.
+type CallIDs struct{ Turn, Call string }
+
+// CallWith is Call with the call's turn and id given.
+func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string, args schema.Args, ids CallIDs) (bus.ToolReply, error) {
 	timeout := tool.Timeout
 	if timeout <= 0 {
 		timeout = bus.DefaultCallTimeout
 	}
-	turn, call := bus.NewID(), bus.NewID()
+	turn, call := ids.Turn, ids.Call
+	if turn == "" {
+		turn = bus.NewID()
+	}
+	if call == "" {
+		call = bus.NewID()
+	}
 	m := nats.NewMsg(bus.ToolSubject(tool.Category, tool.Name))
 	m.Data = args.JSON
 	bus.ToolRequest{
