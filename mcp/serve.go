@@ -203,6 +203,9 @@ func (s *Server) update(ctx context.Context) error {
 		return err
 	}
 	profile, err := profiles.Get(ctx, s.cfg.Agent)
+	if errors.Is(err, toolsets.ErrNoProfile) {
+		profile, err = nil, nil // built-in tools only, as its turns get
+	}
 	if err != nil {
 		return err
 	}
