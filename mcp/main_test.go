@@ -4,16 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/toolbus/toolbus/internal/npmtest"
 	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/mcp"
 )
@@ -109,68 +107,8 @@ func testServer() {
 	}
 }
 
-// The npm packages the tests run: the reference MCP server and mcporter, pinned
-// (/work/shared/notes/mcporter.md: mcporter 0.10 and later want Node 24).
-const (
-	mcporterPackage   = "mcporter@0.9.0"
-	everythingPackage = "@modelcontextprotocol/server-everything@2026.8.31"
-)
-
-var npmTools struct {
-	once   sync.Once
-	prefix string
-	err    error
-}
-
-// npmPrefix installs the npm packages once per test binary run (and, across runs,
-// once per pair of versions) into mcp/.npm, and returns the prefix whose bin holds
-// mcp-server-everything and mcporter. Without npm or the registry the test is
-// skipped, saying so.
+// npmPrefix is the install of the reference MCP server and mcporter; the test is
+// skipped, saying so, where npm cannot install them.
 func npmPrefix(t *testing.T) string {
-	t.Helper()
-	npmTools.once.Do(func() { npmTools.prefix, npmTools.err = installNPM() })
-	if npmTools.err != nil {
-		t.Skipf("SKIP: the npm packages %s and %s cannot be installed here (npm or its registry unreachable): %v", everythingPackage, mcporterPackage, npmTools.err)
-	}
-	return npmTools.prefix
-}
-
-func installNPM() (string, error) {
-	npm, err := exec.LookPath("npm")
-	if err != nil {
-		return "", err
-	}
-	_, file, _, _ := runtime.Caller(0)
-	dir := filepath.Join(filepath.Dir(file), ".npm")
-	name := strings.NewReplacer("@", "", "/", "-").Replace(mcporterPackage + "-" + everythingPackage)
-	prefix := filepath.Join(dir, name)
-	if _, err := os.Stat(filepath.Join(prefix, ".installed")); err == nil {
-		return prefix, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// Installed into a fresh folder, moved into place when complete: an interrupted
-	// install is never taken for a finished one.
-	work, err := os.MkdirTemp(dir, "installing-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(work)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, npm, "install", "-g", "--prefix", work, "--no-audit", "--no-fund", mcporterPackage, everythingPackage)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("npm install: %w\n%s", err, b)
-	}
-	if err := os.WriteFile(filepath.Join(work, ".installed"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
-		return "", err
-	}
-	_ = os.RemoveAll(prefix)
-	if err := os.Rename(work, prefix); err != nil {
-		if _, statErr := os.Stat(filepath.Join(prefix, ".installed")); statErr != nil {
-			return "", err
-		}
-	}
-	return prefix, nil
+	return npmtest.Prefix(t, npmtest.Mcporter, npmtest.Everything)
 }

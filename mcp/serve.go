@@ -142,8 +142,12 @@ func (s *Server) MCP() *sdk.Server { return s.srv }
 // process) until it goes or ctx ends.
 func (s *Server) Run(ctx context.Context, t sdk.Transport) error { return s.srv.Run(ctx, t) }
 
-// Close stops following the catalog.
+// Close stops following the catalog and ends every client's session (an HTTP client
+// that never said goodbye keeps one open otherwise).
 func (s *Server) Close() {
+	for ss := range s.srv.Sessions() {
+		_ = ss.Close()
+	}
 	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
 	}

@@ -56,8 +56,11 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 	}
 	token := ""
 	if *listen != "" {
-		if token, err = secretflag.Read(*tokenFile, "TOOLBUS_MCP_TOKEN"); err != nil {
-			return fmt.Errorf("-token-file: %w", err)
+		token = e.getenv("TOOLBUS_MCP_TOKEN")
+		if *tokenFile != "" {
+			if token, err = secretflag.Read(*tokenFile, ""); err != nil {
+				return fmt.Errorf("-token-file: %w", err)
+			}
 		}
 		if token == "" && mcp.CheckListen(*listen, false) != nil && bf.server != "" && bf.user != "" {
 			// Off loopback with no token of its own: the bus user's password guards it.
@@ -115,6 +118,8 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 	case err := <-errc:
 		return err
 	}
+	// Sessions first: an open event stream would hold Shutdown for its whole grace.
+	srv.Close()
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	_ = hs.Shutdown(sctx)
