@@ -89,10 +89,10 @@ func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, arg
 	return c.CallWith(ctx, tool, agent, args, CallIDs{})
 }
 
-// CallIDs name a call Call sends: its turn (which an abort names, so a turn of its own
-// per call unless all its calls may be aborted together) and its id. Empty ones are new
-// ids (bus.NewID). A caller that names them can watch the call's events and answer its
-// approval subjects before it is sent.
+// CallIDs name a call Call sends: its turn and its id. Empty ones are new ids
+// (bus.NewID). A caller that names them can watch the call's events and answer its
+// approval subjects before it is sent; calls sent under one turn (an MCP session's) are
+// stopped one by one (AbortCall) when their ctx ends, not by aborting the turn.
 type CallIDs struct{ Turn, Call string }
 
 // CallWith is Call with the call's turn and id given.
@@ -102,7 +102,8 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 		timeout = bus.DefaultCallTimeout
 	}
 	turn, call := ids.Turn, ids.Call
-	if turn == "" {
+	ownTurn := turn == ""
+	if ownTurn {
 		turn = bus.NewID()
 	}
 	if call == "" {
@@ -136,7 +137,11 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 		case <-ctx.Done():
 			// The host cancels the call and replies how it stopped. Should the
 			// abort not get out, the call's deadline still ends it.
-			_ = c.Abort(context.Background(), turn, "interrupted")
+			if ownTurn {
+				_ = c.Abort(context.Background(), turn, "interrupted")
+			} else {
+				_ = c.AbortCall(context.Background(), turn, call, "interrupted")
+			}
 		case <-rctx.Done():
 		}
 	}()

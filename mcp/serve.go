@@ -97,6 +97,10 @@ type Server struct {
 	// approvals is the agent's approval policy, read with the catalog.
 	approvals string
 
+	// turns are the sessions' turn ids: every call of a session goes under its one
+	// turn, so `nats sub 'toolbus.turn.TURN.>'` shows a session's calls.
+	turns sync.Map // *sdk.ServerSession → string
+
 	refresh chan struct{}
 	sub     *nats.Subscription
 	cancel  context.CancelFunc
@@ -286,9 +290,9 @@ func (s *Server) handler(name string) sdk.ToolHandler {
 			// The model sees what is wrong, as in a turn, and the tool does not run.
 			return errorResult(err.Error()), nil
 		}
-		ids := client.CallIDs{Turn: bus.NewID(), Call: bus.NewID()}
+		ids := client.CallIDs{Turn: s.turnOf(req.Session), Call: bus.NewID()}
 		notify := s.notifier(ctx, req)
-		s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call, "session", req.Session.ID())
+		s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call)
 
 		if (&toolsets.Kit{Approvals: approvals}).NeedsApproval(spec) {
 			if res := s.hold(ctx, spec, ids, args.JSON, notify); res != nil {
@@ -314,6 +318,27 @@ func (s *Server) handler(name string) sdk.ToolHandler {
 		}
 		return resultOfReply(spec, reply), nil
 	}
+}
+
+// turnOf is the turn id of a session, made at its first call. The ids of sessions
+// that ended are dropped then too.
+func (s *Server) turnOf(ss *sdk.ServerSession) string {
+	if t, ok := s.turns.Load(ss); ok {
+		return t.(string)
+	}
+	live := map[*sdk.ServerSession]bool{}
+	for o := range s.srv.Sessions() {
+		live[o] = true
+	}
+	s.turns.Range(func(k, _ any) bool {
+		if !live[k.(*sdk.ServerSession)] {
+			s.turns.Delete(k)
+		}
+		return true
+	})
+	t, _ := s.turns.LoadOrStore(ss, bus.NewID())
+	s.log.Info("mcp session", "session", ss.ID(), "turn", t)
+	return t.(string)
 }
 
 // notifier sends progress notifications to the client of req, when it asked for

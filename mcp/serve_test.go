@@ -388,20 +388,45 @@ func TestMCPServeHeldCallWaitsForApproval(t *testing.T) {
 }
 
 // TestMCPServeCancelAborts: the client cancels a running call (notifications/cancelled);
-// the call's host sees its context end.
+// the call's host sees its context end, while another call of the same session, under
+// the session's one turn, runs on to its end.
 func TestMCPServeCancelAborts(t *testing.T) {
 	t.Parallel()
 	w := startServeWorld(t, annProfile, mcp.ServeConfig{})
 	ctx := bustest.Context(t)
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	cs := w.connect(t, &sdk.ClientOptions{ProgressNotificationHandler: func(context.Context, *sdk.ProgressNotificationClientRequest) {
-		cancel() // it runs: cancel it
+	cs := w.connect(t, &sdk.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
+		if req.Params.ProgressToken == "doomed" {
+			cancel() // it runs: cancel it
+		}
 	}})
+	nc, err := w.node.Connect("watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	started, err := nc.SubscribeSync(bus.EventSubject("*", "*", bus.EventStarted))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A sibling that outlives the cancelled call: 40 steps of 50 ms.
+	sibling := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__slow_read", Arguments: map[string]any{"steps": 40}})
+		if err != nil {
+			t.Error(err)
+		}
+		sibling <- r
+	}()
 	params := &sdk.CallToolParams{Name: "notes__slow_read", Arguments: map[string]any{"steps": 100000}}
-	params.SetProgressToken("slow")
+	params.SetProgressToken("doomed")
 	start := time.Now()
-	_, err := cs.CallTool(cctx, params)
+	_, err = cs.CallTool(cctx, params)
 	if !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled call: %v", err)
 	}
@@ -410,10 +435,28 @@ func TestMCPServeCancelAborts(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatalf("the tool never saw the cancellation (%s since the call)", time.Since(start))
 	}
-	// The session goes on.
-	r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__slow_read", Arguments: map[string]any{"steps": 1}})
-	if err != nil || r.IsError || resultText(r) != "read" {
-		t.Errorf("a call after the cancel: %v %+v", err, r)
+	select {
+	case r := <-sibling:
+		if r == nil || r.IsError || resultText(r) != "read" {
+			t.Errorf("the sibling call: %+v", r)
+		}
+	case <-time.After(wait):
+		t.Fatal("the sibling call did not end")
+	}
+	var turns []string
+	for range 2 {
+		m, err := started.NextMsg(wait)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev bus.Event
+		if err := json.Unmarshal(m.Data, &ev); err != nil {
+			t.Fatal(err)
+		}
+		turns = append(turns, ev.Turn)
+	}
+	if turns[0] != turns[1] {
+		t.Errorf("the session's calls went under turns %q", turns)
 	}
 }
 
