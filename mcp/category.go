@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -188,7 +189,11 @@ func (c *Category) connect() (*sdk.ClientSession, []*sdk.Tool, error) {
 	})
 	var transport sdk.Transport
 	if c.cfg.URL != "" {
-		transport = &sdk.StreamableClientTransport{Endpoint: c.cfg.URL, MaxRetries: -1}
+		t := &sdk.StreamableClientTransport{Endpoint: c.cfg.URL, MaxRetries: -1}
+		if len(c.cfg.Headers) > 0 {
+			t.HTTPClient = &http.Client{Transport: headerTransport{c.cfg.Headers, http.DefaultTransport}}
+		}
+		transport = t
 	} else {
 		// Not CommandContext: the process outlives this start; Close ends it.
 		cmd := exec.Command(c.cfg.Command[0], c.cfg.Command[1:]...)
@@ -459,3 +464,17 @@ func (w *logWriter) Write(p []byte) (int, error) {
 
 // Category is the toolbus category the server's tools are hosted in: "mcp-NAME".
 func (c *Category) Category() string { return c.cfg.Category() }
+
+// headerTransport adds a server's configured headers to each request.
+type headerTransport struct {
+	headers map[string]string
+	next    http.RoundTripper
+}
+
+func (h headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range h.headers {
+		r.Header.Set(k, v)
+	}
+	return h.next.RoundTrip(r)
+}

@@ -6,12 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
@@ -330,5 +333,44 @@ func TestMCPCategoryServerDies(t *testing.T) {
 	})
 	if r := call(t, ctx, cl, "gosdk.echo_v2", `{"message": "back"}`); r.Outcome != bus.OutcomeOK || text(r) != "echo: back" {
 		t.Errorf("echo after the restart: %s %q %s", r.Outcome, text(r), r.Error)
+	}
+}
+
+// TestMCPCategoryOverHTTP hosts a go-sdk server that speaks streamable HTTP behind
+// -mcp NAME=URL, with the header its config gives.
+func TestMCPCategoryOverHTTP(t *testing.T) {
+	t.Parallel()
+	s := sdk.NewServer(&sdk.Implementation{Name: "http-server", Version: "1"}, nil)
+	sdk.AddTool(s, &sdk.Tool{Name: "shout", Description: "Upper-cases", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
+		func(ctx context.Context, req *sdk.CallToolRequest, a echoArgs) (*sdk.CallToolResult, any, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: strings.ToUpper(a.Message)}}}, nil, nil
+		})
+	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil)
+	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer k" {
+			http.Error(w, "no", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(hs.Close)
+	t.Cleanup(func() {
+		for ss := range s.Sessions() {
+			_ = ss.Close()
+		}
+	})
+	n, cl := startNode(t, mcp.ServerConfig{Name: "remote", URL: hs.URL, Headers: map[string]string{"Authorization": "Bearer k"}})
+	if up, why := n.MCP()[0].State(); !up {
+		t.Fatalf("remote is not up: %v", why)
+	}
+	tool, err := cl.Tool(bustest.Context(t), "remote.shout")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tool.ReadOnly || tool.Mode != 0 || tool.Category != "mcp-remote" {
+		t.Errorf("spec %+v", tool)
+	}
+	if r := call(t, bustest.Context(t), cl, "remote.shout", `{"message": "hi"}`); r.Outcome != bus.OutcomeOK || text(r) != "HI" {
+		t.Errorf("shout: %s %q %s", r.Outcome, text(r), r.Error)
 	}
 }

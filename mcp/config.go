@@ -39,6 +39,8 @@ type ServerConfig struct {
 	Env []string
 	Dir string
 	URL string
+	// Headers are sent with every request to URL ("Authorization: Bearer …").
+	Headers map[string]string
 
 	// InitTimeout bounds connecting, initialize and tools/list (DefaultInitTimeout).
 	InitTimeout time.Duration
@@ -87,6 +89,9 @@ func (c ServerConfig) validate() error {
 			return fmt.Errorf("mcp server %s: URL %q: want http://HOST/PATH or https://…", c.Name, c.URL)
 		}
 	}
+	if len(c.Headers) > 0 && c.URL == "" {
+		return fmt.Errorf("mcp server %s: headers go with a URL", c.Name)
+	}
 	for _, kv := range c.Env {
 		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
 			return fmt.Errorf("mcp server %s: environment entry %q: want KEY=VALUE", c.Name, kv)
@@ -115,8 +120,8 @@ func ParseServerFlag(v string) (ServerConfig, error) {
 
 // ParseConfigFile reads MCP servers from a file in the common "mcpServers" shape
 // (Claude Desktop, Cursor, mcporter): {"mcpServers": {"NAME": {"command": "…",
-// "args": […], "env": {…}, "cwd": "…"} or {"url": "…"}}}. Servers come in name
-// order.
+// "args": […], "env": {…}, "cwd": "…"} or {"url": "…", "headers": {…}}}}. Servers
+// come in name order.
 func ParseConfigFile(path string) ([]ServerConfig, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -130,6 +135,7 @@ func ParseConfigFile(path string) ([]ServerConfig, error) {
 			Cwd     string            `json:"cwd"`
 			URL     string            `json:"url"`
 			BaseURL string            `json:"baseUrl"`
+			Headers map[string]string `json:"headers"`
 		} `json:"mcpServers"`
 	}
 	if err := json.Unmarshal(b, &doc); err != nil {
@@ -147,7 +153,7 @@ func ParseConfigFile(path string) ([]ServerConfig, error) {
 	var errs []error
 	for _, n := range names {
 		s := doc.Servers[n]
-		c := ServerConfig{Name: n, URL: s.URL, Dir: s.Cwd}
+		c := ServerConfig{Name: n, URL: s.URL, Dir: s.Cwd, Headers: s.Headers}
 		if c.URL == "" {
 			c.URL = s.BaseURL
 		}

@@ -38,13 +38,13 @@ func TestMCPServerFlags(t *testing.T) {
 
 	path := filepath.Join(t.TempDir(), "mcp.json")
 	doc := `{"mcpServers": {"everything": {"command": "mcp-server-everything", "args": ["stdio"], "env": {"LEVEL": "debug"}},
-		"remote": {"url": "http://127.0.0.1:9/mcp"}}}`
+		"remote": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer k"}}}}`
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cs, err := mcp.ParseConfigFile(path)
 	if err != nil || len(cs) != 2 || cs[0].Name != "everything" || strings.Join(cs[0].Command, " ") != "mcp-server-everything stdio" ||
-		cs[0].Env[0] != "LEVEL=debug" || cs[1].URL != "http://127.0.0.1:9/mcp" {
+		cs[0].Env[0] != "LEVEL=debug" || cs[1].URL != "http://127.0.0.1:9/mcp" || cs[1].Headers["Authorization"] != "Bearer k" {
 		t.Errorf("config file: %+v, %v", cs, err)
 	}
 	if err := os.WriteFile(path, []byte(`{"mcpServers": {"bad name": {"command": "x"}}}`), 0o644); err != nil {
