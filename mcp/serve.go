@@ -229,14 +229,19 @@ func (s *Server) update(ctx context.Context) error {
 			want[Name(spec)] = spec
 		}
 	}
+	// The go-sdk tells every session of each change as it is made: made outside the
+	// lock, so that a slow client holds no call up.
+	var gone []string
+	type added struct {
+		name string
+		spec *toolbus.Spec
+	}
+	var adds []added
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.approvals = ""
 	if profile != nil {
 		s.approvals = profile.Approvals
-	} else {
-		s.approvals = ""
 	}
-	var gone []string
 	for name := range s.specs {
 		if want[name] == nil {
 			gone = append(gone, name)
@@ -244,16 +249,20 @@ func (s *Server) update(ctx context.Context) error {
 			delete(s.sums, name)
 		}
 	}
-	if len(gone) > 0 {
-		s.srv.RemoveTools(gone...)
-	}
 	for name, spec := range want {
 		b, _ := json.Marshal(spec)
 		if s.sums[name] == string(b) {
 			continue
 		}
 		s.specs[name], s.sums[name] = spec, string(b)
-		s.srv.AddTool(toolOf(name, spec), s.handler(name))
+		adds = append(adds, added{name, spec})
+	}
+	s.mu.Unlock()
+	if len(gone) > 0 {
+		s.srv.RemoveTools(gone...)
+	}
+	for _, a := range adds {
+		s.srv.AddTool(toolOf(a.name, a.spec), s.handler(a.name))
 	}
 	return nil
 }
@@ -375,10 +384,12 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 	if timeout <= 0 {
 		timeout = bus.DefaultCallTimeout
 	}
+	// The call's deadline runs while it is held, as in a turn.
+	patience := min(s.cfg.ApprovalWait, timeout)
 	req := bus.ApprovalRequest{
 		Turn: ids.Turn, Call: ids.Call, Agent: s.cfg.Agent, Tool: spec.Name, Namespace: spec.Namespace,
 		Args: args, ArgsHash: hex.EncodeToString(sum[:]), Destructive: spec.Destructive, ReadOnly: spec.ReadOnly,
-		Deadline: time.Now().Add(s.cfg.ApprovalWait),
+		Deadline: time.Now().Add(patience),
 	}
 	decided := make(chan bus.Approval, 1)
 	nc := s.cfg.Client.Conn()
@@ -422,7 +433,7 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 	tell()
 	tick := time.NewTicker(heldProgressEvery)
 	defer tick.Stop()
-	wait := time.NewTimer(min(s.cfg.ApprovalWait, timeout))
+	wait := time.NewTimer(patience)
 	defer wait.Stop()
 	for {
 		select {
@@ -443,7 +454,7 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 			tell()
 		case <-wait.C:
 			return errorResult(fmt.Sprintf("%s was held for approval and nobody approved it within %s (%s); the call did not run",
-				spec.QualifiedName(), min(s.cfg.ApprovalWait, timeout), how))
+				spec.QualifiedName(), patience, how))
 		case <-ctx.Done():
 			return errorResult("cancelled while held for approval; the call did not run")
 		}
