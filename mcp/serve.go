@@ -301,7 +301,7 @@ func (s *Server) handler(name string) sdk.ToolHandler {
 		}
 		ids := client.CallIDs{Turn: s.turnOf(req.Session), Call: bus.NewID()}
 		notify := s.notifier(ctx, req)
-		s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call)
+		s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call, "rungs", args.Rungs)
 
 		if (&toolsets.Kit{Approvals: approvals}).NeedsApproval(spec) {
 			if res := s.hold(ctx, spec, ids, args.JSON, notify); res != nil {
@@ -322,10 +322,15 @@ func (s *Server) handler(name string) sdk.ToolHandler {
 			}
 		}
 		reply, err := s.cfg.Client.CallWith(ctx, spec, s.cfg.Agent, args, ids)
+		res := errorResult("")
 		if err != nil {
-			return errorResult(err.Error()), nil
+			res = errorResult(err.Error())
+		} else {
+			res = resultOfReply(spec, reply)
 		}
-		return resultOfReply(spec, reply), nil
+		// Where to find the call on the bus: nats sub 'toolbus.turn.TURN.>'.
+		res.Meta = sdk.Meta{MetaTurn: ids.Turn, MetaCall: ids.Call}
+		return res, nil
 	}
 }
 
@@ -472,6 +477,12 @@ func (s *Server) approvalsLocked() string {
 	}
 	return "no"
 }
+
+// The _meta keys of a tools/call result that name the call on the bus.
+const (
+	MetaTurn = "toolbus/turn"
+	MetaCall = "toolbus/call"
+)
 
 func errorResult(msg string) *sdk.CallToolResult {
 	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: msg}}}

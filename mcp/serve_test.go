@@ -289,8 +289,9 @@ func TestMCPServeCallValidatesAndRepairs(t *testing.T) {
 		t.Fatalf("the call is not on the bus: %v", err)
 	}
 	var ev bus.Event
-	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Tool != "write_note" {
-		t.Errorf("started event %s", m.Data)
+	if err := json.Unmarshal(m.Data, &ev); err != nil || ev.Tool != "write_note" ||
+		ev.Turn != r.Meta[mcp.MetaTurn] || ev.Call != r.Meta[mcp.MetaCall] {
+		t.Errorf("started event %s; the result's _meta %v", m.Data, r.Meta)
 	}
 }
 
