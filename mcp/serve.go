@@ -304,9 +304,18 @@ func (s *Server) handler(name string) sdk.ToolHandler {
 		s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call, "rungs", args.Rungs)
 
 		if (&toolsets.Kit{Approvals: approvals}).NeedsApproval(spec) {
+			held := time.Now()
 			if res := s.hold(ctx, spec, ids, args.JSON, notify); res != nil {
 				return res, nil
 			}
+			// The deadline ran while the call was held, as in a turn: it gets what is left.
+			timeout := spec.Timeout
+			if timeout <= 0 {
+				timeout = bus.DefaultCallTimeout
+			}
+			left := *spec
+			left.Timeout = max(timeout-time.Since(held), time.Millisecond)
+			spec = &left
 		}
 		// The call's events, as the host publishes them, go to the client as progress.
 		if notify != nil {

@@ -106,3 +106,17 @@ func TestMcporterCallsToolbusMCP(t *testing.T) {
 		t.Errorf("mcporter call over HTTP:\n%s", out)
 	}
 }
+
+// TestMCPCommandRefusesOpenListen: an HTTP address other hosts reach needs a token,
+// refused before anything starts; a token makes it acceptable.
+func TestMCPCommandRefusesOpenListen(t *testing.T) {
+	t.Parallel()
+	code, _, stderr := cliEnv(testContext(t), testEnv(nil, ""), "mcp", "-listen", "0.0.0.0:0")
+	if code != exitUsage || !strings.Contains(stderr, "-listen 0.0.0.0:0 is reachable from other hosts: give a bearer token with -token-file FILE") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+	code, _, stderr = cliEnv(testContext(t), testEnv(nil, ""), "mcp", "-approval-wait", "-1s")
+	if code != exitUsage || !strings.Contains(stderr, "-approval-wait -1s: want 0 or more") {
+		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
