@@ -32,7 +32,10 @@ const wait = 30 * time.Second
 func startNode(t *testing.T, servers ...mcp.ServerConfig) (*node.Node, *client.Client) {
 	t.Helper()
 	log := bustest.Logger(t, slog.LevelDebug)
-	n, err := node.Start(bustest.Context(t), node.Config{
+	// Longer than the servers' InitTimeout, so Start returns with each first start ended.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	n, err := node.Start(ctx, node.Config{
 		Bus:  bus.Config{StoreDir: t.TempDir(), Logger: log},
 		Node: node.NodeConfig{Categories: []string{}, Turns: true, Logger: log},
 		MCP:  servers,
@@ -51,8 +54,12 @@ func startNode(t *testing.T, servers ...mcp.ServerConfig) (*node.Node, *client.C
 }
 
 // everything is the reference server behind -mcp everything=… (stdio).
+//
+// Its start gets a minute, not the default 20 s: on a loaded machine (load average 35
+// on 2 cores while another checkout's tests ran) starts are slow.
 func everything(t *testing.T) mcp.ServerConfig {
-	return mcp.ServerConfig{Name: "everything", Command: []string{filepath.Join(npmPrefix(t), "bin", "mcp-server-everything"), "stdio"}}
+	return mcp.ServerConfig{Name: "everything", Command: []string{filepath.Join(npmPrefix(t), "bin", "mcp-server-everything"), "stdio"},
+		InitTimeout: time.Minute}
 }
 
 // call runs one call of a namespaced tool as `toolbus call` does: the spec from the

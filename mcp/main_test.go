@@ -37,7 +37,8 @@ func testServerConfig(t *testing.T, name, marks string) mcp.ServerConfig {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return mcp.ServerConfig{Name: name, Command: []string{exe}, Env: []string{serverEnv + "=1", "TOOLBUS_MCP_TEST_MARKS=" + marks}}
+	return mcp.ServerConfig{Name: name, Command: []string{exe}, Env: []string{serverEnv + "=1", "TOOLBUS_MCP_TEST_MARKS=" + marks},
+		InitTimeout: time.Minute} // a loaded machine, not the server, is slow
 }
 
 type echoArgs struct {
