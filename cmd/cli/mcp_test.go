@@ -33,7 +33,7 @@ func TestMcporterCallsToolbusMCP(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, "NOTES.md"), []byte("the word is marmalade\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	mcporterRun := func(config string, args ...string) string {
 		t.Helper()
@@ -43,6 +43,10 @@ func TestMcporterCallsToolbusMCP(t *testing.T) {
 		}
 		cmd := exec.CommandContext(ctx, mcporter, append([]string{"--config", path}, args...)...)
 		cmd.Dir = dir
+		// mcporter gives a listing 30 s by default, and each listing or call starts
+		// this test binary (race-built) and an embedded node; the whole test took 54 s
+		// once, at load average 35 on 2 cores.
+		cmd.Env = append(os.Environ(), "MCPORTER_LIST_TIMEOUT=90000", "MCPORTER_CALL_TIMEOUT=90000")
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("mcporter %s: %v\n%s", strings.Join(args, " "), err, out)
