@@ -435,8 +435,20 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	b, _ := json.Marshal(req)
-	if err := nc.Publish(bus.ApprovalSubject(ids.Turn, ids.Call), b); err != nil {
-		return errorResult(fmt.Sprintf("%s needs approval, and the request could not be published: %v", spec.QualifiedName(), err))
+	subject := bus.ApprovalSubject(ids.Turn, ids.Call)
+	err = nc.Publish(subject, b)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second) // FlushWithContext wants a deadline
+		err = nc.FlushWithContext(fctx)
+		cancel()
+	}
+	// A refused publish is told by the server before the flush's answer, and only in
+	// LastError: without this check the call would wait out its patience for nothing.
+	if last := nc.LastError(); err == nil && last != nil && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+subject+`"`) {
+		err = fmt.Errorf("%w (holding calls needs a NATS user that may publish %s and answer requests, as the turn role may; an operator may not)", last, bus.AllApprovals)
+	}
+	if err != nil {
+		return errorResult(fmt.Sprintf("%s needs a person's approval, and the request could not be published: %v; the call did not run", spec.QualifiedName(), err))
 	}
 	s.log.Info("mcp call held for approval", "tool", spec.QualifiedName(), "approve", how)
 	tell := func() {

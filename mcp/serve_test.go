@@ -386,6 +386,49 @@ func TestMCPServeHeldCallWaitsForApproval(t *testing.T) {
 	if err != nil || !r.IsError || !strings.Contains(resultText(r), "needs a person's approval") || nowait.notes.writes.Load() != 0 {
 		t.Errorf("no wait: %v %+v %q", err, r, resultText(r))
 	}
+
+	// As an operator, whom the bus refuses approval requests: refused at once, saying
+	// why, not after the whole wait.
+	ops, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := bustest.Logger(t, slog.LevelInfo)
+	secured := &notes{}
+	n, err := node.Start(ctx, node.Config{
+		Bus: bus.Config{StoreDir: t.TempDir(), Logger: log, Listen: "127.0.0.1:-1",
+			Users: []bus.User{{Name: "ops", Password: "ops-pw-77", Role: bus.RoleOperator, Permissions: ops}}},
+		Node:  node.NodeConfig{Categories: []string{}, Logger: log},
+		Tools: secured.tools(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	cl, err := client.Dial(ctx, n.Server().ClientURL(), "mcp-as-ops", bus.Credentials{User: "ops", Password: "ops-pw-77"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	ps, err := cl.Profiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Put(ctx, []byte(profile)); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mcp.NewServer(ctx, mcp.ServeConfig{Client: cl, Agent: "ann", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	w2 := &serveWorld{node: n, cl: cl, notes: secured, srv: srv}
+	start := time.Now()
+	r, err = w2.connect(t, nil).CallTool(ctx, &sdk.CallToolParams{Name: "notes__write_note", Arguments: map[string]any{"title": "x"}})
+	if err != nil || !r.IsError || !strings.Contains(resultText(r), "Permissions Violation") || !strings.Contains(resultText(r), "an operator may not") ||
+		time.Since(start) > mcp.DefaultApprovalWait/2 || secured.writes.Load() != 0 {
+		t.Errorf("as an operator, after %s: %v %q", time.Since(start), err, resultText(r))
+	}
 }
 
 // TestMCPServeCancelAborts: the client cancels a running call (notifications/cancelled);
