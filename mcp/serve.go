@@ -85,7 +85,9 @@ func (c ServeConfig) validate() error {
 // namespaces it names), with their schemas and annotations. A tools/call is
 // parsed and repaired like a turn's call, held when the profile asks for approval,
 // and sent to the tool's host as `toolbus call` sends it; its events come back as
-// progress notifications, and the client's cancellation aborts it.
+// progress notifications, and the client's cancellation stops it. All the calls of
+// one client session go under one turn id of the session's own (no turn runs
+// behind it: aborts name the call), so the bus shows a session as one turn.
 type Server struct {
 	cfg ServeConfig
 	log *slog.Logger
