@@ -330,6 +330,10 @@ func (h *host) start() error {
 			var a bus.Abort
 			_ = json.Unmarshal(m.Data, &a)
 			a.Turn = ts.Turn
+			if a.Call != "" {
+				h.abortCall(ts.Turn, a.Call, &turnAborted{a})
+				return
+			}
 			h.abort(ts.Turn, &turnAborted{a})
 		}
 	})
@@ -450,6 +454,16 @@ func (h *host) abort(turn string, cause error) {
 	}
 }
 
+// abortCall cancels one call of a turn (bus.Abort.Call).
+func (h *host) abortCall(turn, call string, cause error) {
+	h.mu.Lock()
+	cancel := h.inflight[turn][call]
+	h.mu.Unlock()
+	if cancel != nil {
+		cancel(cause)
+	}
+}
+
 var errHostStopping = errors.New("the category host is stopping")
 
 // turnAborted is the cause of a call's end when its turn was aborted: the reply says so
@@ -457,10 +471,14 @@ var errHostStopping = errors.New("the category host is stopping")
 type turnAborted struct{ abort bus.Abort }
 
 func (e *turnAborted) Error() string {
-	if e.abort.Reason == "" {
-		return "the turn was aborted"
+	what := "the turn was aborted"
+	if e.abort.Call != "" {
+		what = "the call was stopped"
 	}
-	return "the turn was aborted: " + e.abort.Reason
+	if e.abort.Reason == "" {
+		return what
+	}
+	return what + ": " + e.abort.Reason
 }
 
 // begin registers a call and starts it on its own goroutine.

@@ -149,6 +149,10 @@ type Abort struct {
 	Turn   string `json:"turn_id"`
 	Reason string `json:"reason,omitempty"`
 	By     string `json:"by,omitempty"`
+	// Call, when set, stops only that call of the turn, at its host. It is for callers
+	// that own a turn id without a turn behind it, whose calls end one by one (the
+	// session of `toolbus mcp`); a turn that hears it stops as a whole.
+	Call string `json:"call_id,omitempty"`
 }
 
 // CatalogChange is published on [CatalogChanged] by a category host that started

@@ -86,11 +86,29 @@ func checkArgsSize(tool *toolbus.Spec, size int) error {
 // the payload object store, as a turn sends them (docs/protocol.md §4); so does a
 // large reply.
 func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, args schema.Args) (bus.ToolReply, error) {
+	return c.CallWith(ctx, tool, agent, args, CallIDs{})
+}
+
+// CallIDs name a call Call sends: its turn and its id. Empty ones are new ids
+// (bus.NewID). A caller that names them can watch the call's events and answer its
+// approval subjects before it is sent; calls sent under one turn (an MCP session's) are
+// stopped one by one (AbortCall) when their ctx ends, not by aborting the turn.
+type CallIDs struct{ Turn, Call string }
+
+// CallWith is Call with the call's turn and id given.
+func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string, args schema.Args, ids CallIDs) (bus.ToolReply, error) {
 	timeout := tool.Timeout
 	if timeout <= 0 {
 		timeout = bus.DefaultCallTimeout
 	}
-	turn, call := bus.NewID(), bus.NewID()
+	turn, call := ids.Turn, ids.Call
+	ownTurn := turn == ""
+	if ownTurn {
+		turn = bus.NewID()
+	}
+	if call == "" {
+		call = bus.NewID()
+	}
 	m := nats.NewMsg(bus.ToolSubject(tool.Category, tool.Name))
 	m.Data = args.JSON
 	bus.ToolRequest{
@@ -119,7 +137,11 @@ func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, arg
 		case <-ctx.Done():
 			// The host cancels the call and replies how it stopped. Should the
 			// abort not get out, the call's deadline still ends it.
-			_ = c.Abort(context.Background(), turn, "interrupted")
+			if ownTurn {
+				_ = c.Abort(context.Background(), turn, "interrupted")
+			} else {
+				_ = c.AbortCall(context.Background(), turn, call, "interrupted")
+			}
 		case <-rctx.Done():
 		}
 	}()

@@ -107,6 +107,26 @@ func (c *Client) Abort(ctx context.Context, turn, reason string) error {
 	return nil
 }
 
+// AbortCall stops one call of a turn at its host (bus.Abort.Call), leaving the turn's
+// other calls running: for a caller that owns the turn id and runs no turn behind it, as
+// `toolbus mcp` does for its sessions. A turn that hears it stops as a whole.
+func (c *Client) AbortCall(ctx context.Context, turn, call, reason string) error {
+	if !bus.ValidToken(turn) || !bus.ValidToken(call) {
+		return fmt.Errorf("abort: invalid turn id %q or call id %q", turn, call)
+	}
+	b, err := json.Marshal(bus.Abort{Turn: turn, Call: call, Reason: reason})
+	if err != nil {
+		return err
+	}
+	if err := c.nc.Publish(bus.AbortSubject(turn), b); err != nil {
+		return fmt.Errorf("abort %s %s: %w", turn, call, err)
+	}
+	if err := c.nc.Flush(); err != nil {
+		return fmt.Errorf("abort %s %s: %w", turn, call, err)
+	}
+	return nil
+}
+
 // ApproveTimeout bounds a request to a turn about a held call.
 const ApproveTimeout = 10 * time.Second
 

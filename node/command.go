@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/secretflag"
+	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -89,6 +91,10 @@ type options struct {
 	webKeys                      map[string]web.Key
 	sandboxRO                    pathList
 	console                      ConsoleFlags
+	// mcpFlags and mcpFiles are the -mcp and -mcp-config values; mcp the servers
+	// they give.
+	mcpFlags, mcpFiles repeated
+	mcp                []mcp.ServerConfig
 }
 
 // pathList collects a repeated path flag, each made absolute.
@@ -171,6 +177,8 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.Var(&o.sandbox, "sandbox", "how run_command isolates commands: bwrap (a bubblewrap sandbox each) or off (bare processes of the node: for hosts that cannot run bwrap, and trusted agents only)")
 	o.console.Register(fs, "console", "", "console-password-file")
 	fs.Var(&o.sandboxRO, "sandbox-ro", "show the folder `DIR` to sandboxed commands, read-only, at its own path; its bin folder, if any, goes on their PATH (repeatable; e.g. an npm prefix that mcporter was installed into with npm install -g)")
+	fs.Var(&o.mcpFlags, "mcp", "host an MCP server's tools as category mcp-NAME, namespace NAME: NAME=COMMAND [ARGS…] (stdio; split at blanks) or NAME=URL (streamable HTTP); repeatable; see docs/mcp.md")
+	fs.Var(&o.mcpFiles, "mcp-config", "host the MCP servers of this `FILE`, in the common {\"mcpServers\": {NAME: {\"command\", \"args\", \"env\", \"cwd\"} or {\"url\"}}} shape (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: %s %s\n\n%s\n\nExample:\n  %s\n\nFlags:\n", prog, Synopsis, About, Example)
 		fs.PrintDefaults()
@@ -232,6 +240,9 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected arguments %q", fs.Args())
 	}
+	if o.mcp, err = mcpServers(o.mcpFlags, o.mcpFiles); err != nil {
+		return nil, err
+	}
 	if err := o.console.Check(); err != nil {
 		return nil, err
 	}
@@ -253,6 +264,33 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 		return nil, usagef("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
 	}
 	return o, nil
+}
+
+// mcpServers reads the -mcp and -mcp-config values, refusing two servers of one name.
+func mcpServers(flags, files []string) ([]mcp.ServerConfig, error) {
+	var out []mcp.ServerConfig
+	for _, f := range flags {
+		sc, err := mcp.ParseServerFlag(f)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		out = append(out, sc)
+	}
+	for _, f := range files {
+		scs, err := mcp.ParseConfigFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("-mcp-config: %w", err)
+		}
+		out = append(out, scs...)
+	}
+	seen := map[string]bool{}
+	for _, sc := range out {
+		if seen[sc.Name] {
+			return nil, usagef("-mcp: two MCP servers are named %s", sc.Name)
+		}
+		seen[sc.Name] = true
+	}
+	return out, nil
 }
 
 // isSet reports whether the command line set the flag name.
@@ -355,6 +393,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 				ScheduleMinInterval: o.schedMin,
 			},
 		},
+		MCP: o.mcp,
 	}
 	// -categories "" hosts none; Start's default (nil) would host all.
 	cfg.Node.Categories = []string{}
@@ -426,7 +465,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	if tel.Tracing() {
 		log.Info("tracing: spans go to the OTLP endpoint of the environment")
 	}
-	cats := cfg.Node.Categories
+	cats := slices.Clone(cfg.Node.Categories)
 	where := node.Where()
 	storeFailed := node.Failed()
 	if o.console.Addr != "" {
@@ -444,6 +483,9 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		}
 		defer con.Close()
 		log.Info("console ready", "url", con.URL())
+	}
+	for _, c := range node.MCP() {
+		cats = append(cats, c.Category())
 	}
 	log.Info("node ready", "node", o.name, "bus", where, "categories", strings.Join(cats, ","), "turns", o.turns)
 	select {

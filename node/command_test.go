@@ -132,6 +132,13 @@ func TestParseFlags(t *testing.T) {
 		{name: "web key without provider", args: []string{"-web-key-file", keyFile}, wantErr: "want provider=value (brave or tavily)"},
 		{name: "web key endpoint not a URL", env: map[string]string{"TOOLBUS_BRAVE_API_KEY": "k-123456"}, args: []string{"-web-key-endpoint", "brave=ftp://x"}, wantErr: `"ftp://x" is not an http or https URL`},
 		{name: "missing web key file", args: []string{"-web-key-file", "brave=/nonexistent/key"}, wantErr: "-web-key-file brave: API key file"},
+		{name: "mcp servers", args: []string{"-mcp", "files=npx -y server-files /tmp", "-mcp", "remote=http://127.0.0.1:9/mcp"}, check: func(t *testing.T, o *options) {
+			if len(o.mcp) != 2 || o.mcp[0].Category() != "mcp-files" || len(o.mcp[0].Command) != 4 || o.mcp[1].URL != "http://127.0.0.1:9/mcp" {
+				t.Errorf("-mcp %+v", o.mcp)
+			}
+		}},
+		{name: "mcp server twice", args: []string{"-mcp", "a=x", "-mcp", "a=y"}, wantErr: "two MCP servers are named a"},
+		{name: "mcp server with a dotted name", args: []string{"-mcp", "a.b=x"}, wantErr: `mcp server "a.b": the name is its namespace`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("NATS_URL", "")

@@ -12,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/redact"
+	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -46,6 +47,9 @@ type Config struct {
 	// Categories: one host per category, each category the Spec.Category its tools
 	// name. Turns that Run starts call them unless their Turn names other tools.
 	Tools []*toolbus.Tool
+	// MCP are MCP servers the node hosts as categories, each "mcp-NAME" in namespace
+	// NAME (package mcp): started with the node, kept running, stopped with it.
+	MCP []mcp.ServerConfig
 }
 
 // DefaultName names an embedded node whose config gives no name. A node joining a
@@ -123,6 +127,7 @@ type Node struct {
 	cfg   Config
 	where string
 	tel   *telemetry.Telemetry // opened by Start, closed by Close
+	mcp   []*mcp.Category
 }
 
 // Start starts a node. Embedded, it starts the server first and waits for JetStream;
@@ -190,8 +195,39 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("start node %s: host %s: %w", cfg.Node.Name, cat, err)
 		}
 	}
+	if err := n.startMCP(ctx); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("start node %s: %w", cfg.Node.Name, err)
+	}
 	return n, nil
 }
+
+// startMCP starts the node's MCP servers and waits, within ctx, for each first
+// start to end: a server that is up by then has its tools hosted when Start
+// returns; one that is not is logged, and its category keeps trying.
+func (n *Node) startMCP(ctx context.Context) error {
+	for _, sc := range n.cfg.MCP {
+		if sc.Logger == nil {
+			sc.Logger = n.cfg.Node.Logger
+		}
+		c, err := mcp.Start(sc, n.Node)
+		if err != nil {
+			return err
+		}
+		n.mcp = append(n.mcp, c)
+	}
+	for _, c := range n.mcp {
+		select {
+		case <-c.Started():
+		case <-ctx.Done():
+			return nil // still starting: it hosts its tools once it answers
+		}
+	}
+	return nil
+}
+
+// MCP are the node's MCP server categories, in the order of Config.MCP.
+func (n *Node) MCP() []*mcp.Category { return n.mcp }
 
 // Connect opens a client connection to the node's bus under name: in-process when
 // embedded, dialed with the node's credentials otherwise.
@@ -223,6 +259,9 @@ func (n *Node) Err() error {
 // Close stops the node's actors (handing its running turns back), then the embedded
 // server.
 func (n *Node) Close() {
+	for _, c := range n.mcp {
+		c.Close()
+	}
 	n.Node.Close()
 	n.closeServer()
 	n.closeTelemetry()

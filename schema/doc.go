@@ -16,6 +16,13 @@
 //	jsonschema:"minItems=1,maxItems=3,uniqueItems"
 //	jsonschema:"title=T,description=D,default=x,nullable"
 //	jsonschema_description:"free text, commas allowed" (or description:"...")
+//	jsonschema:"free text, commas allowed"   the github.com/google/jsonschema-go form (MCP go-sdk, ADK)
+//
+// A jsonschema tag is read as keywords when its first word holds '=' or it
+// starts with required, nullable or uniqueItems; otherwise the whole tag is
+// the description, as google/jsonschema-go reads it (which refuses a tag that
+// starts with "WORD="), so argument structs written for the MCP go-sdk define
+// tools unchanged.
 //
 // A literal comma inside a jsonschema tag value is written "\,". On a slice
 // field, item keywords (enum, bounds, pattern, ...) apply to the elements and

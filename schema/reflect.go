@@ -341,7 +341,19 @@ var (
 
 func parseTags(tag reflect.StructTag) (tagSet, error) {
 	var ts tagSet
-	for _, part := range splitUnescaped(tag.Get("jsonschema")) {
+	raw := tag.Get("jsonschema")
+	if isDescriptionTag(raw) {
+		// The github.com/google/jsonschema-go form (the MCP go-sdk's and
+		// ADK's): the whole tag is the field's description, commas included.
+		for _, name := range []string{"jsonschema_description", "description"} {
+			if _, ok := tag.Lookup(name); ok {
+				return ts, fmt.Errorf("jsonschema tag %q is a description, and the field has a %s tag too: keep one", raw, name)
+			}
+		}
+		ts.keywords = []tagKeyword{{"description", raw}}
+		return ts, nil
+	}
+	for _, part := range splitUnescaped(raw) {
 		if part == "" {
 			continue
 		}
@@ -373,6 +385,27 @@ func parseTags(tag reflect.StructTag) (tagSet, error) {
 		}
 	}
 	return ts, nil
+}
+
+// isDescriptionTag reports whether a jsonschema tag is free text, as
+// google/jsonschema-go reads it, rather than our comma-separated keywords.
+// That package refuses a tag that starts with "WORD=" (no blank before the
+// first '='), which keeps the two forms apart: a tag whose first word holds
+// '=' is keywords, and so is one that starts with a bare flag of ours
+// (required, nullable, uniqueItems); anything else is a description.
+func isDescriptionTag(tag string) bool {
+	if tag == "" {
+		return false
+	}
+	if i := strings.IndexAny(tag, " \t\n="); i >= 0 && tag[i] == '=' {
+		return false
+	}
+	first, _, _ := strings.Cut(tag, ",")
+	switch first {
+	case "required", "nullable", "uniqueItems":
+		return false
+	}
+	return true
 }
 
 // splitUnescaped splits on commas not preceded by a backslash, and drops the

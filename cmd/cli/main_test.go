@@ -38,7 +38,15 @@ const (
 // 13.2-14.8 s at 4, 11.3-12.7 s at 6 and 12.6 s at 8 (-race, 2 cores).
 const parallelTests = 6
 
+// cliEnv makes the test binary the toolbus command line (its arguments the command's)
+// instead of running the tests: for programs the tests start that start toolbus
+// themselves, as mcporter does with a stdio MCP server.
+const runCLIEnv = "TOOLBUS_TEST_RUN_CLI"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(runCLIEnv) != "" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
 	// The flags read these; a developer's environment must not send the
 	// tests to a real bus or model.
 	for _, v := range []string{"NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "TOOLBUS_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "TOOLBUS_MODEL_API_KEY", "TOOLBUS_REQUEST_TIMEOUT"} {
