@@ -347,6 +347,10 @@ func (t *turn) onExpired(wireID string) {
 	if pc == nil || !t.state(pc).InFlight() {
 		return
 	}
+	if pc.cancelled != "" {
+		t.settle(pc, bus.OutcomeAbandoned, fmt.Sprintf("call abandoned: it was %s and did not stop within %s; it may still be running", pc.cancelled, t.cfg.AbortGrace), toolbus.Result{})
+		return
+	}
 	if t.state(pc) == batch.Held {
 		t.settle(pc, bus.OutcomeTimeout, fmt.Sprintf("tool %s waited for an approval that did not come before its deadline; it did not run", pc.tool.QualifiedName()), toolbus.Result{})
 		return

@@ -247,3 +247,52 @@ func (t *turn) handOver() {
 		t.cfg.Done(res)
 	}
 }
+
+// cancelCall ends one call of the turn, as an abort that names it asks (bus.Abort.Call,
+// its id on the bus or the model's), while the turn goes on: a call that has not gone out
+// does not start; a held one does not either; a running one is stopped by its host, which
+// heard the same abort, and answers stopped (the model reads why), or is given up on
+// after the abort grace. A call that ended already, or one the turn does not have, is
+// left as it is.
+func (t *turn) cancelCall(a *bus.Abort) {
+	if t.over() || t.phase == phaseAborting {
+		return
+	}
+	pc := t.byWire[a.Call]
+	if pc == nil {
+		for _, c := range t.batch {
+			if c.item.CallID == a.Call {
+				pc = c
+				break
+			}
+		}
+	}
+	if pc == nil {
+		t.log.Info("cancel of a call the turn does not run now", "call", a.Call)
+		return
+	}
+	why := "cancelled"
+	if a.By != "" {
+		why += " by " + a.By
+	}
+	if a.Reason != "" {
+		why += ": " + a.Reason
+	}
+	t.log.Info("call cancelled", "call", pc.item.CallID, "tool", pc.item.Name, "state", t.state(pc), "reason", a.Reason)
+	switch st := t.state(pc); {
+	case st.Waiting():
+		t.resolve(pc, bus.OutcomeNotStarted, "call not started: it was "+why)
+		t.schedule()
+	case st == batch.Held:
+		t.settle(pc, bus.OutcomeNotStarted, "call not started (it waited for approval): it was "+why, toolbus.Result{})
+	case st == batch.Running && pc.local != nil:
+		// The turn answers it itself: nothing to wait for.
+		t.settle(pc, bus.OutcomeStopped, "call stopped: it was "+why, toolbus.Result{})
+	case st == batch.Running:
+		pc.cancelled = why
+		if at := time.Now().Add(t.cfg.AbortGrace); pc.expires.IsZero() || at.Before(pc.expires) {
+			pc.expires = at
+			t.armExpiry(at)
+		}
+	}
+}

@@ -185,6 +185,10 @@ func (t *turn) onMsg(m *nats.Msg) {
 	}
 	switch tm.Subject.Kind {
 	case bus.KindAbort:
+		if tm.Abort != nil && tm.Abort.Call != "" {
+			t.cancelCall(tm.Abort) // one call; the turn goes on
+			return
+		}
 		t.abort(tm.Abort) // a malformed abort still aborts, with no reason
 	case bus.KindResult:
 		t.onResult(tm, err)
@@ -250,7 +254,7 @@ func (t *turn) onReply(pc *pendingCall, r *bus.ToolReply, err error) {
 		t.settle(pc, bus.OutcomeError, fmt.Sprintf("tool %s sent a malformed reply", pc.tool.Name), toolbus.Result{})
 		return
 	}
-	if r.Abort != nil && r.Abort.Turn == t.cfg.Spec.ID && t.phase != phaseAborting {
+	if r.Abort != nil && r.Abort.Turn == t.cfg.Spec.ID && r.Abort.Call == "" && t.phase != phaseAborting {
 		// The host stopped the call for this turn's abort, which the reply overtook:
 		// the turn is aborted from here, as if the abort had come first.
 		t.abort(r.Abort)

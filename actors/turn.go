@@ -175,6 +175,9 @@ type pendingCall struct {
 	argsHash string
 	label    string // the host's activity label for a held call
 	deadline time.Time
+	// cancelled is why the call was cancelled while it ran (an abort that named it), for
+	// the outcome it gets if its host does not answer within the abort grace.
+	cancelled string
 	// argsRef names the object that holds the arguments sent by reference (too large for
 	// a message); the turn deletes it once the call is settled.
 	argsRef bus.PayloadRef

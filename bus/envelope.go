@@ -149,9 +149,10 @@ type Abort struct {
 	Turn   string `json:"turn_id"`
 	Reason string `json:"reason,omitempty"`
 	By     string `json:"by,omitempty"`
-	// Call, when set, stops only that call of the turn, at its host. It is for callers
-	// that own a turn id without a turn behind it, whose calls end one by one (the
-	// session of `toolbus mcp`); a turn that hears it stops as a whole.
+	// Call, when set, cancels only that call of the turn (its id on the bus, or the
+	// model's): its host stops it, and the turn ends it with an honest outcome and goes
+	// on. The session of `toolbus mcp`, a turn id without a turn behind it, stops its
+	// calls one by one this way.
 	Call string `json:"call_id,omitempty"`
 }
 

@@ -92,7 +92,7 @@ func (c *Client) Call(ctx context.Context, tool *toolbus.Spec, agent string, arg
 // CallIDs name a call Call sends: its turn and its id. Empty ones are new ids
 // (bus.NewID). A caller that names them can watch the call's events and answer its
 // approval subjects before it is sent; calls sent under one turn (an MCP session's) are
-// stopped one by one (AbortCall) when their ctx ends, not by aborting the turn.
+// stopped one by one (CancelCall) when their ctx ends, not by aborting the turn.
 type CallIDs struct{ Turn, Call string }
 
 // CallWith is Call with the call's turn and id given.
@@ -140,7 +140,7 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 			if ownTurn {
 				_ = c.Abort(context.Background(), turn, "interrupted")
 			} else {
-				_ = c.AbortCall(context.Background(), turn, call, "interrupted")
+				_ = c.CancelCall(context.Background(), turn, call, "interrupted")
 			}
 		case <-rctx.Done():
 		}

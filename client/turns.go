@@ -107,10 +107,12 @@ func (c *Client) Abort(ctx context.Context, turn, reason string) error {
 	return nil
 }
 
-// AbortCall stops one call of a turn at its host (bus.Abort.Call), leaving the turn's
-// other calls running: for a caller that owns the turn id and runs no turn behind it, as
-// `toolbus mcp` does for its sessions. A turn that hears it stops as a whole.
-func (c *Client) AbortCall(ctx context.Context, turn, call, reason string) error {
+// CancelCall cancels one call of a turn (bus.Abort.Call): its host stops it, and the
+// turn, if one runs, ends it with an honest outcome (not started, stopped, or abandoned
+// after the abort grace) and goes on; the model reads why. call is the call's id on the
+// bus or the model's. It returns once the cancel is sent: the call's outcome comes with
+// its batch (the turn's step status, Follow).
+func (c *Client) CancelCall(ctx context.Context, turn, call, reason string) error {
 	if !bus.ValidToken(turn) || !bus.ValidToken(call) {
 		return fmt.Errorf("abort: invalid turn id %q or call id %q", turn, call)
 	}

@@ -492,6 +492,22 @@ func TestRemoteRunWatchAndAbort(t *testing.T) {
 		t.Errorf("abort of an unknown turn: exit %d, stderr %q, want %q", code, stderr, want)
 	}
 
+	// A third turn, one of whose calls is cancelled: the turn goes on and completes.
+	var cancelOut, cancelErr output
+	cancelDone := make(chan int, 1)
+	go func() {
+		cancelDone <- run(ctx, rb.args("run", "-model", "script:"+script, "wait"), &cancelOut, &cancelErr)
+	}()
+	cancelOut.waitFor(t, ctx, "→ Running `sleep 30`")
+	going := regexp.MustCompile(`turn (\S+) on node`).FindStringSubmatch(cancelOut.String())[1]
+	code, stdout, stderr = cli(ctx, rb.args("abort", "-call", "call_0_0", "-reason", "not now", going)...)
+	if code != exitOK || !strings.Contains(stdout, "call call_0_0 (run_command) of turn "+going+": stopped") || !strings.Contains(stdout, "not now") {
+		t.Errorf("abort -call: exit %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	if got := <-cancelDone; got != exitOK || !strings.Contains(cancelOut.String(), "Done.") {
+		t.Errorf("the run whose call was cancelled: exit %d, output:\n%s%s", got, cancelOut.String(), cancelErr.String())
+	}
+
 	// watch has its own connection: the last status can reach it after the
 	// aborted run has already seen it and exited.
 	watched.waitFor(t, ctx, shortID(sleeping)+" status.done")
