@@ -81,12 +81,12 @@ func (t *turn) addCalls(calls []toolbus.Item, truncated bool) []*pendingCall {
 		t.byWire[pc.wireID] = pc
 		pc.record = bus.CallRecord{Call: it.CallID, Tool: it.Name, Namespace: it.Namespace}
 		refusal := t.resolveCall(pc, it, truncated)
-		mode, approval := toolbus.Parallel, false
+		mode, approval, category := toolbus.Parallel, false, ""
 		if refusal == "" {
 			// A turn-local tool is the turn's own: no person approves it.
-			mode, approval = pc.tool.Mode, pc.local == nil && t.cfg.Kit.NeedsApproval(pc.tool)
+			mode, approval, category = pc.tool.Mode, pc.local == nil && t.cfg.Kit.NeedsApproval(pc.tool), pc.tool.Category
 		}
-		pc.i = t.b.Add(mode, approval)
+		pc.i = t.b.Add(mode, approval, category)
 		t.batch = append(t.batch, pc)
 		if refusal != "" {
 			t.resolve(pc, bus.OutcomeInvalid, refusal)

@@ -65,6 +65,10 @@ type NodeConfig struct {
 	// MaxConcurrent bounds the calls each host of the node executes at once
 	// (default DefaultMaxConcurrent).
 	MaxConcurrent int
+	// MaxTurnCalls bounds the calls of each of the node's turns in flight at once, as
+	// an agent's profile may (toolsets.CallsPolicy); the lower bound of the two holds.
+	// Zero: none.
+	MaxTurnCalls int
 	// Replicas of the node's buckets and streams (capped by the cluster size).
 	Replicas    int
 	MaxSteps    int
@@ -131,6 +135,8 @@ func (c NodeConfig) validate() error {
 		return fmt.Errorf("start node %s: the vouch key has %d bytes, want %d", c.Name, len(c.VouchKey), bus.VouchKeySize)
 	case c.MaxSteps < 0 || c.MaxSteps > bus.MaxStepsLimit:
 		return fmt.Errorf("start node %s: max steps %d out of range (0 for the default, up to %d)", c.Name, c.MaxSteps, bus.MaxStepsLimit)
+	case c.MaxTurnCalls < 0 || c.MaxTurnCalls > toolsets.MaxCallsBound:
+		return fmt.Errorf("start node %s: max turn calls %d out of range (0 for none, up to %d)", c.Name, c.MaxTurnCalls, toolsets.MaxCallsBound)
 	}
 	if err := c.Tools.Validate(); err != nil {
 		return fmt.Errorf("start node %s: %w", c.Name, err)
@@ -568,6 +574,9 @@ func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
 	}
 	if cfg.CallTimeout == 0 {
 		cfg.CallTimeout = n.cfg.CallTimeout
+	}
+	if cfg.MaxCalls == 0 {
+		cfg.MaxCalls = n.cfg.MaxTurnCalls
 	}
 	if cfg.AbortGrace == 0 {
 		cfg.AbortGrace = n.cfg.AbortGrace

@@ -49,7 +49,10 @@ type TurnConfig struct {
 	AbortGrace time.Duration
 	// CallTimeout is the deadline of a call whose tool sets no Timeout.
 	CallTimeout time.Duration
-	Logger      *slog.Logger
+	// MaxCalls bounds the turn's calls in flight at once, with the kit's own bounds (the
+	// lower holds); zero is none.
+	MaxCalls int
+	Logger   *slog.Logger
 	// Done receives the result once, from the actor, when the turn ends.
 	Done func(TurnResult)
 	// Unavailable, when set, hears of each call no host answered (its category), so a
@@ -431,6 +434,7 @@ func (t *turn) start(ctx actor.Context) {
 	}
 	t.modelCtx, t.modelCancel = context.WithCancel(context.Background())
 	t.byWire = make(map[string]*pendingCall)
+	t.b.SetCaps(batch.Caps{Total: lowest(t.cfg.MaxCalls, t.cfg.Kit.MaxCalls), PerGroup: t.cfg.Kit.MaxCallsPerCategory})
 	if t.j = t.cfg.journal; t.j == nil {
 		t.j = &streamJournal{}
 	}
@@ -517,4 +521,15 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	if err != nil {
 		t.log.Warn("publish status", "kind", kind, "err", err)
 	}
+}
+
+// lowest is the lower of two bounds where zero is none.
+func lowest(a, b int) int {
+	switch {
+	case a <= 0:
+		return max(b, 0)
+	case b <= 0:
+		return a
+	}
+	return min(a, b)
 }

@@ -77,6 +77,7 @@ type options struct {
 	maxTurns      int
 	monitor       string
 	turnLease     time.Duration
+	maxTurnCalls  int
 	handBack      time.Duration
 	schedMin      time.Duration
 	home          string
@@ -163,6 +164,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.traceContent, "trace-content", false, "record the calls' arguments and results on their execute_tool spans, redacted and cut at "+fmt.Sprint(telemetry.DefaultContentLimit)+" bytes each (default: never recorded, they may hold secrets)")
 	fs.StringVar(&o.monitor, "monitor", "", "embedded server: open nats-server's HTTP monitoring endpoint on host:port (no authentication: keep it on loopback)")
 	fs.IntVar(&o.maxTurns, "max-turns", actors.DefaultMaxTurns, "the most turns this node runs at once; more wait in the intake for any node")
+	fs.IntVar(&o.maxTurnCalls, "max-turn-calls", 0, "the most calls of one turn in flight at once (held or running); more wait, in the model's order; an agent's profile may set a lower bound (calls.max_in_flight); 0: none")
 	fs.DurationVar(&o.turnLease, "turn-lease", actors.DefaultTurnLease, "how long this node may go silent on a turn before the intake gives it to another node")
 	fs.DurationVar(&o.handBack, "hand-back-grace", actors.DefaultHandBackGrace, "on stop, how long running turns get to reach a checkpoint and go back to the intake")
 	fs.DurationVar(&o.schedMin, "schedule-min-interval", schedule.DefaultMinInterval, "the shortest time between firings a new schedule may ask for (at least 1s)")
@@ -385,7 +387,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		Node: NodeConfig{
 			Name: o.name, Turns: o.turns,
 			Home: o.home, HomeRoot: o.homeRoot, Replicas: o.replicas, Logger: log,
-			MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack,
+			MaxTurns: o.maxTurns, TurnLease: o.turnLease, HandBackGrace: o.handBack, MaxTurnCalls: o.maxTurnCalls,
 			VouchKey: o.vouchKey, TraceSampled: o.traceSampled,
 			Tools: toolsets.Settings{
 				Computer:            computer.Config{Sandbox: computer.SandboxConfig{Mode: o.sandbox, ReadOnly: o.sandboxRO}},

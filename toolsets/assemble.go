@@ -82,6 +82,9 @@ type Kit struct {
 	Notes []string
 	// Approvals is the agent's approval policy (ApproveNever when empty).
 	Approvals string
+	// MaxCalls and MaxCallsPerCategory bound the turn's calls in flight at once (the
+	// profile's CallsPolicy); zero is no bound.
+	MaxCalls, MaxCallsPerCategory int
 }
 
 // NeedsApproval reports whether a call of the tool waits for a person's approval.
@@ -161,6 +164,9 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 	kit := &Kit{Policy: policy}
 	if profile != nil {
 		kit.Approvals = profile.Approvals
+		if c := profile.Calls; c != nil {
+			kit.MaxCalls, kit.MaxCallsPerCategory = c.MaxInFlight, c.MaxPerCategory
+		}
 	}
 	var specs []*toolbus.Spec
 	h := Handles{Computer: opts.Computer, ScheduleMinInterval: opts.ScheduleMinInterval}

@@ -25,7 +25,7 @@ import (
 // ProfileVersion is the newest profile document version this build reads and writes.
 // Each version keeps its own schema below, so stored documents of an older version stay
 // readable when a newer one adds fields.
-const ProfileVersion = 4
+const ProfileVersion = 5
 
 // Profile is an agent's profile: one JSON document per agent in the KV bucket
 // bus.BucketAgents, under the agent's id. No profile means built-in tools only.
@@ -59,7 +59,21 @@ type Profile struct {
 	Schedules *SchedulesPolicy `json:"schedules,omitempty"`
 	// Computer sets the agent's command limits, field by field over the node's.
 	Computer *ComputerPolicy `json:"computer,omitempty"`
+	// Calls bounds the calls of one of the agent's turns in flight at once.
+	Calls *CallsPolicy `json:"calls,omitempty"`
 }
+
+// CallsPolicy bounds the calls of one turn in flight at once (held for approval or
+// running), over a response's batch: past a bound a call waits, and the calls after it
+// too, so they still go out in the model's order. Zero is no bound of the agent's (the
+// node's -max-turn-calls still holds).
+type CallsPolicy struct {
+	MaxInFlight    int `json:"max_in_flight,omitempty"`
+	MaxPerCategory int `json:"max_per_category,omitempty"`
+}
+
+// MaxCallsBound is the largest bound a profile may set on a turn's calls in flight.
+const MaxCallsBound = 1024
 
 // ComputerPolicy is how an agent's commands run: their limits (processes, memory, CPU
 // time, file size, /tmp), each a zero for the node's own (run_command reads them at each
@@ -143,7 +157,7 @@ func (r NamespaceRef) Deferred() bool { return r.Load != LoadUpfront }
 
 // profileSchema is the document schema of a version: the fields of every version up to it
 // (version 2 added approvals, version 3 web, skills, brain, jobs and schedules, version
-// 4 computer), and nothing else.
+// 4 computer, version 5 calls), and nothing else.
 func profileSchema(version int) *schema.Schema {
 	approvals := ""
 	if version >= 2 {
@@ -217,6 +231,17 @@ func profileSchema(version int) *schema.Schema {
       "additionalProperties": false
     },`
 	}
+	if version >= 5 {
+		approvals += fmt.Sprintf(`
+    "calls": {
+      "type": "object",
+      "properties": {
+        "max_in_flight": {"type": "integer", "minimum": 0, "maximum": %d},
+        "max_per_category": {"type": "integer", "minimum": 0, "maximum": %d}
+      },
+      "additionalProperties": false
+    },`, MaxCallsBound, MaxCallsBound)
+	}
 	return schema.MustFromJSON([]byte(fmt.Sprintf(`{
   "type": "object",
   "properties": {
@@ -242,7 +267,7 @@ func profileSchema(version int) *schema.Schema {
 }
 
 // profileSchemas are the document schemas, by version.
-var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2), 3: profileSchema(3), 4: profileSchema(4)}
+var profileSchemas = map[int]*schema.Schema{1: profileSchema(1), 2: profileSchema(2), 3: profileSchema(3), 4: profileSchema(4), 5: profileSchema(5)}
 
 // ProfileError refuses a profile document, naming each problem by its JSON pointer.
 type ProfileError struct {
@@ -344,6 +369,16 @@ func (p *Profile) check() error {
 	if p.Computer != nil {
 		if err := p.Computer.Limits.Validate(); err != nil {
 			pe.Problems = append(pe.Problems, Problem{"/computer/limits", err.Error()})
+		}
+	}
+	if c := p.Calls; c != nil {
+		for _, f := range []struct {
+			path string
+			n    int
+		}{{"/calls/max_in_flight", c.MaxInFlight}, {"/calls/max_per_category", c.MaxPerCategory}} {
+			if f.n < 0 || f.n > MaxCallsBound {
+				pe.Problems = append(pe.Problems, Problem{f.path, fmt.Sprintf("%d is not a bound from 1 to %d (0 or absent: none)", f.n, MaxCallsBound)})
+			}
 		}
 	}
 	if len(pe.Problems) > 0 {

@@ -63,6 +63,14 @@ func (s State) Settled() bool { return s >= Done }
 // Waiting reports a call that has not gone out and is not settled: Unstored or Ready.
 func (s State) Waiting() bool { return s <= Ready }
 
+// Caps bound the calls of a batch in flight at once (held or running); zero is no bound.
+// A call a cap stops waits, and so do the calls after it: they go out in the model's
+// order.
+type Caps struct {
+	Total    int // calls in flight
+	PerGroup int // calls of one group (a category) in flight
+}
+
 // Dispatch is a call to start now: send its request, or hold it for approval.
 type Dispatch struct {
 	Call int  // its index in the batch (the model's order)
@@ -72,6 +80,7 @@ type Dispatch struct {
 type call struct {
 	sequential bool
 	approval   bool
+	group      string
 	state      State
 }
 
@@ -84,19 +93,26 @@ type Batch struct {
 	seq     bool // the call last gone out is sequential and in flight
 	open    bool // the response streams: more calls may come, outputs wait (Deferred)
 	aborted bool
+	caps    Caps
+	groups  map[string]int // calls in flight by group, with caps.PerGroup
 }
+
+// SetCaps sets the bounds on calls in flight, for this batch and the next.
+func (b *Batch) SetCaps(c Caps) { b.caps = c }
 
 // Reset empties the batch for a new response; open says it streams (more calls come
 // with Add until ResponseEnded).
 func (b *Batch) Reset(open bool) {
 	b.calls = b.calls[:0]
 	b.next, b.flying, b.seq, b.open, b.aborted = 0, 0, false, open, false
+	clear(b.groups)
 }
 
 // Add appends a call in the model's order, Unstored; approval says its tool needs a
-// person's approval before it runs. It returns the call's index.
-func (b *Batch) Add(mode toolbus.Mode, approval bool) int {
-	b.calls = append(b.calls, call{sequential: mode == toolbus.Sequential, approval: approval})
+// person's approval before it runs; group is what Caps.PerGroup counts it in (its
+// category). It returns the call's index.
+func (b *Batch) Add(mode toolbus.Mode, approval bool, group string) int {
+	b.calls = append(b.calls, call{sequential: mode == toolbus.Sequential, approval: approval, group: group})
 	return len(b.calls) - 1
 }
 
@@ -150,11 +166,20 @@ func (b *Batch) Next() []Dispatch {
 		if c.state != Ready || c.sequential && b.flying > 0 {
 			break // a barrier: not stored yet, or a sequential call waits for the run before it
 		}
+		if b.caps.Total > 0 && b.flying >= b.caps.Total || b.caps.PerGroup > 0 && b.groups[c.group] >= b.caps.PerGroup {
+			break // at a cap: it waits, and the calls after it too, for a call to settle
+		}
 		c.state = Running
 		if c.approval {
 			c.state = Held
 		}
 		b.flying++
+		if b.caps.PerGroup > 0 {
+			if b.groups == nil {
+				b.groups = make(map[string]int)
+			}
+			b.groups[c.group]++
+		}
 		b.seq = c.sequential
 		out = append(out, Dispatch{Call: b.next, Hold: c.approval})
 		b.next++
@@ -185,6 +210,9 @@ func (b *Batch) Settle(i int) bool {
 		c.state = Deferred
 	}
 	b.flying--
+	if b.caps.PerGroup > 0 {
+		b.groups[c.group]--
+	}
 	if c.sequential {
 		b.seq = false
 	}

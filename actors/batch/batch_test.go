@@ -11,7 +11,8 @@ import (
 )
 
 // A batch is written as its calls' modes, in the model's order: P parallel, S sequential,
-// with a trailing "!" for a call that needs approval ("P S! P").
+// with a trailing "!" for a call that needs approval and "@group" for its group
+// ("P S! P@web").
 func newBatch(t *testing.T, modes string, open bool) *Batch {
 	t.Helper()
 	var b Batch
@@ -24,12 +25,13 @@ func newBatch(t *testing.T, modes string, open bool) *Batch {
 
 func add(t *testing.T, b *Batch, m string) int {
 	t.Helper()
+	m, group, _ := strings.Cut(m, "@")
 	approval := strings.HasSuffix(m, "!")
 	switch strings.TrimSuffix(m, "!") {
 	case "P":
-		return b.Add(toolbus.Parallel, approval)
+		return b.Add(toolbus.Parallel, approval, group)
 	case "S":
-		return b.Add(toolbus.Sequential, approval)
+		return b.Add(toolbus.Sequential, approval, group)
 	}
 	t.Fatalf("mode %q: want P or S, with an optional !", m)
 	return -1
@@ -136,8 +138,36 @@ func TestSchedulerTable(t *testing.T) {
 		name  string
 		modes string
 		open  bool // the response streams
+		caps  Caps
 		steps []step
 	}{{
+		name: "a cap on calls in flight: the rest wait, in the model's order", modes: "P P P S P", caps: Caps{Total: 2},
+		steps: []step{
+			{do: "store all"},
+			{do: "next", want: "0 1", states: "rryyy"},
+			{do: "settle 1", want: "true"},
+			{do: "next", want: "2", states: "rdryy"},
+			{do: "settle 0", want: "true"},
+			{do: "next", want: ""}, // the sequential call waits for call 2 all the same
+			{do: "settle 2", want: "true"},
+			{do: "next", want: "3"},
+			{do: "settle 3", want: "true"},
+			{do: "next", want: "4"},
+			{do: "settle 4", want: "true", done: true},
+		},
+	}, {
+		name: "a cap a group: a call at its group's cap holds the calls after it", modes: "P@a P@b P@a P@b", caps: Caps{PerGroup: 1},
+		steps: []step{
+			{do: "store all"},
+			{do: "next", want: "0 1", states: "rryy"},
+			{do: "settle 1", want: "true"},
+			{do: "next", want: "", states: "rdyy"}, // call 2 (a) waits for call 0, and call 3 (b) behind it
+			{do: "settle 0", want: "true"},
+			{do: "next", want: "2 3"},
+			{do: "settle 2", want: "true"},
+			{do: "settle 3", want: "true", done: true},
+		},
+	}, {
 		name: "P P S P P: the parallel runs go out together, the sequential call alone between them", modes: "P P S P P",
 		steps: []step{
 			{do: "store all", states: "yyyyy"},
@@ -289,7 +319,9 @@ func TestSchedulerTable(t *testing.T) {
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			play(t, newBatch(t, c.modes, c.open), c.steps)
+			b := newBatch(t, c.modes, c.open)
+			b.SetCaps(c.caps)
+			play(t, b, c.steps)
 		})
 	}
 }
