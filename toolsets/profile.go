@@ -452,7 +452,13 @@ func (s *Profiles) Put(ctx context.Context, doc []byte) (*Profile, error) {
 	if err := json.Compact(&compact, doc); err != nil {
 		return nil, profileError("/", "%v", err)
 	}
-	if _, err := s.kv.Put(ctx, p.Agent, compact.Bytes()); err != nil {
+	// Retried while JetStream has no leader to answer: a put that no server acknowledged
+	// (the bucket's leader moving, a cluster still forming) waited out the caller's whole
+	// deadline (60 s) before. Putting the same document twice stores the same profile.
+	if err := bus.Retry(ctx, "store profile", nil, func(ctx context.Context) error {
+		_, err := s.kv.Put(ctx, p.Agent, compact.Bytes())
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("store profile %s: %w", p.Agent, err)
 	}
 	return p, nil
