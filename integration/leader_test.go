@@ -248,8 +248,12 @@ func (p *stallProbe) stall() (time.Duration, error) {
 // (SIGCONT): from the wake on, appends to a transcript, reads of its last message at the
 // leader and writes of a turn record stall at most 2 s. Issue 35 measured 3-7 s of "no
 // response from stream" after the wake.
+//
+// It is the one test of the package that does not run in parallel: it bounds a time, and
+// its load is the machine's (the issue's condition: a CPU hog), not the 15 other tests'
+// thirty-odd node processes on the same 2 cores. Alone under a hog its longest stall was
+// 1.48 s in 10 runs (most under 0.6 s); run beside them, 2.07-2.7 s in 5 runs of 30.
 func TestWokenLeaderStallBounded(t *testing.T) {
-	t.Parallel()
 	nodes := threeNodes(t, "-categories=")
 	watch := connect(t, strings.Join(urlsOf(nodes), ","))
 	js, err := jetstream.New(watch)
