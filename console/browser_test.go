@@ -940,3 +940,28 @@ func TestConsoleNoCredentialInPage(t *testing.T) {
 		}
 	}
 }
+
+// The running call of a turn has a Cancel button on its lane: the call is stopped, its
+// lane says so, and the turn goes on to its end (toolbus abort -call).
+func TestConsoleCancelCall(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, worldOptions{})
+	tab := newTab(t)
+	const id = "cancel1"
+	do(t, tab, "open the turn", chromedp.Navigate(w.url+"#/turn/"+id), chromedp.WaitVisible(chromedp.CSS(`#timeline`)))
+	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
+	w.start(t, id, "ann", `{"responses":[
+	  {"calls":[{"id":"s1","name":"run_command","arguments":"{\"command\":\"sleep 60\"}"}]},
+	  {"text":"Went on."}]}`)
+	do(t, tab, "cancel the running call", click(`.lane[data-call="s1"][data-outcome="running"] button.cancel`))
+	waitFor(t, tab, "the stopped call", `document.querySelector('.lane[data-call="s1"]')?.dataset.outcome === 'stopped'`)
+	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
+	ctx := bustest.Context(t)
+	rec, err := w.cl.Record(ctx, id)
+	if err != nil || rec == nil || rec.State != bus.TurnCompleted {
+		t.Fatalf("the turn after the cancel: %+v %v", rec, err)
+	}
+	if !strings.Contains(eval[string](t, tab, `document.getElementById('view').innerText`), "Went on.") {
+		t.Errorf("the page lacks the turn's answer")
+	}
+}
