@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"io"
 	"log/slog"
@@ -77,7 +78,13 @@ func newFakeAPI(t *testing.T, script ...exchange) *fakeAPI {
 
 func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
-	if err != nil {
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		// The client went away while it sent the body: an attempt whose timeout fired
+		// first (TestRequestTimeoutRetriedThenReported on a loaded machine). It arrived all
+		// the same; what it sent is checked where it matters.
+		f.t.Logf("request %s: the client left while sending the body: %v", r.URL.Path, err)
+	case err != nil:
 		f.t.Errorf("read request body: %v", err)
 	}
 	f.mu.Lock()
