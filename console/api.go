@@ -365,52 +365,19 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) {
 
 type abortReq struct {
 	Turn   string `json:"turn_id"`
+	Call   string `json:"call_id"` // one call only (bus.Abort.Call)
 	Reason string `json:"reason"`
 }
 
-// abort is `toolbus abort`: an ended turn is said so; otherwise the abort is sent and
-// the page hears the turn's end on its feed.
-type cancelReq struct {
-	Turn   string `json:"turn_id"`
-	Call   string `json:"call_id"`
-	Reason string `json:"reason"`
-}
-
-// cancelCall cancels one call of a turn, as `toolbus abort -call` does: the turn goes on.
-func (s *Server) cancelCall(w http.ResponseWriter, r *http.Request) {
-	var q cancelReq
-	if !decode(w, r, &q) || !checkReason(w, q.Reason) {
-		return
-	}
-	if !bus.ValidToken(q.Turn) || !bus.ValidToken(q.Call) {
-		writeError(w, http.StatusBadRequest, errors.New("want a turn id and a call id"))
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
-	defer cancel()
-	rec, err := s.cl.Record(ctx, q.Turn)
-	if err != nil {
-		writeError(w, http.StatusBadGateway, err)
-		return
-	}
-	if rec != nil && rec.State.Ended() {
-		writeError(w, http.StatusConflict, errors.New("turn "+q.Turn+" has ended ("+string(rec.State)+")"))
-		return
-	}
-	if err := s.cl.CancelCall(ctx, q.Turn, q.Call, cmp.Or(q.Reason, "cancelled from the console")); err != nil {
-		writeError(w, http.StatusBadGateway, err)
-		return
-	}
-	writeJSON(w, map[string]string{"ok": "cancel sent to call " + q.Call + " of turn " + q.Turn})
-}
-
+// abort is `toolbus abort` (with call_id, `toolbus abort -call`): an ended turn is said
+// so; otherwise the abort is sent and the page hears the outcome on its feed.
 func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 	var q abortReq
 	if !decode(w, r, &q) || !checkReason(w, q.Reason) {
 		return
 	}
-	if !bus.ValidToken(q.Turn) {
-		writeError(w, http.StatusBadRequest, errors.New("want a turn id"))
+	if !bus.ValidToken(q.Turn) || q.Call != "" && !bus.ValidToken(q.Call) {
+		writeError(w, http.StatusBadRequest, errors.New("want a turn id, and a valid call id if any"))
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
@@ -422,6 +389,15 @@ func (s *Server) abort(w http.ResponseWriter, r *http.Request) {
 	}
 	if rec != nil && rec.State.Ended() {
 		writeError(w, http.StatusConflict, errors.New("turn "+q.Turn+" has ended ("+string(rec.State)+")"))
+		return
+	}
+	if q.Call != "" {
+		// One call, as `toolbus abort -call` does: the turn goes on.
+		if err := s.cl.CancelCall(ctx, q.Turn, q.Call, cmp.Or(q.Reason, "cancelled from the console")); err != nil {
+			writeError(w, http.StatusBadGateway, err)
+			return
+		}
+		writeJSON(w, map[string]string{"ok": "cancel sent to call " + q.Call + " of turn " + q.Turn})
 		return
 	}
 	if err := s.cl.Abort(ctx, q.Turn, cmp.Or(q.Reason, "aborted from the console")); err != nil {

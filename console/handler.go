@@ -51,7 +51,6 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/nodes", s.nodes)
 	mux.HandleFunc("GET /api/events", s.events)
 	mux.HandleFunc("POST /api/abort", s.guard(s.abort))
-	mux.HandleFunc("POST /api/cancel", s.guard(s.cancelCall))
 	mux.HandleFunc("POST /api/approve", s.guard(s.approve))
 	mux.HandleFunc("POST /api/workflow/cancel", s.guard(s.cancelWorkflow))
 	mux.HandleFunc("POST /api/job/cancel", s.guard(s.cancelJob))

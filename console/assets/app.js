@@ -589,7 +589,7 @@ function showTurn(id) {
       el('span', {class: 'lmeta'}, el('span', {class: 'outcome', 'data-outcome': outcome}, outcome),
         // One call, the turn going on: toolbus abort -call.
         (outcome === 'running' || outcome === 'held') && !ended(turnState()) ? el('button', {class: 'cancel', 'data-call': c.call_id, title: 'cancel this call; the turn goes on',
-          onclick: e => { e.stopPropagation(); act(e.target, '/api/cancel', {turn_id: id, call_id: c.call_id}); }}, 'Cancel') : null,
+          onclick: e => { e.stopPropagation(); act(e.target, '/api/abort', {turn_id: id, call_id: c.call_id}); }}, 'Cancel') : null,
         dur ? dur + ' · ' : '',
         r.label || f.label || f.progress || (T.held.has(c.call_id) ? 'waiting for approval: ' + (T.held.get(c.call_id).label || c.name) : ''), rungs.length ? el('span', {class: 'rung', title: 'repair rungs'}, '⚒ ' + rungs.join(', ')) : null,
         c.truncated ? el('span', {class: 'rung'}, 'truncated') : null));
