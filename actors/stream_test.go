@@ -238,7 +238,9 @@ func TestAbortDuringStream(t *testing.T) {
 			return toolbus.TextResult("ran"), nil
 		},
 	})
-	h := newHarness(t, wait, seq)
+	// A grace that outlasts the running call's reply on a loaded machine (300 ms
+	// did not once, in TestAbortRecordsHonestOutcomes); the call stops at once here.
+	h := newHarnessWith(t, func(c *NodeConfig) { c.AbortGrace = 3 * time.Second }, wait, seq)
 	never := make(chan struct{})
 	defer close(never)
 	var streamStopped atomic.Bool

@@ -541,7 +541,10 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 			return toolbus.Result{}, nil
 		},
 	})
-	h := newHarness(t, coop, stubborn, later)
+	// The grace must outlast the cooperative call's reply on a loaded machine: at
+	// 300 ms it was abandoned once in CI (go test -race beside the other packages).
+	// The stubborn call is abandoned after it, so the test takes that long.
+	h := newHarnessWith(t, func(c *NodeConfig) { c.AbortGrace = 3 * time.Second }, coop, stubborn, later)
 	defer close(release)
 
 	ctx, cancel := context.WithCancel(context.Background())
