@@ -43,9 +43,38 @@ type Item struct {
 	Output    []ContentPart `json:"output,omitempty"`
 	IsError   bool          `json:"is_error,omitempty"`
 
+	// What the turn made of a function call, recorded with it so that a resumed turn,
+	// the console and `toolbus run -json` read it instead of deriving it again from the
+	// tools of their day (gateways never send these to a model; transcripts of earlier
+	// builds have none):
+	//
+	// Run is where the call was placed in its response's batch; nil for a call refused
+	// as it was taken (unknown tool, invalid arguments: it never goes out).
+	Run *CallRun `json:"run,omitempty"`
+	// Repaired is the JSON object the tool got, when the repair ladder changed the
+	// model's text to make it (Arguments keeps that text), and Rungs the ladder's
+	// rungs that ran (as schema.Rung names them).
+	Repaired json.RawMessage `json:"repaired,omitempty"`
+	Rungs    []string        `json:"rungs,omitempty"`
+
 	// Provider names the gateway that produced Raw; other gateways skip such items.
 	Provider string          `json:"provider,omitempty"`
 	Raw      json.RawMessage `json:"raw,omitempty"`
+}
+
+// CallRun places a function call in the batch of its response. The calls of one run go
+// out together, once every call of the runs before it has settled: consecutive parallel
+// calls share a run, and a sequential call has one of its own.
+type CallRun struct {
+	// Step is the model response the call belongs to, from 1.
+	Step int `json:"step"`
+	// N is the call's run in that response, from 1.
+	N int `json:"n"`
+	// Sequential and ReadOnly are its tool's mode and flag when the turn took the call:
+	// what a resumed turn needs to know whether it may have gone out and whether running
+	// it again is harmless.
+	Sequential bool `json:"sequential,omitempty"`
+	ReadOnly   bool `json:"read_only,omitempty"`
 }
 
 // UserMessage is a user text item.

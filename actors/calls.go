@@ -65,12 +65,19 @@ func (t *turn) beginBatch(open bool) {
 	t.b.Reset(open)
 }
 
-// addCalls adds calls to the batch, in the model's order, resolving each one's tool and
-// arguments; a call refused here is settled at once. They go out once ready.
-func (t *turn) addCalls(calls []toolbus.Item, truncated bool) []*pendingCall {
-	added := make([]*pendingCall, 0, len(calls))
-	for _, it := range calls {
-		pc := &pendingCall{item: it, wireID: it.CallID}
+// addCalls adds the function calls among items to the batch, in the model's order,
+// resolving each one's tool and arguments, and writes into each call's item what the
+// turn made of it (its run, the arguments as repaired: toolbus.Item.Run, Repaired), so
+// that the journal stores it with the call. A call refused here is settled at once; the
+// others go out once ready.
+func (t *turn) addCalls(items []toolbus.Item, truncated bool) []*pendingCall {
+	var added []*pendingCall
+	for k := range items {
+		it := &items[k]
+		if it.Kind != toolbus.KindFunctionCall {
+			continue
+		}
+		pc := &pendingCall{item: *it, wireID: it.CallID}
 		added = append(added, pc)
 		if !bus.ValidID(pc.wireID) {
 			pc.wireID = bus.NewID()
@@ -80,13 +87,30 @@ func (t *turn) addCalls(calls []toolbus.Item, truncated bool) []*pendingCall {
 		}
 		t.byWire[pc.wireID] = pc
 		pc.record = bus.CallRecord{Call: it.CallID, Tool: it.Name, Namespace: it.Namespace}
-		refusal := t.resolveCall(pc, it, truncated)
-		mode, approval, category := toolbus.Parallel, false, ""
-		if refusal == "" {
+		refusal := t.resolveCall(pc, *it, truncated)
+		if refusal != "" {
+			pc.i = t.b.AddRefused()
+			it.Run = nil
+		} else {
+			mode, readOnly := pc.tool.Mode, pc.tool.ReadOnly
+			if r := it.Run; r != nil {
+				// Taken before the turn was resumed: as it was then, whatever the tool
+				// says now.
+				mode, readOnly = toolbus.Parallel, r.ReadOnly
+				if r.Sequential {
+					mode = toolbus.Sequential
+				}
+			}
 			// A turn-local tool is the turn's own: no person approves it.
-			mode, approval, category = pc.tool.Mode, pc.local == nil && t.cfg.Kit.NeedsApproval(pc.tool), pc.tool.Category
+			pc.i = t.b.Add(mode, pc.local == nil && t.cfg.Kit.NeedsApproval(pc.tool), pc.tool.Category)
+			it.Run = &toolbus.CallRun{Step: t.stepStored(), N: t.b.Run(pc.i),
+				Sequential: mode == toolbus.Sequential, ReadOnly: readOnly}
+			it.Repaired, it.Rungs = nil, nil
+			if pc.repaired {
+				it.Repaired, it.Rungs = pc.args, pc.record.Rungs
+			}
 		}
-		pc.i = t.b.Add(mode, approval, category)
+		pc.item = *it
 		t.batch = append(t.batch, pc)
 		if refusal != "" {
 			t.resolve(pc, bus.OutcomeInvalid, refusal)
@@ -96,7 +120,9 @@ func (t *turn) addCalls(calls []toolbus.Item, truncated bool) []*pendingCall {
 }
 
 // resolveCall finds a call's tool and parses its arguments as the tool's schema and the
-// repair ladder say; it returns why the call is refused, or "".
+// repair ladder say; it returns why the call is refused, or "". Arguments a turn
+// repaired before it was resumed are taken as it recorded them (toolbus.Item.Repaired),
+// not repaired again.
 func (t *turn) resolveCall(pc *pendingCall, it toolbus.Item, truncated bool) (refusal string) {
 	tool, ok := t.lookup(it)
 	if !ok {
@@ -115,13 +141,20 @@ func (t *turn) resolveCall(pc *pendingCall, it toolbus.Item, truncated bool) (re
 		}
 	}
 	strict := tool.Strict && tool.Params.Strict().Err == nil
-	args, err := tool.Params.Parse(it.Arguments, schema.ParseOptions{
+	text := it.Arguments
+	if len(it.Repaired) > 0 {
+		text = string(it.Repaired)
+		pc.record.Rungs = append(pc.record.Rungs, it.Rungs...)
+	}
+	args, err := tool.Params.Parse(text, schema.ParseOptions{
 		Strict:      strict,
 		Truncated:   truncated || it.Truncated,
 		Destructive: tool.Destructive,
 	})
-	for _, r := range args.Rungs {
-		pc.record.Rungs = append(pc.record.Rungs, string(r))
+	if len(it.Repaired) == 0 {
+		for _, r := range args.Rungs {
+			pc.record.Rungs = append(pc.record.Rungs, string(r))
+		}
 	}
 	pc.record.Truncated = args.Truncated
 	if err != nil {
@@ -137,6 +170,7 @@ func (t *turn) resolveCall(pc *pendingCall, it toolbus.Item, truncated bool) (re
 		return tooLarge(it.Name, int64(n))
 	}
 	pc.args = args.JSON
+	pc.repaired = len(it.Repaired) > 0 || args.Repaired()
 	return ""
 }
 

@@ -169,7 +169,11 @@ func (a *turnAgents) bucket(ctx context.Context) (*durable.Store, error) {
 	}
 	// A connection without the permission to read records gets no answer at all, only an
 	// asynchronous permissions violation: do not let each call wait out its deadline.
-	octx, cancel := context.WithTimeout(ctx, openPatience)
+	// Not bounded by the call's own deadline: a failure is remembered for every call
+	// (failed), and a short one (100 ms) ran out on a loaded machine before the bucket
+	// answered, so that the host refused its calls for unstoredPatience as if it lacked
+	// the permission (TestDeadlineCancelsCall, in CI). The call's deadline still ends it.
+	octx, cancel := context.WithTimeout(context.WithoutCancel(ctx), openPatience)
 	defer cancel()
 	store, err := durable.Open(octx, a.js, durable.Config{})
 	a.mu.Lock()

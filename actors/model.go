@@ -149,8 +149,10 @@ func (t *turn) onModelReply(m *modelReply) {
 	// What streamed up to its last call is in the transcript already: the rest follows
 	// it, as the reply has it (the items kept since, unsent, are its too).
 	rest := append(t.unsent, elideOversized(m.rest)...)
-	items := rest
 	t.unsent = nil
+	// The calls are taken first: each call's item records what the turn made of it.
+	added := t.addCalls(rest, m.info.truncated)
+	items := rest
 	if t.stepUsage != nil {
 		// The step's tokens, for whoever reads the transcript, just before the response
 		// they paid for (so a turn's transcript still ends with its answer), or after it
@@ -165,21 +167,14 @@ func (t *turn) onModelReply(m *modelReply) {
 	}
 	t.transcript = append(t.transcript, items...)
 	t.text = m.info.text
-	var calls []toolbus.Item
-	for _, it := range rest {
-		if it.Kind == toolbus.KindFunctionCall {
-			calls = append(calls, it)
-		}
-	}
-	if t.text != "" && len(calls)+len(t.batch) > 0 && t.text != t.saidText {
+	if t.text != "" && len(t.batch) > 0 && t.text != t.saidText {
 		// Words before the calls are shown while the calls run.
 		t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: t.text})
 	}
-	if len(calls)+len(t.batch) == 0 {
+	if len(t.batch) == 0 {
 		t.j.afterResponse(items, t.answeredWithText)
 		return
 	}
-	added := t.addCalls(calls, m.info.truncated)
 	t.j.afterResponse(items, func() { t.ready(added) })
 	t.storeOutputs(deferred)
 }
@@ -203,14 +198,14 @@ func (t *turn) onModelStream(m *modelStream) {
 		items := t.unsent
 		t.unsent = nil
 		t.early = true
+		// Whole: a call the output limit cut never streams.
+		added := t.addCalls(items[len(items)-1:], false)
 		t.transcript = append(t.transcript, items...)
 		if text := (&gateway.Response{Items: items}).Text(); text != "" && t.saidText == "" {
 			// Words before the calls are shown while the calls run: these are whole.
 			t.saidText = text
 			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text})
 		}
-		// Whole: a call the output limit cut never streams.
-		added := t.addCalls([]toolbus.Item{it}, false)
 		t.j.afterResponse(items, func() { t.ready(added) })
 	}
 }

@@ -168,8 +168,10 @@ type pendingCall struct {
 	tool   *toolbus.Spec
 	local  *toolsets.LocalTool // set for a tool the turn answers itself
 	args   json.RawMessage
-	timer  *time.Timer // a held call's approval deadline
-	start  time.Time
+	// repaired: the repair ladder changed the model's text to make args.
+	repaired bool
+	timer    *time.Timer // a held call's approval deadline
+	start    time.Time
 	// expires is when a call sent to its host is given up on: its deadline and replyGrace.
 	expires time.Time
 	record  bus.CallRecord

@@ -857,10 +857,8 @@ func TestTemplateTooLargeFailsTask(t *testing.T) {
 		{ID: "d", Instructions: "Check {{tasks.a.result.text}}", ResultSchema: json.RawMessage(textSchema),
 			DependsOn: []string{"a"}, Script: script(t, submit(`{"text":"checked"}`))},
 	}}
-	started := time.Now()
 	wf := h.startWorkflow(def)
 	got := h.waitEnded(wf.ID)
-	took := time.Since(started)
 	a, b, c, d := got.Task("a"), got.Task("b"), got.Task("c"), got.Task("d")
 	if got.State != bus.WorkflowFailed || a.State != bus.TaskDone || b.State != bus.TaskFailed || c.State != bus.TaskFailed || d.State != bus.TaskDone {
 		t.Fatalf("workflow %s; tasks a %s, b %s, c %s, d %s: %s", got.State, a.State, b.State, c.State, d.State, b.Error)
@@ -876,9 +874,6 @@ func TestTemplateTooLargeFailsTask(t *testing.T) {
 	}
 	if len(b.Attempts) != 0 || c.Error != "task b, which it depends on, failed" || got.Error != "2 of 4 tasks did not finish: b, c" {
 		t.Errorf("b's attempts %+v; c's error %q; the workflow's %q", b.Attempts, c.Error, got.Error)
-	}
-	if took > 10*time.Second {
-		t.Errorf("the workflow took %v to end", took)
 	}
 	// b never had a turn.
 	turns := h.turns(t.Context())

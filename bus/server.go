@@ -465,6 +465,10 @@ func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	}
 	all := append([]nats.Option{
 		nats.InProcessServer(s.ns),
+		// nats.go's 2 s for the handshake ran out on a loaded machine (go test -race
+		// beside other packages on 2 cores: "read pipe: i/o timeout"); an in-process
+		// server that does not answer is busy, not gone.
+		nats.Timeout(inProcessTimeout),
 		nats.Name(name),
 		nats.Nkey(s.userPub, s.userKey.Sign),
 	}, opts...)
@@ -482,6 +486,9 @@ func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	s.conns = append(s.conns, nc)
 	return nc, nil
 }
+
+// inProcessTimeout bounds an in-process connection's handshake.
+const inProcessTimeout = 10 * time.Second
 
 // ClientURL is the client listener's URL, or "" when Config.Listen was
 // empty. (A cluster node always has a loopback listener, but only

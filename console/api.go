@@ -124,6 +124,11 @@ type itemView struct {
 	Namespace string           `json:"namespace,omitempty"`
 	Args      string           `json:"arguments,omitempty"`
 	Truncated bool             `json:"truncated,omitempty"`
+	// What the turn made of a call (toolbus.Item.Run, Repaired, Rungs): the page lays
+	// out runs and marks repairs by them, not by the tools' modes of today.
+	Run       *toolbus.CallRun `json:"run,omitempty"`
+	Repaired  string           `json:"repaired,omitempty"`
+	Rungs     []string         `json:"rungs,omitempty"`
 	Output    string           `json:"output,omitempty"`
 	Media     int              `json:"media,omitempty"` // output parts that are not text
 	IsError   bool             `json:"is_error,omitempty"`
@@ -131,7 +136,8 @@ type itemView struct {
 }
 
 // turnView is one turn: its record, its transcript, the modes of its tools (which
-// calls ran in parallel) and the calls it holds for approval.
+// calls ran in parallel, for a transcript of a build that did not record each call's
+// run) and the calls it holds for approval.
 type turnView struct {
 	Record *bus.TurnRecord        `json:"record"`
 	Items  []itemView             `json:"items"`
@@ -170,7 +176,8 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, it := range items {
 		iv := itemView{Kind: it.Kind, Role: it.Role, Text: clip(it.Text), Call: it.CallID, Name: it.Name,
-			Namespace: it.Namespace, Args: clip(it.Arguments), Truncated: it.Truncated, IsError: it.IsError}
+			Namespace: it.Namespace, Args: clip(it.Arguments), Truncated: it.Truncated, IsError: it.IsError,
+			Run: it.Run, Repaired: clip(string(it.Repaired)), Rungs: it.Rungs}
 		switch it.Kind {
 		case toolbus.KindCallOutput:
 			res := toolbus.Result{Content: it.Output}

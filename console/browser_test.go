@@ -453,6 +453,11 @@ func TestConsoleLiveTurn(t *testing.T) {
 	if detail := eval[string](t, tab, `document.querySelector('.lane[data-call="c2"] .detail').innerText`); !strings.Contains(detail, `"path": "a.txt"`) || !strings.Contains(detail, "alpha") {
 		t.Errorf("c2's detail lacks its arguments or result:\n%s", detail)
 	}
+	// c3's detail has the model's text and, from the transcript, the JSON its tool got.
+	do(t, tab, "open c3", click(`.lane[data-call="c3"] .lname`), chromedp.WaitVisible(chromedp.CSS(`.lane[data-call="c3"] .detail pre.repaired`)))
+	if fixed := eval[string](t, tab, `document.querySelector('.lane[data-call="c3"] .detail pre.repaired').innerText`); !strings.Contains(fixed, `"path": "b.txt"`) {
+		t.Errorf("c3's repaired arguments: %q", fixed)
+	}
 	screenshot(t, tab, "console-turn")
 
 	// The list followed the turn to its end.

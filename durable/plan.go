@@ -36,7 +36,9 @@ func (a Action) String() string {
 	return "unknown"
 }
 
-// CallInfo is what the plan needs to know of a call's tool.
+// CallInfo is what the plan needs to know of a call's tool, as the resuming node finds
+// it. A call that records its run (toolbus.Item.Run) is planned by the mode and flag it
+// records, which were its tool's when the turn took it.
 type CallInfo struct {
 	// Refused: the turn refuses the call (unknown tool, invalid arguments).
 	Refused    bool
@@ -65,7 +67,8 @@ type Plan struct {
 // PlanBatch plans the resumption of a turn from its transcript. A call without a
 // recorded output may have gone out before the node was lost unless the execution
 // modes held it back: a sequential call waits for every call before it, and every call
-// after a sequential one waits for that one.
+// after a sequential one waits for that one. The modes are those the calls record
+// (toolbus.CallRun), or info's for a transcript of an earlier build.
 func PlanBatch(items []toolbus.Item, info func(i int, call toolbus.Item) CallInfo) Plan {
 	var p Plan
 	start, end := lastResponse(items)
@@ -92,6 +95,9 @@ func PlanBatch(items []toolbus.Item, info func(i int, call toolbus.Item) CallInf
 	anyOpen, blocked := false, false
 	for i, c := range p.Calls {
 		in := info(i, c)
+		if r := c.Run; r != nil {
+			in.Sequential, in.ReadOnly = r.Sequential, r.ReadOnly
+		}
 		_, done := p.Outputs[c.CallID]
 		var a Action
 		switch {

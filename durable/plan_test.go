@@ -20,6 +20,13 @@ func TestPlanResume(t *testing.T) {
 	out := func(id string) toolbus.Item {
 		return toolbus.Item{Kind: toolbus.KindCallOutput, CallID: id, Output: nil}
 	}
+	// ran is a call that records how the turn took it (toolbus.CallRun): the plan goes
+	// by that, not by today's tool of that name.
+	ran := func(id, name string, n int, seq, ro bool) toolbus.Item {
+		c := call(id, name)
+		c.Run = &toolbus.CallRun{Step: 1, N: n, Sequential: seq, ReadOnly: ro}
+		return c
+	}
 	text := func(s string) toolbus.Item {
 		return toolbus.Item{Kind: toolbus.KindMessage, Role: toolbus.RoleAssistant, Text: s}
 	}
@@ -66,6 +73,12 @@ func TestPlanResume(t *testing.T) {
 			actions: []Action{Refused, Recorded}, open: true, steps: 1},
 		{name: "only the last batch counts", items: []toolbus.Item{user, usage, call("a", "p"), out("a"), usage, text("now b"), call("b", "p"), resumed, resumed},
 			actions: []Action{Abandon}, open: true, steps: 2},
+		{name: "recorded parallel run: today's sequential tool holds nothing", items: []toolbus.Item{user, ran("a", "p", 1, false, false), ran("b", "s", 1, false, false), ran("c", "p", 1, false, false)},
+			actions: []Action{Abandon, Abandon, Abandon}, open: true, steps: 1},
+		{name: "recorded sequential call holds the run after it", items: []toolbus.Item{user, ran("a", "p", 1, true, false), ran("b", "p", 2, false, false)},
+			actions: []Action{Abandon, Run}, open: true, steps: 1},
+		{name: "recorded read-only call runs again, today's flag aside", items: []toolbus.Item{user, ran("a", "p", 1, false, true), ran("b", "r", 1, false, false)},
+			actions: []Action{Run, Abandon}, open: true, steps: 1},
 		{name: "repair instruction then no answer yet", items: []toolbus.Item{user, text("plain"),
 			{Kind: toolbus.KindMessage, Role: toolbus.RoleDeveloper, Text: "call submit_result"}}, steps: 1},
 	}

@@ -67,6 +67,20 @@ type Args struct {
 	Truncated bool
 }
 
+// Repaired reports arguments the ladder had to change the model's text to make: a rung
+// past as_is (empty text taken as {} is not a repair), or brackets it invented.
+func (a Args) Repaired() bool {
+	if a.Truncated {
+		return true
+	}
+	for _, r := range a.Rungs {
+		if r != RungAsIs && r != RungEmpty {
+			return true
+		}
+	}
+	return false
+}
+
 // Parse turns a model's raw argument text into validated arguments, climbing
 // the repair ladder described in the package documentation only as far as
 // needed. It returns an *ArgumentError when the text cannot be made into an

@@ -82,6 +82,7 @@ type call struct {
 	approval   bool
 	group      string
 	state      State
+	run        int // from 1; 0: refused as it was added, in no run
 }
 
 // Batch is the scheduler of one response's calls. The zero value is an empty batch
@@ -95,6 +96,8 @@ type Batch struct {
 	aborted bool
 	caps    Caps
 	groups  map[string]int // calls in flight by group, with caps.PerGroup
+	runs    int            // the run of the last call placed in one
+	lastSeq bool           // that call is sequential: the next call starts a run
 }
 
 // SetCaps sets the bounds on calls in flight, for this batch and the next.
@@ -105,6 +108,7 @@ func (b *Batch) SetCaps(c Caps) { b.caps = c }
 func (b *Batch) Reset(open bool) {
 	b.calls = b.calls[:0]
 	b.next, b.flying, b.seq, b.open, b.aborted = 0, 0, false, open, false
+	b.runs, b.lastSeq = 0, false
 	clear(b.groups)
 }
 
@@ -112,9 +116,28 @@ func (b *Batch) Reset(open bool) {
 // person's approval before it runs; group is what Caps.PerGroup counts it in (its
 // category). It returns the call's index.
 func (b *Batch) Add(mode toolbus.Mode, approval bool, group string) int {
-	b.calls = append(b.calls, call{sequential: mode == toolbus.Sequential, approval: approval, group: group})
+	seq := mode == toolbus.Sequential
+	if b.runs == 0 || seq || b.lastSeq {
+		b.runs++
+	}
+	b.lastSeq = seq
+	b.calls = append(b.calls, call{sequential: seq, approval: approval, group: group, run: b.runs})
 	return len(b.calls) - 1
 }
+
+// AddRefused appends a call refused as it was taken (an unknown tool, invalid
+// arguments): settled at once (Done), in no run, holding nothing back. It returns the
+// call's index.
+func (b *Batch) AddRefused() int {
+	b.calls = append(b.calls, call{state: Done})
+	return len(b.calls) - 1
+}
+
+// Run is the run of call i, from 1: the calls of one run go out together, once every
+// call of the runs before it has settled (consecutive parallel calls share a run, a
+// sequential call has one of its own); 0 for a call refused as it was added. Caps and
+// approvals may hold a call of a run back; they do not move it to another.
+func (b *Batch) Run(i int) int { return b.calls[i].run }
 
 // Len is the number of calls in the batch.
 func (b *Batch) Len() int { return len(b.calls) }

@@ -11,7 +11,7 @@ import (
 )
 
 // A batch is written as its calls' modes, in the model's order: P parallel, S sequential,
-// with a trailing "!" for a call that needs approval and "@group" for its group
+// X refused as it was added, with a trailing "!" for a call that needs approval and "@group" for its group
 // ("P S! P@web").
 func newBatch(t *testing.T, modes string, open bool) *Batch {
 	t.Helper()
@@ -32,8 +32,10 @@ func add(t *testing.T, b *Batch, m string) int {
 		return b.Add(toolbus.Parallel, approval, group)
 	case "S":
 		return b.Add(toolbus.Sequential, approval, group)
+	case "X":
+		return b.AddRefused()
 	}
-	t.Fatalf("mode %q: want P or S, with an optional !", m)
+	t.Fatalf("mode %q: want P, S or X, with an optional !", m)
 	return -1
 }
 
@@ -504,5 +506,31 @@ func TestSchedulerAbortEveryState(t *testing.T) {
 				t.Fatalf("not complete after every call settled: %s", states(b))
 			}
 		})
+	}
+}
+
+// TestSchedulerRuns: the run each call is placed in, as the transcript records it
+// (toolbus.CallRun.N): consecutive parallel calls share one, a sequential call has its
+// own, a refused call none; approvals and groups do not move a call.
+func TestSchedulerRuns(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ modes, runs string }{
+		{"P", "1"},
+		{"P P S P P", "1 1 2 3 3"},
+		{"S S", "1 2"},
+		{"S P P S", "1 2 2 3"},
+		{"P X P", "1 0 1"},
+		{"S X S", "1 0 2"},
+		{"X P", "0 1"},
+		{"P! P@web S! P@web", "1 1 2 3"},
+	} {
+		b := newBatch(t, tc.modes, false)
+		var got []string
+		for i := range b.Len() {
+			got = append(got, strconv.Itoa(b.Run(i)))
+		}
+		if g := strings.Join(got, " "); g != tc.runs {
+			t.Errorf("%s: runs %s, want %s", tc.modes, g, tc.runs)
+		}
 	}
 }

@@ -521,7 +521,9 @@ function showTurn(id) {
   }
 
   // runs lays out one step's calls: consecutive parallel calls make one run, on a lane
-  // each; a sequential call is a run of its own, a barrier before and after it. Bars
+  // each; a sequential call is a run of its own, a barrier before and after it. The
+  // transcript records each call's run (c.run); today's tool modes place the calls of
+  // a transcript that does not (an earlier build's) and refused calls. Bars
   // sit on the batch's time axis: from the feed's start and end times when the page
   // saw the calls run, otherwise from their latencies (a run starts when the one
   // before it ended).
@@ -529,10 +531,11 @@ function showTurn(id) {
     const groups = [];
     for (const c of calls) {
       const name = (c.namespace ? c.namespace + '.' : '') + c.name;
-      const seq = T.modes[name] === 'sequential';
+      const seq = c.run ? !!c.run.sequential : T.modes[name] === 'sequential';
       const last = groups[groups.length - 1];
-      if (!seq && last && !last.seq) last.calls.push(c);
-      else groups.push({seq, calls: [c]});
+      const same = c.run && last && last.n ? c.run.n === last.n : !seq && last && !last.seq;
+      if (same) last.calls.push(c);
+      else groups.push({seq, n: c.run ? c.run.n : 0, calls: [c]});
     }
     const now = Date.now();
     const live = calls.map(c => T.live.get(c.call_id) || {});
@@ -577,7 +580,7 @@ function showTurn(id) {
     bar.style.left = (100 * a / total).toFixed(2) + '%';
     bar.style.width = Math.max(0.4, 100 * (b - a) / total).toFixed(2) + '%';
     const name = (c.namespace ? c.namespace + '.' : '') + c.name;
-    const rungs = (r.rungs || []).filter(x => x !== 'as_is'); // as_is: nothing to repair
+    const rungs = (r.rungs || c.rungs || []).filter(x => x !== 'as_is'); // as_is: nothing to repair
     const dur = r.duration_ns ? ms(r.duration_ns) : (f.started && !f.ended && outcome === 'running' ? ms((Date.now() - new Date(f.started).getTime()) * 1e6) : '');
     const toggle = () => { T.open.has(c.call_id) ? T.open.delete(c.call_id) : T.open.add(c.call_id); renderTimeline(); document.querySelector(`.lane[data-call="${CSS.escape(c.call_id)}"]`)?.focus(); };
     const row = el('div', {class: 'lane', 'data-call': c.call_id, 'data-outcome': outcome, title: 'call ' + c.call_id + ': arguments and result',
@@ -598,6 +601,7 @@ function showTurn(id) {
       row.append(el('div', {class: 'detail'},
         el('div', {class: 'k'}, 'call ', el('span', {class: 'mono'}, c.call_id), r.latency_ns ? ' · latency ' + ms(r.latency_ns) : ''),
         el('div', {class: 'k'}, 'arguments'), el('pre', {class: 'json'}, c.arguments !== undefined ? pretty(c.arguments || '{}') : '(not read yet)'),
+        c.repaired ? [el('div', {class: 'k'}, 'arguments as repaired (what the tool got)'), el('pre', {class: 'json repaired'}, pretty(c.repaired))] : null,
         el('div', {class: 'k'}, 'result'), el('pre', {}, o ? (o.output || '(no text)') + (o.media ? '\n[' + o.media + ' non-text part(s)]' : '') : (f.error || '(none yet)')),
         (r.error || f.error) ? [el('div', {class: 'k'}, 'error'), el('pre', {}, r.error || f.error)] : null));
     }
