@@ -126,13 +126,13 @@ type itemView struct {
 	Truncated bool             `json:"truncated,omitempty"`
 	// What the turn made of a call (toolbus.Item.Run, Repaired, Rungs): the page lays
 	// out runs and marks repairs by them, not by the tools' modes of today.
-	Run       *toolbus.CallRun `json:"run,omitempty"`
-	Repaired  string           `json:"repaired,omitempty"`
-	Rungs     []string         `json:"rungs,omitempty"`
-	Output    string           `json:"output,omitempty"`
-	Media     int              `json:"media,omitempty"` // output parts that are not text
-	IsError   bool             `json:"is_error,omitempty"`
-	Note      any              `json:"note,omitempty"`
+	Run      *toolbus.CallRun `json:"run,omitempty"`
+	Repaired string           `json:"repaired,omitempty"`
+	Rungs    []string         `json:"rungs,omitempty"`
+	Output   string           `json:"output,omitempty"`
+	Media    int              `json:"media,omitempty"` // output parts that are not text
+	IsError  bool             `json:"is_error,omitempty"`
+	Note     any              `json:"note,omitempty"`
 }
 
 // turnView is one turn: its record, its transcript, the modes of its tools (which
