@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -252,6 +253,24 @@ func TestRunJSON(t *testing.T) {
 	}
 	if got := outputs["call_0_2"].Output; len(got) == 0 || !strings.Contains(got[0].Text, "Open items for tinycalc") {
 		t.Errorf("the repaired read of notes.txt gave %+v", got)
+	}
+	// Each call says where it ran and, repaired, what its tool got (docs/durable.md).
+	var runs []string
+	for _, it := range out.Transcript {
+		if it.Kind != toolbus.KindFunctionCall {
+			continue
+		}
+		if it.Run == nil {
+			t.Errorf("call %s records no run", it.CallID)
+			continue
+		}
+		runs = append(runs, fmt.Sprintf("%s:%d.%d", it.CallID, it.Run.Step, it.Run.N))
+		if repaired := it.CallID == "call_0_2"; repaired != (it.Repaired != nil) {
+			t.Errorf("call %s records repaired arguments %s", it.CallID, it.Repaired)
+		}
+	}
+	if got := strings.Join(runs, " "); got != "call_0_0:1.1 call_0_1:1.1 call_0_2:1.1 call_1_0:2.1 call_2_0:3.1" {
+		t.Errorf("recorded runs: %s", got)
 	}
 	if first := out.Transcript[0]; first.Kind != toolbus.KindMessage || first.Text != demoPrompt {
 		t.Errorf("transcript starts with %+v", first)
