@@ -170,7 +170,7 @@ func TestRunStream(t *testing.T) {
 		whole.Samples != 1 || streamed.Samples != 1 || whole.P50 <= 0 || streamed.P50 <= 0 {
 		t.Errorf("step rows %+v\n%+v", whole, streamed)
 	}
-	if dispatch.Unit != "us" || dispatch.Samples != 50 || dispatch.P50 <= 0 || dispatch.Met == nil || dispatch.Target != "p50 ≤ 100 µs" {
+	if dispatch.Unit != "us" || dispatch.Samples != 50 || dispatch.P50 <= 0 || dispatch.Met == nil || dispatch.Target != "p50 ≤ baseline + 30 µs" {
 		t.Errorf("dispatch row %+v", dispatch)
 	}
 }

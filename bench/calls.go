@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -293,4 +296,93 @@ func (s *suite) concurrently(f func() error) error {
 		return *e
 	}
 	return nil
+}
+
+// messagesPerCall counts the messages the server takes in per no-op call through a turn
+// (one call a step, 100 steps a turn), from the server's own count: with no one watching
+// the turn (statuses, events and text are sent only to an interest), and with a watcher
+// of everything of its turns, the count by kind in the note.
+func (s *suite) messagesPerCall(ctx context.Context) ([]Row, error) {
+	set, err := toolbus.NewSet(&s.noop.Spec)
+	if err != nil {
+		return nil, err
+	}
+	const turns, steps = 5, 100
+	count := func() (float64, error) {
+		v0, err := s.node.Server().NATS().Varz(nil)
+		if err != nil {
+			return 0, err
+		}
+		calls := 0
+		for range turns {
+			m := &stepModel{tool: s.noop.Name, calls: 1, steps: steps}
+			res, err := s.node.Node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}})
+			if err != nil {
+				return 0, err
+			}
+			if res.State != bus.TurnCompleted {
+				return 0, fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())
+			}
+			calls += len(res.Calls)
+		}
+		v1, err := s.node.Server().NATS().Varz(nil)
+		if err != nil {
+			return 0, err
+		}
+		return float64(v1.InMsgs-v0.InMsgs) / float64(calls), nil
+	}
+	quiet, err := count()
+	if err != nil {
+		return nil, err
+	}
+	nc, err := s.node.Connect("bench-watch-all")
+	if err != nil {
+		return nil, err
+	}
+	defer nc.Close()
+	var (
+		mu   sync.Mutex
+		kind = map[string]int{}
+	)
+	watch := func(m *nats.Msg) {
+		k := "other"
+		if st, ok := bus.ParseTurnSubject(m.Subject); ok {
+			k = st.Kind
+		} else if strings.HasPrefix(m.Subject, bus.TranscriptSubject("")) {
+			k = "transcript"
+		} else if strings.HasPrefix(m.Subject, strings.TrimSuffix(bus.AllTools, ">")) {
+			k = "request"
+		}
+		mu.Lock()
+		kind[k]++
+		mu.Unlock()
+	}
+	for _, subject := range []string{bus.AllTurns, bus.AllTools, bus.TranscriptSubject("*")} {
+		if _, err := nc.Subscribe(subject, watch); err != nil {
+			return nil, err
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		return nil, err
+	}
+	watched, err := count()
+	if err != nil {
+		return nil, err
+	}
+	if err := nc.Flush(); err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(kind)) {
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(kind[k])/float64(turns*steps)))
+	}
+	return []Row{
+		{Name: "messages per no-op call through a turn, no one watching", Unit: "msgs", Value: quiet, Samples: turns * steps,
+			Note: "the request and its reply; the transcript's appends, a batch of steps at most 100 ms apart"},
+		{Name: "messages per no-op call through a turn, its subjects watched", Unit: "msgs", Value: watched, Samples: turns * steps,
+			Note: "by kind, per call: " + strings.Join(parts, ", ")},
+	}, nil
 }

@@ -39,8 +39,21 @@ func compareThroughput(r, base Row, minRatio float64) Row {
 	if base.Value > 0 {
 		r.Ratio = r.Value / base.Value
 	}
-	r.Target = fmt.Sprintf("≥ %.1f× baseline", minRatio)
+	r.Target = fmt.Sprintf("≥ %.2g× baseline", minRatio)
 	met := r.Ratio >= minRatio
+	r.Met = &met
+	return r
+}
+
+// compareAdded sets r's ratio of p50s to base and checks its p50 against the base's
+// plus at most maxAdded microseconds: what a layer adds over the hop it rides on.
+func compareAdded(r, base Row, maxAdded float64) Row {
+	r.Baseline = base.Name
+	if base.P50 > 0 {
+		r.Ratio = r.P50 / base.P50
+	}
+	r.Target = fmt.Sprintf("p50 ≤ baseline + %.0f µs", maxAdded)
+	met := r.P50 <= base.P50+maxAdded
 	r.Met = &met
 	return r
 }

@@ -27,10 +27,10 @@ const streamCategory = "benchstream"
 //   - the wall time of a step whose first call takes 500 ms and is complete at 10 % of a
 //     1 s response (the second, a no-op, at its end), streamed (the first call runs
 //     while the model writes) against not streamed (both go out after the response);
-//     target: streamed ≤ 0.6×;
+//     target: streamed ≤ 0.7× (its floor is 1 s / 1.5 s);
 //   - the time from a call's response.output_item.done, written and flushed by the fake,
 //     to its request on the bus (a plain subscriber on the tool's subject), a step of one
-//     call after another; target: p50 ≤ 100 µs. Against it, the bus's own share: a
+//     call after another; target: p50 ≤ the bus's own share + 30 µs. That share: a
 //     message of the request's shape published on the node's connection at the same
 //     pace to the same subject, heard by the same subscriber while the tool's host
 //     answers it (measured here: 12 µs without the host, 33 µs with it, where the
@@ -85,8 +85,9 @@ func (s *suite) streamRows(ctx context.Context) ([]Row, error) {
 		"the slow call runs while the model writes the rest; the step still lasts until the response ends (1 s), so 1 s / 1.5 s = 0.67× is this ratio's floor")
 	r.Baseline = base.Name
 	r.Ratio = r.P50 / base.P50
-	r.Target = "p50 ≤ 0.6× baseline"
-	met := r.Ratio <= 0.6
+	// The floor is 1/1.5 (the note): ≤ 0.7× is what a turn that adds little can meet.
+	r.Target = "p50 ≤ 0.7× baseline"
+	met := r.Ratio <= 0.7
 	r.Met = &met
 
 	n := max(s.cfg.Samples/10, 50)
@@ -98,12 +99,8 @@ func (s *suite) streamRows(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	dispatch.Baseline = hop.Name
-	dispatch.Ratio = dispatch.P50 / hop.P50
-	dispatch.Target = "p50 ≤ 100 µs"
-	met2 := dispatch.P50 <= 100
-	dispatch.Met = &met2
-	return []Row{base, r, hop, dispatch}, nil
+	// What the gateway and the turn add to the bus's own hop: at most 30 µs.
+	return []Row{base, r, hop, compareAdded(dispatch, hop, 30)}, nil
 }
 
 // donePace is how far apart doneToRequest's calls are: each step's call is written 1 ms
