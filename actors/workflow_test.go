@@ -892,8 +892,12 @@ func TestTemplateTooLargeFailsTask(t *testing.T) {
 		}
 		return nil
 	})
-	if logs := h.logs.String(); strings.Contains(logs, "level=WARN") || strings.Contains(logs, "delivered again") {
-		t.Errorf("the node warned or took a turn again:\n%.2000s", logs)
+	// A turn message delivered again is not a fault here: on a machine loaded enough
+	// (load 13 on 2 cores, in CI beside the other packages) a task's 10 s lease passed
+	// before its end was acknowledged, and the intake gave it again, which the claim
+	// settled as ended. A warning is one.
+	if logs := h.logs.String(); strings.Contains(logs, "level=WARN") {
+		t.Errorf("the node warned:\n%.2000s", logs)
 	}
 	// The view says so too.
 	r := h.call("workflow_view", map[string]string{"workflow_id": wf.ID, "task_id": "b"})
