@@ -496,7 +496,7 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 	// A refused publish is told by the server before the flush's answer, and only in
 	// LastError: without this check the call would wait out its patience for nothing.
 	if last := nc.LastError(); err == nil && last != nil && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+subject+`"`) {
-		err = fmt.Errorf("%w (holding calls needs a NATS user that may publish %s and answer requests, as the turn role may; an operator may not)", last, bus.AllApprovals)
+		err = fmt.Errorf("%w (holding calls needs a NATS user that may publish %s and answer requests, as the turn role may; an operator may not: run toolbus mcp as a turn user, see docs/mcp.md)", last, bus.AllApprovals)
 	}
 	if err != nil {
 		return errorResult(fmt.Sprintf("%s needs a person's approval, and the request could not be published: %v; the call did not run", spec.QualifiedName(), err)), bus.OutcomeNotStarted

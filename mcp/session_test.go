@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/console"
 	"github.com/toolbus/toolbus/mcp"
+	"github.com/toolbus/toolbus/node"
 )
 
 // TestMCPServeSessionIsATurn: an MCP session owns a turn recorded like any other: kind
@@ -211,4 +213,111 @@ func getJSON(t *testing.T, url string, v any) {
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
+}
+
+// TestMCPServeAsTurnUser: toolbus mcp on a secured bus as a user of the turn role, the
+// role it needs (it owns turns, as a node that runs them): a held call waits for an
+// operator's `toolbus approve` and then runs, and the session's turn is recorded; the
+// operator, who approves, reads it in `toolbus turns`.
+func TestMCPServeAsTurnUser(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	log := bustest.Logger(t, slog.LevelInfo)
+	turnPerm, err := bus.RolePermissions(bus.RoleTurn, "mcpu", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opsPerm, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secured := &notes{}
+	n, err := node.Start(ctx, node.Config{
+		Bus: bus.Config{StoreDir: t.TempDir(), Logger: log, Listen: "127.0.0.1:-1", Users: []bus.User{
+			{Name: "mcpu", Password: "mcp-pw-31", Role: bus.RoleTurn, Permissions: turnPerm},
+			{Name: "ops", Password: "ops-pw-77", Role: bus.RoleOperator, Permissions: opsPerm},
+		}},
+		Node:  node.NodeConfig{Categories: []string{}, Turns: true, Logger: log},
+		Tools: secured.tools(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Close)
+	dial := func(user, pw string) *client.Client {
+		cl, err := client.Dial(ctx, n.Server().ClientURL(), "test-"+user, bus.Credentials{User: user, Password: pw})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		return cl
+	}
+	as, ops := dial("mcpu", "mcp-pw-31"), dial("ops", "ops-pw-77")
+	ps, err := ops.Profiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.Put(ctx, []byte(`{"version": 2, "agent": "ann", "namespaces": [{"name": "notes"}], "approvals": "destructive"}`)); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := mcp.NewServer(ctx, mcp.ServeConfig{Client: as, Agent: "ann", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	w := &serveWorld{node: n, cl: as, notes: secured, srv: srv}
+	cs := w.connect(t, nil)
+
+	// The operator sees the approval request, as `toolbus approve` and the console do.
+	requests, err := ops.Conn().SubscribeSync(bus.AllApprovals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ops.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		r, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__write_note", Arguments: map[string]any{"title": "held"}})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- r
+	}()
+	m, err := requests.NextMsg(wait)
+	if err != nil {
+		t.Fatalf("no approval request: %v", err)
+	}
+	var req bus.ApprovalRequest
+	if err := json.Unmarshal(m.Data, &req); err != nil {
+		t.Fatal(err)
+	}
+	if secured.writes.Load() != 0 {
+		t.Fatal("the tool ran before it was approved")
+	}
+	if _, err := ops.Approve(ctx, req.Turn, req.Call, bus.Approval{Decision: bus.ApprovalGrant, ArgsHash: req.ArgsHash, By: "ops"}); err != nil {
+		t.Fatal(err)
+	}
+	var r *sdk.CallToolResult
+	select {
+	case r = <-done:
+	case <-time.After(wait):
+		t.Fatal("the approved call did not end")
+	}
+	if r == nil || r.IsError || resultText(r) != "saved held []" || secured.writes.Load() != 1 {
+		t.Fatalf("approved call: %+v %q", r, resultText(r))
+	}
+	bustest.CheckFor(t, wait, 20*time.Millisecond, func() error {
+		rec, err := listed(ctx, ops, req.Turn)
+		if err == nil && (rec.Spec.Kind != bus.TurnMCP || rec.Step != 1) {
+			err = fmt.Errorf("record %+v", rec)
+		}
+		if err == nil {
+			items, terr := ops.Transcript(ctx, req.Turn)
+			if terr != nil || len(items) != 3 || items[1].CallID != req.Call || items[2].IsError {
+				err = fmt.Errorf("transcript %+v %v", items, terr)
+			}
+		}
+		return err
+	})
 }
