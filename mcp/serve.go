@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -106,9 +105,13 @@ type Server struct {
 	// turns are the sessions' turns: every call of a session goes under its one turn,
 	// so `nats sub 'toolbus.turn.TURN.>'` shows a session's calls, and `toolbus turns`
 	// and the console list it (sessionTurn).
-	turns   sync.Map // *sdk.ServerSession → *sessionTurn
-	closing atomic.Bool
-	ending  sync.WaitGroup // the sessions' turns, until their ends are written
+	turns sync.Map // *sdk.ServerSession → *sessionTurn
+	// endMu orders the sessions' turns against Close: once closing, no turn begins
+	// recording, so none is added to ending while Close waits for it.
+	endMu   sync.Mutex
+	closing bool
+	stopped map[*sdk.ServerSession]bool // sessions this server ended (Close, Run's ctx)
+	ending  sync.WaitGroup              // the sessions' turns, until their ends are written
 
 	refresh chan struct{}
 	sub     *nats.Subscription
@@ -126,7 +129,7 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, specs: map[string]*toolbus.Spec{}, sums: map[string]string{},
-		refresh: make(chan struct{}, 1), done: make(chan struct{}),
+		refresh: make(chan struct{}, 1), done: make(chan struct{}), stopped: map[*sdk.ServerSession]bool{},
 	}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "toolbus", Title: "toolbus: the tools of a bus", Version: "0.1.0"}, &sdk.ServerOptions{
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
@@ -152,15 +155,43 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 func (s *Server) MCP() *sdk.Server { return s.srv }
 
 // Run serves one client on t (sdk.StdioTransport for a client that started this
-// process) until it goes or ctx ends.
-func (s *Server) Run(ctx context.Context, t sdk.Transport) error { return s.srv.Run(ctx, t) }
+// process) until it goes or ctx ends. As sdk.Server.Run, with the session ended
+// through stop when ctx ends, so that its turn says the server ended it.
+func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
+	ss, err := s.srv.Connect(ctx, t, nil)
+	if err != nil {
+		return err
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		s.stop(ss)
+		<-ended
+		return ctx.Err()
+	case err := <-ended:
+		return err
+	}
+}
+
+// stop ends a session on the server's side: its turn is recorded as aborted, not
+// completed. (A session that ended on its own is no longer among the server's
+// sessions by the time its end is heard: the go-sdk drops it first.)
+func (s *Server) stop(ss *sdk.ServerSession) {
+	s.endMu.Lock()
+	s.stopped[ss] = true
+	s.endMu.Unlock()
+	_ = ss.Close()
+}
 
 // Close stops following the catalog and ends every client's session (an HTTP client
 // that never said goodbye keeps one open otherwise), their turns recorded as aborted.
 func (s *Server) Close() {
-	s.closing.Store(true)
+	s.endMu.Lock()
+	s.closing = true
+	s.endMu.Unlock()
 	for ss := range s.srv.Sessions() {
-		_ = ss.Close()
+		s.stop(ss)
 	}
 	// The sessions' ends are written before the process goes, within a bound: a bus
 	// that stopped answering must not hold the exit.

@@ -76,17 +76,33 @@ func (s *Server) sessionTurn(ss *sdk.ServerSession) *sessionTurn {
 	}
 	t.input = fmt.Sprintf("MCP session of %s with toolbus mcp, for agent %s", who, s.cfg.Agent)
 	s.log.Info("mcp session", "session", ss.ID(), "turn", t.id, "client", who)
+	s.endMu.Lock()
+	closing := s.closing
+	if !closing {
+		s.ending.Add(1)
+	}
+	s.endMu.Unlock()
+	if closing {
+		// A session that began as the server stops: its calls go unrecorded.
+		t.mu.Lock()
+		t.over = true
+		t.mu.Unlock()
+		close(t.done)
+		return t
+	}
 	t.push(t.open)
-	s.ending.Add(1)
 	go t.run()
 	go func() {
 		defer s.ending.Done()
 		_ = ss.Wait() // returns once the session's calls have returned
 		s.turns.Delete(ss)
+		s.endMu.Lock()
 		state, why := bus.TurnCompleted, ""
-		if s.closing.Load() {
+		if s.stopped[ss] {
 			state, why = bus.TurnAborted, "toolbus mcp stopped while the session was open"
 		}
+		delete(s.stopped, ss)
+		s.endMu.Unlock()
 		t.end(state, why)
 		<-t.done
 	}()

@@ -169,6 +169,45 @@ func TestMCPServeSessionIsATurn(t *testing.T) {
 		t.Errorf("done status %+v", done)
 	}
 
+	// Served by Run (stdio's path): the client going ends the turn completed; Run's
+	// context ending (toolbus mcp told to stop), aborted.
+	for _, byServer := range []bool{false, true} {
+		rctx, cancel := context.WithCancel(ctx)
+		ct, st := sdk.NewInMemoryTransports()
+		ran := make(chan error, 1)
+		go func() { ran <- w.srv.Run(rctx, st) }()
+		rcs, err := sdk.NewClient(&sdk.Implementation{Name: "stdio-client", Version: "2"}, nil).Connect(ctx, ct, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := rcs.CallTool(ctx, &sdk.CallToolParams{Name: "todo_read", Arguments: map[string]any{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := r.Meta[mcp.MetaTurn].(string)
+		want := bus.TurnCompleted
+		if byServer {
+			want = bus.TurnAborted
+			cancel()
+		} else {
+			_ = rcs.Close()
+		}
+		select {
+		case <-ran:
+		case <-time.After(wait):
+			t.Fatal("Run did not return")
+		}
+		bustest.CheckFor(t, wait, 20*time.Millisecond, func() error {
+			rec, err := listed(ctx, w.cl, id)
+			if err == nil && (rec.State != want || rec.Step != 1 || !strings.Contains(rec.Spec.Input, "stdio-client 2")) {
+				err = fmt.Errorf("stopped by the server %v: record %+v", byServer, rec)
+			}
+			return err
+		})
+		cancel()
+		_ = rcs.Close()
+	}
+
 	// toolbus mcp stops with a session open: its turn is aborted, saying why.
 	cs2 := w.connect(t, nil)
 	r, err := cs2.CallTool(ctx, &sdk.CallToolParams{Name: "todo_read", Arguments: map[string]any{}})
