@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -147,7 +149,13 @@ func (t *sessionTurn) run() {
 // open creates the turn's record and its first transcript message.
 func (t *sessionTurn) open(ctx context.Context) {
 	spec := bus.TurnSpec{ID: t.id, Kind: bus.TurnMCP, Agent: t.s.cfg.Agent, Input: t.input}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go watchRefusal(ctx, t.s.cfg.Client.Conn(), cancel)
 	rec, err := t.s.cfg.Client.OpenSession(ctx, spec, owner, toolbus.UserMessage(t.input))
+	if cause := context.Cause(ctx); err != nil && errors.Is(cause, nats.ErrPermissionViolation) {
+		err = cause
+	}
 	if err != nil {
 		t.failed = true
 		how := "the session's calls are on the bus, but not in `toolbus turns` nor the console's list of turns"
@@ -162,6 +170,27 @@ func (t *sessionTurn) open(ctx context.Context) {
 	}
 	t.rec = rec
 	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning})
+}
+
+// watchRefusal cancels ctx with the server's refusal of a write to the turn records
+// while ctx lasts. A user that may not write them (an operator) is told so only
+// through the connection's errors: no reply carries it, and the write would wait out
+// its patience, and Close after it.
+func watchRefusal(ctx context.Context, nc *nats.Conn, cancel context.CancelCauseFunc) {
+	before := nc.LastError()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if last := nc.LastError(); last != nil && last != before && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), bus.BucketTurns) {
+			cancel(last)
+			return
+		}
+	}
 }
 
 // called records a call the client made, before it runs (or is held): the console

@@ -359,4 +359,26 @@ func TestMCPServeAsTurnUser(t *testing.T) {
 		}
 		return err
 	})
+
+	// As an operator, whom the bus refuses writes of turn records: the calls run, the
+	// session is not recorded, and the refusal is heard at once, not after the write's
+	// patience (Close would wait for it).
+	opsSrv, err := mcp.NewServer(ctx, mcp.ServeConfig{Client: dial("ops", "ops-pw-77"), Agent: "ann", Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(opsSrv.Close)
+	ow := &serveWorld{node: n, cl: ops, notes: secured, srv: opsSrv}
+	r, err = ow.connect(t, nil).CallTool(ctx, &sdk.CallToolParams{Name: "notes__slow_read", Arguments: map[string]any{"steps": 1}})
+	if err != nil || r.IsError || resultText(r) != "read" {
+		t.Fatalf("as an operator: %v %+v", err, r)
+	}
+	start := time.Now()
+	opsSrv.Close()
+	if took := time.Since(start); took > 7*time.Second {
+		t.Errorf("Close took %s: the refused record was waited out", took)
+	}
+	if rec, err := ops.Record(ctx, r.Meta[mcp.MetaTurn].(string)); err != nil || rec != nil {
+		t.Errorf("an operator's session has a record: %+v %v", rec, err)
+	}
 }
