@@ -25,6 +25,12 @@ const (
 	// TurnTask is a workflow task's isolated turn: its own fixed catalog, and it ends only
 	// by submitting a result.
 	TurnTask TurnKind = "task"
+	// TurnMCP is the turn of an MCP client's session with `toolbus mcp`: the client's
+	// model makes the calls, and `toolbus mcp` records them (durable.Session). No node
+	// runs it and nothing queues it, so it is not a kind a spec may start (Valid is
+	// false for it); it is recorded so that `toolbus turns` and the console show the
+	// session's calls as any turn's.
+	TurnMCP TurnKind = "mcp"
 )
 
 // Ended reports whether a turn in state s has ended.

@@ -133,9 +133,13 @@ func (c *Client) turnStore(ctx context.Context) (*durable.Store, error) {
 		if s, err = durable.Open(ctx, js, durable.Config{}); err != nil {
 			return nil, err
 		}
-		c.mu.Lock()
-		c.turns = s
-		c.mu.Unlock()
+		// A store opened before any node made the records is looked for again next
+		// time: a long-lived client (toolbus mcp, the console) outlives that moment.
+		if s.HasTurns() {
+			c.mu.Lock()
+			c.turns = s
+			c.mu.Unlock()
+		}
 	}
 	if !s.HasTurns() {
 		return nil, ErrNoTurns

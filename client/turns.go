@@ -242,6 +242,10 @@ func (c *Client) Resume(ctx context.Context, turn string, listen time.Duration) 
 	if rec.State.Ended() {
 		return rec, fmt.Errorf("turn %s has ended (%s): nothing to resume: %w", turn, rec.State, ErrNotLost)
 	}
+	if rec.Spec.Kind == bus.TurnMCP {
+		// No node can run it: its calls came from an MCP client, through toolbus mcp.
+		return rec, fmt.Errorf("turn %s is the session of an MCP client with %s: no node runs it, nothing to resume: %w", turn, rec.Owner, ErrNotLost)
+	}
 	beats, err := c.nc.SubscribeSync(bus.TurnStatusSubject(turn, bus.StatusBeat))
 	if err != nil {
 		return rec, err

@@ -11,7 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,14 @@ import (
 // Host hosts a category's tools on the bus: actors.Node.Host.
 type Host interface {
 	Host(ctx context.Context, category string, tools []*toolbus.Tool) error
+}
+
+// Unhoster stops hosting a category: actors.Node.Unhost. A Host that is one too lets a
+// category whose server offers other tools (after a restart, or saying its list
+// changed) be hosted anew with them; with any other, the tools hosted first stay until
+// the node restarts.
+type Unhoster interface {
+	Unhost(ctx context.Context, category string) error
 }
 
 // ErrDown is the error of a call made while the category's server is down (errors.Is).
@@ -53,6 +63,9 @@ type Category struct {
 	offered map[string]string // toolbus name → the server's name, of the hosted tools
 	live    map[string]bool   // the server's names its current session offers
 	hosted  bool
+	sum     string // the hosted specs, encoded: what a new list is compared with
+
+	listChanged chan struct{} // the server said its tool list changed
 
 	progress sync.Map // progress token (string) → func(label string)
 	tokens   atomic.Uint64
@@ -70,7 +83,7 @@ func Start(cfg ServerConfig, host Host) (*Category, error) {
 	c := &Category{
 		cfg: cfg, host: host, ctx: ctx, cancel: cancel,
 		log:  cfg.Logger.With("mcp", cfg.Name, "category", cfg.Category()),
-		done: make(chan struct{}), first: make(chan struct{}),
+		done: make(chan struct{}), first: make(chan struct{}), listChanged: make(chan struct{}, 1),
 		why: errors.New("not started yet"),
 	}
 	go c.run()
@@ -134,8 +147,20 @@ func (c *Category) run() {
 		} else {
 			markFirst()
 			// Wait ends when the server does; Close ends the session when the node stops.
+			// Meanwhile the server may say its tool list changed: it is read again.
 			stop := context.AfterFunc(c.ctx, func() { _ = cs.Close() })
-			werr := cs.Wait()
+			ended := make(chan error, 1)
+			go func() { ended <- cs.Wait() }()
+			var werr error
+		session:
+			for {
+				select {
+				case werr = <-ended:
+					break session
+				case <-c.listChanged:
+					c.relist(cs)
+				}
+			}
 			stop()
 			if c.ctx.Err() != nil {
 				c.setDown(errors.New("the node is stopping"))
@@ -176,6 +201,13 @@ func (c *Category) connect() (*sdk.ClientSession, []*sdk.Tool, error) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.InitTimeout)
 	defer cancel()
 	client := sdk.NewClient(&sdk.Implementation{Name: "toolbus", Version: "0.1.0"}, &sdk.ClientOptions{
+		// Read again by run, not here: the handler runs on the session's reader.
+		ToolListChangedHandler: func(context.Context, *sdk.ToolListChangedRequest) {
+			select {
+			case c.listChanged <- struct{}{}:
+			default:
+			}
+		},
 		ProgressNotificationHandler: func(_ context.Context, req *sdk.ProgressNotificationClientRequest) {
 			p := req.Params
 			tok, ok := p.ProgressToken.(string)
@@ -209,67 +241,136 @@ func (c *Category) connect() (*sdk.ClientSession, []*sdk.Tool, error) {
 		}
 		return nil, nil, fmt.Errorf("initialize: %w", err)
 	}
+	tools, err := c.listTools(ctx, cs)
+	return cs, tools, err
+}
+
+// maxTools bounds what one server may offer: a list past it is a server gone wrong.
+const maxTools = 1000
+
+// listTools lists the tools of cs, within ctx.
+func (c *Category) listTools(ctx context.Context, cs *sdk.ClientSession) ([]*sdk.Tool, error) {
 	var tools []*sdk.Tool
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			if ctx.Err() != nil && c.ctx.Err() == nil {
 				err = fmt.Errorf("no answer within %s: %w", c.cfg.InitTimeout, err)
 			}
-			return cs, nil, fmt.Errorf("tools/list: %w", err)
+			return nil, fmt.Errorf("tools/list: %w", err)
 		}
 		tools = append(tools, t)
 		if len(tools) > maxTools {
-			return cs, nil, fmt.Errorf("tools/list: more than %d tools", maxTools)
+			return nil, fmt.Errorf("tools/list: more than %d tools", maxTools)
 		}
 	}
-	return cs, tools, nil
+	return tools, nil
 }
 
-// maxTools bounds what one server may offer: a list past it is a server gone wrong.
-const maxTools = 1000
+// relist reads the tools of the running session again, after the server said its
+// list changed, and hosts them anew if they differ.
+func (c *Category) relist(cs *sdk.ClientSession) {
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.InitTimeout)
+	tools, err := c.listTools(ctx, cs)
+	cancel()
+	if err != nil {
+		c.log.Warn("mcp server said its tools changed, and they could not be read; the hosted ones stay", "err", err)
+		return
+	}
+	if err := c.adopt(cs, tools); err != nil {
+		// Unhosted and not hosted again: the next start hosts them.
+		c.log.Warn("mcp server's changed tools could not be hosted; it is started again", "err", err)
+		_ = cs.Close()
+	}
+}
 
-// adopt makes cs the category's session. The first time, it hosts the tools;
-// afterwards the hosted set stays (a host's tools are fixed), and what the server
-// now offers differently is logged.
+// adopt makes cs the category's session and hosts its tools: the first time, and
+// again whenever they differ from those hosted (a host's tools are fixed, so the
+// category is unhosted and hosted anew; where the Host cannot unhost, the first ones
+// stay and what the server now offers differently is logged).
 func (c *Category) adopt(cs *sdk.ClientSession, tools []*sdk.Tool) error {
 	live := make(map[string]bool, len(tools))
 	for _, t := range tools {
 		live[t.Name] = true
 	}
+	specs, names := c.tools(tools)
+	sum := specsSum(specs)
 	c.mu.Lock()
-	hosted := c.hosted
+	hosted, same := c.hosted, c.sum == sum
 	c.mu.Unlock()
 	if !hosted {
-		specs, names := c.tools(tools)
 		if len(specs) == 0 {
 			return fmt.Errorf("the server offers no tool toolbus can host (%d offered)", len(tools))
 		}
-		// Up before hosting: a call may come the moment the host serves.
+		return c.host1(cs, live, names, sum, specs, "mcp server hosted")
+	}
+	unhoster, canUnhost := c.host.(Unhoster)
+	if same || !canUnhost || len(specs) == 0 {
 		c.mu.Lock()
-		c.session, c.why, c.live, c.offered = cs, nil, live, names
-		c.mu.Unlock()
-		ctx, cancel := context.WithTimeout(c.ctx, c.cfg.InitTimeout)
-		defer cancel()
-		if err := c.host.Host(ctx, c.cfg.Category(), specs); err != nil {
-			c.setDown(fmt.Errorf("host category %s: %w", c.cfg.Category(), err))
-			return fmt.Errorf("host category %s: %w", c.cfg.Category(), err)
+		defer c.mu.Unlock()
+		c.session, c.why, c.live = cs, nil, live
+		for ours, theirs := range c.offered {
+			if !live[theirs] {
+				c.log.Warn("mcp server no longer offers a hosted tool; its calls are refused", "tool", ours)
+			}
 		}
-		c.mu.Lock()
-		c.hosted = true
-		c.mu.Unlock()
-		c.log.Info("mcp server hosted", "tools", len(specs))
+		c.log.Info("mcp server up", "tools", len(tools))
 		return nil
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.session, c.why, c.live = cs, nil, live
-	for ours, theirs := range c.offered {
-		if !live[theirs] {
-			c.log.Warn("mcp server no longer offers a hosted tool; its calls are refused", "tool", ours)
+	old := c.offered
+	c.mu.Unlock()
+	var added, removed []string
+	for name := range names {
+		if _, ok := old[name]; !ok {
+			added = append(added, name)
 		}
 	}
-	c.log.Info("mcp server started again", "tools", len(tools))
+	for name := range old {
+		if _, ok := names[name]; !ok {
+			removed = append(removed, name)
+		}
+	}
+	slices.Sort(added)
+	slices.Sort(removed)
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.InitTimeout)
+	defer cancel()
+	if err := unhoster.Unhost(ctx, c.cfg.Category()); err != nil {
+		return fmt.Errorf("unhost category %s to host its changed tools: %w", c.cfg.Category(), err)
+	}
+	c.mu.Lock()
+	c.hosted = false
+	c.mu.Unlock()
+	return c.host1(cs, live, names, sum, specs, "mcp server's tools changed; hosted anew", "added", added, "removed", removed)
+}
+
+// host1 hosts specs as the category's tools, cs being its session.
+func (c *Category) host1(cs *sdk.ClientSession, live map[string]bool, names map[string]string, sum string, specs []*toolbus.Tool, msg string, attrs ...any) error {
+	// Up before hosting: a call may come the moment the host serves.
+	c.mu.Lock()
+	c.session, c.why, c.live, c.offered = cs, nil, live, names
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(c.ctx, c.cfg.InitTimeout)
+	defer cancel()
+	if err := c.host.Host(ctx, c.cfg.Category(), specs); err != nil {
+		c.setDown(fmt.Errorf("host category %s: %w", c.cfg.Category(), err))
+		return fmt.Errorf("host category %s: %w", c.cfg.Category(), err)
+	}
+	c.mu.Lock()
+	c.hosted, c.sum = true, sum
+	c.mu.Unlock()
+	c.log.Info(msg, append([]any{"tools", len(specs)}, attrs...)...)
 	return nil
+}
+
+// specsSum encodes the specs of tools, to tell whether a server's list changed.
+func specsSum(tools []*toolbus.Tool) string {
+	specs := make([]toolbus.Spec, len(tools))
+	for i, t := range tools {
+		specs[i] = t.Spec
+	}
+	slices.SortFunc(specs, func(a, b toolbus.Spec) int { return strings.Compare(a.Name, b.Name) })
+	b, _ := json.Marshal(specs)
+	return string(b)
 }
 
 // tools turns the server's tools into toolbus tools. A tool whose name toolbus cannot
@@ -365,7 +466,7 @@ func (c *Category) call(ctx context.Context, tool string, call toolbus.Call) (to
 	case cs == nil:
 		return toolbus.Result{}, fmt.Errorf("%w: %s: %v; it is being started again, try later", ErrDown, c.cfg.Name, why)
 	case !live:
-		return toolbus.Result{}, fmt.Errorf("mcp server %s no longer offers the tool %q (it changed since the node hosted it: restart the node to host its tools anew)", c.cfg.Name, tool)
+		return toolbus.Result{}, fmt.Errorf("mcp server %s no longer offers the tool %q", c.cfg.Name, tool)
 	}
 	token := c.cfg.Name + "-" + strconv.FormatUint(c.tokens.Add(1), 10)
 	if call.Progress != nil {

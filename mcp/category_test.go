@@ -407,3 +407,76 @@ func TestMCPCategoryOverHTTP(t *testing.T) {
 		t.Errorf("shout: %s %q %s", r.Outcome, text(r), r.Error)
 	}
 }
+
+// TestMCPCategoryToolsChangeOnRestart: the tools of a server are read again each time
+// it starts, and when it says its list changed (notifications/tools/list_changed):
+// a tool it offers anew is hosted, and callable, and one it no longer offers leaves the
+// catalog, without a restart of the node.
+func TestMCPCategoryToolsChangeOnRestart(t *testing.T) {
+	t.Parallel()
+	marks := t.TempDir()
+	n, cl := startNode(t, testServerConfig(t, "gosdk", marks))
+	ctx := bustest.Context(t)
+	if up, why := n.MCP()[0].State(); !up {
+		t.Fatalf("gosdk is not up: %v", why)
+	}
+	// catalog waits until the catalog's gosdk tools hold want and lack gone.
+	catalog := func(want, gone string) {
+		t.Helper()
+		bustest.CheckFor(t, wait, 50*time.Millisecond, func() error {
+			cats, err := cl.Categories(ctx)
+			if err != nil {
+				return err
+			}
+			has := map[string]bool{}
+			for _, c := range cats {
+				for _, s := range c.Specs {
+					has[s.QualifiedName()] = true
+				}
+			}
+			switch {
+			case want != "" && !has[want]:
+				return fmt.Errorf("the catalog lacks %s", want)
+			case gone != "" && has[gone]:
+				return fmt.Errorf("the catalog still holds %s", gone)
+			case !has["gosdk.echo_v2"]:
+				return errors.New("the catalog lacks gosdk.echo_v2")
+			}
+			return nil
+		})
+	}
+	catalog("gosdk.grow", "gosdk.extra")
+
+	// Restarted with a tool more: hosted, callable.
+	if err := os.WriteFile(filepath.Join(marks, "extra"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, ctx, cl, "gosdk.die", `{}`); r.Outcome != bus.OutcomeError {
+		t.Fatalf("die: %s %s", r.Outcome, r.Error)
+	}
+	catalog("gosdk.extra", "")
+	if r := call(t, ctx, cl, "gosdk.extra", `{}`); r.Outcome != bus.OutcomeOK || text(r) != "extra" {
+		t.Errorf("extra: %s %q %s", r.Outcome, text(r), r.Error)
+	}
+
+	// Restarted without it: gone from the catalog.
+	if err := os.Remove(filepath.Join(marks, "extra")); err != nil {
+		t.Fatal(err)
+	}
+	if r := call(t, ctx, cl, "gosdk.die", `{}`); r.Outcome != bus.OutcomeError {
+		t.Fatalf("die: %s %s", r.Outcome, r.Error)
+	}
+	catalog("", "gosdk.extra")
+
+	// The server adds a tool as it runs and says so: hosted, callable.
+	if r := call(t, ctx, cl, "gosdk.grow", `{}`); r.Outcome != bus.OutcomeOK || text(r) != "grew" {
+		t.Fatalf("grow: %s %q %s", r.Outcome, text(r), r.Error)
+	}
+	catalog("gosdk.grown", "")
+	if r := call(t, ctx, cl, "gosdk.grown", `{}`); r.Outcome != bus.OutcomeOK || text(r) != "grown" {
+		t.Errorf("grown: %s %q %s", r.Outcome, text(r), r.Error)
+	}
+	if r := call(t, ctx, cl, "gosdk.echo_v2", `{"message": "still"}`); r.Outcome != bus.OutcomeOK || text(r) != "echo: still" {
+		t.Errorf("echo: %s %q %s", r.Outcome, text(r), r.Error)
+	}
+}

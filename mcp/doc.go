@@ -7,7 +7,9 @@
 // becomes an MCP tools/call with a progress token, an abort becomes MCP
 // cancellation, progress notifications become the call's progress events. The
 // server is restarted when it ends; its tools are refused with the reason
-// while it is down.
+// while it is down. Its tool list is read again at each start and when it says
+// the list changed, and the category hosted anew when it differs (through a Host
+// that is also an [Unhoster]).
 //
 // The bus as an MCP server: [Server] serves the tools an agent profile
 // assembles to an MCP client (over stdio or streamable HTTP), each tools/call

@@ -52,10 +52,26 @@ type slowArgs struct {
 // testServer serves, on stdio, tools that each try one edge: names toolbus cannot
 // use as they are, a result of 10 MiB, a server that dies in a call, a call that
 // waits for its cancellation, and (added to tools/list behind the SDK's back) a tool
-// whose schema is not an object.
+// whose schema is not an object. Its list changes: it offers "extra" when it starts
+// while the file extra is in its marks, and "grow" adds "grown" to it as it runs (the
+// go-sdk tells clients: notifications/tools/list_changed).
 func testServer() {
 	marks := os.Getenv("TOOLBUS_MCP_TEST_MARKS")
 	s := sdk.NewServer(&sdk.Implementation{Name: "toolbus-test-server", Version: "1"}, nil)
+	if _, err := os.Stat(filepath.Join(marks, "extra")); err == nil {
+		sdk.AddTool(s, &sdk.Tool{Name: "extra", Description: "Offered when the server started with the mark extra"},
+			func(ctx context.Context, req *sdk.CallToolRequest, a struct{}) (*sdk.CallToolResult, any, error) {
+				return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "extra"}}}, nil, nil
+			})
+	}
+	sdk.AddTool(s, &sdk.Tool{Name: "grow", Description: "Adds the tool grown"},
+		func(ctx context.Context, req *sdk.CallToolRequest, a struct{}) (*sdk.CallToolResult, any, error) {
+			sdk.AddTool(s, &sdk.Tool{Name: "grown", Description: "Added as the server ran"},
+				func(ctx context.Context, req *sdk.CallToolRequest, a struct{}) (*sdk.CallToolResult, any, error) {
+					return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "grown"}}}, nil, nil
+				})
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "grew"}}}, nil, nil
+		})
 	sdk.AddTool(s, &sdk.Tool{Name: "echo.v2", Description: "Echo, dotted name"},
 		func(ctx context.Context, req *sdk.CallToolRequest, a echoArgs) (*sdk.CallToolResult, any, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "echo: " + a.Message}}}, nil, nil

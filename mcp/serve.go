@@ -36,6 +36,8 @@ const (
 	DefaultRefreshQuiet = 200 * time.Millisecond
 	// heldProgressEvery is how often a held call tells its client it still waits.
 	heldProgressEvery = 10 * time.Second
+	// closePatience bounds Close's wait for the sessions' turns to be recorded as ended.
+	closePatience = recordPatience + 5*time.Second
 )
 
 // ServeConfig configures a Server.
@@ -86,8 +88,9 @@ func (c ServeConfig) validate() error {
 // parsed and repaired like a turn's call, held when the profile asks for approval,
 // and sent to the tool's host as `toolbus call` sends it; its events come back as
 // progress notifications, and the client's cancellation stops it. All the calls of
-// one client session go under one turn id of the session's own (no turn runs
-// behind it: aborts name the call), so the bus shows a session as one turn.
+// one client session go under one turn of the session's own, recorded as a turn of
+// kind mcp while the session lives (sessionTurn); no node runs it, so aborts name the
+// call.
 type Server struct {
 	cfg ServeConfig
 	log *slog.Logger
@@ -99,9 +102,16 @@ type Server struct {
 	// approvals is the agent's approval policy, read with the catalog.
 	approvals string
 
-	// turns are the sessions' turn ids: every call of a session goes under its one
-	// turn, so `nats sub 'toolbus.turn.TURN.>'` shows a session's calls.
-	turns sync.Map // *sdk.ServerSession → string
+	// turns are the sessions' turns: every call of a session goes under its one turn,
+	// so `nats sub 'toolbus.turn.TURN.>'` shows a session's calls, and `toolbus turns`
+	// and the console list it (sessionTurn).
+	turns sync.Map // *sdk.ServerSession → *sessionTurn
+	// endMu orders the sessions' turns against Close: once closing, no turn begins
+	// recording, so none is added to ending while Close waits for it.
+	endMu   sync.Mutex
+	closing bool
+	stopped map[*sdk.ServerSession]bool // sessions this server ended (Close, Run's ctx)
+	ending  sync.WaitGroup              // the sessions' turns, until their ends are written
 
 	refresh chan struct{}
 	sub     *nats.Subscription
@@ -119,7 +129,7 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, specs: map[string]*toolbus.Spec{}, sums: map[string]string{},
-		refresh: make(chan struct{}, 1), done: make(chan struct{}),
+		refresh: make(chan struct{}, 1), done: make(chan struct{}), stopped: map[*sdk.ServerSession]bool{},
 	}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "toolbus", Title: "toolbus: the tools of a bus", Version: "0.1.0"}, &sdk.ServerOptions{
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
@@ -145,14 +155,55 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 func (s *Server) MCP() *sdk.Server { return s.srv }
 
 // Run serves one client on t (sdk.StdioTransport for a client that started this
-// process) until it goes or ctx ends.
-func (s *Server) Run(ctx context.Context, t sdk.Transport) error { return s.srv.Run(ctx, t) }
+// process) until it goes or ctx ends. As sdk.Server.Run, with the session ended
+// through stop when ctx ends, so that its turn says the server ended it.
+func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
+	ss, err := s.srv.Connect(ctx, t, nil)
+	if err != nil {
+		return err
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- ss.Wait() }()
+	select {
+	case <-ctx.Done():
+		s.stop(ss)
+		<-ended
+		return ctx.Err()
+	case err := <-ended:
+		return err
+	}
+}
+
+// stop ends a session on the server's side: its turn is recorded as aborted, not
+// completed. (A session that ended on its own is no longer among the server's
+// sessions by the time its end is heard: the go-sdk drops it first.)
+func (s *Server) stop(ss *sdk.ServerSession) {
+	s.endMu.Lock()
+	s.stopped[ss] = true
+	s.endMu.Unlock()
+	_ = ss.Close()
+}
 
 // Close stops following the catalog and ends every client's session (an HTTP client
-// that never said goodbye keeps one open otherwise).
+// that never said goodbye keeps one open otherwise), their turns recorded as aborted.
 func (s *Server) Close() {
+	s.endMu.Lock()
+	s.closing = true
+	s.endMu.Unlock()
 	for ss := range s.srv.Sessions() {
-		_ = ss.Close()
+		s.stop(ss)
+	}
+	// The sessions' ends are written before the process goes, within a bound: a bus
+	// that stopped answering must not hold the exit.
+	ended := make(chan struct{})
+	go func() {
+		s.ending.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(closePatience):
+		s.log.Warn("mcp serve: the end of a session's turn was not recorded in time; it shows as running", "waited", closePatience)
 	}
 	if s.sub != nil {
 		_ = s.sub.Unsubscribe()
@@ -286,84 +337,113 @@ func toolOf(name string, spec *toolbus.Spec) *sdk.Tool {
 
 func (s *Server) handler(name string) sdk.ToolHandler {
 	return func(ctx context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		turn := s.sessionTurn(req.Session)
+		ids := client.CallIDs{Turn: turn.id, Call: bus.NewID()}
 		s.mu.Lock()
 		spec, approvals := s.specs[name], s.approvals
 		s.mu.Unlock()
-		if spec == nil {
-			return errorResult(fmt.Sprintf("tool %s is no longer served on the bus", name)), nil
-		}
 		raw := string(req.Params.Arguments)
 		if raw == "" || raw == "null" {
 			raw = "{}"
 		}
-		args, err := client.Args(spec, raw)
-		if err != nil {
-			// The model sees what is wrong, as in a turn, and the tool does not run.
-			return errorResult(err.Error()), nil
+		item := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: ids.Call, Name: name, Arguments: raw}
+		if spec != nil {
+			item.Name, item.Namespace = spec.Name, spec.Namespace
 		}
-		ids := client.CallIDs{Turn: s.turnOf(req.Session), Call: bus.NewID()}
-		notify := s.notifier(ctx, req)
-		s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call, "rungs", args.Rungs)
-
-		if (&toolsets.Kit{Approvals: approvals}).NeedsApproval(spec) {
-			held := time.Now()
-			if res := s.hold(ctx, spec, ids, args.JSON, notify); res != nil {
-				return res, nil
-			}
-			// The deadline ran while the call was held, as in a turn: it gets what is left.
-			timeout := spec.Timeout
-			if timeout <= 0 {
-				timeout = bus.DefaultCallTimeout
-			}
-			left := *spec
-			left.Timeout = max(timeout-time.Since(held), time.Millisecond)
-			spec = &left
-		}
-		// The call's events, as the host publishes them, go to the client as progress.
-		if notify != nil {
-			sub, err := s.cfg.Client.Conn().Subscribe(bus.EventSubject(ids.Turn, ids.Call, "*"), func(m *nats.Msg) {
-				var ev bus.Event
-				if json.Unmarshal(m.Data, &ev) == nil && ev.Kind == bus.EventProgress {
-					notify(ev.Label)
-				}
-			})
-			if err == nil {
-				defer func() { _ = sub.Unsubscribe() }()
-				_ = s.cfg.Client.Conn().Flush()
-			}
-		}
-		reply, err := s.cfg.Client.CallWith(ctx, spec, s.cfg.Agent, args, ids)
-		res := errorResult("")
-		if err != nil {
-			res = errorResult(err.Error())
-		} else {
-			res = resultOfReply(spec, reply)
-		}
+		step := turn.called(item)
+		began := time.Now()
+		res, rec := s.call(ctx, req, name, spec, approvals, raw, ids)
+		rec.Call, rec.Tool, rec.Namespace, rec.Latency = ids.Call, item.Name, item.Namespace, time.Since(began)
+		turn.answered(step, outputItem(item, res), rec)
 		// Where to find the call on the bus: nats sub 'toolbus.turn.TURN.>'.
 		res.Meta = sdk.Meta{MetaTurn: ids.Turn, MetaCall: ids.Call}
 		return res, nil
 	}
 }
 
-// turnOf is the turn id of a session, made at its first call. The ids of sessions
-// that ended are dropped then too.
-func (s *Server) turnOf(ss *sdk.ServerSession) string {
-	if t, ok := s.turns.Load(ss); ok {
-		return t.(string)
+// call runs one tools/call: its arguments repaired and checked, held when the profile
+// asks, then sent to the tool's host. It returns the client's result and the call's
+// account for the session's turn.
+func (s *Server) call(ctx context.Context, req *sdk.CallToolRequest, name string, spec *toolbus.Spec, approvals, raw string, ids client.CallIDs) (*sdk.CallToolResult, bus.CallRecord) {
+	if spec == nil {
+		msg := fmt.Sprintf("tool %s is no longer served on the bus", name)
+		return errorResult(msg), bus.CallRecord{Outcome: bus.OutcomeUnavailable, Error: msg}
 	}
-	live := map[*sdk.ServerSession]bool{}
-	for o := range s.srv.Sessions() {
-		live[o] = true
+	args, err := client.Args(spec, raw)
+	if err != nil {
+		// The model sees what is wrong, as in a turn, and the tool does not run.
+		return errorResult(err.Error()), bus.CallRecord{Outcome: bus.OutcomeInvalid, Error: err.Error()}
 	}
-	s.turns.Range(func(k, _ any) bool {
-		if !live[k.(*sdk.ServerSession)] {
-			s.turns.Delete(k)
+	rec := bus.CallRecord{Truncated: args.Truncated}
+	for _, r := range args.Rungs {
+		rec.Rungs = append(rec.Rungs, string(r))
+	}
+	notify := s.notifier(ctx, req)
+	s.log.Info("mcp call", "tool", spec.QualifiedName(), "turn", ids.Turn, "call", ids.Call, "rungs", args.Rungs)
+
+	if (&toolsets.Kit{Approvals: approvals}).NeedsApproval(spec) {
+		held := time.Now()
+		if res, outcome := s.hold(ctx, spec, ids, args.JSON, notify); res != nil {
+			rec.Outcome, rec.Error = outcome, resultText(res)
+			return res, rec
 		}
-		return true
-	})
-	t, _ := s.turns.LoadOrStore(ss, bus.NewID())
-	s.log.Info("mcp session", "session", ss.ID(), "turn", t)
-	return t.(string)
+		// The deadline ran while the call was held, as in a turn: it gets what is left.
+		timeout := spec.Timeout
+		if timeout <= 0 {
+			timeout = bus.DefaultCallTimeout
+		}
+		left := *spec
+		left.Timeout = max(timeout-time.Since(held), time.Millisecond)
+		spec = &left
+	}
+	// The call's events, as the host publishes them, go to the client as progress.
+	if notify != nil {
+		sub, err := s.cfg.Client.Conn().Subscribe(bus.EventSubject(ids.Turn, ids.Call, "*"), func(m *nats.Msg) {
+			var ev bus.Event
+			if json.Unmarshal(m.Data, &ev) == nil && ev.Kind == bus.EventProgress {
+				notify(ev.Label)
+			}
+		})
+		if err == nil {
+			defer func() { _ = sub.Unsubscribe() }()
+			_ = s.cfg.Client.Conn().Flush()
+		}
+	}
+	reply, err := s.cfg.Client.CallWith(ctx, spec, s.cfg.Agent, args, ids)
+	if err != nil {
+		rec.Outcome, rec.Error = bus.OutcomeError, err.Error()
+		return errorResult(err.Error()), rec
+	}
+	rec.Outcome, rec.Error, rec.Label, rec.Duration, rec.Details = reply.Outcome, reply.Error, reply.Label, reply.Duration, reply.Details
+	return resultOfReply(spec, reply), rec
+}
+
+// outputItem is a call's output as the session's transcript holds it: what the client
+// got.
+func outputItem(call toolbus.Item, res *sdk.CallToolResult) toolbus.Item {
+	out := toolbus.Item{Kind: toolbus.KindCallOutput, CallID: call.CallID, Name: call.Name, Namespace: call.Namespace, IsError: res.IsError}
+	for _, c := range res.Content {
+		switch c := c.(type) {
+		case *sdk.TextContent:
+			out.Output = append(out.Output, toolbus.ContentPart{Type: toolbus.ContentText, Text: c.Text})
+		case *sdk.ImageContent:
+			out.Output = append(out.Output, toolbus.ContentPart{Type: toolbus.ContentImage, MediaType: c.MIMEType, Data: c.Data})
+		case *sdk.ResourceLink:
+			out.Output = append(out.Output, toolbus.ContentPart{Type: toolbus.ContentImage, MediaType: c.MIMEType, URL: c.URI})
+		}
+	}
+	return out
+}
+
+// resultText is the text of a result's content.
+func resultText(r *sdk.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
 }
 
 // notifier sends progress notifications to the client of req, when it asked for
@@ -389,11 +469,11 @@ func (s *Server) notifier(ctx context.Context, req *sdk.CallToolRequest) func(la
 // request goes out on the call's approval subject, and `toolbus approve TURN CALL`
 // (or the console) answers on its approve subject. It returns nil once the call is
 // approved, and the result to send otherwise.
-func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallIDs, args []byte, notify func(string)) *sdk.CallToolResult {
+func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallIDs, args []byte, notify func(string)) (*sdk.CallToolResult, bus.Outcome) {
 	how := fmt.Sprintf("toolbus approve %s %s", ids.Turn, ids.Call)
 	if s.cfg.ApprovalWait < 0 {
 		return errorResult(fmt.Sprintf("%s needs a person's approval (agent %s's profile holds %s calls), and this MCP server does not wait for one (-approval-wait); the call did not run",
-			spec.QualifiedName(), s.cfg.Agent, s.approvalsLocked()))
+			spec.QualifiedName(), s.cfg.Agent, s.approvalsLocked())), bus.OutcomeRefused
 	}
 	sum := sha256.Sum256(args)
 	timeout := spec.Timeout
@@ -433,7 +513,7 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 		}
 	})
 	if err != nil {
-		return errorResult(fmt.Sprintf("%s needs approval, and the approval subject could not be watched: %v", spec.QualifiedName(), err))
+		return errorResult(fmt.Sprintf("%s needs approval, and the approval subject could not be watched: %v", spec.QualifiedName(), err)), bus.OutcomeNotStarted
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	b, _ := json.Marshal(req)
@@ -447,10 +527,10 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 	// A refused publish is told by the server before the flush's answer, and only in
 	// LastError: without this check the call would wait out its patience for nothing.
 	if last := nc.LastError(); err == nil && last != nil && errors.Is(last, nats.ErrPermissionViolation) && strings.Contains(last.Error(), `"`+subject+`"`) {
-		err = fmt.Errorf("%w (holding calls needs a NATS user that may publish %s and answer requests, as the turn role may; an operator may not)", last, bus.AllApprovals)
+		err = fmt.Errorf("%w (holding calls needs a NATS user that may publish %s and answer requests, as the turn role may; an operator may not: run toolbus mcp as a turn user, see docs/mcp.md)", last, bus.AllApprovals)
 	}
 	if err != nil {
-		return errorResult(fmt.Sprintf("%s needs a person's approval, and the request could not be published: %v; the call did not run", spec.QualifiedName(), err))
+		return errorResult(fmt.Sprintf("%s needs a person's approval, and the request could not be published: %v; the call did not run", spec.QualifiedName(), err)), bus.OutcomeNotStarted
 	}
 	s.log.Info("mcp call held for approval", "tool", spec.QualifiedName(), "approve", how)
 	tell := func() {
@@ -475,16 +555,16 @@ func (s *Server) hold(ctx context.Context, spec *toolbus.Spec, ids client.CallID
 				if a.Reason != "" {
 					msg += ": " + a.Reason
 				}
-				return errorResult(msg)
+				return errorResult(msg), bus.OutcomeRefused
 			}
-			return nil
+			return nil, ""
 		case <-tick.C:
 			tell()
 		case <-wait.C:
 			return errorResult(fmt.Sprintf("%s was held for approval and nobody approved it within %s (%s); the call did not run",
-				spec.QualifiedName(), patience, how))
+				spec.QualifiedName(), patience, how)), bus.OutcomeTimeout
 		case <-ctx.Done():
-			return errorResult("cancelled while held for approval; the call did not run")
+			return errorResult("cancelled while held for approval; the call did not run"), bus.OutcomeNotStarted
 		}
 	}
 }

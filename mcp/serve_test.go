@@ -84,11 +84,18 @@ type serveWorld struct {
 
 func startServeWorld(t *testing.T, profile string, cfg mcp.ServeConfig) *serveWorld {
 	t.Helper()
+	return startServeWorldTurns(t, profile, cfg, false)
+}
+
+// startServeWorldTurns is startServeWorld whose node runs turns (turns true): the bus
+// keeps turn records and transcripts, where an MCP session's turn is recorded.
+func startServeWorldTurns(t *testing.T, profile string, cfg mcp.ServeConfig, turns bool) *serveWorld {
+	t.Helper()
 	log := bustest.Logger(t, slog.LevelInfo)
 	w := &serveWorld{notes: &notes{}}
 	n, err := node.Start(bustest.Context(t), node.Config{
 		Bus:   bus.Config{StoreDir: t.TempDir(), Logger: log},
-		Node:  node.NodeConfig{Categories: []string{"todo"}, Logger: log},
+		Node:  node.NodeConfig{Categories: []string{"todo"}, Logger: log, Turns: turns},
 		Tools: w.notes.tools(t),
 	})
 	if err != nil {

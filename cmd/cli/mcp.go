@@ -24,7 +24,9 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 			"for `toolbus approve` when the profile asks, and runs on the tool's host anywhere on\n"+
 			"the bus; its events come back as progress, and a cancellation aborts it. Over stdio\n"+
 			"(a client starts this command) by default; with -listen, over streamable HTTP at\n"+
-			"http://ADDR/mcp. See docs/mcp.md.", stderr)
+			"http://ADDR/mcp. Each client session is a turn of kind mcp, listed by `toolbus turns`\n"+
+			"and the console while it lives. On a secured bus, -user is a user of the turn role:\n"+
+			"an operator may not hold calls for approval nor record turns. See docs/mcp.md.", stderr)
 	var bf busFlags
 	bf.register(fs, e)
 	var (

@@ -192,7 +192,7 @@ function showTurns() {
     el('h1', {}, 'Turns'),
     el('div', {class: 'toolbar'},
       filter('state', el('select', {id: 'f-state', 'aria-label': 'state'}, states.map(s => el('option', {value: s}, s || 'any state')))),
-      filter('kind', el('select', {id: 'f-kind', 'aria-label': 'kind'}, ['', 'main', 'job', 'task'].map(s => el('option', {value: s}, s || 'any kind')))),
+      filter('kind', el('select', {id: 'f-kind', 'aria-label': 'kind'}, ['', 'main', 'job', 'task', 'mcp'].map(s => el('option', {value: s}, s || 'any kind')))),
       filter('agent', el('input', {id: 'f-agent', placeholder: 'agent', list: 'agents', 'aria-label': 'agent'})),
       agents, count),
     el('table', {id: 'turns'},
@@ -390,7 +390,7 @@ function showTurn(id) {
     const node = (T.status && T.status.node) || (rec && rec.owner) || '';
     title.replaceChildren('Turn ', el('span', {class: 'id'}, id), ' ', stateTag(state, 'turn-state'));
     facts.replaceChildren(...[['agent', spec.agent || '–'], ['kind', spec.kind || 'main'], ['node', node || '–'],
-      ['step', (T.status ? T.status.step : rec && rec.step) ?? '–'], ['model', spec.model || 'script'],
+      ['step', (T.status ? T.status.step : rec && rec.step) ?? '–'], ['model', spec.model || (spec.kind === 'mcp' ? "the MCP client's" : 'script')],
       ['created', stamp(rec && rec.created)], ['age', ago(rec && rec.created)],
       ...(spec.workflow_id ? [['workflow', el('a', {href: '#/workflow/' + encodeURIComponent(spec.agent) + '/' + encodeURIComponent(spec.workflow_id)}, spec.workflow_id + ' / ' + spec.task_id)]] : []),
       ...(spec.parent_turn_id ? [['parent', el('a', {href: '#/turn/' + encodeURIComponent(spec.parent_turn_id)}, spec.parent_turn_id)]] : []),

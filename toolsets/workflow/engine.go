@@ -137,6 +137,8 @@ func (e *Engine) Start(ctx context.Context, agent, parent string, def Definition
 		switch {
 		case caller == nil:
 			return nil, errors.New("no model for the tasks: give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
+		case caller.Spec.Kind == bus.TurnMCP:
+			return nil, errors.New("no model for the tasks: the calling turn is an MCP client's session (toolbus mcp), whose model the bus does not know; give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
 		case caller.Spec.Model == "":
 			return nil, errors.New("no model for the tasks: the calling turn plays a script, which cannot run them; give the workflow a model (openai:MODEL or chat:MODEL), or every task a script")
 		}
