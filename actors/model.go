@@ -29,7 +29,7 @@ func (t *turn) callModel() {
 		return
 	}
 	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
-	sys, self := t.sys, t.self
+	sys, self, d := t.sys, t.self, t.disp
 	req := &gateway.Request{
 		Instructions: t.instructions,
 		// Capped, so the turn's later appends never write where the model reads.
@@ -48,14 +48,14 @@ func (t *turn) callModel() {
 	req.Stream = func(ev gateway.StreamEvent) {
 		switch ev.Kind {
 		case gateway.StreamText:
-			sys.Root.Send(self, &modelStream{step: step, text: ev})
+			d.sendInline(sys, self, &modelStream{step: step, text: ev})
 		case gateway.StreamItem:
 			if ev.Item == nil || int64(ev.Index) != streamed.Load() {
 				return // not the next item (the gateway's contract): the response has it
 			}
 			streamed.Add(1)
 			it := *ev.Item
-			sys.Root.Send(self, &modelStream{step: step, item: &it})
+			d.sendInline(sys, self, &modelStream{step: step, item: &it})
 		}
 	}
 	t.phase = phaseModel
@@ -65,7 +65,7 @@ func (t *turn) callModel() {
 	t.unsent, t.early, t.saidText = nil, false, ""
 	t.cfg.workers.goFunc(func() {
 		resp, err := model.Respond(ctx, req)
-		sys.Root.Send(self, lastChunk(step, resp, err, int(streamed.Load())))
+		d.sendInline(sys, self, lastChunk(step, resp, err, int(streamed.Load())))
 	})
 }
 

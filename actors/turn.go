@@ -264,6 +264,8 @@ type turn struct {
 
 	sys  *actor.ActorSystem
 	self *actor.PID
+	// disp runs the mailbox; the turn's own goroutines send through it (sendInline).
+	disp *turnDispatcher
 	subs []*nats.Subscription
 
 	j     journal
@@ -318,13 +320,10 @@ func NewTurnProps(cfg *TurnConfig) (*actor.Props, error) {
 		return nil, err
 	}
 	c := *cfg
-	var opts []actor.PropsOption
-	if c.workers != nil {
-		opts = append(opts, actor.WithDispatcher(c.workers))
-	}
+	d := &turnDispatcher{w: c.workers}
 	return actor.PropsFromProducer(func() actor.Actor {
-		return &turn{cfg: c, log: c.Logger.With("turn", c.Spec.ID)}
-	}, opts...), nil
+		return &turn{cfg: c, log: c.Logger.With("turn", c.Spec.ID), disp: d}
+	}, actor.WithDispatcher(d)), nil
 }
 
 func (t *turn) Receive(ctx actor.Context) {
@@ -446,7 +445,7 @@ func (t *turn) start(ctx actor.Context) {
 		t.transcript = append(t.transcript, t.cfg.Input...)
 	}
 
-	forward := func(m *nats.Msg) { t.sys.Root.Send(t.self, m) }
+	forward := func(m *nats.Msg) { t.disp.sendInline(t.sys, t.self, m) }
 	subjects := []string{bus.ResultSubject(t.cfg.Spec.ID, "*"), bus.AbortSubject(t.cfg.Spec.ID)}
 	if a := t.cfg.Kit.Approvals; a != "" && a != toolsets.ApproveNever {
 		// Only a turn that may hold calls listens for decisions: the server scans its

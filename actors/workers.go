@@ -2,6 +2,7 @@ package actors
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
@@ -121,4 +122,38 @@ func (w *workers) goFunc(fn func()) {
 		return
 	}
 	w.Go(fn)
+}
+
+// turnDispatcher runs a turn's mailbox on the node's workers, or at once on the
+// goroutine that sends it a message when that goroutine is one of the turn's own and has
+// nothing else to do but wait for its next message: the turn's subscription (a reply),
+// a model call's worker (the response, or an item as it streams). Each hand-off to a
+// worker wakes a parked goroutine while the sender parks; a step of one call made two.
+// Only a sender that says so (sendInline) runs the mailbox; one that sends while another
+// does may run it too, which is no harm: every goroutine that sends to a turn can wait
+// for a message of the turn to be handled (none holds a lock the turn takes, and the
+// turn never waits on its sender).
+type turnDispatcher struct {
+	w      *workers
+	inline atomic.Int32
+}
+
+// Schedule implements actor.Dispatcher.
+func (d *turnDispatcher) Schedule(fn func()) {
+	if d.inline.Load() > 0 {
+		fn()
+		return
+	}
+	d.w.goFunc(fn)
+}
+
+// Throughput implements actor.Dispatcher.
+func (d *turnDispatcher) Throughput() int { return mailboxThroughput }
+
+// sendInline sends msg to the turn, handling it on this goroutine if the turn's mailbox
+// is idle.
+func (d *turnDispatcher) sendInline(sys *actor.ActorSystem, pid *actor.PID, msg any) {
+	d.inline.Add(1)
+	defer d.inline.Add(-1)
+	sys.Root.Send(pid, msg)
 }
