@@ -596,17 +596,35 @@ func TestConsoleResume(t *testing.T) {
 	waitFor(t, tab, "the live feed", `document.getElementById('live').dataset.live === 'on'`)
 	spec := bus.TurnSpec{ID: id, Kind: bus.TurnMain, Agent: "ann", Input: "read, then think", Script: json.RawMessage(`{"responses":[
 	  {"calls":[{"id":"r1","name":"read_file","arguments":"{\"path\":\"a.txt\"}"}]},
-	  {"delay_ms":4000,"text":"Done, on another node."}]}`)}
+	  {"delay_ms":6000,"text":"Done, on another node."}]}`)}
 	// Queued for any node: A, the only one yet, takes it; a turn started on a named node
 	// would wait for that node again after its hand-back.
 	if _, err := cl.Start(ctx, spec, ""); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, tab, "the first step on A", `document.querySelector('.lane[data-call="r1"]')?.dataset.outcome === 'ok' && document.querySelector('.step[data-step="1"] .step-head').innerText.includes('on A')`)
+	// B starts once A holds the turn, while A runs its first step; A stops as soon as the
+	// step's output is stored, while the model takes 6 s over the second, and hands the
+	// turn back. Each waits on the bus, not on the page: with the page between them (and
+	// B's start after the step), A stopped too late under load once and ran both steps.
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		rec, err := cl.Record(ctx, id)
+		if err != nil || rec == nil || rec.Owner != "A" {
+			return fmt.Errorf("record %+v: %v", rec, err)
+		}
+		return nil
+	})
 	start("B")
-	// Hands the turn back: it waits on its model, for longer than A takes to stop (0.2-0.5 s
-	// measured; 1.5 s was not always enough with the package's other tests running).
+	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		items, err := cl.Transcript(ctx, id)
+		for _, it := range items {
+			if it.Kind == toolbus.KindCallOutput && it.CallID == "r1" {
+				return nil
+			}
+		}
+		return fmt.Errorf("no output of r1 yet (%v)", err)
+	})
 	a.Close()
+	waitFor(t, tab, "the first step on A", `document.querySelector('.lane[data-call="r1"]')?.dataset.outcome === 'ok' && document.querySelector('.step[data-step="1"] .step-head').innerText.includes('on A')`)
 	waitFor(t, tab, "the turn's end", `document.getElementById('turn-state').dataset.state === 'completed'`)
 	waitFor(t, tab, "the resume", `document.querySelector('#timeline .resume')?.innerText.includes('resumed on B')`)
 	waitFor(t, tab, "the step after it, from the transcript", `document.querySelectorAll('#timeline .step').length === 2 && !document.querySelector('#timeline [data-streaming]')`)
