@@ -200,7 +200,7 @@ func (r *runner) cases() []kase {
 	} {
 		c = r.id("c")
 		add(p.name, t, h(bus.HeaderCall, c, bus.HeaderPayload, p.ref), bus.PayloadNote,
-			refused(c, bus.OutcomeInvalid, pattern(free)))
+			refused(c, bus.OutcomeInvalid, pattern(anything)))
 	}
 
 	// Calls that run: an abort before the request does not stop it, its deadline does;

@@ -214,11 +214,12 @@ type text struct {
 	re   *regexp.Regexp
 }
 
-// free stands for the host's own words within one line; more for an optional
-// " (<the tool's error>)" at the end.
+// free stands for the host's own words within one line, anything for any text of its
+// own, more for an optional " (<the tool's error>)" at the end.
 const (
-	free = "\x00free"
-	more = "\x00more"
+	free     = "\x00free"
+	anything = "\x00anything"
+	more     = "\x00more"
 )
 
 // pattern builds a text from literal parts, free and more.
@@ -230,6 +231,9 @@ func pattern(parts ...string) text {
 		case free:
 			show.WriteString("…")
 			re.WriteString(`[^\n]*`)
+		case anything:
+			show.WriteString("…")
+			re.WriteString(`.*`)
 		case more:
 			show.WriteString("[ (…)]")
 			re.WriteString(`( \(.*\))?`)
