@@ -81,11 +81,22 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, report func(Result)) er
 	if cfg.ReplyTimeout <= 0 {
 		cfg.ReplyTimeout = DefaultReplyTimeout
 	}
-	cat := catalog.New(nc, catalog.Options{Quiet: time.Second})
-	if err := cat.Refresh(ctx); err != nil {
-		return err
+	var (
+		cat *catalog.Catalog
+		i   = -1
+	)
+	// A host on a loaded machine can answer $SRV.INFO after the others have (see
+	// client.Tool): look twice, the second time waiting longer, before saying it is not
+	// there.
+	for _, wait := range []time.Duration{time.Second, 3 * time.Second} {
+		cat = catalog.New(nc, catalog.Options{FirstReply: wait, Quiet: wait})
+		if err := cat.Refresh(ctx); err != nil {
+			return err
+		}
+		if i = slices.IndexFunc(cat.Categories(), func(c catalog.Category) bool { return c.Name == cfg.Category }); i >= 0 {
+			break
+		}
 	}
-	i := slices.IndexFunc(cat.Categories(), func(c catalog.Category) bool { return c.Name == cfg.Category })
 	if i < 0 {
 		return fmt.Errorf("%w: no host serves category %s on the bus (no micro service %s answered $SRV.INFO)",
 			ErrCategory, cfg.Category, bus.CategoryService(cfg.Category))
