@@ -129,6 +129,9 @@ func (t *turn) resolveCall(pc *pendingCall, it toolbus.Item, truncated bool) (re
 		return t.unknownTool(it)
 	}
 	pc.tool = tool
+	// The model may name a namespaced tool by its bare name (lookup); the record says
+	// which tool ran, so its namespace is the tool's, not the model's.
+	pc.record.Namespace = tool.Namespace
 	if n, ok := elidedSize(it.Arguments); ok {
 		return tooLarge(it.Name, n)
 	}

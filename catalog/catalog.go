@@ -82,6 +82,20 @@ type Category struct {
 	Skipped []string
 }
 
+// Problems are the lines that say what of the category no turn gets: its refusal, or
+// each endpoint skipped with the reason. `toolbus tools -catalog` prints them after
+// "toolbus: "; docs/protocol.md §3 shows them, and a test holds the two together.
+func (c *Category) Problems() []string {
+	if c.Err != nil {
+		return []string{fmt.Sprintf("category %s refused: %v", c.Name, c.Err)}
+	}
+	lines := make([]string, 0, len(c.Skipped))
+	for _, s := range c.Skipped {
+		lines = append(lines, fmt.Sprintf("category %s: skipped endpoint %s", c.Name, s))
+	}
+	return lines
+}
+
 // ConflictError refuses a category whose hosts publish different specs for one tool:
 // a call could reach either host, so no spec can be trusted.
 type ConflictError struct {

@@ -110,6 +110,11 @@ func TestFromEndpointRefusals(t *testing.T) {
 		{"bad timeout", "everything", subject, with(KeyTimeout, "90"), `metadata "timeout": "90" is not a Go duration of zero or more`},
 		{"negative timeout", "everything", subject, with(KeyTimeout, "-1s"), `"-1s" is not a Go duration of zero or more`},
 		{"no schema", "everything", subject, with(KeySchema, "<delete>"), `no "schema" metadata`},
+		// Empty is absent, for every key (docs/protocol.md §2).
+		{"empty schema", "everything", subject, with(KeySchema, ""), `endpoint everything: no "schema" metadata`},
+		// Booleans are exactly true or false: no other case is guessed at (§2, §15).
+		{"capital False", "everything", subject, with(KeyDestructive, "False"), `endpoint everything: metadata "destructive": "False" is not true or false`},
+		{"upper TRUE", "everything", subject, with(KeyReadOnly, "TRUE"), `metadata "read_only": "TRUE" is not true or false`},
 		{"array root", "everything", subject, with(KeySchema, `{"type":"array"}`), "function tool parameters must use a root object schema"},
 		{"remote ref", "everything", subject, with(KeySchema, `{"type":"object","properties":{"a":{"$ref":"https://example.com/x.json"}}}`), "schema"},
 		{"wrong subject", "everything", "toolbus.tool.other.everything", good, `subject "toolbus.tool.other.everything", want "toolbus.tool.c.everything"`},

@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/toolbus/toolbus"
@@ -77,8 +76,11 @@ func FromEndpoint(category, name, subject string, md map[string]string) (*toolbu
 		Namespace:            md[KeyNamespace],
 		NamespaceDescription: md[KeyNamespaceDescription],
 	}
-	raw, ok := md[KeySchema]
-	if !ok {
+	// Empty is absent, as for every key (docs/protocol.md §2): a host that writes the
+	// key with no schema in it is told it published none, not about a JSON decoder's end
+	// of input.
+	raw := md[KeySchema]
+	if raw == "" {
 		return nil, fmt.Errorf("endpoint %s: no %q metadata", name, KeySchema)
 	}
 	var err error
@@ -110,9 +112,12 @@ func FromEndpoint(category, name, subject string, md map[string]string) (*toolbu
 	return s, nil
 }
 
-// boolValue reads "true" or "false"; absent or empty is false.
+// boolValue reads "true" or "false", exactly (docs/protocol.md §2, §15); absent or
+// empty is false. Other spellings ("True", "FALSE", "yes") are refused rather than
+// read: a host that writes Python's str(True) learns it from the skip line, where a
+// reading that guessed would have to be documented and matched by every reader.
 func boolValue(md map[string]string, key string) (bool, error) {
-	switch v := md[key]; strings.ToLower(v) {
+	switch v := md[key]; v {
 	case "", "false":
 		return false, nil
 	case "true":

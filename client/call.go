@@ -56,22 +56,31 @@ func servedNames(cat *catalog.Catalog) string {
 
 // Args parses and validates raw, the JSON arguments of a call of tool, as a turn does
 // (schema.Schema.Parse, with its repairs), for Call. Arguments over the most a call may
-// carry (bus.MaxCallPayload) are refused before they are parsed.
+// carry (bus.MaxCallPayload) are refused before they are parsed. A refusal names the
+// tool by its Name; ArgsAs names it as the caller gave it.
 func Args(tool *toolbus.Spec, raw string) (schema.Args, error) {
-	if err := checkArgsSize(tool, len(raw)); err != nil {
+	return ArgsAs(tool.Name, tool, raw)
+}
+
+// ArgsAs is Args for a tool a person named: its refusals say name, as typed
+// (`toolbus call crm.add_note …` refuses "invalid arguments for crm.add_note"), so
+// that two tools of one name in different namespaces are never confused in them.
+func ArgsAs(name string, tool *toolbus.Spec, raw string) (schema.Args, error) {
+	if err := checkArgsSize(name, len(raw)); err != nil {
 		return schema.Args{}, err
 	}
 	args, err := tool.Params.Parse(raw, schema.ParseOptions{Destructive: tool.Destructive})
 	if err != nil {
-		return args, fmt.Errorf("invalid arguments for %s: %w", tool.Name, err)
+		return args, fmt.Errorf("invalid arguments for %s: %w", name, err)
 	}
 	return args, nil
 }
 
-// checkArgsSize refuses arguments of size bytes over bus.MaxCallPayload.
-func checkArgsSize(tool *toolbus.Spec, size int) error {
+// checkArgsSize refuses arguments of size bytes over bus.MaxCallPayload for the tool
+// named name.
+func checkArgsSize(name string, size int) error {
 	if size > bus.MaxCallPayload {
-		return fmt.Errorf("the arguments of %s are %s, over the %s a tool call may carry", tool.Name,
+		return fmt.Errorf("the arguments of %s are %s, over the %s a tool call may carry", name,
 			bus.FormatBytes(int64(size)), bus.FormatBytes(bus.MaxCallPayload))
 	}
 	return nil
@@ -119,7 +128,7 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout+bus.ReplyGrace)
 	defer cancel()
 	if size, limit := len(m.Data), bus.InlineLimit(c.nc.MaxPayload()); size > limit {
-		if err := checkArgsSize(tool, size); err != nil {
+		if err := checkArgsSize(tool.Name, size); err != nil {
 			return bus.ToolReply{}, err
 		}
 		ref, err := c.offload(rctx, m, bus.PayloadName(turn, call, "args"))

@@ -65,7 +65,8 @@ func cmdCall(ctx context.Context, e *env, args []string, stdout, stderr io.Write
 	if note := gatingNote(ctx, bc.nc, *agent, tool); note != "" {
 		fmt.Fprintln(stderr, "toolbus: note:", note)
 	}
-	parsed, err := client.Args(tool, raw)
+	// The refusal names the tool as given (crm.add_note), not by its bare name.
+	parsed, err := client.ArgsAs(name, tool, raw)
 	if err != nil {
 		return err
 	}

@@ -156,12 +156,11 @@ func printCatalog(stdout, stderr io.Writer, cat *catalog.Catalog) error {
 	var specs []*toolbus.Spec
 	hosts := map[string]string{}
 	for _, c := range cat.Categories() {
-		if c.Err != nil {
-			fmt.Fprintf(stderr, "toolbus: category %s refused: %v\n", c.Name, c.Err)
-			continue
+		for _, line := range c.Problems() {
+			fmt.Fprintln(stderr, "toolbus:", line)
 		}
-		for _, s := range c.Skipped {
-			fmt.Fprintf(stderr, "toolbus: category %s: skipped endpoint %s\n", c.Name, s)
+		if c.Err != nil {
+			continue
 		}
 		var names []string
 		for _, h := range c.Hosts {

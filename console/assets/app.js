@@ -530,7 +530,9 @@ function showTurn(id) {
   function runs(calls, outputs) {
     const groups = [];
     for (const c of calls) {
-      const name = (c.namespace ? c.namespace + '.' : '') + c.name;
+      // The record names the tool that ran (a bare name the model gave may be namespaced).
+      const ns = c.namespace || (T.live.get(c.call_id)?.record || {}).namespace;
+      const name = (ns ? ns + '.' : '') + c.name;
       const seq = c.run ? !!c.run.sequential : T.modes[name] === 'sequential';
       const last = groups[groups.length - 1];
       const same = c.run && last && last.n ? c.run.n === last.n : !seq && last && !last.seq;
@@ -579,7 +581,8 @@ function showTurn(id) {
     const bar = el('div', {class: 'bar'});
     bar.style.left = (100 * a / total).toFixed(2) + '%';
     bar.style.width = Math.max(0.4, 100 * (b - a) / total).toFixed(2) + '%';
-    const name = (c.namespace ? c.namespace + '.' : '') + c.name;
+    const ns = c.namespace || r.namespace;
+    const name = (ns ? ns + '.' : '') + c.name;
     const rungs = (r.rungs || c.rungs || []).filter(x => x !== 'as_is'); // as_is: nothing to repair
     const dur = r.duration_ns ? ms(r.duration_ns) : (f.started && !f.ended && outcome === 'running' ? ms((Date.now() - new Date(f.started).getTime()) * 1e6) : '');
     const toggle = () => { T.open.has(c.call_id) ? T.open.delete(c.call_id) : T.open.add(c.call_id); renderTimeline(); document.querySelector(`.lane[data-call="${CSS.escape(c.call_id)}"]`)?.focus(); };

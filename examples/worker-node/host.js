@@ -49,10 +49,12 @@ export function sleep(ms, signal) {
 // Why a call's signal fired. The outcome and the error text follow from it.
 const cause = {
   deadline: () => ({ outcome: Outcome.timeout, text: "context deadline exceeded" }),
-  abort: (turn, reason) => ({
+  // The reply's abort is the one that stopped the call: the turn of the subject, with
+  // the reason and who asked as sent (protocol.md §9).
+  abort: (turn, reason, by) => ({
     outcome: Outcome.stopped,
     text: reason ? `the turn was aborted: ${reason}` : "the turn was aborted",
-    abort: reason ? { turn_id: turn, reason } : { turn_id: turn },
+    abort: { turn_id: turn, ...(reason ? { reason } : {}), ...(by ? { by } : {}) },
   }),
   stopping: () => ({ outcome: Outcome.stopped, text: STOPPING }),
 };
@@ -142,17 +144,18 @@ export class Host {
   /** abort cancels every call of the turn named by an abort's subject. */
   abort(msg) {
     const turn = msg.subject.split(".")[2];
-    let reason = "";
+    let reason = "", by = "";
     try {
       const body = msg.data.length ? JSON.parse(new TextDecoder().decode(msg.data)) : {};
       if (typeof body?.reason === "string") reason = body.reason;
+      if (typeof body?.by === "string") by = body.by;
     } catch {
       // The body is optional and informational.
     }
     const acs = this.running.get(turn);
     if (!acs) return;
     this.log.info("abort", { turn, reason, calls: acs.size });
-    for (const ac of acs) ac.abort(cause.abort(turn, reason));
+    for (const ac of acs) ac.abort(cause.abort(turn, reason, by));
   }
 
   /**
@@ -340,7 +343,7 @@ export class Host {
     if (!msg.reply) return; // published without a reply subject: nobody to tell
     const out = {
       call_id: r.call_id, tool: r.tool, outcome: r.outcome,
-      content: r.content, details: r.details, error: r.error, label: r.label,
+      content: r.content, details: r.details, error: r.error, abort: r.abort, label: r.label,
       duration_ns: r.duration_ns ?? 0,
     };
     let b = new TextEncoder().encode(JSON.stringify(out));
