@@ -75,6 +75,9 @@ type CallRun struct {
 	// it again is harmless.
 	Sequential bool `json:"sequential,omitempty"`
 	ReadOnly   bool `json:"read_only,omitempty"`
+	// Namespace is the namespace of the tool that ran, when the call named none (a bare
+	// name the assembly resolved to a namespaced tool).
+	Namespace string `json:"namespace,omitempty"`
 }
 
 // UserMessage is a user text item.

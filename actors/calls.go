@@ -105,6 +105,9 @@ func (t *turn) addCalls(items []toolbus.Item, truncated bool) []*pendingCall {
 			pc.i = t.b.Add(mode, pc.local == nil && t.cfg.Kit.NeedsApproval(pc.tool), pc.tool.Category)
 			it.Run = &toolbus.CallRun{Step: t.stepStored(), N: t.b.Run(pc.i),
 				Sequential: mode == toolbus.Sequential, ReadOnly: readOnly}
+			if it.Namespace == "" {
+				it.Run.Namespace = pc.tool.Namespace
+			}
 			it.Repaired, it.Rungs = nil, nil
 			if pc.repaired {
 				it.Repaired, it.Rungs = pc.args, pc.record.Rungs

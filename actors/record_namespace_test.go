@@ -96,6 +96,16 @@ func TestCallRecordNamespace(t *testing.T) {
 		}
 	}
 	check("the turn's result", res.Calls)
+	// The transcript says it too, for readers of the stored turn (the console): the
+	// bare call's run names the namespace that ran; a named one needs none.
+	for _, it := range res.Transcript {
+		if it.Kind != toolbus.KindFunctionCall || it.Run == nil {
+			continue
+		}
+		if got, want := it.Run.Namespace, map[string]string{"bare": "pycalc"}[it.CallID]; got != want {
+			t.Errorf("transcript: call %s records namespace %q, want %q", it.CallID, got, want)
+		}
+	}
 	for {
 		select {
 		case m := <-done:

@@ -531,7 +531,7 @@ function showTurn(id) {
     const groups = [];
     for (const c of calls) {
       // The record names the tool that ran (a bare name the model gave may be namespaced).
-      const ns = c.namespace || (T.live.get(c.call_id)?.record || {}).namespace;
+      const ns = c.namespace || (c.run || {}).namespace || (T.live.get(c.call_id)?.record || {}).namespace;
       const name = (ns ? ns + '.' : '') + c.name;
       const seq = c.run ? !!c.run.sequential : T.modes[name] === 'sequential';
       const last = groups[groups.length - 1];
@@ -581,7 +581,7 @@ function showTurn(id) {
     const bar = el('div', {class: 'bar'});
     bar.style.left = (100 * a / total).toFixed(2) + '%';
     bar.style.width = Math.max(0.4, 100 * (b - a) / total).toFixed(2) + '%';
-    const ns = c.namespace || r.namespace;
+    const ns = c.namespace || (c.run || {}).namespace || r.namespace;
     const name = (ns ? ns + '.' : '') + c.name;
     const rungs = (r.rungs || c.rungs || []).filter(x => x !== 'as_is'); // as_is: nothing to repair
     const dur = r.duration_ns ? ms(r.duration_ns) : (f.started && !f.ended && outcome === 'running' ? ms((Date.now() - new Date(f.started).getTime()) * 1e6) : '');
