@@ -8,6 +8,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors/batch"
+	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/telemetry"
@@ -164,7 +165,8 @@ func (t *turn) unknownTool(it toolbus.Item) string {
 	if it.Namespace != "" {
 		name = it.Namespace + "." + it.Name
 	}
-	return fmt.Sprintf("unknown tool %q; the tools available are: %s", name, strings.Join(t.cfg.Kit.Tools.Names(), ", "))
+	names := t.cfg.Kit.Tools.Names()
+	return fmt.Sprintf("unknown tool %q%s; the tools available are: %s", name, suggest.DidYouMean(name, names), strings.Join(names, ", "))
 }
 
 // resolve settles a call that did not run (refused, not started, or given up on as the

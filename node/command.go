@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/secretflag"
+	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
@@ -204,6 +205,9 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 		if errors.Is(err, flag.ErrHelp) {
 			full()
 			return nil, err
+		}
+		if hint := suggest.Flag(fs, err); hint != "" {
+			fmt.Fprintln(w, hint)
 		}
 		fmt.Fprintf(w, "Run '%s -h' for usage.\n", prog)
 		return nil, ErrFlags

@@ -670,7 +670,7 @@ func TestCall(t *testing.T) {
 			name:   "unknown tool",
 			args:   []string{"read_fil", `{}`},
 			code:   exitFailed,
-			stderr: []string{`toolbus: unknown tool "read_fil"; the tools served on the embedded bus are: recall, get_page, list_files, read_file, write_file, run_command, job_start, job_status, job_result, job_cancel, schedule_create, schedule_list, schedule_cancel, todo_read, todo_write, web_search, web_fetch`},
+			stderr: []string{`toolbus: unknown tool "read_fil" (did you mean read_file?); the tools served on the embedded bus are: recall, get_page, list_files, read_file, write_file, run_command, job_start, job_status, job_result, job_cancel, schedule_create, schedule_list, schedule_cancel, todo_read, todo_write, web_search, web_fetch`},
 		},
 		{
 			// The default agent has no profile, so no brain: call says it skips the gating.
