@@ -18,9 +18,9 @@ const (
 	// (Responses' function_call_output).
 	KindFunctionCallOutput ItemKind = "function_call_output"
 	KindCallOutput                  = KindFunctionCallOutput // the same kind, by its older, shorter name
-	KindReasoning    ItemKind = "reasoning" // carried through verbatim in Raw
-	KindOpaque       ItemKind = "opaque"    // any other provider item carried in Raw (tool search, ...)
-	KindNote         ItemKind = "note"      // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
+	KindReasoning          ItemKind = "reasoning"            // carried through verbatim in Raw
+	KindOpaque             ItemKind = "opaque"               // any other provider item carried in Raw (tool search, ...)
+	KindNote               ItemKind = "note"                 // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
 )
 
 // Roles of message items.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors/batch"
-	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
