@@ -14,14 +14,15 @@ type ItemKind string
 const (
 	KindMessage      ItemKind = "message"       // text from user, assistant or developer
 	KindFunctionCall ItemKind = "function_call" // a call the model made
-	// KindFunctionCallOutput is a call's output, named as the providers name it
-	// (Responses' function_call_output).
-	KindFunctionCallOutput ItemKind = "function_call_output"
-	KindCallOutput                  = KindFunctionCallOutput // the same kind, by its older, shorter name
-	KindReasoning          ItemKind = "reasoning"            // carried through verbatim in Raw
-	KindOpaque             ItemKind = "opaque"               // any other provider item carried in Raw (tool search, ...)
-	KindNote               ItemKind = "note"                 // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
+	KindCallOutput   ItemKind = "function_call_output"
+	KindReasoning    ItemKind = "reasoning" // carried through verbatim in Raw
+	KindOpaque       ItemKind = "opaque"    // any other provider item carried in Raw (tool search, ...)
+	KindNote         ItemKind = "note"      // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
 )
+
+// KindFunctionCallOutput is KindCallOutput by the name the providers give it
+// (Responses' function_call_output), the name a reader of a transcript looks for first.
+const KindFunctionCallOutput = KindCallOutput
 
 // Roles of message items.
 const (
