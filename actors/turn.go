@@ -471,7 +471,7 @@ func (t *turn) start(ctx actor.Context) {
 		t.resume(from.resume, from.lease)
 		return
 	}
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Lease: from.lease})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Home: t.cfg.Kit.Home, Lease: from.lease})
 	t.sys.Root.Send(t.self, &turnStep{})
 }
 

@@ -269,6 +269,16 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	if o.server != "" && (o.listen != "" || o.clusterName != "") {
 		return nil, usagef("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
 	}
+	// Homes are told to the turns' watchers (bus.TurnStatus.Home), who run elsewhere: a
+	// path relative to where the node was started would tell them nothing.
+	for _, p := range []*string{&o.home, &o.homeRoot} {
+		if *p == "" {
+			continue
+		}
+		if *p, err = filepath.Abs(*p); err != nil {
+			return nil, fmt.Errorf("home: %w", err)
+		}
+	}
 	return o, nil
 }
 

@@ -85,6 +85,9 @@ type Kit struct {
 	// MaxCalls and MaxCallsPerCategory bound the turn's calls in flight at once (the
 	// profile's CallsPolicy); zero is no bound.
 	MaxCalls, MaxCallsPerCategory int
+	// Home is the agent's home on the assembling node (Options.AgentHome), told to the
+	// turn's watchers; "" when the node has none.
+	Home string
 }
 
 // NeedsApproval reports whether a call of the tool waits for a person's approval.
@@ -161,7 +164,7 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 	if err != nil {
 		return nil, err
 	}
-	kit := &Kit{Policy: policy}
+	kit := &Kit{Policy: policy, Home: opts.AgentHome(spec.Agent)}
 	if profile != nil {
 		kit.Approvals = profile.Approvals
 		if c := profile.Calls; c != nil {

@@ -108,6 +108,8 @@ func cmdRun(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 	}
 	if bf.server == "" {
 		r.println(r.style(ansiDim, homeNote(*home, *sandbox)))
+	} else {
+		r.remote = true
 	}
 	final, err := followTurn(ctx, e, bc, *nodeName, req, r, logs, *giveUp)
 	if err != nil {
