@@ -1,13 +1,16 @@
 package toolsets
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
@@ -198,7 +201,12 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 			}
 			ns, err := cat.Tools(ref.Name, ref.Deferred())
 			if err != nil {
-				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: %v", ref.Name, err))
+				note := fmt.Sprintf("namespace %s is left out: %v", ref.Name, err)
+				if errors.Is(err, catalog.ErrNotServed) {
+					// What next: the profile names it on purpose, or by mistake.
+					note += fmt.Sprintf("; start a host that serves it (docs/protocol.md), or take it out of agent %s's profile (toolbus agent set)", cmp.Or(spec.Agent, "default"))
+				}
+				kit.Notes = append(kit.Notes, note)
 				continue
 			}
 			// Names are unique within a category; only a namespace that several

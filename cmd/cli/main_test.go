@@ -667,6 +667,13 @@ func TestCall(t *testing.T) {
 			stderr: []string{"toolbus: invalid arguments for read_file: ", "/path: "},
 		},
 		{
+			// Two words, no JSON at all: not "a string", which it never was.
+			name:   "not JSON",
+			args:   []string{"-home", demoHome, "read_file", "hello world"},
+			code:   exitFailed,
+			stderr: []string{`toolbus: invalid arguments for read_file: arguments must be a JSON object such as {"path": …}, got text that is not JSON; this tool requires: path`},
+		},
+		{
 			name:   "unknown tool",
 			args:   []string{"read_fil", `{}`},
 			code:   exitFailed,

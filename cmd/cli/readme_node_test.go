@@ -185,4 +185,19 @@ func TestRunServerSaysWhere(t *testing.T) {
 	if strings.Contains(stdout, "(read-write, commands run here") {
 		t.Errorf("run -server printed the embedded node's home note:\n%s", stdout)
 	}
+
+	// A profile naming a namespace no host serves: the turn runs without it and says
+	// so, with what to do, also under -json (on standard error, beside the transcript).
+	if code, out, errOut := cli(ctx, append([]string{"agent"}, rb.args("set", "-namespace", "ghost", "ann")...)...); code != exitOK {
+		t.Fatalf("agent set: exit %d\n%s%s", code, out, errOut)
+	}
+	const note = "note: namespace ghost is left out: no host on the bus serves it; start a host that serves it (docs/protocol.md), or take it out of agent ann's profile (toolbus agent set)"
+	code, stdout, stderr = cli(ctx, rb.args("run", "-agent", "ann", "-model", "script:"+demoScript, demoPrompt)...)
+	if code != exitOK || !strings.Contains(stdout, "\n"+note+"\n") {
+		t.Errorf("run with a namespace no host serves: exit %d, stdout lacks %q:\n%s%s", code, note, stdout, stderr)
+	}
+	code, _, stderr = cli(ctx, rb.args("run", "-json", "-agent", "ann", "-model", "script:"+demoScript, demoPrompt)...)
+	if code != exitOK || !strings.Contains(stderr, "toolbus: "+note+"\n") {
+		t.Errorf("run -json with a namespace no host serves: exit %d, stderr lacks %q:\n%s", code, note, stderr)
+	}
 }

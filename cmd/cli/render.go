@@ -90,6 +90,9 @@ type renderer struct {
 	// remote: the turn runs on a node of a running bus, whose agent home this process
 	// did not choose; the started line says it (bus.TurnStatus.Home).
 	remote bool
+	// notes, when set, takes the turn's notes (what its assembly left out) instead of w:
+	// standard error, under -json, whose standard output is the transcript alone.
+	notes io.Writer
 }
 
 // newRenderer shows a turn on w, live and in color when w is a terminal (NO_COLOR in
