@@ -9,6 +9,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors/batch"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/telemetry"
@@ -408,6 +409,11 @@ func (t *turn) closeBatch() (terminate bool) {
 	// A late answer of one of these calls finds none (byWire): the batch is over.
 	t.beginBatch(false)
 	records := t.records[first:len(t.records):len(t.records)]
+	// How the calls ran, for whoever reads the turn after its end (the console), as its
+	// watchers were told live by the status below.
+	note := durable.CallsNote(t.step, records)
+	t.transcript = append(t.transcript, note)
+	outputs = append(outputs, note)
 	t.j.afterBatch(outputs)
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	return terminate
