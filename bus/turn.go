@@ -256,8 +256,8 @@ type TurnStatus struct {
 	// with StatusStarted.
 	Notes []string `json:"notes,omitempty"`
 	// Home is the agent's home on the node that runs the turn, where its file and
-	// command tools work (sent with StatusStarted, when the node has homes): a client
-	// of a remote node says where the turn works.
+	// command tools work (sent with StatusStarted, when that node hosts computer): a
+	// client of a remote node says where the turn works.
 	Home string `json:"home,omitempty"`
 	// Resumed is set on StatusStarted when a node took over a turn another drove.
 	Resumed *Resume `json:"resumed,omitempty"`
