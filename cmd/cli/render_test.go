@@ -361,7 +361,10 @@ func TestWatchViewText(t *testing.T) {
 	}
 	status := bus.TurnMessage{Subject: bus.TurnSubject{Turn: turn, Kind: bus.KindStatus, Status: bus.StatusStep},
 		Status: &bus.TurnStatus{Turn: turn, Step: 2, State: bus.TurnRunning, Text: "Hello world.\nBye."}}
-	msgs := []bus.TurnMessage{piece(2, 0, "Hello "), piece(2, 0, "world."), piece(2, 1, "Bye."), status}
+	// A heartbeat comes any time, mid-line too: the line stays whole.
+	beat := bus.TurnMessage{Subject: bus.TurnSubject{Turn: turn, Kind: bus.KindStatus, Status: bus.StatusBeat},
+		Status: &bus.TurnStatus{Turn: turn, State: bus.TurnRunning}}
+	msgs := []bus.TurnMessage{piece(2, 0, "Hello "), beat, piece(2, 0, "world."), piece(2, 1, "Bye."), status}
 
 	var plain bytes.Buffer
 	v := &watchView{w: &plain, steps: map[string]*streamedStep{}}

@@ -119,7 +119,13 @@ func (v *watchView) finish() {
 	}
 }
 
-func (v *watchView) close() { v.finish() }
+// close prints what is left of every step's text, as watch stops.
+func (v *watchView) close() {
+	for turn := range v.steps {
+		v.flush(turn, time.Now())
+	}
+	v.finish()
+}
 
 // message shows one message of a turn.
 func (v *watchView) message(m bus.TurnMessage, now time.Time) {
@@ -129,10 +135,11 @@ func (v *watchView) message(m bus.TurnMessage, now time.Time) {
 		}
 		return
 	}
-	if m.Status != nil {
+	if m.Status != nil && m.Subject.Status != bus.StatusBeat {
 		// The turn moved on (a step's status comes after its text, from the same
-		// publisher): what is left of its text is whole.
-		v.flush(m.Subject.Turn)
+		// publisher): what is left of its text is whole. A heartbeat comes any time,
+		// mid-sentence too.
+		v.flush(m.Subject.Turn, now)
 	}
 	if line, ok := watchLine(m, now); ok {
 		v.line(line)
@@ -143,7 +150,7 @@ func (v *watchView) message(m bus.TurnMessage, now time.Time) {
 func (v *watchView) piece(turn string, d bus.TextDelta, now time.Time) {
 	s := v.steps[turn]
 	if s != nil && s.step != d.Step {
-		v.flush(turn)
+		v.flush(turn, now)
 		s = nil
 	}
 	if s == nil {
@@ -164,13 +171,13 @@ func (v *watchView) piece(turn string, d bus.TextDelta, now time.Time) {
 		if i < 0 {
 			return
 		}
-		v.textLine(s, s.text[s.printed:s.printed+i])
+		v.textLine(s, s.text[s.printed:s.printed+i], now)
 		s.printed += i + 1
 	}
 }
 
 // flush ends a turn's streaming step: what is left of its text is printed.
-func (v *watchView) flush(turn string) {
+func (v *watchView) flush(turn string, now time.Time) {
 	s := v.steps[turn]
 	if s == nil {
 		return
@@ -180,16 +187,18 @@ func (v *watchView) flush(turn string) {
 	case v.tty && v.open == s:
 		v.finish()
 	case !v.tty && s.printed < len(s.text):
-		v.textLine(s, s.text[s.printed:])
+		v.textLine(s, s.text[s.printed:], now)
 	}
 }
 
-func (v *watchView) prefix(s *streamedStep) string {
-	return fmt.Sprintf("%s %s %-15s step %d: ", s.at.Format("15:04:05.000"), shortID(s.turn), "text", s.step)
+// prefix begins a line of a step's text: at is when the step began streaming (its line
+// on a terminal), or when the line was whole.
+func (v *watchView) prefix(s *streamedStep, at time.Time) string {
+	return fmt.Sprintf("%s %s %-15s step %d: ", at.Format("15:04:05.000"), shortID(s.turn), "text", s.step)
 }
 
-func (v *watchView) textLine(s *streamedStep, text string) {
-	v.line(v.prefix(s) + text)
+func (v *watchView) textLine(s *streamedStep, text string, at time.Time) {
+	v.line(v.prefix(s, at) + text)
 }
 
 // draw shows a step's text on its line, in place while that line is the last one: its
@@ -198,7 +207,7 @@ func (v *watchView) draw(s *streamedStep) {
 	if v.open != s {
 		v.finish()
 	}
-	prefix := v.prefix(s)
+	prefix := v.prefix(s, s.at)
 	text := strings.ReplaceAll(s.text, "\n", " ")
 	if room := v.width - 1 - utf8.RuneCountInString(prefix); room > 8 && utf8.RuneCountInString(text) > room {
 		runes := []rune(text)
