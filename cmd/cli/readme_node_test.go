@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bufio"
-	"io"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 )
 
 // readmeBlock is the README's fenced ```sh block that holds all of wants, as lines.
@@ -114,30 +114,37 @@ func TestReadmeNodeBlockHasHome(t *testing.T) {
 				t.Fatalf("README: %q: the demo's check.sh is not in -home %s: %v", line, home, err)
 			}
 			cmd := command(words)
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
+			var log output
+			cmd.Stderr = &log
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() {
-				_ = cmd.Process.Signal(os.Interrupt)
+			// Waiting for its ready line ends early should the node end first.
+			running, ended := context.WithCancel(ctx)
+			exited := make(chan struct{})
+			go func() {
 				_ = cmd.Wait()
-			})
-			// The node says where it listens in its ready line.
-			sc := bufio.NewScanner(stderr)
-			var log strings.Builder
-			for url == "" && sc.Scan() {
-				log.WriteString(sc.Text() + "\n")
-				if strings.Contains(sc.Text(), "node ready") {
-					url = regexp.MustCompile(`listening on (nats://[0-9.:]+)`).FindStringSubmatch(sc.Text())[1]
+				close(exited)
+				ended()
+			}()
+			t.Cleanup(func() {
+				// Ctrl-C, as a person stops it; killed should it not stop within a bound.
+				_ = cmd.Process.Signal(os.Interrupt)
+				select {
+				case <-exited:
+				case <-time.After(30 * time.Second):
+					_ = cmd.Process.Kill()
+					<-exited
+					t.Errorf("the node did not stop on Ctrl-C within 30 s:\n%s", log.String())
 				}
+			})
+			log.waitFor(t, running, "node ready")
+			// The node says where it listens in its ready line.
+			m := regexp.MustCompile(`node ready.*listening on (nats://[0-9.:]+)`).FindStringSubmatch(log.String())
+			if m == nil {
+				t.Fatalf("the node's ready line names no URL:\n%s", log.String())
 			}
-			if url == "" {
-				t.Fatalf("the node ended before it was ready:\n%s", log.String())
-			}
-			go func() { _, _ = io.Copy(io.Discard, stderr) }()
+			url = m[1]
 		case words[0] == "toolbus" && len(words) > 1 && words[1] == "run":
 			if url == "" {
 				t.Fatalf("README: %q runs before any node", line)
