@@ -20,6 +20,10 @@ const (
 	KindNote         ItemKind = "note"      // toolbus's own (a resume, a step's tokens) in Raw; never sent to a model
 )
 
+// KindFunctionCallOutput is KindCallOutput by the name the providers give it
+// (Responses' function_call_output), the name a reader of a transcript looks for first.
+const KindFunctionCallOutput = KindCallOutput
+
 // Roles of message items.
 const (
 	RoleUser      = "user"

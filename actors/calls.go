@@ -9,6 +9,8 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors/batch"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
@@ -204,7 +206,8 @@ func (t *turn) unknownTool(it toolbus.Item) string {
 	if it.Namespace != "" {
 		name = it.Namespace + "." + it.Name
 	}
-	return fmt.Sprintf("unknown tool %q; the tools available are: %s", name, strings.Join(t.cfg.Kit.Tools.Names(), ", "))
+	names := t.cfg.Kit.Tools.Names()
+	return fmt.Sprintf("unknown tool %q%s; the tools available are: %s", name, suggest.DidYouMean(name, names), strings.Join(names, ", "))
 }
 
 // resolve settles a call that did not run (refused, not started, or given up on as the
@@ -446,6 +449,11 @@ func (t *turn) closeBatch() (terminate bool) {
 	// A late answer of one of these calls finds none (byWire): the batch is over.
 	t.beginBatch(false)
 	records := t.records[first:len(t.records):len(t.records)]
+	// How the calls ran, for whoever reads the turn after its end (the console), as its
+	// watchers were told live by the status below.
+	note := durable.CallsNote(t.step, records)
+	t.transcript = append(t.transcript, note)
+	outputs = append(outputs, note)
 	t.j.afterBatch(outputs)
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	return terminate

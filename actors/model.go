@@ -202,9 +202,11 @@ func (t *turn) onModelStream(m *modelStream) {
 		added := t.addCalls(items[len(items)-1:], false)
 		t.transcript = append(t.transcript, items...)
 		if text := (&gateway.Response{Items: items}).Text(); text != "" && t.saidText == "" {
-			// Words before the calls are shown while the calls run: these are whole.
+			// Words before the calls are shown while the calls run: these are whole. The
+			// step is the one the model is writing, not yet counted (t.step): it has the
+			// number its text pieces had, and the step's later statuses have.
 			t.saidText = text
-			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text})
+			t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Text: text, Step: t.step + 1})
 		}
 		t.j.afterResponse(items, func() { t.ready(added) })
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
+	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // NodeConfig configures a node: which categories it hosts and whether it runs turns.
@@ -498,8 +499,14 @@ func (n *Node) assemble(ctx context.Context, spec bus.TurnSpec, calls []toolbus.
 		}
 	}
 	n.freshenCatalog(ctx, cat, spec.ID, profile, calls, patience)
-	return toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Tools.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
+	kit, err = toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Tools.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
 		ScheduleMinInterval: n.cfg.Tools.ScheduleMinInterval})
+	if kit != nil && !slices.Contains(n.cfg.Categories, computer.Category) {
+		// The agent's files are where a computer host works: a node that runs turns
+		// beside tool nodes of their own homes would name a home no tool of the turn uses.
+		kit.Home = ""
+	}
+	return kit, err
 }
 
 // maxWorkers bounds the goroutines a node keeps waiting for work; past it, work runs on

@@ -30,7 +30,7 @@ func (t *turn) resume(from *resumePoint, lease time.Duration) {
 		}
 	}
 	r := from.from
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Resumed: &r, Lease: lease})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Home: t.cfg.Kit.Home, Resumed: &r, Lease: lease})
 
 	calls := durable.LastCalls(items)
 	t.prepare(calls, false)

@@ -603,7 +603,9 @@ func TestResponsesStream(t *testing.T) {
 		case toolbus.KindMessage:
 			messages = append(messages, it.Role+":"+it.Text)
 		case toolbus.KindNote:
-			notes = append(notes, string(it.Raw))
+			if strings.Contains(string(it.Raw), `"toolbus.usage"`) { // not the batches' calls notes
+				notes = append(notes, string(it.Raw))
+			}
 		}
 	}
 	if want := []string{"user:read a and b", "assistant:Reading both files.", "assistant:Both read."}; !slices.Equal(messages, want) {

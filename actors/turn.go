@@ -472,7 +472,7 @@ func (t *turn) start(ctx actor.Context) {
 		t.resume(from.resume, from.lease)
 		return
 	}
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Lease: from.lease})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Notes: t.cfg.Kit.Notes, Home: t.cfg.Kit.Home, Lease: from.lease})
 	t.sys.Root.Send(t.self, &turnStep{})
 }
 
@@ -500,7 +500,10 @@ func (t *turn) cleanup() {
 
 // status publishes a turn status message.
 func (t *turn) status(kind string, st bus.TurnStatus) {
-	st.Turn, st.Node, st.Agent, st.Kind, st.Step, st.Time = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind, t.step, time.Now()
+	st.Turn, st.Node, st.Agent, st.Kind, st.Time = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind, time.Now()
+	if st.Step == 0 {
+		st.Step = t.step // the steps counted; a status of the step being written says so
+	}
 	switch {
 	case kind == bus.StatusStep && t.stepUsage != nil:
 		st.Usage, t.stepUsage = t.stepUsage, nil

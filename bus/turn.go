@@ -261,6 +261,10 @@ type TurnStatus struct {
 	// Notes say what the turn's assembly left out (a namespace no host serves); sent
 	// with StatusStarted.
 	Notes []string `json:"notes,omitempty"`
+	// Home is the agent's home on the node that runs the turn, where its file and
+	// command tools work (sent with StatusStarted, when that node hosts computer): a
+	// client of a remote node says where the turn works.
+	Home string `json:"home,omitempty"`
 	// Resumed is set on StatusStarted when a node took over a turn another drove.
 	Resumed *Resume `json:"resumed,omitempty"`
 	// Lease, on the StatusStarted and StatusBeat of a durable turn, is how long its node

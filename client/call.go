@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -11,6 +12,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -35,21 +37,21 @@ func (c *Client) Tool(ctx context.Context, name string) (*toolbus.Spec, error) {
 			return spec, err
 		}
 	}
-	return nil, &refusal{msg: fmt.Sprintf("unknown tool %q; the tools served on %s are: %s", name, c.where, servedNames(cat)), is: catalog.ErrNotServed}
+	served := servedNames(cat)
+	list := strings.Join(served, ", ")
+	if list == "" {
+		list = "none"
+	}
+	return nil, &refusal{msg: fmt.Sprintf("unknown tool %q%s; the tools served on %s are: %s", name, suggest.DidYouMean(name, served), c.where, list), is: catalog.ErrNotServed}
 }
 
-func servedNames(cat *catalog.Catalog) string {
-	names := ""
+// servedNames are the qualified names of the tools the catalog serves.
+func servedNames(cat *catalog.Catalog) []string {
+	var names []string
 	for _, cs := range cat.Categories() {
 		for _, s := range cs.Specs {
-			if names != "" {
-				names += ", "
-			}
-			names += s.QualifiedName()
+			names = append(names, s.QualifiedName())
 		}
-	}
-	if names == "" {
-		return "none"
 	}
 	return names
 }

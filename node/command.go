@@ -22,6 +22,7 @@ import (
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/secretflag"
+	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
@@ -205,6 +206,9 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 			full()
 			return nil, err
 		}
+		if hint := suggest.Flag(fs, err); hint != "" {
+			fmt.Fprintln(w, hint)
+		}
 		fmt.Fprintf(w, "Run '%s -h' for usage.\n", prog)
 		return nil, ErrFlags
 	}
@@ -264,6 +268,16 @@ func parseFlags(prog string, args []string, w io.Writer) (*options, error) {
 	}
 	if o.server != "" && (o.listen != "" || o.clusterName != "") {
 		return nil, usagef("-server connects to an existing bus; -listen and -cluster-name configure an embedded one: pick one")
+	}
+	// Homes are told to the turns' watchers (bus.TurnStatus.Home), who run elsewhere: a
+	// path relative to where the node was started would tell them nothing.
+	for _, p := range []*string{&o.home, &o.homeRoot} {
+		if *p == "" {
+			continue
+		}
+		if *p, err = filepath.Abs(*p); err != nil {
+			return nil, fmt.Errorf("home: %w", err)
+		}
 	}
 	return o, nil
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -80,7 +79,10 @@ func (c *Config) withDefaults() {
 func (c *Config) validate() error {
 	switch {
 	case c.Node.Name == "":
-		return errors.New("start node: no name")
+		// Only a node joining a running bus (Server) gets here: an embedded one is named
+		// DefaultName. Two nodes of one name on a bus would take each other's turns.
+		return fmt.Errorf("start node: no name: a node that joins the bus at %s needs Config.Node.Name (node.NodeConfig.Name; `toolbus node -name`), unique on that bus, since nodes of one name would take each other's turns",
+			redact.URL(c.Server))
 	case !bus.ValidToken(c.Node.Name):
 		return fmt.Errorf("start node: name %q is not one subject token (no dots, spaces or wildcards)", c.Node.Name)
 	case c.Node.Connect != nil:

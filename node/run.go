@@ -38,8 +38,36 @@ type Turn struct {
 }
 
 // Result is how a turn ended: its State, the model's final Text, each call with its
-// tool and outcome (Calls: bus.CallRecord), the steps, the tokens and the transcript.
-type Result = actors.TurnResult
+// tool and outcome (Calls: bus.CallRecord), the steps, the tokens and the transcript;
+// and what each call returned (Outputs), so that a program reads a tool's output
+// without walking the transcript.
+type Result struct {
+	actors.TurnResult
+	// Outputs[i] is the output of Calls[i] as the model read it: its Content and
+	// IsError from the transcript, its Details from the call's record. A call with no
+	// output in the transcript (a turn that failed under it) has a zero Result.
+	Outputs []toolbus.Result
+}
+
+// newResult pairs each call of res with its output in res's transcript.
+func newResult(res actors.TurnResult) Result {
+	out := Result{TurnResult: res}
+	if len(res.Calls) == 0 {
+		return out
+	}
+	byCall := make(map[string]toolbus.Item, len(res.Calls))
+	for _, it := range res.Transcript {
+		if it.Kind == toolbus.KindFunctionCallOutput {
+			byCall[it.CallID] = it
+		}
+	}
+	out.Outputs = make([]toolbus.Result, len(res.Calls))
+	for i, c := range res.Calls {
+		it := byCall[c.Call]
+		out.Outputs[i] = toolbus.Result{Content: it.Output, IsError: it.IsError, Details: c.Details}
+	}
+	return out
+}
 
 // Run runs a turn on this node, outside the durable intake, and returns once it has
 // ended. The error is non-nil when the turn could not start, or when it did not
@@ -65,7 +93,8 @@ func (n *Node) Run(ctx context.Context, t Turn) (Result, error) {
 		}
 		cfg.Kit = toolsets.NewKit(set)
 	}
-	res, err := n.Node.Run(ctx, cfg)
+	ar, err := n.Node.Run(ctx, cfg)
+	res := newResult(ar)
 	if err != nil {
 		return res, fmt.Errorf("run turn: %w", err)
 	}

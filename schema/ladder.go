@@ -176,6 +176,13 @@ func (p *parse) run(raw string) (Args, error) {
 	case map[string]any:
 	case nil:
 		return p.empty()
+	case string:
+		if !p.usedRung(RungAsIs) {
+			// The repair rung made a string of prose: what was sent is no JSON at all,
+			// and "got a string" would send its writer looking for quotes it never typed.
+			return Args{}, p.fail(KindNotObject, p.notObject("text that is not JSON"), nil)
+		}
+		return Args{}, p.fail(KindNotObject, p.notObject("a string"), nil)
 	default:
 		return Args{}, p.fail(KindNotObject, "arguments must be a JSON object, got "+describeJSON(v), nil)
 	}
@@ -330,6 +337,17 @@ func (p *parse) empty() (Args, error) {
 		return Args{}, p.schemaError(err.(*ValidationError), v)
 	}
 	return Args{JSON: json.RawMessage(`{}`), Rungs: p.rungs(), Truncated: p.truncated}, nil
+}
+
+// notObject refuses arguments that are got instead of an object, saying, when the
+// schema requires fields, what the object looks like and holds (as empty arguments are
+// told what the tool requires).
+func (p *parse) notObject(got string) string {
+	if len(p.s.required) == 0 {
+		return "arguments must be a JSON object, got " + got
+	}
+	return "arguments must be a JSON object such as {\"" + p.s.required[0] + "\": …}, got " + got +
+		"; this tool requires: " + strings.Join(p.s.required, ", ")
 }
 
 func (p *parse) stripNulls(v any) {

@@ -1,13 +1,16 @@
 package toolsets
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/workflow"
 )
@@ -85,6 +88,9 @@ type Kit struct {
 	// MaxCalls and MaxCallsPerCategory bound the turn's calls in flight at once (the
 	// profile's CallsPolicy); zero is no bound.
 	MaxCalls, MaxCallsPerCategory int
+	// Home is the agent's home on the assembling node (Options.AgentHome), told to the
+	// turn's watchers; "" when the node has none.
+	Home string
 }
 
 // NeedsApproval reports whether a call of the tool waits for a person's approval.
@@ -161,7 +167,7 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 	if err != nil {
 		return nil, err
 	}
-	kit := &Kit{Policy: policy}
+	kit := &Kit{Policy: policy, Home: opts.AgentHome(spec.Agent)}
 	if profile != nil {
 		kit.Approvals = profile.Approvals
 		if c := profile.Calls; c != nil {
@@ -195,7 +201,12 @@ func Assemble(spec bus.TurnSpec, profile *Profile, cat Catalog, opts Options) (*
 			}
 			ns, err := cat.Tools(ref.Name, ref.Deferred())
 			if err != nil {
-				kit.Notes = append(kit.Notes, fmt.Sprintf("namespace %s is left out: %v", ref.Name, err))
+				note := fmt.Sprintf("namespace %s is left out: %v", ref.Name, err)
+				if errors.Is(err, catalog.ErrNotServed) {
+					// What next: the profile names it on purpose, or by mistake.
+					note += fmt.Sprintf("; start a host that serves it (docs/protocol.md), or take it out of agent %s's profile (toolbus agent set)", cmp.Or(spec.Agent, "default"))
+				}
+				kit.Notes = append(kit.Notes, note)
 				continue
 			}
 			// Names are unique within a category; only a namespace that several

@@ -85,6 +85,9 @@ type approver struct {
 	by          string    // who decides at the prompt: $USER
 	interactive bool
 	in          *bufio.Reader
+	// server is the bus's URL (no credentials) for the hint's approve command; "" for
+	// an embedded bus, which has no port another shell could reach.
+	server string
 }
 
 // newApprover asks on e's standard input when it is a terminal: an *os.File (the
@@ -106,8 +109,13 @@ func newApprover(e *env, cl *client.Client, r *renderer, out io.Writer, asJSON b
 // run loop (the renderer is the loop's alone) and sends the decision.
 func (a *approver) held(ctx context.Context, req bus.ApprovalRequest) {
 	if !a.interactive {
-		line := fmt.Sprintf("waiting for approval: %s\n  approve: toolbus approve -server … %s %s   refuse: add -refuse",
-			describeApproval(req), req.Turn, req.Call)
+		line := fmt.Sprintf("waiting for approval: %s\n  approve: toolbus approve -server %s %s %s   refuse: add -refuse (with the -user and password of this run)",
+			describeApproval(req), a.server, req.Turn, req.Call)
+		if a.server == "" {
+			// No other shell reaches an embedded bus: say what would have let it.
+			line = fmt.Sprintf("waiting for approval: %s\n  the embedded bus has no port, so no other shell can approve it: run on a terminal to be asked here, or run the turn on a node (toolbus node -listen, then run -server) and approve with toolbus approve -server; Ctrl-C aborts the turn",
+				describeApproval(req))
+		}
 		if a.r.w == io.Discard {
 			fmt.Fprintln(a.out, line)
 		} else {

@@ -48,7 +48,7 @@ func TestApproveFromAnotherShell(t *testing.T) {
 		decision []string
 		want     []string
 	}{
-		{"approved", nil, []string{"waiting for approval: run_command (destructive): Running `echo approved-run`, with {\"command\":\"echo approved-run\"}", "✓ Ran `echo approved-run` (exit 0", "completed"}},
+		{"approved", nil, []string{"waiting for approval: run_command (destructive): Running `echo approved-run`, with {\"command\":\"echo approved-run\"}", "approve: toolbus approve -server " + rb.url + " ", "✓ Ran `echo approved-run` (exit 0", "completed"}},
 		{"refused", []string{"-refuse", "-reason", "not on a Friday"}, []string{"✗ run_command: call refused by", "not on a Friday", "completed"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/toolbus/toolbus/internal/suggest"
 )
 
 // Exit codes.
@@ -125,7 +127,11 @@ func runEnv(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 			return exitCode(stderr, c.name, c.run(ctx, e, args[1:], stdout, stderr))
 		}
 	}
-	fmt.Fprintf(stderr, "toolbus: unknown command %q\n\n", name)
+	names := make([]string, len(commands))
+	for i, c := range commands {
+		names[i] = c.name
+	}
+	fmt.Fprintf(stderr, "toolbus: unknown command %q%s\n\n", name, suggest.DidYouMean(name, names))
 	usage(stderr)
 	return exitUsage
 }
@@ -295,6 +301,9 @@ func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				full()
 				return nil, err
+			}
+			if hint := suggest.Flag(fs, err); hint != "" {
+				fmt.Fprintln(fs.Output(), hint)
 			}
 			fmt.Fprintf(fs.Output(), "Run 'toolbus %s -h' for usage.\n", fs.Name())
 			return nil, &exitError{code: exitUsage}

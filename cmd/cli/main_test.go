@@ -686,10 +686,17 @@ func TestCall(t *testing.T) {
 			stderr: []string{"toolbus: invalid arguments for read_file: ", "/path: "},
 		},
 		{
+			// Two words, no JSON at all: not "a string", which it never was.
+			name:   "not JSON",
+			args:   []string{"-home", demoHome, "read_file", "hello world"},
+			code:   exitFailed,
+			stderr: []string{`toolbus: invalid arguments for read_file: arguments must be a JSON object such as {"path": …}, got text that is not JSON; this tool requires: path`},
+		},
+		{
 			name:   "unknown tool",
 			args:   []string{"read_fil", `{}`},
 			code:   exitFailed,
-			stderr: []string{`toolbus: unknown tool "read_fil"; the tools served on the embedded bus are: recall, get_page, list_files, read_file, write_file, run_command, job_start, job_status, job_result, job_cancel, schedule_create, schedule_list, schedule_cancel, todo_read, todo_write, web_search, web_fetch`},
+			stderr: []string{`toolbus: unknown tool "read_fil" (did you mean read_file?); the tools served on the embedded bus are: recall, get_page, list_files, read_file, write_file, run_command, job_start, job_status, job_result, job_cancel, schedule_create, schedule_list, schedule_cancel, todo_read, todo_write, web_search, web_fetch`},
 		},
 		{
 			// The default agent has no profile, so no brain: call says it skips the gating.

@@ -87,6 +87,12 @@ type renderer struct {
 	waitingSince time.Time
 	// interrupted: this process asked for the abort, and a second Ctrl-C quits.
 	interrupted bool
+	// remote: the turn runs on a node of a running bus, whose agent home this process
+	// did not choose; the started line says it (bus.TurnStatus.Home).
+	remote bool
+	// notes, when set, takes the turn's notes (what its assembly left out) instead of w:
+	// standard error, under -json, whose standard output is the transcript alone.
+	notes io.Writer
 }
 
 // newRenderer shows a turn on w, live and in color when w is a terminal (NO_COLOR in
@@ -267,10 +273,23 @@ func (r *renderer) runningOn(st bus.TurnStatus) {
 		if from == "" {
 			from = "the intake"
 		}
-		r.println(r.style(ansiDim, fmt.Sprintf("turn %s resumed on node %s (from %s: %s)", st.Turn, st.Node, from, res.Why)))
+		r.println(r.style(ansiDim, fmt.Sprintf("turn %s resumed on node %s%s (from %s: %s)", st.Turn, st.Node, r.homeOf(st), from, res.Why)))
+		return
+	}
+	if h := r.homeOf(st); h != "" {
+		r.println(r.style(ansiDim, fmt.Sprintf("turn %s on node %s%s", st.Turn, st.Node, h)))
 		return
 	}
 	r.started(st.Turn, st.Node)
+}
+
+// homeOf is ", agent home DIR" for a remote turn whose node said where its agent works.
+// An embedded run said it before the turn started (homeNote).
+func (r *renderer) homeOf(st bus.TurnStatus) string {
+	if !r.remote || st.Home == "" {
+		return ""
+	}
+	return ", agent home " + st.Home
 }
 
 // event shows a call's activity event.

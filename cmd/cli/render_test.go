@@ -349,11 +349,53 @@ func TestRendererStreamsText(t *testing.T) {
 	}
 }
 
-func TestWatchLineText(t *testing.T) {
+// watch shows a step's streamed text as one line: growing in place on a terminal, a
+// whole line at a time elsewhere (what is left when the turn's next status comes);
+// -text=false hides it, the statuses stay.
+func TestWatchViewText(t *testing.T) {
 	t.Parallel()
-	line, ok := watchLine(bus.TurnMessage{Subject: bus.TurnSubject{Turn: "0123456789abcdef", Kind: bus.KindText},
-		Text: &bus.TextDelta{Step: 2, Seq: 7, Text: "Hello "}}, time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local))
-	if want := `03:04:05.000 89abcdef text            step 2: "Hello "`; !ok || line != want {
-		t.Errorf("watch line %q, want %q", line, want)
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.Local)
+	const turn = "0123456789abcdef"
+	piece := func(step, item int, text string) bus.TurnMessage {
+		return bus.TurnMessage{Subject: bus.TurnSubject{Turn: turn, Kind: bus.KindText}, Text: &bus.TextDelta{Step: step, Item: item, Text: text}}
+	}
+	status := bus.TurnMessage{Subject: bus.TurnSubject{Turn: turn, Kind: bus.KindStatus, Status: bus.StatusStep},
+		Status: &bus.TurnStatus{Turn: turn, Step: 2, State: bus.TurnRunning, Text: "Hello world.\nBye."}}
+	// A heartbeat comes any time, mid-line too: the line stays whole.
+	beat := bus.TurnMessage{Subject: bus.TurnSubject{Turn: turn, Kind: bus.KindStatus, Status: bus.StatusBeat},
+		Status: &bus.TurnStatus{Turn: turn, State: bus.TurnRunning}}
+	msgs := []bus.TurnMessage{piece(2, 0, "Hello "), beat, piece(2, 0, "world."), piece(2, 1, "Bye."), status}
+
+	var plain bytes.Buffer
+	v := &watchView{w: &plain, steps: map[string]*streamedStep{}}
+	for _, m := range msgs {
+		v.message(m, at)
+	}
+	want := "03:04:05.000 89abcdef text            step 2: Hello world.\n" +
+		"03:04:05.000 89abcdef text            step 2: Bye.\n" +
+		"03:04:05.000 89abcdef status.step     step 2: Hello world.\n"
+	if plain.String() != want {
+		t.Errorf("plain:\n%s\nwant:\n%s", plain.String(), want)
+	}
+
+	var term bytes.Buffer
+	v = &watchView{w: &term, tty: true, width: 80, steps: map[string]*streamedStep{}}
+	for _, m := range msgs {
+		v.message(m, at)
+	}
+	const prefix = "\r\x1b[K03:04:05.000 89abcdef text            step 2: "
+	want = prefix + "Hello " + prefix + "Hello world." + prefix + "Hello world. Bye." + "\n" +
+		"03:04:05.000 89abcdef status.step     step 2: Hello world.\n"
+	if term.String() != want {
+		t.Errorf("terminal:\n%q\nwant:\n%q", term.String(), want)
+	}
+
+	var hidden bytes.Buffer
+	v = &watchView{w: &hidden, hide: true, steps: map[string]*streamedStep{}}
+	for _, m := range msgs {
+		v.message(m, at)
+	}
+	if want := "03:04:05.000 89abcdef status.step     step 2: Hello world.\n"; hidden.String() != want {
+		t.Errorf("-text=false:\n%s\nwant:\n%s", hidden.String(), want)
 	}
 }

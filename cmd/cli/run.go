@@ -104,10 +104,12 @@ func cmdRun(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 
 	r := newRenderer(stdout, e)
 	if *asJSON {
-		r = &renderer{w: io.Discard, now: time.Now}
+		r = &renderer{w: io.Discard, now: time.Now, notes: stderr}
 	}
 	if bf.server == "" {
 		r.println(r.style(ansiDim, homeNote(*home, *sandbox)))
+	} else {
+		r.remote = true
 	}
 	final, err := followTurn(ctx, e, bc, *nodeName, req, r, logs, *giveUp)
 	if err != nil {
@@ -191,6 +193,9 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 	}
 	ow := &ownerWatch{turn: req.ID, r: r, giveUp: giveUp}
 	approvals := newApprover(e, bc.cl, r, os.Stderr, r.w == io.Discard)
+	if bc.node == nil {
+		approvals.server = bc.where
+	}
 	lost := time.NewTimer(time.Hour)
 	defer lost.Stop()
 
@@ -298,6 +303,10 @@ func (r *renderer) message(m bus.TurnMessage) (bus.TurnStatus, bool) {
 		case bus.StatusStarted:
 			r.runningOn(st)
 			for _, n := range st.Notes {
+				if r.notes != nil {
+					fmt.Fprintln(r.notes, "toolbus: note: "+n)
+					continue
+				}
 				r.println(r.style(ansiDim, "note: "+n))
 			}
 			r.awaitModel()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/toolbus/toolbus/bus"
 
@@ -20,9 +21,12 @@ const shortTurn = 8
 func cmdWatch(ctx context.Context, e *env, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("watch", "-server URL [flags] [TURN]",
 		"Prints the messages of one turn, or of every turn, as they pass on the bus: one\n"+
-			"line each with time, turn, kind and label. Runs until Ctrl-C.", stderr)
+			"line each with time, turn, kind and label. The model's text as it streams is one\n"+
+			"line a step, growing in place on a terminal, else printed a whole line at a time.\n"+
+			"Steps are counted from 1, as everywhere. Runs until Ctrl-C.", stderr)
 	var bf busFlags
 	bf.register(fs, e)
+	showText := fs.Bool("text", true, "show the model's text as it streams (-text=false: only the steps' statuses)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -52,6 +56,8 @@ func cmdWatch(ctx context.Context, e *env, args []string, stdout, stderr io.Writ
 	}
 	defer w.Stop()
 	lost := newLostWatch()
+	view := newWatchView(stdout, e, !*showText)
+	defer view.close()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -60,15 +66,155 @@ func cmdWatch(ctx context.Context, e *env, args []string, stdout, stderr io.Writ
 			return nil
 		case now := <-tick.C:
 			for _, line := range lost.check(now) {
-				fmt.Fprintln(stdout, line)
+				view.line(line)
 			}
 		case m := <-w.C:
-			lost.heard(m, time.Now())
-			if line, ok := watchLine(m, time.Now()); ok {
-				fmt.Fprintln(stdout, line)
-			}
+			now := time.Now()
+			lost.heard(m, now)
+			view.message(m, now)
 		}
 	}
+}
+
+// watchView prints watch's lines, and the model's streamed text a line a step: on a
+// terminal that line grows in place while it is the last one printed (a piece a line
+// made 116 lines of the demo's last answer alone); elsewhere the text is printed a
+// whole line at a time, and what is left of a step when the turn's next status comes.
+type watchView struct {
+	w     io.Writer
+	tty   bool
+	width int
+	hide  bool                     // -text=false
+	steps map[string]*streamedStep // by turn: the step whose text streams
+	open  *streamedStep            // on a terminal, the step whose line is last and unfinished
+}
+
+// streamedStep is the text of one turn's step so far.
+type streamedStep struct {
+	turn    string
+	step    int
+	item    int // the message of the response the last piece was of
+	at      time.Time
+	text    string
+	printed int // of text, printed as whole lines (not on a terminal)
+}
+
+func newWatchView(w io.Writer, e *env, hide bool) *watchView {
+	v := &watchView{w: w, hide: hide, steps: make(map[string]*streamedStep)}
+	v.width, v.tty = terminalWidth(w, e)
+	return v
+}
+
+// line prints one whole line, below a growing one.
+func (v *watchView) line(s string) {
+	v.finish()
+	fmt.Fprintln(v.w, s)
+}
+
+// finish ends the terminal's growing line, so that what comes next goes below it.
+func (v *watchView) finish() {
+	if v.open != nil {
+		fmt.Fprintln(v.w)
+		v.open = nil
+	}
+}
+
+// close prints what is left of every step's text, as watch stops.
+func (v *watchView) close() {
+	for turn := range v.steps {
+		v.flush(turn, time.Now())
+	}
+	v.finish()
+}
+
+// message shows one message of a turn.
+func (v *watchView) message(m bus.TurnMessage, now time.Time) {
+	if m.Text != nil {
+		if !v.hide {
+			v.piece(m.Subject.Turn, *m.Text, now)
+		}
+		return
+	}
+	if m.Status != nil && m.Subject.Status != bus.StatusBeat {
+		// The turn moved on (a step's status comes after its text, from the same
+		// publisher): what is left of its text is whole. A heartbeat comes any time,
+		// mid-sentence too.
+		v.flush(m.Subject.Turn, now)
+	}
+	if line, ok := watchLine(m, now); ok {
+		v.line(line)
+	}
+}
+
+// piece adds a piece of a step's text.
+func (v *watchView) piece(turn string, d bus.TextDelta, now time.Time) {
+	s := v.steps[turn]
+	if s != nil && s.step != d.Step {
+		v.flush(turn, now)
+		s = nil
+	}
+	if s == nil {
+		s = &streamedStep{turn: turn, step: d.Step, item: d.Item, at: now}
+		v.steps[turn] = s
+	}
+	if s.text != "" && d.Item != s.item {
+		s.text += "\n" // the next message of the response: a line of its own, as the transcript joins them
+	}
+	s.item = d.Item
+	s.text += d.Text
+	if v.tty {
+		v.draw(s)
+		return
+	}
+	for {
+		i := strings.IndexByte(s.text[s.printed:], '\n')
+		if i < 0 {
+			return
+		}
+		v.textLine(s, s.text[s.printed:s.printed+i], now)
+		s.printed += i + 1
+	}
+}
+
+// flush ends a turn's streaming step: what is left of its text is printed.
+func (v *watchView) flush(turn string, now time.Time) {
+	s := v.steps[turn]
+	if s == nil {
+		return
+	}
+	delete(v.steps, turn)
+	switch {
+	case v.tty && v.open == s:
+		v.finish()
+	case !v.tty && s.printed < len(s.text):
+		v.textLine(s, s.text[s.printed:], now)
+	}
+}
+
+// prefix begins a line of a step's text: at is when the step began streaming (its line
+// on a terminal), or when the line was whole.
+func (v *watchView) prefix(s *streamedStep, at time.Time) string {
+	return fmt.Sprintf("%s %s %-15s step %d: ", at.Format("15:04:05.000"), shortID(s.turn), "text", s.step)
+}
+
+func (v *watchView) textLine(s *streamedStep, text string, at time.Time) {
+	v.line(v.prefix(s, at) + text)
+}
+
+// draw shows a step's text on its line, in place while that line is the last one: its
+// newest words, as many as the terminal's width holds.
+func (v *watchView) draw(s *streamedStep) {
+	if v.open != s {
+		v.finish()
+	}
+	prefix := v.prefix(s, s.at)
+	text := strings.ReplaceAll(s.text, "\n", " ")
+	if room := v.width - 1 - utf8.RuneCountInString(prefix); room > 8 && utf8.RuneCountInString(text) > room {
+		runes := []rune(text)
+		text = "…" + string(runes[len(runes)-room+1:])
+	}
+	fmt.Fprint(v.w, "\r\x1b[K"+prefix+text)
+	v.open = s
 }
 
 // lostWatch notices the durable turns whose node went silent for a whole lease.
@@ -152,8 +298,7 @@ func watchLine(m bus.TurnMessage, now time.Time) (string, bool) {
 		at, kind = cmpTime(m.Status.Time, now), ts.Kind+"."+ts.Status
 		text = statusText(ts.Status, *m.Status)
 	case m.Text != nil:
-		// The model's text as it streams, one piece a line.
-		text = fmt.Sprintf("step %d: %q", m.Text.Step, m.Text.Text)
+		return "", false // watchView shows streamed text, a line a step
 	case m.Approval != nil:
 		text = fmt.Sprintf("%-12s held for approval: %s", m.Approval.Tool, m.Approval.Label)
 	case m.Approve != nil:

@@ -266,6 +266,13 @@ function showTurn(id) {
       const v = await getJSON('/api/turn?id=' + encodeURIComponent(id));
       T.final = over;
       T.record = v.record; T.items = v.items || []; T.modes = v.modes || {};
+      // How each call ran, stored after its batch (a toolbus.calls note): what a page
+      // open while the turn ran learned from its statuses, for a page opened after (its
+      // bars, durations, labels and repair rungs). A record heard live is kept.
+      for (const it of T.items) {
+        if (it.kind !== 'note' || !it.note || it.note.type !== 'toolbus.calls') continue;
+        for (const r of it.note.calls || []) { const f = fact(r.call_id); if (!f.record) f.record = r; }
+      }
       for (const h of v.held || []) if (!T.live.get(h.call_id)?.decided) T.held.set(h.call_id, h);
       render();
       for (const n of T.streams.keys()) if (n <= T.stored) T.streams.delete(n); // in the transcript now
