@@ -1,6 +1,9 @@
 package toolbus
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // The transcript of a turn is a list of provider-neutral items: what the user and the
 // model said, the calls the model made and their outputs, and toolbus's own notes. The
@@ -60,6 +63,9 @@ type Item struct {
 	// rungs that ran (as schema.Rung names them).
 	Repaired json.RawMessage `json:"repaired,omitempty"`
 	Rungs    []string        `json:"rungs,omitempty"`
+	// Ran is how the call ended, on its output: what the call's record says, for
+	// readers of the turn after its end (its watchers heard it live, in the statuses).
+	Ran *CallRan `json:"ran,omitempty"`
 
 	// Provider names the gateway that produced Raw; other gateways skip such items.
 	Provider string          `json:"provider,omitempty"`
@@ -82,6 +88,16 @@ type CallRun struct {
 	// Namespace is the namespace of the tool that ran, when the call named none (a bare
 	// name the assembly resolved to a namespaced tool).
 	Namespace string `json:"namespace,omitempty"`
+}
+
+// CallRan is how a call ended, as its record says (bus.CallRecord): its outcome, its
+// host's label, how long it ran (Duration, from the host's start to its reply) and how
+// long the turn waited for it (Latency). Its error and output are the output item's.
+type CallRan struct {
+	Outcome  string        `json:"outcome"`
+	Label    string        `json:"label,omitempty"`
+	Duration time.Duration `json:"duration_ns,omitempty"`
+	Latency  time.Duration `json:"latency_ns,omitempty"`
 }
 
 // UserMessage is a user text item.

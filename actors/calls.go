@@ -9,7 +9,6 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors/batch"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/internal/suggest"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/telemetry"
@@ -449,11 +448,6 @@ func (t *turn) closeBatch() (terminate bool) {
 	// A late answer of one of these calls finds none (byWire): the batch is over.
 	t.beginBatch(false)
 	records := t.records[first:len(t.records):len(t.records)]
-	// How the calls ran, for whoever reads the turn after its end (the console), as its
-	// watchers were told live by the status below.
-	note := durable.CallsNote(t.step, records)
-	t.transcript = append(t.transcript, note)
-	outputs = append(outputs, note)
 	t.j.afterBatch(outputs)
 	t.status(bus.StatusStep, bus.TurnStatus{State: bus.TurnRunning, Calls: records})
 	return terminate
@@ -468,5 +462,10 @@ func (pc *pendingCall) outputItem() toolbus.Item {
 		Namespace: pc.item.Namespace,
 		Output:    pc.output.Content,
 		IsError:   pc.output.IsError,
+		// How it ran, with it: a reader of the stored turn sees what its watchers heard,
+		// and it costs no message of its own (a durable turn stores each output as it
+		// arrives, two writes a step).
+		Ran: &toolbus.CallRan{Outcome: string(pc.record.Outcome), Label: pc.record.Label,
+			Duration: pc.record.Duration, Latency: pc.record.Latency},
 	}
 }

@@ -91,7 +91,7 @@ func TestOneItemPath(t *testing.T) {
 		return out
 	}
 	want := []string{"user:go", "assistant:Two echoes.", "call:c_a", "call:c_b", "assistant:Sent.",
-		"output:c_a:echo a", "output:c_b:echo b", "note", "assistant:done"} // note: how the batch's calls ran
+		"output:c_a:echo a", "output:c_b:echo b", "assistant:done"}
 	for _, stream := range []bool{true, false} {
 		got := shape(run(stream))
 		if strings.Join(got, " | ") != strings.Join(want, " | ") {

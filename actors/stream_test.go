@@ -603,9 +603,7 @@ func TestResponsesStream(t *testing.T) {
 		case toolbus.KindMessage:
 			messages = append(messages, it.Role+":"+it.Text)
 		case toolbus.KindNote:
-			if strings.Contains(string(it.Raw), `"toolbus.usage"`) { // not the batches' calls notes
-				notes = append(notes, string(it.Raw))
-			}
+			notes = append(notes, string(it.Raw))
 		}
 	}
 	if want := []string{"user:read a and b", "assistant:Reading both files.", "assistant:Both read."}; !slices.Equal(messages, want) {

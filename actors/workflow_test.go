@@ -352,9 +352,6 @@ func TestSubmitAcceptedEndsTurn(t *testing.T) {
 		t.Errorf("turn record: %s after %d steps, submitted %s", rec.State, rec.Step, rec.Submitted)
 	}
 	items := h.transcript(task.Attempts[0].Turn)
-	for len(items) > 1 && durable.IsNote(items[len(items)-1]) {
-		items = items[:len(items)-1] // the batch's calls note
-	}
 	if last := items[len(items)-1]; last.Kind != toolbus.KindCallOutput || last.IsError || !strings.Contains(outputText(last), "Result accepted") {
 		t.Errorf("the transcript ends with %+v, want the accepted submission's output", last)
 	}

@@ -129,6 +129,7 @@ type itemView struct {
 	Run      *toolbus.CallRun `json:"run,omitempty"`
 	Repaired string           `json:"repaired,omitempty"`
 	Rungs    []string         `json:"rungs,omitempty"`
+	Ran      *toolbus.CallRan `json:"ran,omitempty"` // on an output: how the call ended
 	Output   string           `json:"output,omitempty"`
 	Media    int              `json:"media,omitempty"` // output parts that are not text
 	IsError  bool             `json:"is_error,omitempty"`
@@ -177,7 +178,7 @@ func (s *Server) turn(w http.ResponseWriter, r *http.Request) {
 	for _, it := range items {
 		iv := itemView{Kind: it.Kind, Role: it.Role, Text: clip(it.Text), Call: it.CallID, Name: it.Name,
 			Namespace: it.Namespace, Args: clip(it.Arguments), Truncated: it.Truncated, IsError: it.IsError,
-			Run: it.Run, Repaired: clip(string(it.Repaired)), Rungs: it.Rungs}
+			Run: it.Run, Repaired: clip(string(it.Repaired)), Rungs: it.Rungs, Ran: it.Ran}
 		switch it.Kind {
 		case toolbus.KindCallOutput:
 			res := toolbus.Result{Content: it.Output}

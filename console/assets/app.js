@@ -266,12 +266,15 @@ function showTurn(id) {
       const v = await getJSON('/api/turn?id=' + encodeURIComponent(id));
       T.final = over;
       T.record = v.record; T.items = v.items || []; T.modes = v.modes || {};
-      // How each call ran, stored after its batch (a toolbus.calls note): what a page
-      // open while the turn ran learned from its statuses, for a page opened after (its
-      // bars, durations, labels and repair rungs). A record heard live is kept.
+      // How each call ran, stored with its output (its "ran"), and the repair rungs its
+      // arguments needed, with the call: what a page open while the turn ran learned from
+      // its statuses, for a page opened after (its bars, durations, labels and repair
+      // marks). A record heard live is kept.
+      const rungs = new Map(T.items.filter(it => it.kind === 'function_call' && it.rungs).map(it => [it.call_id, it.rungs]));
       for (const it of T.items) {
-        if (it.kind !== 'note' || !it.note || it.note.type !== 'toolbus.calls') continue;
-        for (const r of it.note.calls || []) { const f = fact(r.call_id); if (!f.record) f.record = r; }
+        if (it.kind !== 'function_call_output' || !it.ran) continue;
+        const f = fact(it.call_id);
+        if (!f.record) f.record = {call_id: it.call_id, ...it.ran, rungs: rungs.get(it.call_id)};
       }
       for (const h of v.held || []) if (!T.live.get(h.call_id)?.decided) T.held.set(h.call_id, h);
       render();
