@@ -177,7 +177,10 @@ func TestRunServerSaysWhere(t *testing.T) {
 	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
-	code, stdout, stderr := cli(ctx, rb.args("run", "-model", "script:"+demoScript, demoPrompt)...)
+	// What is checked is said before the model answers: a script without the demo's
+	// pacing (4 s a run, three runs).
+	quick := writeScript(t, `{"responses":[{"text":"ok"}]}`)
+	code, stdout, stderr := cli(ctx, rb.args("run", "-model", "script:"+quick, "hello")...)
 	if code != exitOK {
 		t.Fatalf("exit %d, stderr:\n%s\nstdout:\n%s", code, stderr, stdout)
 	}
@@ -199,11 +202,11 @@ func TestRunServerSaysWhere(t *testing.T) {
 		t.Fatalf("agent set: exit %d\n%s%s", code, out, errOut)
 	}
 	const note = "note: namespace ghost is left out: no host on the bus serves it; start a host that serves it (docs/protocol.md), or take it out of agent ann's profile (toolbus agent set)"
-	code, stdout, stderr = cli(ctx, rb.args("run", "-agent", "ann", "-model", "script:"+demoScript, demoPrompt)...)
+	code, stdout, stderr = cli(ctx, rb.args("run", "-agent", "ann", "-model", "script:"+quick, "hello")...)
 	if code != exitOK || !strings.Contains(stdout, "\n"+note+"\n") {
 		t.Errorf("run with a namespace no host serves: exit %d, stdout lacks %q:\n%s%s", code, note, stdout, stderr)
 	}
-	code, _, stderr = cli(ctx, rb.args("run", "-json", "-agent", "ann", "-model", "script:"+demoScript, demoPrompt)...)
+	code, _, stderr = cli(ctx, rb.args("run", "-json", "-agent", "ann", "-model", "script:"+quick, "hello")...)
 	if code != exitOK || !strings.Contains(stderr, "toolbus: "+note+"\n") {
 		t.Errorf("run -json with a namespace no host serves: exit %d, stderr lacks %q:\n%s", code, note, stderr)
 	}
