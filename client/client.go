@@ -6,8 +6,8 @@
 //
 //	c, err := client.Dial(ctx, "nats://127.0.0.1:4222", "my-app", bus.Credentials{User: "ops", Password: pw})
 //	...
-//	reply, err := c.Start(ctx, bus.TurnSpec{ID: bus.NewID(), Kind: bus.TurnMain, Agent: "a1", Input: "hi", Model: "openai:gpt-5"}, "")
-//	final, err := c.Follow(ctx, reply.Turn, 30*time.Second, func(m bus.TurnMessage) { ... })
+//	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "a1", Input: "hi", Model: "openai:gpt-5"}, "")
+//	for m, err := range t.Events(ctx) { ... } // or: final, err := t.Wait(ctx)
 //
 // The wire it speaks is docs/protocol.md's; the envelopes are package bus's.
 package client

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/node"
@@ -68,9 +69,11 @@ func ExampleClient_Follow() {
 		log.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := c.Start(ctx, spec, ""); err != nil {
+	t, err := c.Start(ctx, spec, "")
+	if err != nil {
 		log.Fatal(err)
 	}
+	t.Close() // followed on w
 	final, err := client.FollowWatch(ctx, w, spec.ID, 30*time.Second, func(m bus.TurnMessage) {
 		if m.Reply != nil {
 			fmt.Printf("%s: %s (%s)\n", m.Reply.Tool, m.Reply.Outcome, m.Reply.Label)
@@ -102,9 +105,11 @@ func ExampleFollowWatch_text() {
 		log.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := c.Start(ctx, spec, ""); err != nil {
+	t, err := c.Start(ctx, spec, "")
+	if err != nil {
 		log.Fatal(err)
 	}
+	t.Close() // followed on w
 	final, err := client.FollowWatch(ctx, w, spec.ID, 30*time.Second, func(m bus.TurnMessage) {
 		if m.Text != nil {
 			fmt.Printf("step %d: %q\n", m.Text.Step, m.Text.Text)
@@ -148,4 +153,211 @@ func ExampleClient_Call() {
 	// Output:
 	// ok Read 1 line of notes.txt
 	// notes.txt: lines 1-1 of 2
+}
+
+// Start a turn and wait for its end: its state, its answer, its calls.
+func ExampleClient_Start() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "What is on my list?",
+		Script: []byte(`{"responses":[
+			{"calls":[{"name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}]},
+			{"text":"Two things: buy milk, and call Ann."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	final, err := t.Wait(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(final.State, final.Text)
+	for _, r := range final.Calls {
+		fmt.Println(r.Tool, r.Outcome)
+	}
+	// Output:
+	// completed Two things: buy milk, and call Ann.
+	// read_file ok
+}
+
+// Read a turn's messages as they come, each typed by its kind: here its statuses and
+// its calls' results. The loop ends with the turn.
+func ExampleTurn_Events() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "Read my notes.",
+		Script: []byte(`{"responses":[
+			{"calls":[{"id":"c1","name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}]},
+			{"text":"Read."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	for m, err := range t.Events(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		switch {
+		case m.Reply != nil:
+			fmt.Println("result", m.Subject.Call, m.Reply.Outcome)
+		case m.Status != nil && m.Subject.Status != bus.StatusBeat:
+			fmt.Println("status", m.Subject.Status, m.Status.State)
+		}
+	}
+	// Output:
+	// status started running
+	// result c1 ok
+	// status step running
+	// status done completed
+}
+
+// Abort a turn: it calls the model no more, and its end says why.
+func ExampleTurn_Abort() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	// A model that takes a minute to answer.
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "Think long.",
+		Script: []byte(`{"responses":[{"delay_ms":60000,"text":"Done thinking."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	for m, err := range t.Events(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m.Status != nil && m.Subject.Status == bus.StatusStarted {
+			if err := t.Abort(ctx, "no time"); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if m.Status != nil && m.Subject.Status == bus.StatusDone {
+			fmt.Println(m.Status.State, m.Status.Error)
+		}
+	}
+	// Output:
+	// aborted turn aborted: no time
+}
+
+// Cancel one call while the turn goes on: the model reads that it was stopped.
+func ExampleTurn_CancelCall() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "Wait a minute, then answer.",
+		Script: []byte(`{"responses":[
+			{"calls":[{"id":"slow","name":"run_command","arguments":"{\"command\":\"sleep 60\"}"}]},
+			{"text":"Answered without waiting."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	for m, err := range t.Events(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m.Event != nil && m.Subject.Call == "slow" && m.Subject.Event == bus.EventStarted {
+			if err := t.CancelCall(ctx, "slow", "taking too long"); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if m.Status != nil && m.Subject.Status == bus.StatusDone {
+			fmt.Println(m.Status.State, m.Status.Text)
+			fmt.Println(m.Status.Calls[0].Tool, m.Status.Calls[0].Outcome)
+		}
+	}
+	// Output:
+	// completed Answered without waiting.
+	// run_command stopped
+}
+
+// Approve a call the turn holds for a person's approval (the agent's profile holds its
+// destructive calls), then see it run.
+func ExampleTurn_Approve() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	profiles, err := c.Profiles(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := profiles.Put(ctx, []byte(fmt.Sprintf(`{"version":%d,"agent":"careful","approvals":"destructive"}`, toolsets.ProfileVersion))); err != nil {
+		log.Fatal(err)
+	}
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "careful", Input: "Write it down.",
+		Script: []byte(`{"responses":[
+			{"calls":[{"id":"w1","name":"write_file","arguments":"{\"path\":\"todo.txt\",\"content\":\"milk\\n\"}"}]},
+			{"text":"Written."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	for m, err := range t.Events(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m.Approval != nil {
+			fmt.Println("held:", m.Approval.Tool)
+			if err := t.Approve(ctx, m.Subject.Call); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if m.Reply != nil {
+			fmt.Println("ran:", m.Reply.Tool, m.Reply.Outcome)
+		}
+	}
+	// Output:
+	// held: write_file
+	// ran: write_file ok
+}
+
+// Find a turn by its id, from another program or after a restart, and read it: the
+// handle is the one Start returns.
+func ExampleClient_Turn() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	started, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "Say hello.",
+		Script: []byte(`{"responses":[{"text":"Hello."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	started.Close()
+
+	t, err := c.Turn(started.ID)
+	if err != nil {
+		log.Fatal(err)
+	}
+	final, err := t.Wait(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	items, err := t.Transcript(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(final.State)
+	for _, it := range items {
+		if it.Kind == toolbus.KindMessage {
+			fmt.Println(it.Role+":", it.Text)
+		}
+	}
+	// Output:
+	// completed
+	// user: Say hello.
+	// assistant: Hello.
 }

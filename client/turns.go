@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,12 +24,9 @@ const StartTimeout = 15 * time.Second
 // longer than this.
 const AbortGrace = bus.DefaultAbortGrace
 
-// Start queues the turn spec describes: on the node named node, or on any node that
-// runs turns when node is empty. Subscribe to the turn (Watch, Follow) before
-// starting it to hear all of it. A spec too large for a message is
-// durable.ErrSpecTooLarge, the intake's own refusal. A user whose role may not start
-// turns (a watcher) gets ErrRefused.
-func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (bus.StartTurnReply, error) {
+// start asks for the turn spec describes: on the node named node, or on any node that
+// runs turns when node is empty (Start).
+func (c *Client) start(ctx context.Context, spec bus.TurnSpec, node string) (bus.StartTurnReply, error) {
 	b, err := json.Marshal(spec)
 	if err != nil {
 		return bus.StartTurnReply{}, fmt.Errorf("encode turn spec: %w", err)
@@ -320,6 +318,40 @@ func (c *Client) Ended(ctx context.Context, turn string) (st bus.TurnStatus, ok 
 				break
 			}
 		}
+		if len(st.Calls) == 0 {
+			st.Calls = callRecords(items)
+		}
 	}
 	return st, true, nil
+}
+
+// callRecords are the records of a transcript's calls, as the turn's done status had
+// them, from what the transcript keeps of each (the call's run and rungs, its output's
+// ran): their outcome, label and times; their error is the output's first line when it
+// is one. A call without an output (its turn ended while it ran) has no outcome.
+func callRecords(items []toolbus.Item) []bus.CallRecord {
+	outputs := make(map[string]toolbus.Item)
+	for _, it := range items {
+		if it.Kind == toolbus.KindCallOutput {
+			outputs[it.CallID] = it
+		}
+	}
+	var calls []bus.CallRecord
+	for _, it := range items {
+		if it.Kind != toolbus.KindFunctionCall {
+			continue
+		}
+		r := bus.CallRecord{Call: it.CallID, Tool: it.Name, Namespace: it.Namespace, Rungs: it.Rungs}
+		if r.Namespace == "" && it.Run != nil {
+			r.Namespace = it.Run.Namespace
+		}
+		if o, ok := outputs[it.CallID]; ok && o.Ran != nil {
+			r.Outcome, r.Label, r.Duration, r.Latency = bus.Outcome(o.Ran.Outcome), o.Ran.Label, o.Ran.Duration, o.Ran.Latency
+			if o.IsError && len(o.Output) > 0 {
+				r.Error, _, _ = strings.Cut(o.Output[0].Text, "\n")
+			}
+		}
+		calls = append(calls, r)
+	}
+	return calls
 }

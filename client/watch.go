@@ -151,21 +151,41 @@ func (c *Client) Follow(ctx context.Context, turn string, giveUp time.Duration, 
 
 // FollowWatch is Follow on a Watch the caller made (before starting the turn).
 func FollowWatch(ctx context.Context, w *Watch, turn string, giveUp time.Duration, each func(bus.TurnMessage)) (bus.TurnStatus, error) {
+	st, err := follow(ctx, w, turn, giveUp, func(m bus.TurnMessage) bool {
+		if each != nil {
+			each(m)
+		}
+		return true
+	})
+	return st.TurnStatus, err
+}
+
+// followed is how a turn followed to its end ended: its status, heard on the bus (a done
+// status), or read from its record.
+type followed struct {
+	bus.TurnStatus
+	heard bool
+}
+
+// follow hands each message of the turn to each until the turn's done status, which
+// it hands over too, or its record says it ended; each returning false stops it (zero
+// status, nil error).
+func follow(ctx context.Context, w *Watch, turn string, giveUp time.Duration, each func(bus.TurnMessage) bool) (followed, error) {
 	var live Liveness
 	silent := time.NewTimer(time.Hour)
 	defer silent.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return bus.TurnStatus{}, ctx.Err()
+			return followed{}, context.Cause(ctx)
 		case <-silent.C:
 			// A lease without a word: the turn may have ended while this connection
 			// was moving to another server, its done status missed. Its record says.
 			if st, ok := w.Ended(ctx, turn); ok {
-				return st, nil
+				return followed{TurnStatus: st}, nil
 			}
 			if _, waited := live.Silent(); live.Lost(giveUp) {
-				return bus.TurnStatus{}, fmt.Errorf("turn %s: %w within %s", turn, ErrNodeLost, waited)
+				return followed{}, fmt.Errorf("turn %s: %w within %s", turn, ErrNodeLost, waited)
 			}
 			silent.Reset(live.Lease)
 		case m := <-w.C:
@@ -173,11 +193,11 @@ func FollowWatch(ctx context.Context, w *Watch, turn string, giveUp time.Duratio
 				continue
 			}
 			live.Heard(m)
-			if each != nil {
-				each(m)
+			if !each(m) {
+				return followed{}, nil
 			}
 			if m.Status != nil && m.Subject.Status == bus.StatusDone {
-				return *m.Status, nil
+				return followed{TurnStatus: *m.Status, heard: true}, nil
 			}
 			if live.Lease > 0 {
 				silent.Reset(live.Lease)

@@ -188,9 +188,11 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 		return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: errors.New("interrupted before the turn started")}
 	}
 	began := time.Now()
-	if _, err := bc.cl.Start(ctx, req, nodeName); err != nil {
+	t, err := bc.cl.Start(ctx, req, nodeName)
+	if err != nil {
 		return bus.TurnStatus{}, err
 	}
+	t.Close() // followed on w, with the owner's liveness and the approvals this command answers
 	ow := &ownerWatch{turn: req.ID, r: r, giveUp: giveUp}
 	approvals := newApprover(e, bc.cl, r, os.Stderr, r.w == io.Discard)
 	if bc.node == nil {
