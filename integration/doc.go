@@ -4,7 +4,7 @@
 // observing and driving the bus.
 //
 // The package has no code of its own; everything is in its tests, which need
-// Linux (process groups, /bin/sh). TestMain builds cmd/node and cmd/cli once
+// Linux (process groups, /bin/sh). TestMain builds cmd/cli (nodes run as toolbus node) once
 // per run and installs the nats CLI once, into $TOOLBUS_TEST_BIN if set,
 // otherwise into integration/.bin, reusing a binary that reports v0.5.0. The
 // CLI is installed with `go install` from outside this module (it pins its

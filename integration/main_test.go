@@ -44,8 +44,8 @@ const (
 // bins are the executables under test, prepared once by TestMain. A test
 // that needs one whose preparation failed fails with the reason.
 var bins struct {
-	node, cli, nats          string
-	nodeErr, cliErr, natsErr error
+	cli, nats       string
+	cliErr, natsErr error
 	// home isolates the nats CLI from the user's contexts and config.
 	home string
 	// dir caches installed tools across runs: the nats CLI, the Node.js
@@ -69,22 +69,22 @@ func TestMain(m *testing.M) {
 	testmain.Main(m, testmain.Config{Parallel: parallelTests, Done: func() error { return os.RemoveAll(dir) }})
 }
 
-// prepareBinaries builds cmd/node and cmd/cli into dir and installs the nats
+// prepareBinaries builds cmd/cli into dir and installs the nats
 // CLI, recording what failed for the tests to report.
 func prepareBinaries(dir string) {
 	bins.home = filepath.Join(dir, "home")
 	if err := os.MkdirAll(bins.home, 0o755); err != nil {
-		bins.nodeErr, bins.cliErr, bins.natsErr = err, err, err
+		bins.cliErr, bins.natsErr = err, err
 		return
 	}
 	root, err := repoRoot()
 	if err != nil {
-		bins.nodeErr, bins.cliErr, bins.natsErr = err, err, err
+		bins.cliErr, bins.natsErr = err, err
 		return
 	}
 	goCmd, err := goTool()
 	if err != nil {
-		bins.nodeErr, bins.cliErr, bins.natsErr = err, err, err
+		bins.cliErr, bins.natsErr = err, err
 		return
 	}
 	binDir := os.Getenv("TOOLBUS_TEST_BIN")
@@ -93,14 +93,15 @@ func prepareBinaries(dir string) {
 	}
 	bins.dir = binDir
 	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		bins.nodeErr, bins.cliErr, bins.natsErr = err, err, err
+		bins.cliErr, bins.natsErr = err, err
 		return
 	}
 	// At once, into binDir, which outlives the run: go build relinks only a binary
 	// whose build ID changed (a link is 4 s of the package's run; an unchanged one
 	// 0.25 s; see goBuild).
+	// Nodes run as `toolbus node` (cmd/node is the same program under another name):
+	// one link of the command, not two, on the package's critical path.
 	var wg sync.WaitGroup
-	wg.Go(func() { bins.node, bins.nodeErr = goBuild(goCmd, root, "./cmd/node", filepath.Join(binDir, "node")) })
 	wg.Go(func() { bins.cli, bins.cliErr = goBuild(goCmd, root, "./cmd/cli", filepath.Join(binDir, "cli")) })
 	wg.Go(func() { bins.nats, bins.natsErr = installNatsCLI(goCmd, binDir) })
 	wg.Wait()
@@ -202,13 +203,18 @@ func natsBin(t testing.TB) string {
 	return bins.nats
 }
 
+// nodeBin is the command that runs a node, `toolbus node`, and its first argument:
+// start a node with nodeArgs.
 func nodeBin(t testing.TB) string {
 	t.Helper()
-	if bins.nodeErr != nil {
-		t.Fatalf("cmd/node did not build: %v", bins.nodeErr)
+	if bins.cliErr != nil {
+		t.Fatalf("cmd/cli did not build: %v", bins.cliErr)
 	}
-	return bins.node
+	return bins.cli
 }
+
+// nodeArgs are a node's command-line arguments after nodeBin: `node` and args.
+func nodeArgs(args ...string) []string { return append([]string{"node"}, args...) }
 
 func cliBin(t testing.TB) string {
 	t.Helper()
@@ -380,7 +386,7 @@ func (p *process) wait(t testing.TB) int {
 	return -1
 }
 
-// node is a running cmd/node process with a client listener.
+// node is a running `toolbus node` process with a client listener.
 type node struct {
 	name string
 	port int
@@ -418,7 +424,7 @@ func startNodeEnv(t testing.TB, name string, env []string, args ...string) *node
 		"-home-root", filepath.Join(n.dir, "homes"),
 	}
 	n.args = append(base, args...)
-	n.proc = startProcessEnv(t, "node "+name, nodeBin(t), n.env, n.args...)
+	n.proc = startProcessEnv(t, "node "+name, nodeBin(t), n.env, nodeArgs(n.args...)...)
 	return n
 }
 
@@ -443,7 +449,7 @@ func writePassFile(t testing.TB, dir, pass string) string {
 // restart starts the node again, as it was started (same port, store and homes).
 func (n *node) restart(t testing.TB) {
 	t.Helper()
-	n.proc = startProcessEnv(t, "node "+n.name+" (restarted)", nodeBin(t), n.env, n.args...)
+	n.proc = startProcessEnv(t, "node "+n.name+" (restarted)", nodeBin(t), n.env, nodeArgs(n.args...)...)
 }
 
 // waitReady waits until the node says it serves its categories and turns.

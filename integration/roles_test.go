@@ -66,8 +66,8 @@ func TestNodeWithUsersFileAndOperatorCLI(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(homes, "ann", "notes.txt"), []byte("ann's notes\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	w := startProcess(t, "node w1 (tool role)", nodeBin(t), append(as("tools", "tools-pw-0b9a"),
-		"-name", "w1", "-categories", "computer", "-turns=false", "-home-root", homes, "-store-dir", filepath.Join(dir, "w1"))...)
+	w := startProcess(t, "node w1 (tool role)", nodeBin(t), nodeArgs(append(as("tools", "tools-pw-0b9a"),
+		"-name", "w1", "-categories", "computer", "-turns=false", "-home-root", homes, "-store-dir", filepath.Join(dir, "w1"))...)...)
 	checkFor(t, "the tool node is ready", func() error {
 		if !strings.Contains(w.stderr.String(), "node ready") {
 			return fmt.Errorf("not yet: %s", w.stderr.String())
@@ -249,8 +249,8 @@ func TestHostAnswersOnlyItsCalls(t *testing.T) {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w := startProcess(t, "node w1 (tool role)", nodeBin(t), append(as("tools", "tools-pw-0b9a"),
-		"-name", "w1", "-categories", "computer", "-turns=false", "-home-root", filepath.Join(dir, "homes"), "-store-dir", filepath.Join(dir, "w1"))...)
+	w := startProcess(t, "node w1 (tool role)", nodeBin(t), nodeArgs(append(as("tools", "tools-pw-0b9a"),
+		"-name", "w1", "-categories", "computer", "-turns=false", "-home-root", filepath.Join(dir, "homes"), "-store-dir", filepath.Join(dir, "w1"))...)...)
 	checkFor(t, "the tool node is ready", func() error {
 		if !strings.Contains(w.stderr.String(), "node ready") {
 			return fmt.Errorf("not yet: %s", w.stderr.String())
