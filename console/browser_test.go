@@ -177,7 +177,11 @@ func eval[T any](t *testing.T, tab context.Context, expr string) T {
 func pageText(tab context.Context) string {
 	ctx, cancel := context.WithTimeout(tab, 3*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ''`))
+	// The flash box too, hidden or not: an ok message hides itself after 4 s, and a
+	// test waiting for an error (TestConsoleRoleLimits, once in CI) must tell "no answer
+	// yet" from "answered ok".
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[string](`(document.body ? document.body.innerText : '') +
+		((f => f ? '\n[flash ' + (f.hidden ? 'hidden ' : '') + (f.dataset.kind || '-') + ': ' + f.textContent + ']' : '')(document.getElementById('flash')))`))
 	if err != nil {
 		return "(unreadable: " + err.Error() + ")"
 	}
