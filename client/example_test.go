@@ -361,3 +361,69 @@ func ExampleClient_Turn() {
 	// user: Say hello.
 	// assistant: Hello.
 }
+
+// Refuse a call the turn holds for approval: it never runs, and the model reads why.
+func ExampleTurn_Refuse() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	profiles, err := c.Profiles(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := profiles.Put(ctx, []byte(fmt.Sprintf(`{"version":%d,"agent":"careful","approvals":"destructive"}`, toolsets.ProfileVersion))); err != nil {
+		log.Fatal(err)
+	}
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "careful", Input: "Clear my notes.",
+		Script: []byte(`{"responses":[
+			{"calls":[{"id":"w1","name":"write_file","arguments":"{\"path\":\"notes.txt\",\"content\":\"\"}"}]},
+			{"text":"Left them as they are."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	for m, err := range t.Events(ctx) {
+		if err != nil {
+			log.Fatal(err)
+		}
+		if m.Approval != nil {
+			if err := t.Refuse(ctx, m.Subject.Call, "keep my notes"); err != nil {
+				log.Fatal(err)
+			}
+		}
+		if m.Status != nil && m.Subject.Status == bus.StatusDone {
+			fmt.Println(m.Status.Calls[0].Tool, m.Status.Calls[0].Outcome)
+			fmt.Println(m.Status.State, m.Status.Text)
+		}
+	}
+	// Output:
+	// write_file refused
+	// completed Left them as they are.
+}
+
+// Read a turn's record: who runs it, how far it got, how it ended. It is nil for a turn
+// the bus keeps no record of.
+func ExampleTurn_Record() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "Say hello.",
+		Script: []byte(`{"responses":[{"text":"Hello."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := t.Wait(ctx); err != nil {
+		log.Fatal(err)
+	}
+	rec, err := t.Record(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(rec.State, rec.Owner, rec.Spec.Agent)
+	// Output:
+	// completed example demo
+}
