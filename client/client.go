@@ -36,6 +36,13 @@ type Client struct {
 	log   *slog.Logger
 	owned bool // Close closes nc
 
+	// sendMu orders what may be refused under the user's permissions and is read back
+	// from the connection's last error (send, and the subscriptions of watch): the server
+	// answers a refusal with an error the connection keeps until the next one, so two at
+	// once could read each other's. Seen: a watcher's console reported an abort as sent,
+	// the page's read of the turn having had a held call's request refused in between.
+	sendMu sync.Mutex
+
 	mu       sync.Mutex
 	js       jetstream.JetStream
 	turns    *durable.Store

@@ -2,7 +2,9 @@ package client
 
 import (
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +59,35 @@ func TestRefusedAtOnce(t *testing.T) {
 	spec := &toolbus.Spec{Name: "todo_read", Category: "todo", Timeout: 5 * time.Second}
 	_, err = watch.Call(ctx, spec, "ann", schema.Args{JSON: []byte(`{}`)})
 	refused("call", err, bus.ToolSubject("todo", "todo_read"))
+
+	// Many at once, on different subjects, as the console's pages make them (an abort
+	// beside the reads that ask a turn about its held calls): each reads its own refusal,
+	// not another's (it once reported a watcher's abort as sent).
+	errs := make(chan string, 64)
+	var wg sync.WaitGroup
+	for i := range 16 {
+		turn := fmt.Sprintf("c%d", i)
+		wg.Go(func() {
+			if err := watch.Abort(ctx, turn, "no"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `"`+bus.AbortSubject(turn)+`"`) {
+				errs <- fmt.Sprintf("abort %s: %v", turn, err)
+			}
+		})
+		wg.Go(func() {
+			if _, err := watch.Approve(ctx, turn, "c1", bus.Approval{}); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `"`+bus.ApproveSubject(turn, "c1")+`"`) {
+				errs <- fmt.Sprintf("approve %s: %v", turn, err)
+			}
+		})
+		wg.Go(func() {
+			if err := watch.CancelCall(ctx, turn, "c1", "no"); !errors.Is(err, ErrRefused) {
+				errs <- fmt.Sprintf("cancel a call of %s: %v", turn, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
 
 	if err := ops.Abort(ctx, "t1", "why not"); err != nil {
 		t.Errorf("an operator's abort: %v", err)

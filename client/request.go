@@ -26,6 +26,26 @@ func (c *Client) refused(subject string) error {
 	return nil
 }
 
+// send publishes m and flushes it, and reports the server's refusal of it under the
+// user's permissions (ErrRefused), one send at a time (Client.sendMu).
+func (c *Client) send(ctx context.Context, m *nats.Msg) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := c.nc.PublishMsg(m); err != nil {
+		return err
+	}
+	var err error
+	if _, ok := ctx.Deadline(); ok {
+		err = c.nc.FlushWithContext(ctx)
+	} else {
+		err = c.nc.Flush() // FlushWithContext wants a deadline; Flush has its own
+	}
+	if err != nil {
+		return err
+	}
+	return c.refused(m.Subject)
+}
+
 // request sends m as a request and waits for its one reply within ctx. Unlike
 // Conn.RequestMsgWithContext, a request the server refuses under the user's
 // permissions is ErrRefused at once, rather than a wait for a reply that cannot
@@ -38,13 +58,7 @@ func (c *Client) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	m.Reply = inbox
-	if err := c.nc.PublishMsg(m); err != nil {
-		return nil, err
-	}
-	if err := c.nc.FlushWithContext(ctx); err != nil {
-		return nil, err
-	}
-	if err := c.refused(m.Subject); err != nil {
+	if err := c.send(ctx, m); err != nil {
 		return nil, err
 	}
 	resp, err := sub.NextMsgWithContext(ctx)

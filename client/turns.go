@@ -91,15 +91,9 @@ func (c *Client) Abort(ctx context.Context, turn, reason string) error {
 	if err != nil {
 		return err
 	}
-	if err := c.nc.Publish(bus.AbortSubject(turn), b); err != nil {
-		return fmt.Errorf("abort %s: %w", turn, err)
-	}
-	// The flush is the server's word that it has the abort: a turn on another
-	// node hears it from there.
-	if err := c.nc.Flush(); err != nil {
-		return fmt.Errorf("abort %s: %w", turn, err)
-	}
-	if err := c.refused(bus.AbortSubject(turn)); err != nil {
+	// The flush is the server's word that it has the abort: a turn on another node
+	// hears it from there.
+	if err := c.send(ctx, &nats.Msg{Subject: bus.AbortSubject(turn), Data: b}); err != nil {
 		return fmt.Errorf("abort %s: %w", turn, err)
 	}
 	return nil
@@ -118,10 +112,7 @@ func (c *Client) CancelCall(ctx context.Context, turn, call, reason string) erro
 	if err != nil {
 		return err
 	}
-	if err := c.nc.Publish(bus.AbortSubject(turn), b); err != nil {
-		return fmt.Errorf("abort %s %s: %w", turn, call, err)
-	}
-	if err := c.nc.Flush(); err != nil {
+	if err := c.send(ctx, &nats.Msg{Subject: bus.AbortSubject(turn), Data: b}); err != nil {
 		return fmt.Errorf("abort %s %s: %w", turn, call, err)
 	}
 	return nil

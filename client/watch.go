@@ -51,6 +51,10 @@ func (c *Client) WatchStatuses() (*Watch, error) { return c.watch(bus.AllStatuse
 func (c *Client) watch(subject string) (*Watch, error) {
 	ch := make(chan bus.TurnMessage, watchBuffer)
 	w := &Watch{C: ch, c: c, stop: make(chan struct{})}
+	// A subscription the server refuses is answered with an error as a publish is: not
+	// beside a send that reads its own back (Client.sendMu).
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
 	sub, err := c.nc.Subscribe(subject, func(m *nats.Msg) {
 		tm, err := bus.DecodeTurnMessage(m)
 		if err != nil {
