@@ -32,7 +32,8 @@ type Options struct {
 	// FirstReply bounds the wait for the first answer to $SRV.INFO; with no host on the
 	// bus a refresh takes this long.
 	FirstReply time.Duration
-	// Quiet ends a refresh once no host answered for this long.
+	// Quiet ends a refresh once no host answered for this long (at least twice what the
+	// first answer took).
 	Quiet time.Duration
 	// Refresh is the period of the background refresh that Watch runs, a backstop for
 	// hosts that come and go without saying so on bus.CatalogChanged. Negative disables.
@@ -151,7 +152,8 @@ func New(nc *nats.Conn, opts Options) *Catalog {
 
 // Refresh asks every micro service on the bus for its info ($SRV.INFO), keeps the
 // toolbus categories among them and replaces the cached view. It returns after the
-// answers stop coming (Options.Quiet), or after Options.FirstReply when none comes.
+// answers stop coming (Options.Quiet, or twice what the first answer took if longer), or
+// after Options.FirstReply when none comes.
 func (c *Catalog) Refresh(ctx context.Context) error {
 	c.refreshMu.Lock()
 	defer c.refreshMu.Unlock()
@@ -230,15 +232,25 @@ func (c *Catalog) gather(ctx context.Context) ([]micro.Info, error) {
 	if err := sub.SetPendingLimits(-1, -1); err != nil {
 		return nil, err
 	}
+	asked := time.Now()
 	if err := c.nc.PublishRequest("$SRV.INFO", inbox, nil); err != nil {
 		return nil, err
 	}
 	wait := time.NewTimer(c.opts.FirstReply)
 	defer wait.Stop()
+	// The quiet that ends the gathering is at least twice what the first answer took:
+	// a bus slow to answer (a loaded machine) answers slowly throughout, and with the
+	// fixed 150 ms a host that answered later was left out (TestAgentProfiles in CI,
+	// its foreign worker missing from `toolbus tools -catalog`). A quick first answer
+	// keeps Options.Quiet.
+	quiet := time.Duration(0)
 	for {
 		select {
 		case <-got:
-			wait.Reset(c.opts.Quiet)
+			if quiet == 0 {
+				quiet = max(c.opts.Quiet, 2*time.Since(asked))
+			}
+			wait.Reset(quiet)
 		case <-wait.C:
 			// Unsubscribe first, so no answer lands while the list is read.
 			_ = sub.Unsubscribe()
