@@ -49,6 +49,17 @@ func startNode(ctx context.Context) (*node.Node, *client.Client, func()) {
 	}
 }
 
+// holdDestructive gives agent a profile that holds its destructive calls for a person's
+// approval.
+func holdDestructive(ctx context.Context, c *client.Client, agent string) error {
+	profiles, err := c.Profiles(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = profiles.Put(ctx, []byte(fmt.Sprintf(`{"version":%d,"agent":%q,"approvals":%q}`, toolsets.ProfileVersion, agent, toolsets.ApproveDestructive)))
+	return err
+}
+
 // Follow a turn from its start to its end, printing each call as it settles. The turn
 // plays a scripted model (offline): one step reads a file, the next answers.
 func ExampleClient_Follow() {
@@ -289,11 +300,7 @@ func ExampleTurn_Approve() {
 	_, c, stop := startNode(ctx)
 	defer stop()
 
-	profiles, err := c.Profiles(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := profiles.Put(ctx, []byte(fmt.Sprintf(`{"version":%d,"agent":"careful","approvals":"destructive"}`, toolsets.ProfileVersion))); err != nil {
+	if err := holdDestructive(ctx, c, "careful"); err != nil {
 		log.Fatal(err)
 	}
 	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "careful", Input: "Write it down.",
@@ -369,11 +376,7 @@ func ExampleTurn_Refuse() {
 	_, c, stop := startNode(ctx)
 	defer stop()
 
-	profiles, err := c.Profiles(ctx)
-	if err != nil {
-		log.Fatal(err)
-	}
-	if _, err := profiles.Put(ctx, []byte(fmt.Sprintf(`{"version":%d,"agent":"careful","approvals":"destructive"}`, toolsets.ProfileVersion))); err != nil {
+	if err := holdDestructive(ctx, c, "careful"); err != nil {
 		log.Fatal(err)
 	}
 	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "careful", Input: "Clear my notes.",

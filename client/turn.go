@@ -167,12 +167,7 @@ func (t *Turn) Refuse(ctx context.Context, call, reason string) error {
 }
 
 func (t *Turn) decide(ctx context.Context, call, decision, reason string) error {
-	r, err := t.c.Approve(ctx, t.ID, call, bus.Approval{})
-	if err != nil {
-		return err
-	}
-	_, err = t.c.Approve(ctx, t.ID, call, bus.Approval{Decision: decision, ArgsHash: r.Request.ArgsHash, By: t.c.nc.Opts.Name, Reason: reason})
-	return err
+	return t.c.Decide(ctx, t.ID, call, bus.Approval{Decision: decision, By: t.c.nc.Opts.Name, Reason: reason})
 }
 
 // Record reads the turn's record (Client.Record): nil for a turn the bus keeps none of.

@@ -3,7 +3,6 @@ package client_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
-	"github.com/toolbus/toolbus/toolsets"
 )
 
 // handleWorld is an embedded node (startNode, the examples') and a client on it, for a
@@ -30,6 +28,11 @@ func handleWorld(t *testing.T) (context.Context, *client.Client) {
 func scripted(agent, script string) bus.TurnSpec {
 	return bus.TurnSpec{Kind: bus.TurnMain, Agent: agent, Input: "go", Script: []byte(script)}
 }
+
+// readNotes is a script of two steps: one call, c1, reads notes.txt; then the answer.
+const readNotes = `{"responses":[
+	{"calls":[{"id":"c1","name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}]},
+	{"text":"Two things."}]}`
 
 // kindOf names a message as a test reads it: "status:started", "evt:c1:started",
 // "res:c1:ok", "approval:c1", "abort", "text".
@@ -57,9 +60,7 @@ func kindOf(m bus.TurnMessage) string {
 func TestTurnHandleEvents(t *testing.T) {
 	t.Parallel()
 	ctx, c := handleWorld(t)
-	tr, err := c.Start(ctx, scripted("demo", `{"responses":[
-		{"calls":[{"id":"c1","name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}]},
-		{"text":"Two things."}]}`), "")
+	tr, err := c.Start(ctx, scripted("demo", readNotes), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,9 +107,7 @@ func TestTurnHandleEvents(t *testing.T) {
 func TestTurnHandleWait(t *testing.T) {
 	t.Parallel()
 	ctx, c := handleWorld(t)
-	tr, err := c.Start(ctx, scripted("demo", `{"responses":[
-		{"calls":[{"id":"c1","name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}]},
-		{"text":"Two things."}]}`), "")
+	tr, err := c.Start(ctx, scripted("demo", readNotes), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,11 +199,7 @@ func TestTurnHandleAbort(t *testing.T) {
 func TestTurnHandleApprove(t *testing.T) {
 	t.Parallel()
 	ctx, c := handleWorld(t)
-	profiles, err := c.Profiles(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := profiles.Put(ctx, []byte(fmt.Sprintf(`{"version":%d,"agent":"careful","approvals":%q}`, toolsets.ProfileVersion, toolsets.ApproveDestructive))); err != nil {
+	if err := holdDestructive(ctx, c, "careful"); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

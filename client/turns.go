@@ -156,6 +156,19 @@ func (c *Client) Approve(ctx context.Context, turn, call string, a bus.Approval)
 	return r, nil
 }
 
+// Decide decides on a call the turn holds for approval as d says (its Decision, By and
+// Reason): it asks the turn for the call's request first, and decides on exactly those
+// arguments (their hash, ArgsHash), as `toolbus approve` and the console do.
+func (c *Client) Decide(ctx context.Context, turn, call string, d bus.Approval) error {
+	r, err := c.Approve(ctx, turn, call, bus.Approval{})
+	if err != nil {
+		return err
+	}
+	d.ArgsHash = r.Request.ArgsHash
+	_, err = c.Approve(ctx, turn, call, d)
+	return err
+}
+
 // notRunning says why no turn answered: it has ended (its record says how), or the
 // bus knows no such turn.
 func (c *Client) notRunning(ctx context.Context, turn string) error {

@@ -444,13 +444,7 @@ func (s *Server) approve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), readTimeout)
 	defer cancel()
-	held, err := s.cl.Approve(ctx, q.Turn, q.Call, bus.Approval{})
-	if err != nil {
-		writeError(w, http.StatusBadGateway, err)
-		return
-	}
-	decision.ArgsHash = held.Request.ArgsHash
-	if _, err := s.cl.Approve(ctx, q.Turn, q.Call, decision); err != nil {
+	if err := s.cl.Decide(ctx, q.Turn, q.Call, decision); err != nil {
 		writeError(w, http.StatusBadGateway, err)
 		return
 	}
