@@ -17,6 +17,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/gateway/gatewaytest"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -221,7 +222,7 @@ func TestAnthropicDurableTurn(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
@@ -37,7 +38,7 @@ type bgConfig struct {
 type bgHarness struct {
 	t    *testing.T
 	cfg  bgConfig
-	srv  *bus.Server
+	srv  *server.Server
 	node *Node
 	nc   *nats.Conn
 	js   jetstream.JetStream
@@ -119,7 +120,7 @@ func (h *bgHarness) start() {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: h.cfg.dir, Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: h.cfg.dir, Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -36,9 +37,9 @@ type benchArgs struct {
 
 // benchNode is a node on a real embedded server (as `toolbus node` runs one: what nobody
 // watches is not sent) hosting one tool that does nothing.
-func benchNode(b *testing.B) (*bus.Server, *Node, *toolbus.Set) {
+func benchNode(b *testing.B) (*server.Server, *Node, *toolbus.Set) {
 	ctx := context.Background()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: b.TempDir(), Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: b.TempDir(), Logger: DiscardLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}

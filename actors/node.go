@@ -82,12 +82,12 @@ type NodeConfig struct {
 	// validated, and validate everyone else's calls.
 	VouchKey []byte
 	// Interest, when set, reports whether anyone would receive a message on a subject
-	// (bus.Server.Interest, for an embedded server). The node's hosts and turns then
+	// (server.Server.Interest, for an embedded server). The node's hosts and turns then
 	// skip the activity events and turn statuses nobody receives: half of a call's
 	// messages when nobody watches. Nil: they publish every one.
 	Interest func(subject string) bool
 	// StoreFull, when set, names a write refused because the store is full, with the
-	// server's limits (bus.Server.StoreFullError, for an embedded server).
+	// server's limits (server.Server.StoreFullError, for an embedded server).
 	StoreFull func(error) error
 	// TraceSampled sets the W3C sampled flag on the traceparent of every call the node's
 	// turns make, so a server whose account configures msg_trace {dest, sampling} traces

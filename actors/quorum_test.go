@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 )
@@ -63,9 +64,9 @@ func lostQuorum(t *testing.T, stopping bool) {
 	// its own, so that the route a server keeps trying to a stopped one's port joins no
 	// other test's cluster that took the port meanwhile.
 	var cfgMu sync.Mutex
-	cfgs := map[string]bus.Config{}
+	cfgs := map[string]server.Config{}
 	cluster := "quorum-" + bus.NewID()
-	srvs := bustest.Cluster(t, 3, func(c *bus.Config) {
+	srvs := bustest.Cluster(t, 3, func(c *server.Config) {
 		c.Cluster.Name = cluster
 		cfgMu.Lock()
 		defer cfgMu.Unlock()
@@ -79,7 +80,7 @@ func lostQuorum(t *testing.T, stopping bool) {
 		}
 	})
 	g := newGate()
-	startNode := func(name string, srv *bus.Server) *Node {
+	startNode := func(name string, srv *server.Server) *Node {
 		n, err := StartNode(ctx, NodeConfig{
 			Name: name, Connect: func(c string) (*nats.Conn, error) { return srv.Connect(c) },
 			Turns: true, Categories: []string{}, Replicas: 3, TurnLease: lease, HandBackGrace: grace,
@@ -230,7 +231,7 @@ func lostQuorum(t *testing.T, stopping bool) {
 	a.Close()
 
 	// The quorum back: nothing was written for the turn after the cut.
-	restarted, err := bus.Start(ctx, cfgs[srvs[1].Name()])
+	restarted, err := server.Start(ctx, cfgs[srvs[1].Name()])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/gateway"
 )
 
@@ -46,13 +47,13 @@ func TestHostReplyAfterReconnect(t *testing.T) {
 
 func replyAfterReconnect(t *testing.T, dead bool) {
 	ctx := bustest.Context(t)
-	perms, err := bus.RolePermissions(bus.RoleTool, "tools", []string{"slow"})
+	perms, err := server.RolePermissions(server.RoleTool, "tools", []string{"slow"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := bustest.Server(t, func(c *bus.Config) {
+	srv := bustest.Server(t, func(c *server.Config) {
 		c.Listen = "127.0.0.1:-1"
-		c.Users = []bus.User{{Name: "tools", Password: "tools-pw", Role: bus.RoleTool, Permissions: perms}}
+		c.Users = []server.User{{Name: "tools", Password: "tools-pw", Role: server.RoleTool, Permissions: perms}}
 	})
 	logs := &logBuffer{}
 	t.Cleanup(func() {

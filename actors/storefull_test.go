@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 )
@@ -21,7 +22,7 @@ import (
 func TestStoreFullIsReported(t *testing.T) {
 	t.Parallel()
 	const limit = 8 << 20
-	srv := bustest.Server(t, func(c *bus.Config) { c.MaxStore = limit })
+	srv := bustest.Server(t, func(c *server.Config) { c.MaxStore = limit })
 	ctx := bustest.Context(t)
 	n, err := StartNode(ctx, NodeConfig{
 		Name:      "n1",

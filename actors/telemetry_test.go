@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/telemetry"
@@ -54,7 +55,7 @@ func tracingTo(t *testing.T, node string, r *otlptest.Receiver, edit func(*telem
 }
 
 // startTracedNode starts a node on srv with tel.
-func startTracedNode(t *testing.T, srv *bus.Server, name string, tel *telemetry.Telemetry, edit func(*NodeConfig)) *Node {
+func startTracedNode(t *testing.T, srv *server.Server, name string, tel *telemetry.Telemetry, edit func(*NodeConfig)) *Node {
 	t.Helper()
 	cfg := NodeConfig{
 		Name:      name,

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
@@ -28,7 +29,7 @@ import (
 // harness is a node on a real embedded server with test categories.
 type harness struct {
 	t    *testing.T
-	srv  *bus.Server
+	srv  *server.Server
 	node *Node
 }
 
@@ -42,7 +43,7 @@ func newHarnessWith(t *testing.T, edit func(*NodeConfig), tools ...*toolbus.Tool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -804,7 +805,7 @@ func TestHostConcurrencyLimit(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

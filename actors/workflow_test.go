@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/toolsets"
@@ -31,7 +32,7 @@ const wfAgent = "wf-tester"
 // wfHarness is an embedded server and one node with the workflow category and turns.
 type wfHarness struct {
 	t     *testing.T
-	srv   *bus.Server
+	srv   *server.Server
 	node  *Node
 	nc    *nats.Conn // a client's connection
 	js    jetstream.JetStream
@@ -61,7 +62,7 @@ func (h *wfHarness) start() {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: h.store, Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: h.store, Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -741,7 +742,7 @@ func TestWorkflowHostWithoutTurns(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: t.TempDir(), Logger: DiscardLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

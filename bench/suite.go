@@ -9,7 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
-	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/telemetry"
 )
@@ -93,7 +93,7 @@ func startSuite(ctx context.Context, cfg Config, progress func(string)) (*suite,
 		return nil, err
 	}
 	n, err := node.Start(ctx, node.Config{
-		Bus: bus.Config{Name: "bench", Logger: actors.DiscardLogger()},
+		Bus: server.Config{Name: "bench", Logger: actors.DiscardLogger()},
 		Node: actors.NodeConfig{
 			Name: "bench",
 			// None of the built-in categories: the bench category alone.

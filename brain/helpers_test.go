@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/internal/testmain"
 )
 
@@ -20,7 +20,7 @@ func testContext(t testing.TB) context.Context { return bustest.Context(t) }
 
 // testBus is an embedded server with JetStream, its store in a test directory.
 type testBus struct {
-	srv *bus.Server
+	srv *server.Server
 }
 
 func startBus(t testing.TB) *testBus {

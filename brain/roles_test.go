@@ -13,32 +13,33 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 )
 
 // TestRolesUseTheStore uses the store as the roles of a listening node's users do
-// (bus.RolePermissions): an operator writes pages, small and large; a host of the brain
+// (server.RolePermissions): an operator writes pages, small and large; a host of the brain
 // category creates the bucket, recalls and reads them but cannot write; a watcher
 // reads; a host of another category cannot even read.
 func TestRolesUseTheStore(t *testing.T) {
 	t.Parallel()
-	users := []bus.User{}
+	users := []server.User{}
 	for _, u := range []struct {
 		name       string
-		role       bus.Role
+		role       server.Role
 		categories []string
 	}{
-		{"ops", bus.RoleOperator, nil},
-		{"host", bus.RoleTool, []string{"brain"}},
-		{"watch", bus.RoleWatcher, nil},
-		{"fs", bus.RoleTool, []string{"fs"}},
+		{"ops", server.RoleOperator, nil},
+		{"host", server.RoleTool, []string{"brain"}},
+		{"watch", server.RoleWatcher, nil},
+		{"fs", server.RoleTool, []string{"fs"}},
 	} {
-		p, err := bus.RolePermissions(u.role, u.name, u.categories)
+		p, err := server.RolePermissions(u.role, u.name, u.categories)
 		if err != nil {
 			t.Fatal(err)
 		}
-		users = append(users, bus.User{Name: u.name, Password: "pw-" + u.name, Role: u.role, Permissions: p})
+		users = append(users, server.User{Name: u.name, Password: "pw-" + u.name, Role: u.role, Permissions: p})
 	}
-	srv := bustest.Server(t, func(c *bus.Config) { c.Listen, c.Users = "127.0.0.1:-1", users })
+	srv := bustest.Server(t, func(c *server.Config) { c.Listen, c.Users = "127.0.0.1:-1", users })
 	// Each user's asynchronous errors (the refusals below) arrive on its channel.
 	errs := map[string]chan error{}
 	storeAs := func(user string) *Store {

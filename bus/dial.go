@@ -113,3 +113,20 @@ func authAdvice(err error, cred Credentials) string {
 	}
 	return fmt.Sprintf(" (the server refused user %s and its password: check -user, and NATS_PASSWORD or -pass-file)", cred.User)
 }
+
+// Replies. A listener user receives the replies to its requests on an inbox prefix of
+// its own (the server package's role permissions allow it no other inbox); its clients
+// connect with nats.CustomInboxPrefix(InboxPrefix(user)), as [Dial] does.
+
+// inboxPrefix starts every user's inbox prefix. Its first token is never
+// nats.go's default "_INBOX", so no user's inbox overlaps the node's own.
+const inboxPrefix = "_INBOX_"
+
+// InboxPrefix is the prefix of the replies to user, its login name or, for an
+// nkey user, its public key: "_INBOX_<user>" (for nats.CustomInboxPrefix; the
+// subjects are "_INBOX_<user>.<nuid>..."). user must satisfy [ValidToken], or
+// the prefix would overlap another user's or not be a subject.
+func InboxPrefix(user string) string { return inboxPrefix + user }
+
+// UserInbox matches every reply subject of user: "_INBOX_<user>.>".
+func UserInbox(user string) string { return InboxPrefix(user) + ".>" }

@@ -1,22 +1,10 @@
-// Package bus holds toolbus's message bus: an embedded nats-server with
-// JetStream, the subject, queue group and header names of the protocol, the
-// JSON envelopes on the wire, and JetStream bucket and stream setup.
-//
-// A Server runs in one of three ways:
-//
-//   - in-process only (the default): no port is opened and every
-//     connection comes through Server.Connect;
-//   - with a client listener (Config.Listen), for other processes and the
-//     nats CLI, which requires users; role permissions such as
-//     TurnPermissions and ToolPermissions give each user only the subjects
-//     its part of the protocol needs;
-//   - as a cluster node (Config.Cluster), joined to other nodes by routes,
-//     with replicated JetStream state.
-//
-// In-process connections authenticate too, as an nkey user whose key never
-// leaves the process and which the server accepts only on in-process
-// connections, so no network client can use it (nats-server has no
-// unauthenticated mode for in-process clients alone).
+// Package bus is toolbus's wire: the subject, queue group and header names of the
+// protocol, the JSON envelopes and records on the wire, their encoding, large payloads
+// in the object store, and JetStream bucket and stream setup with the one
+// compare-and-set helper. It imports nats.go and nothing of nats-server: a program
+// that only drives turns or hosts tools on a running bus (package client, a Go tool
+// host) links the wire and not the server. The embedded server of a node, with its
+// users and their roles' permissions, is package bus/server.
 //
 // Subjects (all built by the functions in subjects.go, which has the headers too):
 //

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/internal/testmain"
 )
 
@@ -31,20 +34,46 @@ func testContext(t testing.TB) context.Context {
 	return ctx
 }
 
-// startServer starts a server that is closed when the test ends; its log
-// goes to the returned recorder.
-func startServer(t testing.TB, cfg Config) (*Server, *logRecorder) {
-	t.Helper()
-	rec := &logRecorder{}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(rec)
-	}
-	s, err := Start(testContext(t), cfg)
+// testConfig is what this package's tests ask of a server.
+type testConfig struct{ StoreDir string }
+
+// testServer is a bare nats-server with JetStream. The embedded server of a node
+// (package bus/server) imports this package, so these tests start nats-server
+// themselves; its own tests, and those of the clusters, live with it.
+type testServer struct {
+	t  testing.TB
+	ns *natsserver.Server
+}
+
+// Connect opens an in-process connection to s, closed when the test ends.
+func (s *testServer) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect("", append([]nats.Option{nats.InProcessServer(s.ns), nats.Name(name), nats.Timeout(10 * time.Second)}, opts...)...)
 	if err != nil {
-		t.Fatalf("Start: %v", err)
+		return nil, err
 	}
-	t.Cleanup(s.Close)
-	return s, rec
+	s.t.Cleanup(nc.Close)
+	return nc, nil
+}
+
+// startServer starts a server that is closed when the test ends.
+func startServer(t testing.TB, cfg testConfig) (*testServer, *logRecorder) {
+	t.Helper()
+	if cfg.StoreDir == "" {
+		cfg.StoreDir = t.TempDir()
+	}
+	ns, err := natsserver.NewServer(&natsserver.Options{
+		ServerName: "bus-test", DontListen: true, JetStream: true, StoreDir: cfg.StoreDir,
+		JetStreamMaxMemory: 64 << 20, JetStreamMaxStore: 1 << 30, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatalf("nats-server: %v", err)
+	}
+	ns.Start()
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	if !ns.ReadyForConnections(testTimeout) {
+		t.Fatal("nats-server not ready")
+	}
+	return &testServer{t: t, ns: ns}, &logRecorder{}
 }
 
 // logRecorder is a slog.Handler that keeps every record.

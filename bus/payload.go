@@ -356,3 +356,11 @@ func WithPayloadTimeout(ctx context.Context) (context.Context, context.CancelFun
 	}
 	return context.WithTimeout(ctx, payloadTimeout)
 }
+
+// ReplyWindow is how long a subscriber may answer a request it received: the
+// server grants one reply to the request's reply subject, whatever it is,
+// until the reply is sent or this long has passed. It bounds the longest tool
+// call a host on a listener may answer (a run_command of the computer
+// category runs 10 minutes at most by default); a reply later than this is
+// refused as a permissions violation.
+const ReplyWindow = 24 * time.Hour

@@ -14,7 +14,7 @@ import (
 
 func payloadStore(t *testing.T) (*Payloads, *nats.Conn) {
 	t.Helper()
-	s, _ := startServer(t, Config{StoreDir: t.TempDir()})
+	s, _ := startServer(t, testConfig{StoreDir: t.TempDir()})
 	nc, err := s.Connect("payloads")
 	if err != nil {
 		t.Fatal(err)

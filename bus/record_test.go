@@ -11,7 +11,7 @@ import (
 
 func TestCreateOnceAndGetRecord(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	kv, err := KeyValue(ctx, testJetStream(t, s, "records"), "records", 1)
 	if err != nil {
@@ -47,7 +47,7 @@ func TestCreateOnceAndGetRecord(t *testing.T) {
 
 func TestListKeys(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	kv, err := KeyValue(ctx, testJetStream(t, s, "keys"), "keys", 1)
 	if err != nil {

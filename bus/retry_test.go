@@ -226,7 +226,7 @@ func TestRetryBoundsAttemptsAndLogs(t *testing.T) {
 // leader, until the stream exists.
 func TestRetryOnServer(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "retry")
 

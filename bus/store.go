@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -219,19 +217,20 @@ func tooFewPeers(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers && apiErr.Description == noSuitablePeers
 }
 
-// routesConfig is what clusterServers asks of an embedded server
-// (*server.Server).
-type routesConfig interface {
-	Varz(*server.VarzOptions) (*server.Varz, error)
+// ClusterSizer is what an in-process connection's server (nats.Options.InProcessServer)
+// may tell: how many JetStream servers its cluster will have, itself included; 0 when
+// it cannot tell. The embedded server of package bus/server does.
+type ClusterSizer interface {
+	ClusterServers() int
 }
 
 // clusterServers is how many JetStream servers the cluster of js's server will
 // have, 0 when it cannot tell. The JetStream API does not tell an ordinary
 // account, and the meta group's own size follows the peers it has counted so far;
-// what names every node is the route list of an embedded server (Config.Cluster.Routes,
-// the same list on every node, itself included: docs/operations.md), which
-// [Server.Connect]'s in-process connections lead to; nats-server sizes a fresh meta
-// group by it too. A list without the node itself counts one less, and a node
+// what names every node is the route list of an embedded server (Config.Cluster.Routes
+// of package bus/server, the same list on every node, itself included:
+// docs/operations.md), which its in-process connections tell as a [ClusterSizer];
+// nats-server sizes a fresh meta group by it too. A list without the node itself counts one less, and a node
 // routed only to seeds fewer: capReplicas then caps as it did before it knew. A
 // list naming more than will run (a server gone for good, left in the routes) has
 // creations wait for it, as a peer offline does. A connection over the network
@@ -240,19 +239,11 @@ func clusterServers(js jetstream.JetStream) int {
 	if js == nil || js.Conn() == nil {
 		return 0
 	}
-	srv, ok := js.Conn().Opts.InProcessServer.(routesConfig)
+	srv, ok := js.Conn().Opts.InProcessServer.(ClusterSizer)
 	if !ok {
 		return 0
 	}
-	v, err := srv.Varz(nil)
-	if err != nil {
-		return 0
-	}
-	routes := make(map[string]bool, len(v.Cluster.URLs))
-	for _, hostport := range v.Cluster.URLs {
-		routes[strings.ToLower(hostport)] = true
-	}
-	return len(routes)
+	return srv.ClusterServers()
 }
 
 // KeyValueTTL opens the key-value bucket as KeyValue does, creating it able to expire

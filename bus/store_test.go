@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-func testJetStream(t *testing.T, s *Server, name string) jetstream.JetStream {
+func testJetStream(t *testing.T, s *testServer, name string) jetstream.JetStream {
 	t.Helper()
 	nc, err := s.Connect(name)
 	if err != nil {
@@ -36,7 +36,7 @@ func streamReplicas(ctx context.Context, t *testing.T, js jetstream.JetStream, s
 
 func TestKeyValueOnSingleServer(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "kv")
 
@@ -66,7 +66,7 @@ func TestKeyValueOnSingleServer(t *testing.T) {
 
 func TestEnsureKeyValueConcurrently(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "kv")
 
@@ -104,7 +104,7 @@ func TestEnsureKeyValueConcurrently(t *testing.T) {
 
 func TestKeyValueRejectsBadBucket(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	js := testJetStream(t, s, "kv")
 	if _, err := KeyValue(testContext(t), js, "bad.name", 1); !errors.Is(err, jetstream.ErrInvalidBucketName) {
 		t.Errorf("KeyValue(bad.name): %v, want ErrInvalidBucketName", err)
@@ -113,7 +113,7 @@ func TestKeyValueRejectsBadBucket(t *testing.T) {
 
 func TestObjectStore(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "obj")
 
@@ -140,7 +140,7 @@ func TestObjectStore(t *testing.T) {
 // configurations of its own streams.)
 func TestStream(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "streams")
 
@@ -253,7 +253,7 @@ func TestCapReplicas(t *testing.T) {
 // message, and a clear error for a stream that does not exist.
 func TestLeaderLastSeq(t *testing.T) {
 	t.Parallel()
-	s, _ := startServer(t, Config{})
+	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
 	js := testJetStream(t, s, "leader-last")
 	if _, err := Stream(ctx, js, jetstream.StreamConfig{Name: "LAST", Subjects: []string{"last.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {

@@ -98,8 +98,9 @@ func storeFullKind(err error) (storeFull, bool) {
 }
 
 // FullStoreError is a full store named: which node, what is full, and what
-// to do. [StoreFullError] and [Server.StoreFullError] make one; a caller that
-// knows the node's limits may fill in MaxStore and MaxMemory itself.
+// to do. [StoreFullError] and the embedded server's Server.StoreFullError (package
+// bus/server) make one; a caller that knows the node's limits may fill in MaxStore and
+// MaxMemory itself.
 type FullStoreError struct {
 	Node string
 	// MaxStore and MaxMemory are the node's JetStream limits in bytes, for
@@ -155,16 +156,6 @@ func StoreFullError(node string, err error) error {
 		return err // named already
 	}
 	return &FullStoreError{Node: node, Err: err}
-}
-
-// StoreFullError is [StoreFullError] for this server, with its limits in the
-// message.
-func (s *Server) StoreFullError(err error) error {
-	var fe *FullStoreError
-	if !IsStoreFull(err) || errors.As(err, &fe) {
-		return err
-	}
-	return &FullStoreError{Node: s.name, MaxStore: s.maxStore, MaxMemory: s.maxMemory, Err: err}
 }
 
 // friendlyBytes writes n in the largest binary unit that keeps it whole or

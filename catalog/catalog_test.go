@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/schema"
 )
@@ -131,7 +132,7 @@ func TestFromEndpointRefusals(t *testing.T) {
 }
 
 // testBus is an embedded server with a connection for the catalog.
-func testBus(t *testing.T) (*bus.Server, *nats.Conn) {
+func testBus(t *testing.T) (*server.Server, *nats.Conn) {
 	t.Helper()
 	srv := bustest.Server(t, nil)
 	return srv, bustest.Conn(t, srv, "catalog")
@@ -139,7 +140,7 @@ func testBus(t *testing.T) (*bus.Server, *nats.Conn) {
 
 // serve runs a category as a plain micro service on a connection of its own, answering
 // every call "ok"; stop undoes it.
-func serve(t *testing.T, srv *bus.Server, node string, specs ...*toolbus.Spec) (stop func()) {
+func serve(t *testing.T, srv *server.Server, node string, specs ...*toolbus.Spec) (stop func()) {
 	t.Helper()
 	nc, err := srv.Connect(node)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
@@ -30,7 +31,7 @@ func startNode(ctx context.Context) (*node.Node, *client.Client, func()) {
 		log.Fatal(err)
 	}
 	n, err := node.Start(ctx, node.Config{
-		Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)},
+		Bus: server.Config{Logger: slog.New(slog.DiscardHandler)},
 		Node: node.NodeConfig{
 			Name: "example", Turns: true, Home: home,
 			Tools: toolsets.Settings{Computer: computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}}},

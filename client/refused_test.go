@@ -11,6 +11,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -21,16 +22,16 @@ import (
 // refusal.
 func TestRefusedAtOnce(t *testing.T) {
 	t.Parallel()
-	perms := func(role bus.Role, user string) bus.User {
-		p, err := bus.RolePermissions(role, user, nil)
+	perms := func(role server.Role, user string) server.User {
+		p, err := server.RolePermissions(role, user, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return bus.User{Name: user, Password: user + "-pw", Role: role, Permissions: p}
+		return server.User{Name: user, Password: user + "-pw", Role: role, Permissions: p}
 	}
-	srv := bustest.Server(t, func(c *bus.Config) {
+	srv := bustest.Server(t, func(c *server.Config) {
 		c.Listen = "127.0.0.1:-1"
-		c.Users = []bus.User{perms(bus.RoleWatcher, "watch"), perms(bus.RoleOperator, "ops")}
+		c.Users = []server.User{perms(server.RoleWatcher, "watch"), perms(server.RoleOperator, "ops")}
 	})
 	ctx := bustest.Context(t)
 	dial := func(user string) *Client {

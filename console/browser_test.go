@@ -27,6 +27,7 @@ import (
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/console"
 	"github.com/toolbus/toolbus/internal/redact"
@@ -263,20 +264,20 @@ func newWorld(t *testing.T, o worldOptions) *world {
 		}
 	}
 	quiet := bustest.Logger(t, slog.LevelWarn) // the node's warnings, shown should the test fail
-	bc := bus.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	bc := server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if o.users {
-		ops, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
+		ops, err := server.RolePermissions(server.RoleOperator, "ops", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		watch, err := bus.RolePermissions(bus.RoleWatcher, "watch", nil)
+		watch, err := server.RolePermissions(server.RoleWatcher, "watch", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		bc.Listen = "127.0.0.1:-1"
-		bc.Users = []bus.User{
-			{Name: "ops", Password: opsPassword, Role: bus.RoleOperator, Permissions: ops},
-			{Name: "watch", Password: watchPassword, Role: bus.RoleWatcher, Permissions: watch},
+		bc.Users = []server.User{
+			{Name: "ops", Password: opsPassword, Role: server.RoleOperator, Permissions: ops},
+			{Name: "watch", Password: watchPassword, Role: server.RoleWatcher, Permissions: watch},
 		}
 	}
 	n, err := node.Start(ctx, node.Config{

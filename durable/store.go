@@ -43,7 +43,7 @@ type Config struct {
 	Create bool
 	Logger *slog.Logger
 	// StoreFull names a write refused because the store is full (for a node on an
-	// embedded server, bus.Server.StoreFullError, which knows the limits); nil:
+	// embedded server, server.Server.StoreFullError, which knows the limits); nil:
 	// bus.StoreFullError with Node.
 	StoreFull func(error) error
 }

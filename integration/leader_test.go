@@ -319,7 +319,7 @@ func TestWokenLeaderStallBounded(t *testing.T) {
 		return nil
 	})
 	t.Logf("the cluster worked again %s after the pause", time.Since(paused).Round(time.Millisecond))
-	// Paused for longer than the election timeouts (0.6-1 s, bus/raft.go), as a
+	// Paused for longer than the election timeouts (0.6-1 s, bus/server/raft.go), as a
 	// stopped VM or a starved process is: woken, it finds the timers of the groups it
 	// follows expired.
 	wake := time.Now().Add(3 * time.Second)

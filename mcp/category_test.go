@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
@@ -36,7 +37,7 @@ func startNode(t *testing.T, servers ...mcp.ServerConfig) (*node.Node, *client.C
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	n, err := node.Start(ctx, node.Config{
-		Bus:  bus.Config{StoreDir: t.TempDir(), Logger: log},
+		Bus:  server.Config{StoreDir: t.TempDir(), Logger: log},
 		Node: node.NodeConfig{Categories: []string{}, Turns: true, Logger: log},
 		MCP:  servers,
 	})

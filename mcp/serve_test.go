@@ -20,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
@@ -94,7 +95,7 @@ func startServeWorldTurns(t *testing.T, profile string, cfg mcp.ServeConfig, tur
 	log := bustest.Logger(t, slog.LevelInfo)
 	w := &serveWorld{notes: &notes{}}
 	n, err := node.Start(bustest.Context(t), node.Config{
-		Bus:   bus.Config{StoreDir: t.TempDir(), Logger: log},
+		Bus:   server.Config{StoreDir: t.TempDir(), Logger: log},
 		Node:  node.NodeConfig{Categories: []string{"todo"}, Logger: log, Turns: turns},
 		Tools: w.notes.tools(t),
 	})
@@ -396,15 +397,15 @@ func TestMCPServeHeldCallWaitsForApproval(t *testing.T) {
 
 	// As an operator, whom the bus refuses approval requests: refused at once, saying
 	// why, not after the whole wait.
-	ops, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
+	ops, err := server.RolePermissions(server.RoleOperator, "ops", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := bustest.Logger(t, slog.LevelInfo)
 	secured := &notes{}
 	n, err := node.Start(ctx, node.Config{
-		Bus: bus.Config{StoreDir: t.TempDir(), Logger: log, Listen: "127.0.0.1:-1",
-			Users: []bus.User{{Name: "ops", Password: "ops-pw-77", Role: bus.RoleOperator, Permissions: ops}}},
+		Bus: server.Config{StoreDir: t.TempDir(), Logger: log, Listen: "127.0.0.1:-1",
+			Users: []server.User{{Name: "ops", Password: "ops-pw-77", Role: server.RoleOperator, Permissions: ops}}},
 		Node:  node.NodeConfig{Categories: []string{}, Logger: log},
 		Tools: secured.tools(t),
 	})

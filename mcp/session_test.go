@@ -16,6 +16,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/console"
 	"github.com/toolbus/toolbus/mcp"
@@ -262,19 +263,19 @@ func TestMCPServeAsTurnUser(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
 	log := bustest.Logger(t, slog.LevelInfo)
-	turnPerm, err := bus.RolePermissions(bus.RoleTurn, "mcpu", nil)
+	turnPerm, err := server.RolePermissions(server.RoleTurn, "mcpu", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opsPerm, err := bus.RolePermissions(bus.RoleOperator, "ops", nil)
+	opsPerm, err := server.RolePermissions(server.RoleOperator, "ops", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	secured := &notes{}
 	n, err := node.Start(ctx, node.Config{
-		Bus: bus.Config{StoreDir: t.TempDir(), Logger: log, Listen: "127.0.0.1:-1", Users: []bus.User{
-			{Name: "mcpu", Password: "mcp-pw-31", Role: bus.RoleTurn, Permissions: turnPerm},
-			{Name: "ops", Password: "ops-pw-77", Role: bus.RoleOperator, Permissions: opsPerm},
+		Bus: server.Config{StoreDir: t.TempDir(), Logger: log, Listen: "127.0.0.1:-1", Users: []server.User{
+			{Name: "mcpu", Password: "mcp-pw-31", Role: server.RoleTurn, Permissions: turnPerm},
+			{Name: "ops", Password: "ops-pw-77", Role: server.RoleOperator, Permissions: opsPerm},
 		}},
 		Node:  node.NodeConfig{Categories: []string{}, Turns: true, Logger: log},
 		Tools: secured.tools(t),

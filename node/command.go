@@ -18,6 +18,7 @@ import (
 
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/redact"
@@ -147,12 +148,12 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.tlsKey, "tls-key", "", "embedded server: PEM key of -tls-cert")
 	fs.StringVar(&o.tlsCA, "tls-ca", "", "PEM CA: with -server, verifies the server's certificate; embedded, verifies the other nodes' route certificates (required for routes over TLS)")
 	fs.StringVar(&o.storeDir, "store-dir", "", "embedded server: JetStream store directory (default $XDG_STATE_HOME/toolbus/<name>)")
-	fs.Int64Var(&o.maxMemory, "max-memory", bus.DefaultMaxMemory, "embedded server: JetStream memory limit in bytes")
-	fs.Int64Var(&o.maxStore, "max-store", bus.DefaultMaxStore, "embedded server: JetStream store limit in bytes")
+	fs.Int64Var(&o.maxMemory, "max-memory", server.DefaultMaxMemory, "embedded server: JetStream memory limit in bytes")
+	fs.Int64Var(&o.maxStore, "max-store", server.DefaultMaxStore, "embedded server: JetStream store limit in bytes")
 	fs.StringVar(&o.clusterName, "cluster-name", "", "embedded server: join this cluster")
 	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
 	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
-	fs.DurationVar(&o.routePing, "route-ping-interval", bus.DefaultRoutePingInterval, fmt.Sprintf("embedded server: how often to ping each route; a route that leaves %d pings unanswered is closed, so a node that stops running (paused, swapped out) stops getting requests within about %d intervals", bus.DefaultRouteMaxPingsOut, bus.DefaultRouteMaxPingsOut+1))
+	fs.DurationVar(&o.routePing, "route-ping-interval", server.DefaultRoutePingInterval, fmt.Sprintf("embedded server: how often to ping each route; a route that leaves %d pings unanswered is closed, so a node that stops running (paused, swapped out) stops getting requests within about %d intervals", server.DefaultRouteMaxPingsOut, server.DefaultRouteMaxPingsOut+1))
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
 	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
 	secretflag.Refuse(fs, "route-pass", "-route-pass-file FILE or the environment variable TOOLBUS_ROUTE_PASSWORD")
@@ -426,7 +427,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		cfg.Server = o.server
 		cfg.Credentials = bus.Credentials{User: o.user, Password: o.pass, CredsFile: o.creds, CAFile: o.tlsCA, InboxPrefix: o.inboxPrefix}
 	} else {
-		cfg.Bus = bus.Config{
+		cfg.Bus = server.Config{
 			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
 			Listen: o.listen, Logger: log, Monitor: o.monitor,
 		}
@@ -434,18 +435,18 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 			cfg.Bus.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)
 		}
 		if o.usersFile != "" {
-			if cfg.Bus.Users, err = bus.ReadUsersFile(o.usersFile); err != nil {
+			if cfg.Bus.Users, err = server.ReadUsersFile(o.usersFile); err != nil {
 				return err
 			}
 		}
 		if o.user != "" {
-			cfg.Bus.Users = append(cfg.Bus.Users, bus.User{Name: o.user, Password: o.pass, Role: bus.RoleAdmin, Permissions: bus.AdminPermissions()})
+			cfg.Bus.Users = append(cfg.Bus.Users, server.User{Name: o.user, Password: o.pass, Role: server.RoleAdmin, Permissions: server.AdminPermissions()})
 		}
 		if o.tlsCert != "" {
-			cfg.Bus.TLS = &bus.TLSConfig{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
+			cfg.Bus.TLS = &server.TLSConfig{Cert: o.tlsCert, Key: o.tlsKey, CA: o.tlsCA}
 		}
 		if o.clusterName != "" {
-			cfg.Bus.Cluster = &bus.ClusterConfig{
+			cfg.Bus.Cluster = &server.ClusterConfig{
 				Name: o.clusterName, Listen: o.clusterListen, Username: o.routeUser, Password: o.routePass,
 				PingInterval: o.routePing,
 			}
@@ -508,7 +509,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	case <-ctx.Done():
 	case <-storeFailed:
 		// nats-server does not recover from a disk error by itself (see
-		// bus.Server.Failed): exit non-zero, so that a supervisor restarts
+		// server.Server.Failed): exit non-zero, so that a supervisor restarts
 		// the node once space is freed, rather than run on with a store
 		// that answers no writes.
 		err := node.Err()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/node"
 	"github.com/toolbus/toolbus/schema"
@@ -34,7 +35,7 @@ var quiet = slog.New(slog.DiscardHandler)
 func ExampleNode_Run() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := node.Start(ctx, node.Config{Bus: bus.Config{Logger: quiet}, Tools: []*toolbus.Tool{weather}})
+	n, err := node.Start(ctx, node.Config{Bus: server.Config{Logger: quiet}, Tools: []*toolbus.Tool{weather}})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -66,8 +67,8 @@ func ExampleStart_host() {
 	defer cancel()
 	// The bus: here a server with a port in this process, elsewhere `toolbus node -listen`.
 	creds := bus.Credentials{User: "ops", Password: "example-password"}
-	srv, err := bus.Start(ctx, bus.Config{Listen: "127.0.0.1:-1", Logger: quiet,
-		Users: []bus.User{{Name: creds.User, Password: creds.Password}}})
+	srv, err := server.Start(ctx, server.Config{Listen: "127.0.0.1:-1", Logger: quiet,
+		Users: []server.User{{Name: creds.User, Password: creds.Password}}})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/telemetry"
@@ -34,7 +35,7 @@ type Config struct {
 	Credentials bus.Credentials
 	// Bus configures the embedded server. An empty StoreDir is a temporary
 	// directory, removed when the node closes; an empty Name is Node.Name.
-	Bus bus.Config
+	Bus server.Config
 	// Node configures the node's actors. Start sets its Connect, Interest and
 	// StoreFull; nil Categories are all of toolsets.Categories() (none when Tools is
 	// set: list them to host both), an empty Logger is Bus.Logger, and an empty Name
@@ -125,7 +126,7 @@ func byCategory(tools []*toolbus.Tool) (cats []string, of map[string][]*toolbus.
 // running bus.
 type Node struct {
 	*actors.Node
-	srv   *bus.Server // nil when joined to a running bus
+	srv   *server.Server // nil when joined to a running bus
 	cfg   Config
 	where string
 	tel   *telemetry.Telemetry // opened by Start, closed by Close
@@ -167,7 +168,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.where = "connected to " + redact.URL(cfg.Server)
 	} else {
-		srv, err := bus.Start(ctx, cfg.Bus)
+		srv, err := server.Start(ctx, cfg.Bus)
 		if err != nil {
 			n.closeTelemetry()
 			return nil, err
@@ -236,13 +237,13 @@ func (n *Node) MCP() []*mcp.Category { return n.mcp }
 func (n *Node) Connect(name string) (*nats.Conn, error) { return n.cfg.Node.Connect(name) }
 
 // Server is the embedded server, or nil when the node joined a running bus.
-func (n *Node) Server() *bus.Server { return n.srv }
+func (n *Node) Server() *server.Server { return n.srv }
 
 // Where says where the node's bus is, for logs: "embedded server, store …, no port".
 func (n *Node) Where() string { return n.where }
 
 // Failed is closed when the embedded server's JetStream can no longer write its store
-// (see bus.Server.Failed); it never closes for a node joined to a running bus.
+// (see server.Server.Failed); it never closes for a node joined to a running bus.
 func (n *Node) Failed() <-chan struct{} {
 	if n.srv == nil {
 		return nil

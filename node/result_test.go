@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 )
 
 // A node joining a running bus without a name is refused with the field to set, the
@@ -29,7 +29,7 @@ func TestNoNameSaysWhich(t *testing.T) {
 		t.Errorf("the error shows the URL's password: %v", err)
 	}
 	// An embedded node needs none: it is DefaultName.
-	n, err := Start(context.Background(), Config{Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{echoTool(t, "e", "cat_e")}})
+	n, err := Start(context.Background(), Config{Bus: server.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{echoTool(t, "e", "cat_e")}})
 	if err != nil {
 		t.Fatalf("an embedded node without a name: %v", err)
 	}
@@ -57,7 +57,7 @@ func TestResultHasOutputs(t *testing.T) {
 			return toolbus.TextResult("Sunny in " + a.City).WithDetails(map[string]int{"celsius": 21}), nil
 		},
 	})
-	n, err := Start(ctx, Config{Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{weather}})
+	n, err := Start(ctx, Config{Bus: server.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{weather}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 )
 
 func echoTool(t *testing.T, name, category string) *toolbus.Tool {
@@ -53,7 +54,7 @@ func TestRunTools(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a, b := echoTool(t, "a", "cat_a"), echoTool(t, "b", "cat_b")
-	n, err := Start(ctx, Config{Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{a, b}})
+	n, err := Start(ctx, Config{Bus: server.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{a, b}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/toolbus/toolbus"
-	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/telemetry/otlptest"
 )
@@ -94,7 +94,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	echo := echoTool(t, "echo", "metered")
-	n, err := Start(ctx, Config{Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)}, Node: NodeConfig{Name: "m1", Telemetry: tel}, Tools: []*toolbus.Tool{echo}})
+	n, err := Start(ctx, Config{Bus: server.Config{Logger: slog.New(slog.DiscardHandler)}, Node: NodeConfig{Name: "m1", Telemetry: tel}, Tools: []*toolbus.Tool{echo}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestStartTracesFromEnv(t *testing.T) {
 	t.Setenv("OTEL_SERVICE_NAME", "toolbus-env")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := Start(ctx, Config{Bus: bus.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{echoTool(t, "echo", "env")}})
+	n, err := Start(ctx, Config{Bus: server.Config{Logger: slog.New(slog.DiscardHandler)}, Tools: []*toolbus.Tool{echoTool(t, "echo", "env")}})
 	if err != nil {
 		t.Fatal(err)
 	}

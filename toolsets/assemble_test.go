@@ -14,6 +14,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/schema"
 	"github.com/toolbus/toolbus/toolsets/web"
@@ -22,7 +23,7 @@ import (
 // busWithForeignHosts is an embedded server on which two categories are served by plain
 // micro services, and a catalog that has read them: crm (namespace crm: a read-only and a
 // destructive tool) and billing (published without a namespace).
-func busWithForeignHosts(t *testing.T) (*bus.Server, *catalog.Catalog) {
+func busWithForeignHosts(t *testing.T) (*server.Server, *catalog.Catalog) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

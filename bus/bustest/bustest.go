@@ -19,7 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 )
 
 // Context is a context that ends with the test, or after a minute.
@@ -33,13 +33,13 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 
 // Server starts one embedded server in a directory of the test's, edit changing its
 // config first (nil: none).
-func Server(t testing.TB, edit func(*bus.Config)) *bus.Server {
+func Server(t testing.TB, edit func(*server.Config)) *server.Server {
 	t.Helper()
-	cfg := bus.Config{Name: "n1", StoreDir: t.TempDir(), Logger: quiet()}
+	cfg := server.Config{Name: "n1", StoreDir: t.TempDir(), Logger: quiet()}
 	if edit != nil {
 		edit(&cfg)
 	}
-	s, err := bus.Start(Context(t), cfg)
+	s, err := server.Start(Context(t), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func Server(t testing.TB, edit func(*bus.Config)) *bus.Server {
 }
 
 // Conn connects to s in-process, closed when the test ends.
-func Conn(t testing.TB, s *bus.Server, name string) *nats.Conn {
+func Conn(t testing.TB, s *server.Server, name string) *nats.Conn {
 	t.Helper()
 	nc, err := s.Connect(name)
 	if err != nil {
@@ -59,7 +59,7 @@ func Conn(t testing.TB, s *bus.Server, name string) *nats.Conn {
 }
 
 // JetStream is a JetStream context of a new connection to s.
-func JetStream(t testing.TB, s *bus.Server, name string) jetstream.JetStream {
+func JetStream(t testing.TB, s *server.Server, name string) jetstream.JetStream {
 	t.Helper()
 	js, err := jetstream.New(Conn(t, s, name))
 	if err != nil {
@@ -71,7 +71,7 @@ func JetStream(t testing.TB, s *bus.Server, name string) jetstream.JetStream {
 // Cluster starts n servers that route to each other on loopback ports, n1 to nN,
 // concurrently (each waits for a JetStream meta leader, which needs a quorum). A port
 // another process took meanwhile starts the cluster again on others.
-func Cluster(t testing.TB, n int, edit func(*bus.Config)) []*bus.Server {
+func Cluster(t testing.TB, n int, edit func(*server.Config)) []*server.Server {
 	t.Helper()
 	for attempt := 1; ; attempt++ {
 		nodes, err := tryCluster(t, n, edit)
@@ -97,7 +97,7 @@ func Cluster(t testing.TB, n int, edit func(*bus.Config)) []*bus.Server {
 // place on. A meta leader needs only a quorum: a stream asked for n replicas before the
 // last node's statistics reach it is refused ("no suitable peers") and created with fewer
 // (bus's capReplicas), which TestReplicatedConflictFences saw once (2 replicas, want 3).
-func waitPeers(t testing.TB, nodes []*bus.Server) {
+func waitPeers(t testing.TB, nodes []*server.Server) {
 	t.Helper()
 	CheckFor(t, time.Minute, 20*time.Millisecond, func() error {
 		for _, s := range nodes {
@@ -109,7 +109,7 @@ func waitPeers(t testing.TB, nodes []*bus.Server) {
 	})
 }
 
-func tryCluster(t testing.TB, n int, edit func(*bus.Config)) ([]*bus.Server, error) {
+func tryCluster(t testing.TB, n int, edit func(*server.Config)) ([]*server.Server, error) {
 	ctx := Context(t)
 	ports := make([]int, n)
 	for i := range ports {
@@ -124,16 +124,16 @@ func tryCluster(t testing.TB, n int, edit func(*bus.Config)) ([]*bus.Server, err
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
 	}
-	nodes := make([]*bus.Server, n)
+	nodes := make([]*server.Server, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			cfg := bus.Config{
+			cfg := server.Config{
 				Name:     fmt.Sprintf("n%d", i+1),
 				StoreDir: t.TempDir(),
 				Logger:   quiet(),
-				Cluster: &bus.ClusterConfig{
+				Cluster: &server.ClusterConfig{
 					Name:     "toolbus-test",
 					Listen:   fmt.Sprintf("127.0.0.1:%d", ports[i]),
 					Routes:   routes,
@@ -144,7 +144,7 @@ func tryCluster(t testing.TB, n int, edit func(*bus.Config)) ([]*bus.Server, err
 			if edit != nil {
 				edit(&cfg)
 			}
-			nodes[i], errs[i] = bus.Start(ctx, cfg)
+			nodes[i], errs[i] = server.Start(ctx, cfg)
 		})
 	}
 	wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/secretflag"
@@ -165,7 +166,7 @@ func startEmbedded(ctx context.Context, o embedOptions, log *slog.Logger) (*busC
 		return nil, fmt.Errorf("home %s is not a directory", home)
 	}
 	n, err := node.Start(ctx, node.Config{
-		Bus: bus.Config{StoreDir: o.storeDir, Logger: log},
+		Bus: server.Config{StoreDir: o.storeDir, Logger: log},
 		Node: node.NodeConfig{
 			Name:    embeddedNode,
 			Turns:   o.turns,

@@ -21,6 +21,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
 	"github.com/toolbus/toolbus/internal/testmain"
@@ -333,21 +334,21 @@ type remoteBus struct {
 	url       string
 	passFile  string // holds the password of the user ops
 	watchFile string // holds the password of the user watch, a watcher
-	srv       *bus.Server
+	srv       *server.Server
 	node      *actors.Node
 }
 
 func startRemoteBus(t *testing.T, turns bool) *remoteBus {
 	t.Helper()
 	ctx := testContext(t)
-	watch, err := bus.RolePermissions(bus.RoleWatcher, "watch", nil)
+	watch, err := server.RolePermissions(server.RoleWatcher, "watch", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := bus.Start(ctx, bus.Config{
-		Listen: "127.0.0.1:-1", Logger: actors.DiscardLogger(), Users: []bus.User{
+	srv, err := server.Start(ctx, server.Config{
+		Listen: "127.0.0.1:-1", Logger: actors.DiscardLogger(), Users: []server.User{
 			{Name: "ops", Password: "secret-pw"},
-			{Name: "watch", Password: "watch-pw", Role: bus.RoleWatcher, Permissions: watch},
+			{Name: "watch", Password: "watch-pw", Role: server.RoleWatcher, Permissions: watch},
 		},
 	})
 	if err != nil {

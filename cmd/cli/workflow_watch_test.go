@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/server"
 )
 
 // TestFollowWorkflowShowsStoredRevisions follows a workflow whose document two writers
@@ -21,7 +22,7 @@ import (
 func TestFollowWorkflowShowsStoredRevisions(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	srv, err := bus.Start(ctx, bus.Config{StoreDir: t.TempDir()})
+	srv, err := server.Start(ctx, server.Config{StoreDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"bufio"
@@ -23,6 +23,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // opsHash is bcrypt("ops-pw") at cost 4.
@@ -71,8 +73,8 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, b := range []string{BucketTurns, BucketAgents, BucketTodos, BucketJobs, BucketSchedules, BucketWorkflows} {
-		kv, err := KeyValue(ctx, js, b, 1)
+	for _, b := range []string{bus.BucketTurns, bus.BucketAgents, bus.BucketTodos, bus.BucketJobs, bus.BucketSchedules, bus.BucketWorkflows} {
+		kv, err := bus.KeyValue(ctx, js, b, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,15 +85,15 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 	// The transcripts and the intake as far as permissions go: their names and
 	// subjects (package durable owns their configuration, and cannot be imported here).
 	for _, c := range []jetstream.StreamConfig{
-		{Name: StreamTranscripts, Subjects: []string{AllTranscripts}, Storage: jetstream.FileStorage, AllowDirect: true},
-		{Name: StreamIntake, Subjects: []string{AllIntake}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
+		{Name: bus.StreamTranscripts, Subjects: []string{bus.AllTranscripts}, Storage: jetstream.FileStorage, AllowDirect: true},
+		{Name: bus.StreamIntake, Subjects: []string{bus.AllIntake}, Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
 			AllowMsgSchedules: true, AllowRollup: true},
 	} {
-		if _, err := Stream(ctx, js, c); err != nil {
+		if _, err := bus.Stream(ctx, js, c); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := js.Publish(ctx, TranscriptSubject("t1"), []byte(`{"type":"message"}`)); err != nil {
+	if _, err := js.Publish(ctx, bus.TranscriptSubject("t1"), []byte(`{"type":"message"}`)); err != nil {
 		t.Fatal(err)
 	}
 	return s, observer, kp
@@ -101,7 +103,7 @@ func usersServer(t *testing.T) (*Server, *nats.Conn, nkeys.KeyPair) {
 // inbox prefix, the one it may read (bus.Dial sets it from the user).
 func login(user, pass string) nats.Option {
 	return func(o *nats.Options) error {
-		o.User, o.Password, o.InboxPrefix = user, pass, InboxPrefix(user)
+		o.User, o.Password, o.InboxPrefix = user, pass, bus.InboxPrefix(user)
 		return nil
 	}
 }
@@ -113,7 +115,7 @@ func nkeyLogin(kp nkeys.KeyPair) nats.Option {
 		if err := nats.Nkey(pub, kp.Sign)(o); err != nil {
 			return err
 		}
-		o.InboxPrefix = InboxPrefix(pub)
+		o.InboxPrefix = bus.InboxPrefix(pub)
 		return nil
 	}
 }
@@ -143,7 +145,7 @@ func userConn(t *testing.T, url, name string, opts ...nats.Option) (*nats.Conn, 
 func TestOnlyTurnRolePublishesStatus(t *testing.T) {
 	t.Parallel()
 	s, observer, _ := usersServer(t)
-	subject := TurnStatusSubject("t1", StatusDone)
+	subject := bus.TurnStatusSubject("t1", bus.StatusDone)
 	got, err := observer.SubscribeSync(subject)
 	if err != nil {
 		t.Fatal(err)
@@ -215,53 +217,53 @@ func TestRolesFromUsersFile(t *testing.T) {
 	}{
 		// A host answers the calls it received (TestHostAnswersOnlyItsCalls), and
 		// publishes on no result subject otherwise.
-		{"fs", true, ResultSubject("t1", "c1"), "", false},
-		{"turn", true, ResultSubject("t1", "c1"), "", false},
-		{"fs", true, EventSubject("t1", "c1", EventStarted), "", true},
-		{"fs", true, AbortSubject("t1"), "", false},
+		{"fs", true, bus.ResultSubject("t1", "c1"), "", false},
+		{"turn", true, bus.ResultSubject("t1", "c1"), "", false},
+		{"fs", true, bus.EventSubject("t1", "c1", bus.EventStarted), "", true},
+		{"fs", true, bus.AbortSubject("t1"), "", false},
 		// Each user reads its own inbox and no other (TestInboxIsPrivate).
-		{"fs", false, UserInbox("fs"), InboxPrefix("fs") + ".x", true},
+		{"fs", false, bus.UserInbox("fs"), bus.InboxPrefix("fs") + ".x", true},
 		{"fs", false, "_INBOX.>", "_INBOX.x", false},
-		{"fs", false, UserInbox("ops"), InboxPrefix("ops") + ".x", false},
-		{"turn", false, UserInbox("turn"), InboxPrefix("turn") + ".x", true},
+		{"fs", false, bus.UserInbox("ops"), bus.InboxPrefix("ops") + ".x", false},
+		{"turn", false, bus.UserInbox("turn"), bus.InboxPrefix("turn") + ".x", true},
 		{"turn", false, "_INBOX.>", "_INBOX.x", false},
-		{"turn", false, UserInbox("ops"), InboxPrefix("ops") + ".x", false},
-		{"ops", false, UserInbox("ops"), InboxPrefix("ops") + ".x", true},
-		{"ops", false, UserInbox("watch"), InboxPrefix("watch") + ".x", false},
+		{"turn", false, bus.UserInbox("ops"), bus.InboxPrefix("ops") + ".x", false},
+		{"ops", false, bus.UserInbox("ops"), bus.InboxPrefix("ops") + ".x", true},
+		{"ops", false, bus.UserInbox("watch"), bus.InboxPrefix("watch") + ".x", false},
 		{"watch", false, "_INBOX.>", "_INBOX.x", false},
-		{"watch", false, UserInbox("ops"), InboxPrefix("ops") + ".x", false},
-		{"nkey", false, UserInbox(must(kp.PublicKey())), InboxPrefix(must(kp.PublicKey())) + ".x", true},
-		{"nkey", false, UserInbox("watch"), InboxPrefix("watch") + ".x", false},
-		{"wf", true, AbortSubject("t1"), "", true},
-		{"wf", true, AnyNodeStartTurn, "", true},
-		{"wf", true, IntakeAny("t1"), "", false},
-		{"fs", true, IntakeAny("t1"), "", false},
-		{"fs", false, CategorySubjects("fs"), ToolSubject("fs", "read"), true},
-		{"fs", false, CategorySubjects("web"), ToolSubject("web", "x"), false},
-		{"bg", true, AnyNodeStartTurn, "", true},
-		{"bg", true, AbortSubject("t1"), "", true},
-		{"bg", true, IntakeSchedule("s1"), "", true},
-		{"bg", true, IntakeAny("t1"), "", false},
-		{"bg", true, TurnStatusSubject("t1", StatusDone), "", false},
-		{"bg", false, AllStatuses, TurnStatusSubject("t1", StatusDone), true},
-		{"bg", false, CategorySubjects("jobs"), ToolSubject("jobs", "job_start"), true},
-		{"turn", true, IntakeAny("t1"), "", true},
-		{"turn", true, TranscriptSubject("t1"), "", true},
-		{"ops", true, AnyNodeStartTurn, "", true},
-		{"ops", true, AbortSubject("t1"), "", true},
-		{"ops", true, IntakeAny("t1"), "", true},
-		{"ops", true, TranscriptSubject("t1"), "", false},
-		{"ops", true, ResultSubject("t1", "c1"), "", false},
-		{"ops", false, AllTurns, EventSubject("t1", "c1", EventStarted), true},
-		{"watch", true, AbortSubject("t1"), "", false},
-		{"watch", true, AnyNodeStartTurn, "", false},
-		{"watch", true, ToolSubject("fs", "read"), "", false},
-		{"watch", true, IntakeAny("t1"), "", false},
+		{"watch", false, bus.UserInbox("ops"), bus.InboxPrefix("ops") + ".x", false},
+		{"nkey", false, bus.UserInbox(must(kp.PublicKey())), bus.InboxPrefix(must(kp.PublicKey())) + ".x", true},
+		{"nkey", false, bus.UserInbox("watch"), bus.InboxPrefix("watch") + ".x", false},
+		{"wf", true, bus.AbortSubject("t1"), "", true},
+		{"wf", true, bus.AnyNodeStartTurn, "", true},
+		{"wf", true, bus.IntakeAny("t1"), "", false},
+		{"fs", true, bus.IntakeAny("t1"), "", false},
+		{"fs", false, bus.CategorySubjects("fs"), bus.ToolSubject("fs", "read"), true},
+		{"fs", false, bus.CategorySubjects("web"), bus.ToolSubject("web", "x"), false},
+		{"bg", true, bus.AnyNodeStartTurn, "", true},
+		{"bg", true, bus.AbortSubject("t1"), "", true},
+		{"bg", true, bus.IntakeSchedule("s1"), "", true},
+		{"bg", true, bus.IntakeAny("t1"), "", false},
+		{"bg", true, bus.TurnStatusSubject("t1", bus.StatusDone), "", false},
+		{"bg", false, bus.AllStatuses, bus.TurnStatusSubject("t1", bus.StatusDone), true},
+		{"bg", false, bus.CategorySubjects("jobs"), bus.ToolSubject("jobs", "job_start"), true},
+		{"turn", true, bus.IntakeAny("t1"), "", true},
+		{"turn", true, bus.TranscriptSubject("t1"), "", true},
+		{"ops", true, bus.AnyNodeStartTurn, "", true},
+		{"ops", true, bus.AbortSubject("t1"), "", true},
+		{"ops", true, bus.IntakeAny("t1"), "", true},
+		{"ops", true, bus.TranscriptSubject("t1"), "", false},
+		{"ops", true, bus.ResultSubject("t1", "c1"), "", false},
+		{"ops", false, bus.AllTurns, bus.EventSubject("t1", "c1", bus.EventStarted), true},
+		{"watch", true, bus.AbortSubject("t1"), "", false},
+		{"watch", true, bus.AnyNodeStartTurn, "", false},
+		{"watch", true, bus.ToolSubject("fs", "read"), "", false},
+		{"watch", true, bus.IntakeAny("t1"), "", false},
 		{"watch", true, "$SRV.INFO", "", true},
-		{"watch", false, AllTurns, ResultSubject("t1", "c1"), true},
-		{"watch", false, AllTools, ToolSubject("fs", "read"), false},
-		{"nkey", false, AllTurns, AbortSubject("t1"), true},
-		{"nkey", true, AbortSubject("t1"), "", false},
+		{"watch", false, bus.AllTurns, bus.ResultSubject("t1", "c1"), true},
+		{"watch", false, bus.AllTools, bus.ToolSubject("fs", "read"), false},
+		{"nkey", false, bus.AllTurns, bus.AbortSubject("t1"), true},
+		{"nkey", true, bus.AbortSubject("t1"), "", false},
 	}
 	for _, tt := range subjects {
 		op := map[bool]string{true: "publish", false: "subscribe"}[tt.publish]
@@ -307,45 +309,45 @@ func TestRolesFromUsersFile(t *testing.T) {
 		write        bool
 		allowed      bool
 	}{
-		{"ops", BucketTurns, false, true},
-		{"ops", BucketAgents, false, true},
-		{"ops", BucketAgents, true, true},
-		{"ops", BucketTurns, true, false},
-		{"ops", BucketTodos, true, false},
-		{"watch", BucketTurns, false, true},
-		{"watch", BucketAgents, false, true},
-		{"watch", BucketTodos, false, true},
-		{"watch", BucketTurns, true, false},
-		{"watch", BucketAgents, true, false},
-		{"nkey", BucketTurns, false, true},
-		{"todo", BucketTodos, true, true},
-		{"todo", BucketTodos, false, true},
-		{"todo", BucketAgents, false, false},
-		{"todo", BucketTurns, true, false},
-		{"fs", BucketTodos, false, false},
-		{"fs", BucketAgents, false, false},
-		{"web", BucketAgents, false, true},
-		{"web", BucketAgents, true, false},
-		{"web", BucketTodos, false, false},
+		{"ops", bus.BucketTurns, false, true},
+		{"ops", bus.BucketAgents, false, true},
+		{"ops", bus.BucketAgents, true, true},
+		{"ops", bus.BucketTurns, true, false},
+		{"ops", bus.BucketTodos, true, false},
+		{"watch", bus.BucketTurns, false, true},
+		{"watch", bus.BucketAgents, false, true},
+		{"watch", bus.BucketTodos, false, true},
+		{"watch", bus.BucketTurns, true, false},
+		{"watch", bus.BucketAgents, true, false},
+		{"nkey", bus.BucketTurns, false, true},
+		{"todo", bus.BucketTodos, true, true},
+		{"todo", bus.BucketTodos, false, true},
+		{"todo", bus.BucketAgents, false, false},
+		{"todo", bus.BucketTurns, true, false},
+		{"fs", bus.BucketTodos, false, false},
+		{"fs", bus.BucketAgents, false, false},
+		{"web", bus.BucketAgents, false, true},
+		{"web", bus.BucketAgents, true, false},
+		{"web", bus.BucketTodos, false, false},
 		// run_command reads each caller's command limits from its profile.
-		{"computer", BucketAgents, false, true},
-		{"computer", BucketAgents, true, false},
-		{"computer", BucketTodos, false, false},
-		{"turn", BucketTurns, true, true},
-		{"bg", BucketJobs, true, true},
-		{"bg", BucketSchedules, true, true},
-		{"ops", BucketJobs, false, true},
-		{"ops", BucketSchedules, false, true},
-		{"ops", BucketJobs, true, false},
-		{"watch", BucketSchedules, false, true},
+		{"computer", bus.BucketAgents, false, true},
+		{"computer", bus.BucketAgents, true, false},
+		{"computer", bus.BucketTodos, false, false},
+		{"turn", bus.BucketTurns, true, true},
+		{"bg", bus.BucketJobs, true, true},
+		{"bg", bus.BucketSchedules, true, true},
+		{"ops", bus.BucketJobs, false, true},
+		{"ops", bus.BucketSchedules, false, true},
+		{"ops", bus.BucketJobs, true, false},
+		{"watch", bus.BucketSchedules, false, true},
 		// A host of the workflow category keeps workflows and reads turn records.
-		{"wf", BucketWorkflows, true, true},
-		{"wf", BucketWorkflows, false, true},
-		{"wf", BucketTurns, false, true},
-		{"wf", BucketTurns, true, false},
-		{"wf", BucketTodos, false, false},
-		{"ops", BucketWorkflows, false, true},
-		{"ops", BucketWorkflows, true, false},
+		{"wf", bus.BucketWorkflows, true, true},
+		{"wf", bus.BucketWorkflows, false, true},
+		{"wf", bus.BucketTurns, false, true},
+		{"wf", bus.BucketTurns, true, false},
+		{"wf", bus.BucketTodos, false, false},
+		{"ops", bus.BucketWorkflows, false, true},
+		{"ops", bus.BucketWorkflows, true, false},
 	}
 	for _, tc := range jsCases {
 		op := map[bool]string{true: "write", false: "read"}[tc.write]
@@ -373,11 +375,11 @@ func TestRolesFromUsersFile(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := testContext(t)
-			stream, err := js.Stream(ctx, StreamTranscripts)
+			stream, err := js.Stream(ctx, bus.StreamTranscripts)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{TranscriptSubject("t1")}})
+			cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{bus.TranscriptSubject("t1")}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -394,7 +396,7 @@ func TestRolesFromUsersFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = refused(testContext(t), errs, jsRefused, func(ctx context.Context) error {
-			_, err := js.Stream(ctx, StreamIntake)
+			_, err := js.Stream(ctx, bus.StreamIntake)
 			return err
 		})
 		if err != nil {
@@ -561,7 +563,7 @@ func TestTLSListener(t *testing.T) {
 		t.Errorf("ClientURL() = %q, want tls://", url)
 	}
 	// Dial with the CA: connected over TLS.
-	nc, err := Dial(testContext(t), url, "tls-client", Credentials{User: "u", Password: "pw", CAFile: caFile})
+	nc, err := bus.Dial(testContext(t), url, "tls-client", bus.Credentials{User: "u", Password: "pw", CAFile: caFile})
 	if err != nil {
 		t.Fatalf("dial with the CA: %v", err)
 	}
@@ -570,7 +572,7 @@ func TestTLSListener(t *testing.T) {
 	}
 	nc.Close()
 	// Without it the server's certificate is not trusted.
-	nc, err = Dial(testContext(t), url, "no-ca", Credentials{User: "u", Password: "pw"})
+	nc, err = bus.Dial(testContext(t), url, "no-ca", bus.Credentials{User: "u", Password: "pw"})
 	if err == nil {
 		nc.Close()
 		t.Fatal("connected without the CA")

@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"bufio"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // freePorts finds n free loopback ports that no other test of this process was given
@@ -151,7 +153,7 @@ func TestClusterOfThree(t *testing.T) {
 		js1 := testJetStream(t, nodes[0], "kv-n1")
 		js3 := testJetStream(t, nodes[2], "kv-n3")
 		// Five replicas asked of three servers: capped to three.
-		kv1, err := KeyValue(ctx, js1, "cluster_todos", 5)
+		kv1, err := bus.KeyValue(ctx, js1, "cluster_todos", 5)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -161,7 +163,7 @@ func TestClusterOfThree(t *testing.T) {
 		if _, err := kv1.Put(ctx, "agent1.list", []byte("replicated")); err != nil {
 			t.Fatal(err)
 		}
-		kv3, err := KeyValue(ctx, js3, "cluster_todos", 3)
+		kv3, err := bus.KeyValue(ctx, js3, "cluster_todos", 3)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -173,7 +175,7 @@ func TestClusterOfThree(t *testing.T) {
 	})
 
 	t.Run("request across nodes through a queue group", func(t *testing.T) {
-		subject, queue := ToolSubject("fs", "read"), CategoryQueue("fs")
+		subject, queue := bus.ToolSubject("fs", "read"), bus.CategoryQueue("fs")
 		for _, s := range nodes[1:] {
 			nc, err := s.Connect("fs@" + s.Name())
 			if err != nil {
@@ -296,7 +298,7 @@ func TestInterestFollowsSubscriptions(t *testing.T) {
 	for _, s := range nodes {
 		eventually(ctx, t, s.Name()+" routes to the other", func() bool { return s.NATS().NumRemotes() == 1 })
 	}
-	subject := EventSubject("t1", "c1", EventStarted)
+	subject := bus.EventSubject("t1", "c1", bus.EventStarted)
 	for _, s := range nodes {
 		if s.Interest(subject) {
 			t.Fatalf("%s: interest in %s before anyone subscribed", s.Name(), subject)
@@ -307,7 +309,7 @@ func TestInterestFollowsSubscriptions(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	sub, err := nc.SubscribeSync(TurnSubjects("t1"))
+	sub, err := nc.SubscribeSync(bus.TurnSubjects("t1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +320,7 @@ func TestInterestFollowsSubscriptions(t *testing.T) {
 		t.Errorf("%s: no interest in %s with a local subscriber to %s", nodes[1].Name(), subject, sub.Subject)
 	}
 	eventually(ctx, t, nodes[0].Name()+" learns of the subscription on "+nodes[1].Name(), func() bool { return nodes[0].Interest(subject) })
-	if other := EventSubject("t2", "c1", EventStarted); nodes[0].Interest(other) || nodes[1].Interest(other) {
+	if other := bus.EventSubject("t2", "c1", bus.EventStarted); nodes[0].Interest(other) || nodes[1].Interest(other) {
 		t.Errorf("interest in %s, another turn's event", other)
 	}
 	if err := sub.Unsubscribe(); err != nil {

@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"bytes"
@@ -9,8 +9,10 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Role names a set of permissions for a listener user (docs/operations.md §4).
@@ -41,9 +43,9 @@ var Roles = []Role{RoleTurn, RoleTool, RoleOperator, RoleWatcher, RoleAdmin}
 // that also hosts tools) serves, and only those roles take them. But for the
 // admin, user must be one subject token ([ValidToken]): its replies come to
 // [InboxPrefix](user), the one inbox it may subscribe to.
-func RolePermissions(role Role, user string, categories []string) (*server.Permissions, error) {
-	if role != RoleAdmin && !ValidToken(user) {
-		return nil, fmt.Errorf("user name %q is not one subject token (no '.', '*', '>' or spaces): it names the user's inbox, %s.>", user, InboxPrefix("<user>"))
+func RolePermissions(role Role, user string, categories []string) (*natsserver.Permissions, error) {
+	if role != RoleAdmin && !bus.ValidToken(user) {
+		return nil, fmt.Errorf("user name %q is not one subject token (no '.', '*', '>' or spaces): it names the user's inbox, %s.>", user, bus.InboxPrefix("<user>"))
 	}
 	p, err := rolePermissions(role, categories)
 	if err != nil || role == RoleAdmin {
@@ -53,9 +55,9 @@ func RolePermissions(role Role, user string, categories []string) (*server.Permi
 }
 
 // rolePermissions are the permissions of role without an inbox.
-func rolePermissions(role Role, categories []string) (*server.Permissions, error) {
+func rolePermissions(role Role, categories []string) (*natsserver.Permissions, error) {
 	for _, c := range categories {
-		if !ValidToken(c) {
+		if !bus.ValidToken(c) {
 			return nil, fmt.Errorf("category %q is not a valid token", c)
 		}
 	}

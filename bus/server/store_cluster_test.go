@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // createR3 creates a stream asking for three replicas as the nodes do, retrying
@@ -18,9 +20,9 @@ func createR3(ctx context.Context, t *testing.T, js jetstream.JetStream, name st
 	t.Helper()
 	cfg := jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"}, Storage: jetstream.FileStorage, Replicas: 3}
 	var st jetstream.Stream
-	err := Retry(ctx, "create stream "+name, nil, func(ctx context.Context) error {
+	err := bus.Retry(ctx, "create stream "+name, nil, func(ctx context.Context) error {
 		var err error
-		st, err = Stream(ctx, js, cfg)
+		st, err = bus.Stream(ctx, js, cfg)
 		return err
 	})
 	if err != nil {
@@ -82,7 +84,7 @@ func TestReplicasCappedOnTwoNodes(t *testing.T) {
 	if r := createR3(ctx, t, js, "TWO_NODES"); r != 2 {
 		t.Errorf("replicas = %d, want 2", r)
 	}
-	kv, err := KeyValue(ctx, js, "two_nodes", 3)
+	kv, err := bus.KeyValue(ctx, js, "two_nodes", 3)
 	if err != nil {
 		t.Fatal(err)
 	}

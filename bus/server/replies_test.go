@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // waitViolations waits until errs has reported a permissions violation for
@@ -64,12 +66,12 @@ const probe = "probe"
 func serveTool(t *testing.T, nc *nats.Conn, category, tool string, answer func(micro.Request)) <-chan micro.Request {
 	t.Helper()
 	got := make(chan micro.Request, 16)
-	svc, err := micro.AddService(nc, micro.Config{Name: CategoryService(category), Version: "0.1.0", QueueGroup: CategoryQueue(category)})
+	svc, err := micro.AddService(nc, micro.Config{Name: bus.CategoryService(category), Version: "0.1.0", QueueGroup: bus.CategoryQueue(category)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = svc.Stop() })
-	err = svc.AddGroup(toolPrefix+category).AddEndpoint(tool, micro.HandlerFunc(func(r micro.Request) {
+	err = svc.AddGroup(bus.Prefix+".tool."+category).AddEndpoint(tool, micro.HandlerFunc(func(r micro.Request) {
 		if string(r.Data()) == probe {
 			_ = r.Respond([]byte("pong"))
 			return
@@ -116,7 +118,7 @@ func TestInboxIsPrivate(t *testing.T) {
 		{"computer", login("computer", "pw")}, // the host itself, on another connection
 	}
 	// Everything the operator's and the node's replies travel on.
-	targets := []string{">", "*.>", "_INBOX.>", UserInbox("ops"), InboxPrefix("ops") + ".*", "_INBOX_ops.*.*"}
+	targets := []string{">", "*.>", "_INBOX.>", bus.UserInbox("ops"), bus.InboxPrefix("ops") + ".*", "_INBOX_ops.*.*"}
 	var subs []*nats.Subscription
 	for _, spy := range spies {
 		nc, errs := userConn(t, url, spy.name, spy.opt)
@@ -137,18 +139,18 @@ func TestInboxIsPrivate(t *testing.T) {
 
 	// The operator's direct call: its reply comes to its own inbox.
 	ops, opsErrs := userConn(t, url, "ops", login("ops", "ops-pw"))
-	req := nats.NewMsg(ToolSubject("computer", "read_file"))
+	req := nats.NewMsg(bus.ToolSubject("computer", "read_file"))
 	req.Data = []byte(`{"path":"notes.txt"}`)
-	req.Header.Set(HeaderAgent, "ann")
+	req.Header.Set(bus.HeaderAgent, "ann")
 	m, err := ops.RequestMsgWithContext(ctx, req)
 	if err != nil {
 		t.Fatalf("the operator's call: %v", err)
 	}
-	if string(m.Data) != secret || !strings.HasPrefix(m.Subject, InboxPrefix("ops")+".") {
+	if string(m.Data) != secret || !strings.HasPrefix(m.Subject, bus.InboxPrefix("ops")+".") {
 		t.Fatalf("the operator got %q on %q, want %q on its inbox", m.Data, m.Subject, secret)
 	}
 	// The node's own connections keep nats.go's _INBOX: a call and a JetStream read.
-	m, err = node.RequestWithContext(ctx, ToolSubject("computer", "read_file"), []byte(`{"path":"notes.txt"}`))
+	m, err = node.RequestWithContext(ctx, bus.ToolSubject("computer", "read_file"), []byte(`{"path":"notes.txt"}`))
 	if err != nil || string(m.Data) != secret || !strings.HasPrefix(m.Subject, "_INBOX.") {
 		t.Fatalf("the node's call: %v, %v", m, err)
 	}
@@ -156,7 +158,7 @@ func TestInboxIsPrivate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, BucketTurns)
+	kv, err := js.KeyValue(ctx, bus.BucketTurns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +168,7 @@ func TestInboxIsPrivate(t *testing.T) {
 
 	// Each spy still reads its own replies (a JetStream read for the watcher).
 	watch, _ := userConn(t, url, "watch", login("watch", "pw"))
-	if err := kvUse(ctx, watch, BucketTurns, false); err != nil {
+	if err := kvUse(ctx, watch, bus.BucketTurns, false); err != nil {
 		t.Fatalf("the watcher's own read: %v", err)
 	}
 
@@ -200,15 +202,15 @@ func TestDialSetsTheUsersInbox(t *testing.T) {
 	withUser := strings.Replace(url, "nats://", "nats://watch:pw@", 1)
 	for _, tc := range []struct {
 		name, url string
-		cred      Credentials
+		cred      bus.Credentials
 		prefix    string
 	}{
-		{"user", url, Credentials{User: "watch", Password: "pw"}, InboxPrefix("watch")},
-		{"user of the URL", withUser, Credentials{}, InboxPrefix("watch")},
-		{"explicit", url, Credentials{User: "watch", Password: "pw", InboxPrefix: InboxPrefix("watch")}, InboxPrefix("watch")},
+		{"user", url, bus.Credentials{User: "watch", Password: "pw"}, bus.InboxPrefix("watch")},
+		{"user of the URL", withUser, bus.Credentials{}, bus.InboxPrefix("watch")},
+		{"explicit", url, bus.Credentials{User: "watch", Password: "pw", InboxPrefix: bus.InboxPrefix("watch")}, bus.InboxPrefix("watch")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			nc, err := Dial(ctx, tc.url, "dial-"+tc.name, tc.cred)
+			nc, err := bus.Dial(ctx, tc.url, "dial-"+tc.name, tc.cred)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,14 +218,14 @@ func TestDialSetsTheUsersInbox(t *testing.T) {
 			if got := nc.NewInbox(); !strings.HasPrefix(got, tc.prefix+".") {
 				t.Errorf("inbox %q, want under %s", got, tc.prefix)
 			}
-			if err := kvUse(ctx, nc, BucketTurns, false); err != nil {
+			if err := kvUse(ctx, nc, bus.BucketTurns, false); err != nil {
 				t.Errorf("read through the inbox: %v", err)
 			}
 		})
 	}
 	// Another prefix than the user's own is refused by its permissions.
 	errs := make(chan error, 8)
-	nc, err := Dial(ctx, url, "dial-other", Credentials{User: "watch", Password: "pw", InboxPrefix: "_INBOX"},
+	nc, err := bus.Dial(ctx, url, "dial-other", bus.Credentials{User: "watch", Password: "pw", InboxPrefix: "_INBOX"},
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errs <- err:
@@ -235,16 +237,10 @@ func TestDialSetsTheUsersInbox(t *testing.T) {
 	}
 	defer nc.Close()
 	err = refused(ctx, errs, []string{`Subscription to "_INBOX.`}, func(ctx context.Context) error {
-		return kvUse(ctx, nc, BucketTurns, false)
+		return kvUse(ctx, nc, bus.BucketTurns, false)
 	})
 	if err != nil {
 		t.Errorf("a watcher read through the shared _INBOX: %v", err)
-	}
-	// Without a user that is one token, or with a credentials file, nats.go's default.
-	for _, c := range []Credentials{{}, {User: "a.b"}, {User: "ops", CredsFile: "x.creds"}} {
-		if p := c.inboxPrefix("nats://127.0.0.1:4222"); p != "" {
-			t.Errorf("%+v: inbox prefix %q, want nats.go's default", c, p)
-		}
 	}
 }
 
@@ -279,11 +275,11 @@ func TestHostReplyPermission(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Response == nil || p.Response.MaxMsgs != 1 || p.Response.Expires != ReplyWindow {
-			t.Errorf("%s: response permission %+v, want one reply within %s", role, p.Response, ReplyWindow)
+		if p.Response == nil || p.Response.MaxMsgs != 1 || p.Response.Expires != bus.ReplyWindow {
+			t.Errorf("%s: response permission %+v, want one reply within %s", role, p.Response, bus.ReplyWindow)
 		}
 		for _, s := range p.Publish.Allow {
-			if s == AllResults || s == AllTurns || s == ">" {
+			if s == bus.AllResults || s == bus.AllTurns || s == ">" {
 				t.Errorf("%s may publish %q", role, s)
 			}
 		}
@@ -358,18 +354,18 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 	running := serveTool(t, computer, "computer", "run_command", func(r micro.Request) {
 		go func() {
 			<-release
-			call := r.Headers().Get(HeaderCall)
+			call := r.Headers().Get(bus.HeaderCall)
 			_ = r.Respond(fmt.Appendf(nil, `{"call_id":%q,"tool":"run_command","outcome":"ok","content":[{"type":"text","text":"real output"}]}`, call))
 			_ = r.Respond([]byte(`{"outcome":"ok","content":[{"type":"text","text":"a second answer"}]}`))
 		}()
 	})
 	crmCalls := serveTool(t, crm, "crm", "lookup", func(r micro.Request) {
-		_ = r.Respond(fmt.Appendf(nil, `{"call_id":%q,"tool":"lookup","outcome":"ok","content":[{"type":"text","text":"crm record 42"}]}`, r.Headers().Get(HeaderCall)))
+		_ = r.Respond(fmt.Appendf(nil, `{"call_id":%q,"tool":"lookup","outcome":"ok","content":[{"type":"text","text":"crm record 42"}]}`, r.Headers().Get(bus.HeaderCall)))
 	})
 	// Interest crosses routes asynchronously: wait until the turn and the operator
 	// reach both tools.
 	for _, nc := range []*nats.Conn{turn, ops} {
-		for _, subject := range []string{ToolSubject("computer", "run_command"), ToolSubject("crm", "lookup")} {
+		for _, subject := range []string{bus.ToolSubject("computer", "run_command"), bus.ToolSubject("crm", "lookup")} {
 			eventually(ctx, t, subject+" reachable", func() bool {
 				_, err := nc.Request(subject, []byte(probe), time.Second)
 				return err == nil
@@ -377,7 +373,7 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 		}
 	}
 
-	results, err := turn.SubscribeSync(ResultSubject("t1", "*"))
+	results, err := turn.SubscribeSync(bus.ResultSubject("t1", "*"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,9 +382,9 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 	}
 	call := func(category, tool, id string) {
 		t.Helper()
-		m := nats.NewMsg(ToolSubject(category, tool))
-		m.Reply = ResultSubject("t1", id)
-		ToolRequest{Turn: "t1", Call: id, Agent: "ann", Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
+		m := nats.NewMsg(bus.ToolSubject(category, tool))
+		m.Reply = bus.ResultSubject("t1", id)
+		bus.ToolRequest{Turn: "t1", Call: id, Agent: "ann", Deadline: time.Now().Add(time.Minute)}.SetHeaders(m.Header)
 		m.Data = []byte(`{}`)
 		if err := turn.PublishMsg(m); err != nil {
 			t.Fatal(err)
@@ -397,7 +393,7 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 	call("computer", "run_command", "cmd")
 	select {
 	case r := <-running:
-		if r.Reply() != ResultSubject("t1", "cmd") {
+		if r.Reply() != bus.ResultSubject("t1", "cmd") {
 			t.Fatalf("the call's reply subject is %q", r.Reply())
 		}
 	case <-ctx.Done():
@@ -406,10 +402,10 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 
 	// The forgery: a crm host publishes a result for the running computer call.
 	forged := `{"call_id":"cmd","tool":"run_command","outcome":"ok","content":[{"type":"text","text":"forged"}]}`
-	if err := crm.Publish(ResultSubject("t1", "cmd"), []byte(forged)); err != nil {
+	if err := crm.Publish(bus.ResultSubject("t1", "cmd"), []byte(forged)); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitViolations(ctx, crmErrs, ResultSubject("t1", "cmd")); err != nil {
+	if err := waitViolations(ctx, crmErrs, bus.ResultSubject("t1", "cmd")); err != nil {
 		t.Fatal(err)
 	}
 	// The turn is still waiting: nothing reached its result subjects.
@@ -423,10 +419,10 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 	if err != nil {
 		t.Fatalf("no result: %v", err)
 	}
-	if m.Subject != ResultSubject("t1", "cmd") || !strings.Contains(string(m.Data), "real output") {
+	if m.Subject != bus.ResultSubject("t1", "cmd") || !strings.Contains(string(m.Data), "real output") {
 		t.Fatalf("got %q on %s, want the real output", m.Data, m.Subject)
 	}
-	if err := waitViolations(ctx, computerErrs, ResultSubject("t1", "cmd")); err != nil {
+	if err := waitViolations(ctx, computerErrs, bus.ResultSubject("t1", "cmd")); err != nil {
 		t.Fatalf("the second answer: %v", err)
 	}
 
@@ -436,11 +432,11 @@ func hostAnswersOnlyItsCalls(t *testing.T, turnURL, computerURL, crmURL, opsURL 
 	if err != nil {
 		t.Fatalf("no crm result: %v", err)
 	}
-	if m.Subject != ResultSubject("t1", "crm1") || !strings.Contains(string(m.Data), "crm record 42") {
+	if m.Subject != bus.ResultSubject("t1", "crm1") || !strings.Contains(string(m.Data), "crm record 42") {
 		t.Fatalf("got %q on %s, want the crm record", m.Data, m.Subject)
 	}
 	<-crmCalls
-	direct := nats.NewMsg(ToolSubject("crm", "lookup"))
+	direct := nats.NewMsg(bus.ToolSubject("crm", "lookup"))
 	direct.Data = []byte(`{}`)
 	m, err = ops.RequestMsgWithContext(ctx, direct)
 	if err != nil || !strings.Contains(string(m.Data), "crm record 42") {

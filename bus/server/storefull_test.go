@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // smallFSEnv names a directory on a small filesystem (a few MiB, e.g. a
@@ -49,11 +51,11 @@ func TestStoreFillsAndRecovers(t *testing.T) {
 	if refused == nil {
 		t.Fatalf("wrote %d bytes into a store of %d without a refusal", 4*maxStore, maxStore)
 	}
-	if !IsStoreFull(refused) {
-		t.Fatalf("refused with %v; IsStoreFull = false", refused)
+	if !bus.IsStoreFull(refused) {
+		t.Fatalf("refused with %v; bus.IsStoreFull = false", refused)
 	}
 	var apiErr *jetstream.APIError
-	if !errors.As(refused, &apiErr) || apiErr.ErrorCode != errCodeInsufficientResources {
+	if !errors.As(refused, &apiErr) || apiErr.ErrorCode != 10023 { // JSInsufficientResourcesErr
 		t.Errorf("refused with %v, want JetStream error 10023", refused)
 	}
 	named := s.StoreFullError(refused)
@@ -62,22 +64,22 @@ func TestStoreFillsAndRecovers(t *testing.T) {
 			t.Errorf("StoreFullError = %q, want %q in it", named, want)
 		}
 	}
-	if !errors.Is(named, refused) || !IsStoreFull(named) {
+	if !errors.Is(named, refused) || !bus.IsStoreFull(named) {
 		t.Errorf("StoreFullError(%v) does not wrap it", refused)
 	}
-	if StoreFullError("full1", named) != named {
+	if bus.StoreFullError("full1", named) != named {
 		t.Error("StoreFullError named an error twice")
 	}
 
 	// The limit is the server's, not the stream's: every stream is refused.
 	_, kvErr := kv.Put(ctx, "a", []byte("x"))
-	if !IsStoreFull(kvErr) {
+	if !bus.IsStoreFull(kvErr) {
 		t.Errorf("KV put into a full store: %v, want a full store", kvErr)
 	}
 	// A stream that reserves more than the store holds is refused whatever
 	// is used (10047).
 	_, createErr := js.CreateStream(ctx, jetstream.StreamConfig{Name: "MORE", Subjects: []string{"more"}, MaxBytes: 2 * maxStore})
-	if !IsStoreFull(createErr) || !strings.Contains(s.StoreFullError(createErr).Error(), "MaxBytes would exceed JetStream max store 4 MiB") {
+	if !bus.IsStoreFull(createErr) || !strings.Contains(s.StoreFullError(createErr).Error(), "MaxBytes would exceed JetStream max store 4 MiB") {
 		t.Errorf("creating a stream of 8 MiB in a store of 4: %v, want a full store", createErr)
 	}
 
@@ -101,7 +103,7 @@ func TestStoreFillsAndRecovers(t *testing.T) {
 	for i := 0; ; i++ {
 		ack, err := js.Publish(ctx, fmt.Sprintf("fill.%d", i), payload)
 		if err != nil {
-			if !IsStoreFull(err) {
+			if !bus.IsStoreFull(err) {
 				t.Fatalf("filling again: %v", err)
 			}
 			break
@@ -147,7 +149,7 @@ func TestIsStoreFull(t *testing.T) {
 		{context.DeadlineExceeded, false, ""},
 		{nil, false, ""},
 	} {
-		if got := IsStoreFull(tc.err); got != tc.full {
+		if got := bus.IsStoreFull(tc.err); got != tc.full {
 			t.Errorf("IsStoreFull(%v) = %v, want %v", tc.err, got, tc.full)
 		}
 		named := (&Server{name: "n1", maxStore: 8 << 20, maxMemory: 1 << 30}).StoreFullError(tc.err)
@@ -185,7 +187,7 @@ func TestStoreFailedWhenJetStreamStops(t *testing.T) {
 			&os.PathError{Op: "write", Path: "/s/jetstream/$G/streams/TURNS/msgs/1.blk", Err: syscall.ENOSPC})
 		waitFailed(t, s)
 		err := s.Err()
-		if !errors.Is(err, ErrStoreFailed) || !IsStoreFull(err) || !strings.Contains(err.Error(), "node werr1's store is full (no space left on the disk)") {
+		if !errors.Is(err, ErrStoreFailed) || !bus.IsStoreFull(err) || !strings.Contains(err.Error(), "node werr1's store is full (no space left on the disk)") {
 			t.Errorf("Err = %v, want ErrStoreFailed and a full store of werr1", err)
 		}
 	})
@@ -254,7 +256,7 @@ func TestStoreDiskFullFailsServer(t *testing.T) {
 	// On a single server the write that hits ENOSPC is not answered.
 	t.Logf("publisher got: %v", pubErr)
 	waitFailed(t, s)
-	if err := s.Err(); !errors.Is(err, ErrStoreFailed) || !IsStoreFull(err) {
+	if err := s.Err(); !errors.Is(err, ErrStoreFailed) || !bus.IsStoreFull(err) {
 		t.Errorf("Err = %v, want ErrStoreFailed and a full store", err)
 	}
 	t.Logf("Err: %v", s.Err())
@@ -264,7 +266,7 @@ func TestStoreDiskFullFailsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Space freed: the stream keeps its write error all the same.
-	if err := fill.Purge(ctx); err == nil || !IsStoreFull(err) {
+	if err := fill.Purge(ctx); err == nil || !bus.IsStoreFull(err) {
 		t.Errorf("purge after freeing space: %v, want the kept write error", err)
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)

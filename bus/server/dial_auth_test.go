@@ -1,10 +1,12 @@
-package bus
+package server
 
 import (
 	"context"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // A refused login says what to pass, not only the server's "Authorization Violation".
@@ -17,14 +19,14 @@ func TestDialAuthAdvice(t *testing.T) {
 	}
 	defer srv.Close()
 	for _, c := range []struct {
-		cred Credentials
+		cred bus.Credentials
 		want string
 	}{
-		{Credentials{}, "pass -user NAME, or set NATS_USER"},
-		{Credentials{User: "ops"}, "user ops sent no password: set NATS_PASSWORD or pass -pass-file FILE"},
-		{Credentials{User: "ops", Password: "wrong"}, "the server refused user ops and its password"},
+		{bus.Credentials{}, "pass -user NAME, or set NATS_USER"},
+		{bus.Credentials{User: "ops"}, "user ops sent no password: set NATS_PASSWORD or pass -pass-file FILE"},
+		{bus.Credentials{User: "ops", Password: "wrong"}, "the server refused user ops and its password"},
 	} {
-		_, err := Dial(ctx, srv.ClientURL(), "t", c.cred)
+		_, err := bus.Dial(ctx, srv.ClientURL(), "t", c.cred)
 		if err == nil || !strings.Contains(err.Error(), "Authorization Violation") || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Dial(%+v) = %v, want %q", c.cred.User, err, c.want)
 		}

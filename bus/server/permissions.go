@@ -1,10 +1,11 @@
-package bus
+package server
 
 import (
 	"slices"
-	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 // Role permissions for listener users. Each role may publish and subscribe
@@ -20,48 +21,27 @@ import (
 // The role builders below leave the inbox out; [RolePermissions] adds the
 // user's, and [WithInbox] adds one to a hand-made role.
 
-// inboxPrefix starts every user's inbox prefix. Its first token is never
-// nats.go's default "_INBOX", so no user's inbox overlaps the node's own.
-const inboxPrefix = "_INBOX_"
-
-// InboxPrefix is the prefix of the replies to user, its login name or, for an
-// nkey user, its public key: "_INBOX_<user>" (for nats.CustomInboxPrefix; the
-// subjects are "_INBOX_<user>.<nuid>..."). user must satisfy [ValidToken], or
-// the prefix would overlap another user's or not be a subject.
-func InboxPrefix(user string) string { return inboxPrefix + user }
-
-// UserInbox matches every reply subject of user: "_INBOX_<user>.>".
-func UserInbox(user string) string { return InboxPrefix(user) + ".>" }
-
 // WithInbox returns a copy of p that may also receive the replies to the
 // requests of user (see [InboxPrefix]).
-func WithInbox(p *server.Permissions, user string) *server.Permissions {
+func WithInbox(p *natsserver.Permissions, user string) *natsserver.Permissions {
 	c := clonePermissions(p)
 	if c.Subscribe == nil {
-		c.Subscribe = &server.SubjectPermission{}
+		c.Subscribe = &natsserver.SubjectPermission{}
 	}
-	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, UserInbox(user))
+	c.Subscribe.Allow = appendMissing(c.Subscribe.Allow, bus.UserInbox(user))
 	return c
 }
 
 // Micro control subjects (ADR-32): $SRV.<verb>, $SRV.<verb>.<name>, $SRV.<verb>.<name>.<id>.
 const allServices = "$SRV.>"
 
-// ReplyWindow is how long a subscriber may answer a request it received: the
-// server grants one reply to the request's reply subject, whatever it is,
-// until the reply is sent or this long has passed. It bounds the longest tool
-// call a host on a listener may answer (a run_command of the computer
-// category runs 10 minutes at most by default); a reply later than this is
-// refused as a permissions violation.
-const ReplyWindow = 24 * time.Hour
-
 // answerRequests lets a subscriber answer each request it received once,
 // whatever the reply subject (a turn's result subject, a requester's inbox),
-// within ReplyWindow: nats-server's allow_responses. It is how a tool host
+// within bus.ReplyWindow: nats-server's allow_responses. It is how a tool host
 // answers a call: it may not publish on result subjects otherwise, so it
 // answers only the calls delivered to it, never another category's.
-func answerRequests() *server.ResponsePermission {
-	return &server.ResponsePermission{MaxMsgs: 1, Expires: ReplyWindow}
+func answerRequests() *natsserver.ResponsePermission {
+	return &natsserver.ResponsePermission{MaxMsgs: 1, Expires: bus.ReplyWindow}
 }
 
 // TurnPermissions is the role of a node that runs turns: it calls tools,
@@ -71,13 +51,13 @@ func answerRequests() *server.ResponsePermission {
 // checkpoints. It is the only role that may publish a turn's status. It answers
 // the requests it receives (start-turn requests, approvals) and, like a tool
 // host, publishes no tool result but as the answer to a call it received.
-func TurnPermissions() *server.Permissions {
-	return WithJetStream(&server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllDescribes, AllAborts, AllStatuses, AllTexts, AllApprovals, AllTranscripts, AllIntake, allServices,
+func TurnPermissions() *natsserver.Permissions {
+	return WithJetStream(&natsserver.Permissions{
+		Publish: &natsserver.SubjectPermission{Allow: []string{
+			bus.AllTools, bus.AllDescribes, bus.AllAborts, bus.AllStatuses, bus.AllTexts, bus.AllApprovals, bus.AllTranscripts, bus.AllIntake, allServices,
 		}},
-		Subscribe: &server.SubjectPermission{Allow: []string{
-			AllTurns, AllNodeStarts, AnyNodeStartTurn, CatalogChanged,
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{
+			bus.AllTurns, bus.AllNodeStarts, bus.AnyNodeStartTurn, bus.CatalogChanged,
 		}},
 		Response: answerRequests(),
 	})
@@ -85,30 +65,30 @@ func TurnPermissions() *server.Permissions {
 
 // ToolPermissions is the role of a node that hosts the given tool
 // categories: it receives their requests, aborts and its own micro control
-// requests, answers each request it received once ([ReplyWindow]), and
+// requests, answers each request it received once ([bus.ReplyWindow]), and
 // publishes activity events. It cannot call tools, nor serve other
 // categories, nor answer their calls: it may not publish on result subjects
 // (toolbus.turn.*.res.>) but as the answer to a request delivered to it.
 // Compose with [WithJetStream] for categories that keep state in JetStream.
-func ToolPermissions(categories ...string) *server.Permissions {
-	sub := []string{AllAborts, "$SRV.PING", "$SRV.INFO", "$SRV.STATS"}
+func ToolPermissions(categories ...string) *natsserver.Permissions {
+	sub := []string{bus.AllAborts, "$SRV.PING", "$SRV.INFO", "$SRV.STATS"}
 	for _, c := range categories {
-		svc := CategoryService(c)
-		sub = append(sub, CategorySubjects(c), DescribeSubjects(c), "$SRV.*."+svc, "$SRV.*."+svc+".*")
+		svc := bus.CategoryService(c)
+		sub = append(sub, bus.CategorySubjects(c), bus.DescribeSubjects(c), "$SRV.*."+svc, "$SRV.*."+svc+".*")
 	}
 	// A host reads turn records, and nothing else of them, to take a call's agent from
 	// its turn's stored spec rather than from a header.
-	pub := append([]string{AllEvents, CatalogChanged}, jsGet(kvStream(BucketTurns))...)
+	pub := append([]string{bus.AllEvents, bus.CatalogChanged}, jsGet(kvStream(bus.BucketTurns))...)
 	// Arguments and results over the bus limit travel through the payload object store
 	// (Payloads): a host reads a call's arguments there and stores a large reply. The
 	// reference names the object's digest, so a host that wrote over another call's
 	// object would only make that call fail.
-	pub = append(pub, jsRead(objStream(ObjectPayloads))[1:]...) // not $JS.API.INFO: the account's figures are not a host's
-	pub = append(pub, jsWriteObjects(ObjectPayloads)...)
-	pub = append(pub, "$JS.ACK."+objStream(ObjectPayloads)+".>")
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: pub},
-		Subscribe: &server.SubjectPermission{Allow: sub},
+	pub = append(pub, jsRead(objStream(bus.ObjectPayloads))[1:]...) // not $JS.API.INFO: the account's figures are not a host's
+	pub = append(pub, jsWriteObjects(bus.ObjectPayloads)...)
+	pub = append(pub, "$JS.ACK."+objStream(bus.ObjectPayloads)+".>")
+	return &natsserver.Permissions{
+		Publish:   &natsserver.SubjectPermission{Allow: pub},
+		Subscribe: &natsserver.SubjectPermission{Allow: sub},
 		// Results go to the call's reply subject, micro PING/INFO/STATS replies
 		// to the requester's inbox: answers, and nothing else.
 		Response: answerRequests(),
@@ -131,11 +111,11 @@ func jsGet(streams ...string) []string {
 // withTodoStore returns a copy of p that may use the todo bucket alone:
 // what a host of the todo category needs, without the account-wide
 // JetStream access of [WithJetStream].
-func withTodoStore(p *server.Permissions) *server.Permissions {
+func withTodoStore(p *natsserver.Permissions) *natsserver.Permissions {
 	c := clonePermissions(p)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketTodos))...)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(BucketTodos)...)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(BucketTodos)+".>")
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(bus.BucketTodos))...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(bus.BucketTodos)...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(bus.BucketTodos)+".>")
 	return c
 }
 
@@ -143,21 +123,21 @@ func withTodoStore(p *server.Permissions) *server.Permissions {
 // the web category needs, to find each caller's providers, and one of the computer
 // category, each caller's command limits. It may create the bucket
 // (empty) when no turn node has yet, never write a profile.
-func withProfileReader(p *server.Permissions) *server.Permissions {
+func withProfileReader(p *natsserver.Permissions) *natsserver.Permissions {
 	c := clonePermissions(p)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketAgents))...)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.API.STREAM.CREATE."+kvStream(BucketAgents))
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(bus.BucketAgents))...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.API.STREAM.CREATE."+kvStream(bus.BucketAgents))
 	return c
 }
 
 // withWorkflowStore returns a copy of p that may do what a host of the workflow
 // category does: read and write the workflows bucket, read turn records (a caller's
 // model), queue task turns through a node that runs turns, and abort them.
-func withWorkflowStore(p *server.Permissions) *server.Permissions {
+func withWorkflowStore(p *natsserver.Permissions) *natsserver.Permissions {
 	c := clonePermissions(p)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(BucketWorkflows), kvStream(BucketTurns))...)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(BucketWorkflows)...)
-	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(BucketWorkflows)+".>", AnyNodeStartTurn, AllAborts)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(kvStream(bus.BucketWorkflows), kvStream(bus.BucketTurns))...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, jsWriteKV(bus.BucketWorkflows)...)
+	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+kvStream(bus.BucketWorkflows)+".>", bus.AnyNodeStartTurn, bus.AllAborts)
 	return c
 }
 
@@ -165,15 +145,15 @@ func withWorkflowStore(p *server.Permissions) *server.Permissions {
 // the object store of large pages) and create their buckets if no node has: what a
 // host of the brain category needs. Its tools only read; pages are written by
 // operators.
-func withBrainStore(p *server.Permissions) *server.Permissions {
+func withBrainStore(p *natsserver.Permissions) *natsserver.Permissions {
 	c := clonePermissions(p)
 	c.Publish.Allow = appendMissing(c.Publish.Allow, jsRead(brainStreams...)...)
 	c.Publish.Allow = appendMissing(c.Publish.Allow,
-		"$JS.API.STREAM.CREATE."+kvStream(BucketBrain), "$JS.API.STREAM.CREATE."+objStream(ObjectBrain))
+		"$JS.API.STREAM.CREATE."+kvStream(bus.BucketBrain), "$JS.API.STREAM.CREATE."+objStream(bus.ObjectBrain))
 	// The host's watches and object reads get their messages with $JS.ACK reply
 	// subjects it never answers (ordered consumers do not ack). Unless it may
 	// publish there, the server keeps a reply permission for each of them
-	// (answerRequests) for a whole ReplyWindow.
+	// (answerRequests) for a whole bus.ReplyWindow.
 	for _, s := range brainStreams {
 		c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.ACK."+s+".>")
 	}
@@ -184,15 +164,15 @@ func withBrainStore(p *server.Permissions) *server.Permissions {
 // ToolPermissions: they start turns (a job is a request on AnyNodeStartTurn), stop them
 // (job_cancel aborts a job and waits for its final status), put schedules into the
 // intake, and keep jobs, schedules and the turn records they read in JetStream.
-func BackgroundPermissions() *server.Permissions {
-	return WithJetStream(&server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{AnyNodeStartTurn, AllAborts, IntakeSchedule("*")}},
-		Subscribe: &server.SubjectPermission{Allow: []string{AllStatuses}},
+func BackgroundPermissions() *natsserver.Permissions {
+	return WithJetStream(&natsserver.Permissions{
+		Publish:   &natsserver.SubjectPermission{Allow: []string{bus.AnyNodeStartTurn, bus.AllAborts, bus.IntakeSchedule("*")}},
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{bus.AllStatuses}},
 	})
 }
 
 // brainStreams are the streams of the knowledge pages.
-var brainStreams = []string{kvStream(BucketBrain), objStream(ObjectBrain)}
+var brainStreams = []string{kvStream(bus.BucketBrain), objStream(bus.ObjectBrain)}
 
 // jsWriteObjects lists what writing an object store needs beyond jsRead: creating its
 // stream, publishing chunks and metadata, and purging the chunks of a replaced or
@@ -206,13 +186,13 @@ func jsWriteObjects(bucket string) []string {
 
 // merge returns the union of the allow lists of a and b; the response
 // permission is a's, else b's. Neither has deny lists.
-func merge(a, b *server.Permissions) *server.Permissions {
+func merge(a, b *natsserver.Permissions) *natsserver.Permissions {
 	c := clonePermissions(a)
 	if c.Publish == nil {
-		c.Publish = &server.SubjectPermission{}
+		c.Publish = &natsserver.SubjectPermission{}
 	}
 	if c.Subscribe == nil {
-		c.Subscribe = &server.SubjectPermission{}
+		c.Subscribe = &natsserver.SubjectPermission{}
 	}
 	if b.Publish != nil {
 		c.Publish.Allow = appendMissing(c.Publish.Allow, b.Publish.Allow...)
@@ -231,13 +211,13 @@ func merge(a, b *server.Permissions) *server.Permissions {
 // command line: it starts turns on any node, calls tools, aborts turns,
 // lists services and watches every turn. Compose with [WithJetStream] to
 // read transcripts and state, and with [WithInbox] to get replies.
-func ControlPermissions() *server.Permissions {
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: []string{
-			AllTools, AllAborts, AllApproves, AllNodeStarts, AnyNodeStartTurn, allServices,
+func ControlPermissions() *natsserver.Permissions {
+	return &natsserver.Permissions{
+		Publish: &natsserver.SubjectPermission{Allow: []string{
+			bus.AllTools, bus.AllAborts, bus.AllApproves, bus.AllNodeStarts, bus.AnyNodeStartTurn, allServices,
 		}},
 		// The writes of workflow documents, for `toolbus workflow` to follow them.
-		Subscribe: &server.SubjectPermission{Allow: []string{AllTurns, "$KV." + BucketWorkflows + ".>"}},
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{bus.AllTurns, "$KV." + bus.BucketWorkflows + ".>"}},
 	}
 }
 
@@ -248,13 +228,13 @@ func ControlPermissions() *server.Permissions {
 // agent profiles (creating their bucket if no turn node did), and the agents' knowledge
 // pages (toolbus brain). It may not publish a turn's status nor write turn records or
 // transcripts.
-func OperatorPermissions() *server.Permissions {
+func OperatorPermissions() *natsserver.Permissions {
 	p := ControlPermissions()
-	p.Publish.Allow = append(p.Publish.Allow, IntakeAny("*"))
+	p.Publish.Allow = append(p.Publish.Allow, bus.IntakeAny("*"))
 	p.Publish.Allow = append(p.Publish.Allow, jsRead(readableStreams...)...)
-	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(BucketAgents)...)
-	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(BucketBrain)...)
-	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteObjects(ObjectBrain)...)
+	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(bus.BucketAgents)...)
+	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteKV(bus.BucketBrain)...)
+	p.Publish.Allow = appendMissing(p.Publish.Allow, jsWriteObjects(bus.ObjectBrain)...)
 	return p
 }
 
@@ -262,21 +242,21 @@ func OperatorPermissions() *server.Permissions {
 // message and may ask micro services for their PING, INFO and STATS, and
 // reads the turn records, agent profiles, todo lists, jobs, schedules, knowledge pages
 // and transcripts. It publishes nothing but requests to those read APIs.
-func WatcherPermissions() *server.Permissions {
-	return &server.Permissions{
-		Publish: &server.SubjectPermission{Allow: append([]string{
+func WatcherPermissions() *natsserver.Permissions {
+	return &natsserver.Permissions{
+		Publish: &natsserver.SubjectPermission{Allow: append([]string{
 			"$SRV.PING", "$SRV.PING.>", "$SRV.INFO", "$SRV.INFO.>", "$SRV.STATS", "$SRV.STATS.>",
 		}, jsRead(readableStreams...)...)},
-		Subscribe: &server.SubjectPermission{Allow: []string{AllTurns, CatalogChanged}},
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{bus.AllTurns, bus.CatalogChanged}},
 	}
 }
 
 // readableStreams are the streams operators and watchers may read: not the
 // intake, whose work-queue consumer a reader could take turns from.
 var readableStreams = append([]string{
-	kvStream(BucketTurns), kvStream(BucketAgents), kvStream(BucketTodos), StreamTranscripts,
-	kvStream(BucketJobs), kvStream(BucketSchedules), kvStream(BucketWorkflows),
-	objStream(ObjectTranscripts), // the bodies of large transcript messages
+	kvStream(bus.BucketTurns), kvStream(bus.BucketAgents), kvStream(bus.BucketTodos), bus.StreamTranscripts,
+	kvStream(bus.BucketJobs), kvStream(bus.BucketSchedules), kvStream(bus.BucketWorkflows),
+	objStream(bus.ObjectTranscripts), // the bodies of large transcript messages
 }, brainStreams...)
 
 // kvStream is the stream behind a key-value bucket.
@@ -315,10 +295,10 @@ func jsWriteKV(bucket string) []string {
 
 // AdminPermissions allows everything. A nil *server.Permissions does too;
 // this spells it out.
-func AdminPermissions() *server.Permissions {
-	return &server.Permissions{
-		Publish:   &server.SubjectPermission{Allow: []string{">"}},
-		Subscribe: &server.SubjectPermission{Allow: []string{">"}},
+func AdminPermissions() *natsserver.Permissions {
+	return &natsserver.Permissions{
+		Publish:   &natsserver.SubjectPermission{Allow: []string{">"}},
+		Subscribe: &natsserver.SubjectPermission{Allow: []string{">"}},
 	}
 }
 
@@ -328,13 +308,13 @@ func AdminPermissions() *server.Permissions {
 // bucket); per-bucket rules would have to list every API subject of every
 // operation. Whoever has it can also create a stream that captures any
 // subject, another user's inbox included: it is trusted as much as the admin.
-func WithJetStream(p *server.Permissions) *server.Permissions {
+func WithJetStream(p *natsserver.Permissions) *natsserver.Permissions {
 	c := clonePermissions(p)
 	if c.Publish == nil {
-		c.Publish = &server.SubjectPermission{}
+		c.Publish = &natsserver.SubjectPermission{}
 	}
 	if c.Subscribe == nil {
-		c.Subscribe = &server.SubjectPermission{}
+		c.Subscribe = &natsserver.SubjectPermission{}
 	}
 	c.Publish.Allow = appendMissing(c.Publish.Allow, "$JS.API.>", "$KV.>", "$O.>", "$JS.ACK.>", "$JS.FC.>")
 	return c
@@ -349,11 +329,11 @@ func appendMissing(list []string, subjects ...string) []string {
 	return list
 }
 
-func clonePermissions(p *server.Permissions) *server.Permissions {
+func clonePermissions(p *natsserver.Permissions) *natsserver.Permissions {
 	if p == nil {
-		return &server.Permissions{}
+		return &natsserver.Permissions{}
 	}
-	c := &server.Permissions{
+	c := &natsserver.Permissions{
 		Publish:   cloneSubjectPermission(p.Publish),
 		Subscribe: cloneSubjectPermission(p.Subscribe),
 	}
@@ -364,9 +344,9 @@ func clonePermissions(p *server.Permissions) *server.Permissions {
 	return c
 }
 
-func cloneSubjectPermission(p *server.SubjectPermission) *server.SubjectPermission {
+func cloneSubjectPermission(p *natsserver.SubjectPermission) *natsserver.SubjectPermission {
 	if p == nil {
 		return nil
 	}
-	return &server.SubjectPermission{Allow: slices.Clone(p.Allow), Deny: slices.Clone(p.Deny)}
+	return &natsserver.SubjectPermission{Allow: slices.Clone(p.Allow), Deny: slices.Clone(p.Deny)}
 }

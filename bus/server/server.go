@@ -1,4 +1,23 @@
-package bus
+// Package server runs the embedded NATS server of a toolbus node: nats-server with
+// JetStream, in one of three ways:
+//
+//   - in-process only (the default): no port is opened and every
+//     connection comes through Server.Connect;
+//   - with a client listener (Config.Listen), for other processes and the
+//     nats CLI, which requires users; role permissions such as
+//     TurnPermissions and ToolPermissions give each user only the subjects
+//     its part of the protocol (package bus) needs;
+//   - as a cluster node (Config.Cluster), joined to other nodes by routes,
+//     with replicated JetStream state.
+//
+// In-process connections authenticate too, as an nkey user whose key never
+// leaves the process and which the server accepts only on in-process
+// connections, so no network client can use it (nats-server has no
+// unauthenticated mode for in-process clients alone).
+//
+// It is apart from package bus so that what only speaks the wire does not link
+// nats-server (docs/internals.md §1).
+package server
 
 import (
 	"context"
@@ -18,10 +37,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/redact"
 )
 
@@ -90,7 +110,7 @@ type User struct {
 	Role Role
 	// Permissions restrict the user; nil allows everything. See
 	// TurnPermissions, ToolPermissions, ControlPermissions, AdminPermissions.
-	Permissions *server.Permissions
+	Permissions *natsserver.Permissions
 }
 
 // TLSConfig names PEM files. Cert and Key are the server's certificate and
@@ -135,7 +155,7 @@ var inProcessOnly = map[string]struct{}{"IN_PROCESS": {}}
 
 // Server is an embedded nats-server with JetStream.
 type Server struct {
-	ns        *server.Server
+	ns        *natsserver.Server
 	log       *serverLogger
 	name      string
 	clientURL string // "" when the caller asked for no listener
@@ -160,7 +180,7 @@ type Server struct {
 	// in this process and may not connect over the network.
 	userKey nkeys.KeyPair
 	userPub string
-	acc     *server.Account // the account of every user, for Interest
+	acc     *natsserver.Account // the account of every user, for Interest
 
 	closeOnce sync.Once
 	mu        sync.Mutex
@@ -193,7 +213,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if s.userPub, err = s.userKey.PublicKey(); err != nil {
 		return nil, fmt.Errorf("create in-process user key: %w", err)
 	}
-	opts.Nkeys = append(opts.Nkeys, &server.NkeyUser{Nkey: s.userPub, AllowedConnectionTypes: inProcessOnly})
+	opts.Nkeys = append(opts.Nkeys, &natsserver.NkeyUser{Nkey: s.userPub, AllowedConnectionTypes: inProcessOnly})
 
 	if s.storeDir == "" {
 		if s.storeDir, err = os.MkdirTemp("", "toolbus-"+name+"-"); err != nil {
@@ -210,7 +230,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 
 	setRaftTiming()
-	if s.ns, err = server.NewServer(opts); err != nil {
+	if s.ns, err = natsserver.NewServer(opts); err != nil {
 		s.lock.release()
 		s.removeStoreDir()
 		return nil, fmt.Errorf("create nats server %q: %w", name, err)
@@ -244,8 +264,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 
 // serverOptions translates cfg; it reports whether the caller asked for a
 // client listener.
-func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
-	o := &server.Options{
+func serverOptions(name string, cfg Config) (*natsserver.Options, bool, error) {
+	o := &natsserver.Options{
 		ServerName:         name,
 		JetStream:          true,
 		JetStreamMaxMemory: orDefault(cfg.MaxMemory, DefaultMaxMemory),
@@ -269,7 +289,7 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 		// DontListen skips: such a server never becomes ready. Listen on
 		// loopback instead; only in-process connections can log in unless
 		// Users are configured.
-		o.Host, o.Port = "127.0.0.1", server.RANDOM_PORT
+		o.Host, o.Port = "127.0.0.1", natsserver.RANDOM_PORT
 	default:
 		o.DontListen = true
 	}
@@ -291,7 +311,7 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 				return nil, false, fmt.Errorf("nkey %q defined twice", u.Nkey)
 			}
 			seen[u.Nkey] = true
-			o.Nkeys = append(o.Nkeys, &server.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
+			o.Nkeys = append(o.Nkeys, &natsserver.NkeyUser{Nkey: u.Nkey, Permissions: u.Permissions})
 			continue
 		}
 		if u.Name == "" || u.Password == "" {
@@ -301,11 +321,11 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 			return nil, false, fmt.Errorf("user %q defined twice", u.Name)
 		}
 		seen[u.Name] = true
-		o.Users = append(o.Users, &server.User{Username: u.Name, Password: u.Password, Permissions: u.Permissions})
+		o.Users = append(o.Users, &natsserver.User{Username: u.Name, Password: u.Password, Permissions: u.Permissions})
 	}
 
 	if cfg.TLS != nil {
-		tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, CaFile: cfg.TLS.CA})
+		tc, err := natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: cfg.TLS.Cert, KeyFile: cfg.TLS.Key, CaFile: cfg.TLS.CA})
 		if err != nil {
 			return nil, false, fmt.Errorf("tls: %w", err)
 		}
@@ -323,7 +343,7 @@ func serverOptions(name string, cfg Config) (*server.Options, bool, error) {
 	return o, cfg.Listen != "", nil
 }
 
-func clusterOptions(o *server.Options, c *ClusterConfig) error {
+func clusterOptions(o *natsserver.Options, c *ClusterConfig) error {
 	if c.Name == "" {
 		return errors.New("a cluster name is required")
 	}
@@ -337,7 +357,7 @@ func clusterOptions(o *server.Options, c *ClusterConfig) error {
 	if c.Username == "" && !isLoopback(host) {
 		return fmt.Errorf("route listener %q is not on loopback: route credentials are required", c.Listen)
 	}
-	o.Cluster = server.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.Username, Password: c.Password,
+	o.Cluster = natsserver.ClusterOpts{Name: c.Name, Host: host, Port: port, Username: c.Username, Password: c.Password,
 		PingInterval: c.PingInterval, MaxPingsOut: c.MaxPingsOut}
 	if o.Cluster.PingInterval <= 0 {
 		o.Cluster.PingInterval = DefaultRoutePingInterval
@@ -392,7 +412,7 @@ func splitListen(hostport string) (string, int, error) {
 		return "", 0, fmt.Errorf("address %q: bad port", hostport)
 	}
 	if port == 0 {
-		port = server.RANDOM_PORT
+		port = natsserver.RANDOM_PORT
 	}
 	return host, port, nil
 }
@@ -464,7 +484,7 @@ func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 		return nil, ErrClosed
 	}
 	all := append([]nats.Option{
-		nats.InProcessServer(s.ns),
+		nats.InProcessServer(inProcess{s.ns}),
 		// nats.go's 2 s for the handshake ran out on a loaded machine (go test -race
 		// beside other packages on 2 cores: "read pipe: i/o timeout"); an in-process
 		// server that does not answer is busy, not gone.
@@ -485,6 +505,29 @@ func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 	s.conns = slices.DeleteFunc(s.conns, (*nats.Conn).IsClosed)
 	s.conns = append(s.conns, nc)
 	return nc, nil
+}
+
+// inProcess is the server as nats.go's in-process connections see it: what connects
+// them, and the size of the cluster for [bus.ClusterSizer] (bus.KeyValue and the other
+// creations cap replicas by it). Package bus reads it from the connection's options
+// without importing nats-server.
+type inProcess struct{ ns *natsserver.Server }
+
+func (p inProcess) InProcessConn() (net.Conn, error) { return p.ns.InProcessConn() }
+
+// ClusterServers counts the servers the route list names, this one included: what
+// names every node (Config.Cluster.Routes, the same list on every node); nats-server
+// sizes a fresh meta group by it too. 0 when it cannot tell.
+func (p inProcess) ClusterServers() int {
+	v, err := p.ns.Varz(nil)
+	if err != nil {
+		return 0
+	}
+	routes := make(map[string]bool, len(v.Cluster.URLs))
+	for _, hostport := range v.Cluster.URLs {
+		routes[strings.ToLower(hostport)] = true
+	}
+	return len(routes)
 }
 
 // inProcessTimeout bounds an in-process connection's handshake.
@@ -513,7 +556,7 @@ func (s *Server) Interest(subject string) bool {
 }
 
 // NATS is the underlying server, for what this package does not wrap.
-func (s *Server) NATS() *server.Server { return s.ns }
+func (s *Server) NATS() *natsserver.Server { return s.ns }
 
 // Close closes the connections made by Connect, shuts the server down and
 // waits for it, and removes the store directory if the Server made it.
@@ -606,9 +649,9 @@ func (s *Server) fail(reason string) {
 	if s.failErr != nil || s.closing.Load() {
 		return
 	}
-	if strings.Contains(reason, noSpaceLeft) {
+	if bus.IsStoreFull(errors.New(reason)) { // the disk, in the server's words
 		// Named as a full store first: that is what the operator must fix.
-		s.failErr = &FullStoreError{Node: s.name, MaxStore: s.maxStore, MaxMemory: s.maxMemory, Err: fmt.Errorf("%w: %s", ErrStoreFailed, reason)}
+		s.failErr = &bus.FullStoreError{Node: s.name, MaxStore: s.maxStore, MaxMemory: s.maxMemory, Err: fmt.Errorf("%w: %s", ErrStoreFailed, reason)}
 	} else {
 		s.failErr = fmt.Errorf("node %s: %w: %s", s.name, ErrStoreFailed, reason)
 	}
@@ -643,14 +686,14 @@ func (s *Server) watchStore() {
 			// On a single server healthz reads each stream's write error;
 			// in a cluster it skips those of R1 streams, and checks much
 			// more (raft currency) than is worth a poll.
-			if reason := healthzWriteError(s.ns.Healthz(&server.HealthzOptions{Details: true})); reason != "" {
+			if reason := healthzWriteError(s.ns.Healthz(&natsserver.HealthzOptions{Details: true})); reason != "" {
 				s.fail(reason)
 			}
 		}
 	}
 }
 
-func healthzWriteError(h *server.HealthStatus) string {
+func healthzWriteError(h *natsserver.HealthStatus) string {
 	if h == nil {
 		return ""
 	}
@@ -691,4 +734,14 @@ func (l storeWatchLogger) Errorf(format string, v ...any) {
 		// Kept by the store until JetStream restarts (see Failed).
 		l.s.fail(msg)
 	}
+}
+
+// StoreFullError is [bus.StoreFullError] for this server, with its limits in the
+// message.
+func (s *Server) StoreFullError(err error) error {
+	var fe *bus.FullStoreError
+	if !bus.IsStoreFull(err) || errors.As(err, &fe) {
+		return err
+	}
+	return &bus.FullStoreError{Node: s.name, MaxStore: s.maxStore, MaxMemory: s.maxMemory, Err: err}
 }

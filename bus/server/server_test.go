@@ -1,4 +1,4 @@
-package bus
+package server
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/toolbus/toolbus/bus"
 )
 
 func TestStartInProcessOpensNoPort(t *testing.T) {
@@ -116,7 +118,7 @@ func TestStoreDirSurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kv, err := KeyValue(testContext(t), js, BucketTodos, 1)
+		kv, err := bus.KeyValue(testContext(t), js, bus.BucketTodos, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -252,7 +254,7 @@ func roleServer(t *testing.T) (*Server, *nats.Conn) {
 func roleConn(t *testing.T, s *Server, user string) (*nats.Conn, <-chan error) {
 	t.Helper()
 	errs := make(chan error, 16)
-	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, "pw"), nats.Name(user), nats.CustomInboxPrefix(InboxPrefix(user)),
+	nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, "pw"), nats.Name(user), nats.CustomInboxPrefix(bus.InboxPrefix(user)),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			select {
 			case errs <- err:
@@ -291,44 +293,44 @@ func TestRolePermissions(t *testing.T) {
 		sample  string // for subscriptions: a concrete subject the subscription matches
 		allowed bool
 	}{
-		{"fs", true, ToolSubject("web", "search"), "", false},
-		{"fs", true, ToolSubject("fs", "read"), "", false},
-		{"fs", true, ResultSubject(turn, call), "", false}, // only as the answer to a call it received
+		{"fs", true, bus.ToolSubject("web", "search"), "", false},
+		{"fs", true, bus.ToolSubject("fs", "read"), "", false},
+		{"fs", true, bus.ResultSubject(turn, call), "", false}, // only as the answer to a call it received
 		{"fs", false, "_INBOX.>", "_INBOX.x", false},
-		{"fs", false, UserInbox("fs"), InboxPrefix("fs") + ".x", true},
-		{"fs", true, EventSubject(turn, call, EventStarted), "", true},
-		{"fs", true, AbortSubject(turn), "", false},
+		{"fs", false, bus.UserInbox("fs"), bus.InboxPrefix("fs") + ".x", true},
+		{"fs", true, bus.EventSubject(turn, call, bus.EventStarted), "", true},
+		{"fs", true, bus.AbortSubject(turn), "", false},
 		{"fs", true, "$JS.API.INFO", "", false},
-		{"fs", true, "$JS.API.STREAM.INFO.KV_" + BucketTurns, "", true},
-		{"fs", true, "$JS.API.DIRECT.GET.KV_" + BucketTurns + ".$KV." + BucketTurns + ".t1", "", true},
-		{"fs", true, "$JS.API.STREAM.INFO.KV_" + BucketAgents, "", false},
-		{"fs", true, "$JS.API.CONSUMER.CREATE.KV_" + BucketTurns, "", false},
-		{"fs", true, "$KV." + BucketTurns + ".t1", "", false},
-		{"fs", false, CategorySubjects("fs"), ToolSubject("fs", "read"), true},
-		{"fs", false, ToolSubject("fs", "read"), ToolSubject("fs", "read"), true},
-		{"fs", false, CategorySubjects("web"), ToolSubject("web", "search"), false},
-		{"fs", false, ToolSubject("web", "search"), ToolSubject("web", "search"), false},
-		{"fs", false, AbortSubject(turn), AbortSubject(turn), true},
+		{"fs", true, "$JS.API.STREAM.INFO.KV_" + bus.BucketTurns, "", true},
+		{"fs", true, "$JS.API.DIRECT.GET.KV_" + bus.BucketTurns + ".$KV." + bus.BucketTurns + ".t1", "", true},
+		{"fs", true, "$JS.API.STREAM.INFO.KV_" + bus.BucketAgents, "", false},
+		{"fs", true, "$JS.API.CONSUMER.CREATE.KV_" + bus.BucketTurns, "", false},
+		{"fs", true, "$KV." + bus.BucketTurns + ".t1", "", false},
+		{"fs", false, bus.CategorySubjects("fs"), bus.ToolSubject("fs", "read"), true},
+		{"fs", false, bus.ToolSubject("fs", "read"), bus.ToolSubject("fs", "read"), true},
+		{"fs", false, bus.CategorySubjects("web"), bus.ToolSubject("web", "search"), false},
+		{"fs", false, bus.ToolSubject("web", "search"), bus.ToolSubject("web", "search"), false},
+		{"fs", false, bus.AbortSubject(turn), bus.AbortSubject(turn), true},
 		{"fs", false, "$SRV.PING.toolbus-fs", "$SRV.PING.toolbus-fs", true},
 		{"fs", false, "$SRV.PING.toolbus-web", "$SRV.PING.toolbus-web", false},
-		{"fs", false, AllTurns, ResultSubject(turn, call), false},
+		{"fs", false, bus.AllTurns, bus.ResultSubject(turn, call), false},
 		{"todo", true, "$JS.API.INFO", "", true},
-		{"todo", false, CategorySubjects("fs"), ToolSubject("fs", "read"), false},
-		{"turn", true, ToolSubject("web", "search"), "", true},
-		{"turn", true, AbortSubject(turn), "", true},
-		{"turn", true, TurnStatusSubject(turn, StatusDone), "", true},
-		{"turn", true, TranscriptSubject(turn), "", true},
-		{"turn", true, ResultSubject(turn, call), "", false},
-		{"turn", false, TurnSubjects(turn), EventSubject(turn, call, EventProgress), true},
-		{"turn", false, AnyNodeStartTurn, AnyNodeStartTurn, true},
-		{"turn", false, AllTools, ToolSubject("fs", "read"), false},
-		{"control", true, AnyNodeStartTurn, "", true},
-		{"control", true, NodeStartTurnSubject("n1"), "", true},
-		{"control", true, ResultSubject(turn, call), "", false},
-		{"control", false, AllTurns, AbortSubject(turn), true},
-		{"control", false, AllTools, ToolSubject("fs", "read"), false},
-		{"admin", true, ResultSubject(turn, call), "", true},
-		{"admin", false, AllTools, ToolSubject("fs", "read"), true},
+		{"todo", false, bus.CategorySubjects("fs"), bus.ToolSubject("fs", "read"), false},
+		{"turn", true, bus.ToolSubject("web", "search"), "", true},
+		{"turn", true, bus.AbortSubject(turn), "", true},
+		{"turn", true, bus.TurnStatusSubject(turn, bus.StatusDone), "", true},
+		{"turn", true, bus.TranscriptSubject(turn), "", true},
+		{"turn", true, bus.ResultSubject(turn, call), "", false},
+		{"turn", false, bus.TurnSubjects(turn), bus.EventSubject(turn, call, bus.EventProgress), true},
+		{"turn", false, bus.AnyNodeStartTurn, bus.AnyNodeStartTurn, true},
+		{"turn", false, bus.AllTools, bus.ToolSubject("fs", "read"), false},
+		{"control", true, bus.AnyNodeStartTurn, "", true},
+		{"control", true, bus.NodeStartTurnSubject("n1"), "", true},
+		{"control", true, bus.ResultSubject(turn, call), "", false},
+		{"control", false, bus.AllTurns, bus.AbortSubject(turn), true},
+		{"control", false, bus.AllTools, bus.ToolSubject("fs", "read"), false},
+		{"admin", true, bus.ResultSubject(turn, call), "", true},
+		{"admin", false, bus.AllTools, bus.ToolSubject("fs", "read"), true},
 	}
 	for _, tt := range tests {
 		op := "subscribe"
@@ -387,13 +389,13 @@ func TestRolesRunAToolCall(t *testing.T) {
 	host, hostErrs := roleConn(t, s, "fs")
 	turnConn, turnErrs := roleConn(t, s, "turn")
 
-	svc, err := micro.AddService(host, micro.Config{Name: CategoryService("fs"), Version: "0.1.0", QueueGroup: CategoryQueue("fs")})
+	svc, err := micro.AddService(host, micro.Config{Name: bus.CategoryService("fs"), Version: "0.1.0", QueueGroup: bus.CategoryQueue("fs")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer svc.Stop()
-	err = svc.AddGroup(toolPrefix+"fs").AddEndpoint("read", micro.HandlerFunc(func(r micro.Request) {
-		_ = r.Respond([]byte("contents of " + r.Headers().Get(HeaderCall)))
+	err = svc.AddGroup(bus.Prefix+".tool.fs").AddEndpoint("read", micro.HandlerFunc(func(r micro.Request) {
+		_ = r.Respond([]byte("contents of " + r.Headers().Get(bus.HeaderCall)))
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -403,22 +405,22 @@ func TestRolesRunAToolCall(t *testing.T) {
 	}
 
 	// Discovery through micro works under the tool role.
-	ping, err := turnConn.RequestWithContext(ctx, "$SRV.PING."+CategoryService("fs"), nil)
+	ping, err := turnConn.RequestWithContext(ctx, "$SRV.PING."+bus.CategoryService("fs"), nil)
 	if err != nil {
 		t.Fatalf("micro ping: %v", err)
 	}
-	if !strings.Contains(string(ping.Data), CategoryService("fs")) {
+	if !strings.Contains(string(ping.Data), bus.CategoryService("fs")) {
 		t.Errorf("ping reply %s does not name the service", ping.Data)
 	}
 
-	results, err := turnConn.SubscribeSync(TurnSubjects("t1"))
+	results, err := turnConn.SubscribeSync(bus.TurnSubjects("t1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := nats.NewMsg(ToolSubject("fs", "read"))
-	req.Reply = ResultSubject("t1", "c1")
-	req.Header.Set(HeaderTurn, "t1")
-	req.Header.Set(HeaderCall, "c1")
+	req := nats.NewMsg(bus.ToolSubject("fs", "read"))
+	req.Reply = bus.ResultSubject("t1", "c1")
+	req.Header.Set(bus.HeaderTurn, "t1")
+	req.Header.Set(bus.HeaderCall, "c1")
 	if err := turnConn.PublishMsg(req); err != nil {
 		t.Fatal(err)
 	}
@@ -426,9 +428,9 @@ func TestRolesRunAToolCall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("no result: %v", err)
 	}
-	ts, ok := ParseTurnSubject(m.Subject)
-	if !ok || ts.Kind != KindResult || ts.Call != "c1" || string(m.Data) != "contents of c1" {
-		t.Errorf("result %q on %q (%+v), want \"contents of c1\" on %s", m.Data, m.Subject, ts, ResultSubject("t1", "c1"))
+	ts, ok := bus.ParseTurnSubject(m.Subject)
+	if !ok || ts.Kind != bus.KindResult || ts.Call != "c1" || string(m.Data) != "contents of c1" {
+		t.Errorf("result %q on %q (%+v), want \"contents of c1\" on %s", m.Data, m.Subject, ts, bus.ResultSubject("t1", "c1"))
 	}
 	for _, errs := range []<-chan error{hostErrs, turnErrs} {
 		select {
@@ -448,7 +450,7 @@ func TestJetStreamRoleUsesKeyValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := KeyValue(ctx, js, BucketTodos, 1)
+	kv, err := bus.KeyValue(ctx, js, bus.BucketTodos, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,7 +545,7 @@ func TestDialErrorHidesURLCredentials(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, Config{Listen: "127.0.0.1:0", Users: []User{{Name: "ops", Password: "right"}}})
 	url := strings.Replace(s.ClientURL(), "nats://", "nats://ops:wrongsecret@", 1)
-	nc, err := Dial(testContext(t), url, "dial-test", Credentials{})
+	nc, err := bus.Dial(testContext(t), url, "dial-test", bus.Credentials{})
 	if err == nil {
 		nc.Close()
 		t.Fatal("connected with a wrong password")

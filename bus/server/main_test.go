@@ -1,0 +1,115 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testmain"
+)
+
+// parallelTests: the tests wait on servers, clusters and timeouts; the package took
+// 11.2 s with go test's default (2 here) and 6.4 s with 8.
+const parallelTests = 8
+
+func TestMain(m *testing.M) {
+	testmain.Main(m, testmain.Config{Parallel: parallelTests})
+}
+
+// testTimeout bounds every wait in these tests. It is a liveness guard, not
+// a speed assertion: a healthy run needs a small fraction of it. 30 s was once too
+// little for a three-server cluster to create a replicated bucket while .ci/run's
+// other packages (the integration clusters among them) held both cores.
+const testTimeout = time.Minute
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startServer starts a server that is closed when the test ends; its log
+// goes to the returned recorder.
+func startServer(t testing.TB, cfg Config) (*Server, *logRecorder) {
+	t.Helper()
+	rec := &logRecorder{}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(rec)
+	}
+	s, err := Start(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	t.Cleanup(s.Close)
+	return s, rec
+}
+
+// logRecorder is a slog.Handler that keeps every record.
+type logRecorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec.Clone())
+	return nil
+}
+
+// find returns the messages at level or above that contain substr.
+func (r *logRecorder) find(level slog.Level, substr string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, rec := range r.records {
+		if rec.Level >= level && strings.Contains(rec.Message, substr) {
+			out = append(out, rec.Message)
+		}
+	}
+	return out
+}
+
+func testJetStream(t *testing.T, s *Server, name string) jetstream.JetStream {
+	t.Helper()
+	nc, err := s.Connect(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+func streamReplicas(ctx context.Context, t *testing.T, js jetstream.JetStream, stream string) int {
+	t.Helper()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.CachedInfo().Config.Replicas
+}
+
+// clusterServers is what package bus reads from an in-process connection to size
+// its creations' replicas (bus.ClusterSizer).
+func clusterServers(js jetstream.JetStream) int {
+	if js == nil {
+		return 0
+	}
+	cs, ok := js.Conn().Opts.InProcessServer.(bus.ClusterSizer)
+	if !ok {
+		return 0
+	}
+	return cs.ClusterServers()
+}
