@@ -78,7 +78,7 @@ func NewStore(js jetstream.JetStream, opts Options) *Store {
 func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
 	s := NewStore(js, opts)
 	if _, err := s.bucket(ctx); err != nil {
-		return nil, err
+		return nil, bus.NoJetStream("knowledge pages", err)
 	}
 	return s, nil
 }

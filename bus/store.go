@@ -292,3 +292,13 @@ func LeaderLastSeq(ctx context.Context, nc *nats.Conn, stream, subject string) (
 	}
 	return m.Sequence, nil
 }
+
+// NoJetStream says what a user without JetStream meets when err is that (a user whose
+// role has no JetStream, a server without it), naming what lives there; any other err
+// (nil included) it returns as it is.
+func NoJetStream(what string, err error) error {
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%s live in JetStream, which the bus does not offer to this user: %w", what, err)
+	}
+	return err
+}

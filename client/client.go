@@ -109,8 +109,10 @@ func (c *Client) Close() {
 	}
 }
 
-// jetStream is the connection's JetStream context, made once.
-func (c *Client) jetStream() (jetstream.JetStream, error) {
+// JetStream is the connection's JetStream context, made once. The stores of the bus
+// that belong to other packages are opened on it: toolsets.ProfilesOf(ctx, c) for
+// the agent profiles, brain.Open for the knowledge pages.
+func (c *Client) JetStream() (jetstream.JetStream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.js == nil {
@@ -129,7 +131,7 @@ var ErrNoTurns = durable.ErrNoTurns
 
 // turnStore opens the bus's durable turns once; a bus without any is ErrNoTurns.
 func (c *Client) turnStore(ctx context.Context) (*durable.Store, error) {
-	js, err := c.jetStream()
+	js, err := c.JetStream()
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +159,7 @@ func (c *Client) turnStore(ctx context.Context) (*durable.Store, error) {
 // payloadStore is the store of large call payloads. A call's payload lives as long
 // as the call: one replica is enough.
 func (c *Client) payloadStore() (*bus.Payloads, error) {
-	js, err := c.jetStream()
+	js, err := c.JetStream()
 	if err != nil {
 		return nil, err
 	}

@@ -11,9 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/toolbus/toolbus/brain"
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
@@ -21,34 +19,10 @@ import (
 // What the bus keeps in JetStream for its agents, read (and for profiles and pages,
 // written) from the caller's side.
 
-// errNoJetStream says what a user without JetStream meets.
-func errNoJetStream(what string, err error) error {
-	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%s live in JetStream, which the bus does not offer to this user: %w", what, err)
-	}
-	return err
-}
-
-// Profiles opens the agent profiles of the bus, creating their bucket if this is the
-// first profile.
-func (c *Client) Profiles(ctx context.Context) (*toolsets.Profiles, error) {
-	js, err := c.jetStream()
-	if err != nil {
-		return nil, fmt.Errorf("agent profiles: %w", err)
-	}
-	p, err := toolsets.OpenProfiles(ctx, js, 1)
-	return p, errNoJetStream("agent profiles", err)
-}
-
-// Brain opens the knowledge store of the bus (its agents' pages).
-func (c *Client) Brain(ctx context.Context) (*brain.Store, error) {
-	js, err := c.jetStream()
-	if err != nil {
-		return nil, fmt.Errorf("knowledge store: %w", err)
-	}
-	s, err := brain.Open(ctx, js, brain.Options{})
-	return s, errNoJetStream("knowledge pages", err)
-}
+// The agent profiles and the knowledge pages are opened by their own packages on the
+// client's JetStream (toolsets.ProfilesOf, brain.Open): the client links
+// the wire and not the categories, the search index or the server
+// (TestClientLinksNoServer).
 
 // ErrNoRecords reports a bus that keeps no records of a kind yet (its bucket was never
 // made: no job started, no schedule made).
@@ -56,7 +30,7 @@ var ErrNoRecords = errors.New("the bus keeps none yet")
 
 // bucket opens a bucket of the bus for reading; ErrNoRecords when it has none.
 func (c *Client) bucket(ctx context.Context, name string) (jetstream.KeyValue, error) {
-	js, err := c.jetStream()
+	js, err := c.JetStream()
 	if err != nil {
 		return nil, err
 	}
@@ -64,7 +38,7 @@ func (c *Client) bucket(ctx context.Context, name string) (jetstream.KeyValue, e
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		return nil, fmt.Errorf("%s: %w", name, ErrNoRecords)
 	}
-	return kv, errNoJetStream(name, err)
+	return kv, bus.NoJetStream(name, err)
 }
 
 // Jobs lists the background jobs kept on the bus, newest first: of agent, or of every
@@ -172,7 +146,7 @@ func (c *Client) WatchWorkflows() (*WorkflowWatch, error) {
 // within DialTimeout; the watch lasts until Stop or ctx ends. A watch follows one
 // document.
 func (w *WorkflowWatch) Document(ctx context.Context, agent, id string) error {
-	js, err := w.c.jetStream()
+	js, err := w.c.JetStream()
 	if err != nil {
 		return err
 	}

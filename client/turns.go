@@ -279,7 +279,7 @@ const TranscriptTimeout = 30 * time.Second
 // Transcript reads a turn's transcript back, in the turn's order; ErrNoTranscript
 // when it has none.
 func (c *Client) Transcript(ctx context.Context, turn string) ([]toolbus.Item, error) {
-	js, err := c.jetStream()
+	js, err := c.JetStream()
 	if err != nil {
 		return nil, fmt.Errorf("read transcript: %w", err)
 	}

@@ -433,9 +433,21 @@ type Profiles struct {
 func OpenProfiles(ctx context.Context, js jetstream.JetStream, replicas int) (*Profiles, error) {
 	kv, err := bus.KeyValue(ctx, js, bus.BucketAgents, replicas)
 	if err != nil {
-		return nil, err
+		return nil, bus.NoJetStream("agent profiles", err)
 	}
 	return &Profiles{kv: kv}, nil
+}
+
+// ProfilesOf opens the profiles as OpenProfiles does, on the JetStream of c: a
+// *client.Client, which leaves the profiles to this package so as not to link it.
+func ProfilesOf(ctx context.Context, c interface {
+	JetStream() (jetstream.JetStream, error)
+}) (*Profiles, error) {
+	js, err := c.JetStream()
+	if err != nil {
+		return nil, fmt.Errorf("agent profiles: %w", err)
+	}
+	return OpenProfiles(ctx, js, 1)
 }
 
 // NewProfiles wraps an open profile bucket.

@@ -63,7 +63,12 @@ func (f *brainFlags) open(ctx context.Context, what string) (*brain.Store, *nats
 	if err != nil {
 		return nil, nil, err
 	}
-	s, err := client.New(nc).Brain(ctx)
+	js, err := client.New(nc).JetStream()
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	s, err := brain.Open(ctx, js, brain.Options{})
 	if err != nil {
 		nc.Close()
 		return nil, nil, err
