@@ -137,7 +137,7 @@ func (t *turn) resolveCall(pc *pendingCall, it toolbus.Item, truncated bool) (re
 	// which tool ran, so its namespace is the tool's, not the model's.
 	pc.record.Namespace = tool.Namespace
 	if n, ok := elidedSize(it.Arguments); ok {
-		return tooLarge(it.Name, n)
+		return bus.ArgsTooLarge(it.Name, n)
 	}
 	if local, ok := t.cfg.Kit.Local[tool.Name]; ok && tool.Category == toolsets.LocalCategory {
 		pc.local = &local
@@ -174,7 +174,7 @@ func (t *turn) resolveCall(pc *pendingCall, it toolbus.Item, truncated bool) (re
 		return fmt.Sprintf("invalid arguments for %s: %v", it.Name, err)
 	}
 	if n := len(args.JSON); n > bus.MaxCallPayload && pc.local == nil {
-		return tooLarge(it.Name, int64(n))
+		return bus.ArgsTooLarge(it.Name, int64(n))
 	}
 	pc.args = args.JSON
 	pc.repaired = len(it.Repaired) > 0 || args.Repaired()
@@ -258,12 +258,6 @@ func (t *turn) dispatch(pc *pendingCall, hold bool) {
 		return
 	}
 	t.send(pc, timeout)
-}
-
-// tooLarge is the error a call gets whose arguments are over bus.MaxCallPayload.
-func tooLarge(tool string, size int64) string {
-	return fmt.Sprintf("the arguments of %s are %s, over the %s a call may carry; the call did not run: do the work in smaller calls (write a large file in parts, with append)",
-		tool, bus.FormatBytes(size), bus.FormatBytes(bus.MaxCallPayload))
 }
 
 // armExpiry has the turn woken at `at`, unless it is to be woken earlier already.

@@ -25,6 +25,7 @@ import (
 	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/host"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
@@ -64,7 +65,7 @@ type NodeConfig struct {
 	TurnLease     time.Duration
 	HandBackGrace time.Duration
 	// MaxConcurrent bounds the calls each host of the node executes at once
-	// (default DefaultMaxConcurrent).
+	// (default host.DefaultMaxConcurrent).
 	MaxConcurrent int
 	// MaxTurnCalls bounds the calls of each of the node's turns in flight at once, as
 	// an agent's profile may (toolsets.CallsPolicy); the lower bound of the two holds.
@@ -182,7 +183,7 @@ type Node struct {
 
 // node actor messages.
 type (
-	spawnHost struct{ cfg HostConfig }
+	spawnHost struct{ cfg hostConfig }
 	spawnTurn struct{ cfg *TurnConfig }
 	// handBackAll: the node stops, and waits grace for its turns to go back to the intake.
 	handBackAll struct{ grace time.Duration }
@@ -229,12 +230,11 @@ func (nodeActor) Receive(ctx actor.Context) {
 			}
 		}
 	case *spawnHost:
-		props, err := NewHostProps(m.cfg)
-		if err != nil {
+		if _, err := host.New(m.cfg.Config); err != nil { // a config it would refuse: say so now
 			ctx.Respond(err)
 			return
 		}
-		pid, err := ctx.SpawnNamed(props, "host-"+m.cfg.Category)
+		pid, err := ctx.SpawnNamed(newHostProps(m.cfg), "host-"+m.cfg.Category)
 		if err != nil {
 			ctx.Respond(fmt.Errorf("spawn host %s: %w", m.cfg.Category, err))
 			return
@@ -415,12 +415,17 @@ func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool)
 	if err != nil {
 		return err
 	}
-	cfg := HostConfig{
-		Category: category, Tools: tools, Conn: nc, Node: n.cfg.Name,
-		Reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
-		Home:      n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
+	cfg := hostConfig{
+		Config: host.Config{
+			Category: category, Tools: tools, Conn: nc, Node: n.cfg.Name,
+			Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot, MaxConcurrent: n.cfg.MaxConcurrent, Logger: n.log,
+			Go: n.workers.goFunc, Voucher: n.voucher, Interest: n.cfg.Interest, Payloads: n.payloads,
+		},
+		reconnect: func() (*nats.Conn, error) { return n.connect("host-" + category) },
 	}
-	cfg.workers, cfg.voucher, cfg.interest, cfg.payloads, cfg.telemetry = n.workers, n.voucher, n.cfg.Interest, n.payloads, n.cfg.Telemetry
+	if n.cfg.Telemetry != nil {
+		cfg.Telemetry = hostTelemetry{n.cfg.Telemetry}
+	}
 	pid, err := n.request(ctx, &spawnHost{cfg: cfg})
 	if err != nil {
 		return err
@@ -825,7 +830,7 @@ func (n *Node) close() {
 		_ = n.sys.Root.StopFuture(n.pid).Wait()
 		n.pid = nil
 	}
-	n.workers.close(stopGrace)
+	n.workers.close(host.StopGrace)
 	// The actors are gone; what they published must still reach the server.
 	n.connMu.Lock()
 	conns := n.conns

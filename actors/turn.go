@@ -92,7 +92,7 @@ func (c TurnConfig) withDefaults() TurnConfig {
 		c.AbortGrace = DefaultAbortGrace
 	}
 	if c.CallTimeout <= 0 {
-		c.CallTimeout = DefaultCallTimeout
+		c.CallTimeout = bus.DefaultCallTimeout
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

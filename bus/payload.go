@@ -364,3 +364,10 @@ func WithPayloadTimeout(ctx context.Context) (context.Context, context.CancelFun
 // category runs 10 minutes at most by default); a reply later than this is
 // refused as a permissions violation.
 const ReplyWindow = 24 * time.Hour
+
+// ArgsTooLarge is the error a call gets whose arguments are over MaxCallPayload, from the
+// turn that will not send them or the host that will not read them.
+func ArgsTooLarge(tool string, size int64) string {
+	return fmt.Sprintf("the arguments of %s are %s, over the %s a call may carry; the call did not run: do the work in smaller calls (write a large file in parts, with append)",
+		tool, FormatBytes(size), FormatBytes(MaxCallPayload))
+}
