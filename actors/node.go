@@ -102,7 +102,7 @@ type NodeConfig struct {
 }
 
 // withDefaults fills what a node config may leave out; the one place node defaults live.
-// Turn and host defaults stay with TurnConfig and HostConfig: zero values pass through.
+// Turn and host defaults stay with TurnConfig and host.Config: zero values pass through.
 func (c NodeConfig) withDefaults() NodeConfig {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
