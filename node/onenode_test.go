@@ -26,7 +26,7 @@ func TestOneNodeType(t *testing.T) {
 	// spawns turns it aborts (Spawn), assembles kits (Assemble) and the agent profiles
 	// behind them (Profiles), starts durable turns (Start) and reads the node's own
 	// connection and JetStream (Conn, JetStream).
-	want := []string{"Assemble", "Close", "Conn", "Host", "JetStream", "Name", "Profiles", "Run", "Services", "Spawn", "Start", "Submit", "Unhost"}
+	want := []string{"Assemble", "Close", "Conn", "Host", "JetStream", "Profiles", "Run", "Spawn", "Start", "Unhost"}
 	var got []string
 	for m := range reflect.TypeFor[*actors.Node]().Methods() {
 		got = append(got, m.Name)
