@@ -249,7 +249,7 @@ func TestAnthropicDurableTurn(t *testing.T) {
 	if err := n.Conn().Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "list both", Model: "anthropic:claude-test"}, ""); err != nil {
+	if _, err := n.submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "list both", Model: "anthropic:claude-test"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	m, err := done.NextMsg(30 * time.Second)

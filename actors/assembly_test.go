@@ -69,7 +69,7 @@ func runQueued(t *testing.T, n *Node, watch *nats.Conn) bus.TurnStatus {
 		t.Fatal(err)
 	}
 	script, _ := json.Marshal(gateway.Script{Responses: []gateway.ScriptStep{{Text: "done"}}})
-	if _, err := n.Submit(bustest.Context(t), bus.TurnSpec{ID: id, Agent: "ann", Input: "go", Script: script}, ""); err != nil {
+	if _, err := n.submit(bustest.Context(t), bus.TurnSpec{ID: id, Agent: "ann", Input: "go", Script: script}, ""); err != nil {
 		t.Fatal(err)
 	}
 	m, err := done.NextMsg(30 * time.Second)

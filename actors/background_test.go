@@ -205,7 +205,7 @@ func (h *bgHarness) runMain(agent string, s gateway.Script) bus.TurnStatus {
 	if err := h.nc.Flush(); err != nil {
 		h.t.Fatal(err)
 	}
-	if _, err := h.node.Submit(h.ctx(), bus.TurnSpec{ID: id, Agent: agent, Input: "go", Script: script}, ""); err != nil {
+	if _, err := h.node.submit(h.ctx(), bus.TurnSpec{ID: id, Agent: agent, Input: "go", Script: script}, ""); err != nil {
 		h.t.Fatal(err)
 	}
 	m, err := done.NextMsg(30 * time.Second)

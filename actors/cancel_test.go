@@ -305,7 +305,7 @@ func TestCancelOneCallDurable(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "go", Script: script}, ""); err != nil {
+	if _, err := n.submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "go", Script: script}, ""); err != nil {
 		t.Fatal(err)
 	}
 	next := func(want string) {

@@ -76,10 +76,10 @@ func (n *Node) openIntake(ctx context.Context) error {
 	return nil
 }
 
-// Submit queues a durable turn: its record is created (which refuses an id already
+// submit queues a durable turn: its record is created (which refuses an id already
 // used) and its spec published into the intake, where a node that runs turns takes it
 // (node, when set, names the one that must). It returns the turn's id.
-func (n *Node) Submit(ctx context.Context, spec bus.TurnSpec, node string) (string, error) {
+func (n *Node) submit(ctx context.Context, spec bus.TurnSpec, node string) (string, error) {
 	if err := checkStartable(spec); err != nil {
 		return "", err
 	}

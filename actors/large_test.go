@@ -232,7 +232,7 @@ func TestLargeArguments(t *testing.T) {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := n.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "write them", Model: "chat:test"}, ""); err != nil {
+		if _, err := n.submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "write them", Model: "chat:test"}, ""); err != nil {
 			t.Fatal(err)
 		}
 		m, err := done.NextMsg(90 * time.Second)

@@ -393,9 +393,6 @@ func (n *Node) connect(role string) (*nats.Conn, error) {
 	return nc, nil
 }
 
-// Name is the node's name.
-func (n *Node) Name() string { return n.cfg.Name }
-
 // Conn is the node's own connection (turns and control).
 func (n *Node) Conn() *nats.Conn { return n.nc }
 
@@ -723,7 +720,7 @@ func (n *Node) startFromBus(data []byte, node string) bus.StartTurnReply {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	id, err := n.Submit(ctx, spec, node)
+	id, err := n.submit(ctx, spec, node)
 	if err != nil {
 		reply := bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}
 		if errors.Is(err, ErrTurnExists) {
@@ -734,11 +731,11 @@ func (n *Node) startFromBus(data []byte, node string) bus.StartTurnReply {
 	return bus.StartTurnReply{Turn: id, Node: n.cfg.Name}
 }
 
-// Start queues the turn a spec describes as a durable turn (Submit): any node that runs
+// Start queues the turn a spec describes as a durable turn (submit): any node that runs
 // turns takes it; its progress and end are published on the turn's subjects.
 func (n *Node) Start(ctx context.Context, spec bus.TurnSpec) (string, error) {
 	if n.intake != nil {
-		return n.Submit(ctx, spec, "")
+		return n.submit(ctx, spec, "")
 	}
 	return n.startHere(ctx, spec)
 }

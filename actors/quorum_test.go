@@ -145,7 +145,7 @@ func lostQuorum(t *testing.T, stopping bool) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "wait at the gate", Script: script}, ""); err != nil {
+	if _, err := a.submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "wait at the gate", Script: script}, ""); err != nil {
 		t.Fatal(err)
 	}
 	bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {

@@ -50,7 +50,7 @@ func TestStoreFullIsReported(t *testing.T) {
 	}
 	script, _ := json.Marshal(gateway.Script{Responses: []gateway.ScriptStep{{Text: "done"}}})
 	start := time.Now()
-	_, err = n.Submit(ctx, bus.TurnSpec{Agent: "ann", Input: "go", Script: script}, "")
+	_, err = n.submit(ctx, bus.TurnSpec{Agent: "ann", Input: "go", Script: script}, "")
 	took := time.Since(start)
 	if !bus.IsStoreFull(err) || !strings.Contains(err.Error(), "node n1's store is full") || !strings.Contains(err.Error(), "8 MiB") {
 		t.Fatalf("start on a full store: %v", err)
@@ -77,7 +77,7 @@ func TestStoreFullIsReported(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "go", Script: script}, ""); err != nil {
+	if _, err := n.submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "go", Script: script}, ""); err != nil {
 		t.Fatalf("start after space was freed: %v", err)
 	}
 	m, err := done.NextMsg(30 * time.Second)

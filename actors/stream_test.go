@@ -453,7 +453,7 @@ func durableStream(t *testing.T, lose func(a *Node, h streamHooks)) streamWorld 
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "mark it", Model: "openai:gpt-test"}, ""); err != nil {
+	if _, err := a.submit(ctx, bus.TurnSpec{ID: id, Agent: "ann", Input: "mark it", Model: "openai:gpt-test"}, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {

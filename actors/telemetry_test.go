@@ -232,7 +232,7 @@ func TestTraceLinksJobsAndTasks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.Submit(bustest.Context(t), bus.TurnSpec{ID: id, Agent: "ann", Input: "start them", Script: main}, ""); err != nil {
+	if _, err := n.submit(bustest.Context(t), bus.TurnSpec{ID: id, Agent: "ann", Input: "start them", Script: main}, ""); err != nil {
 		t.Fatal(err)
 	}
 	m, err := done.NextMsg(30 * time.Second)

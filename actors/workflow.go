@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/toolbus/toolbus/bus"
-	"github.com/toolbus/toolbus/toolsets"
 )
 
 // A node's part in workflows: it hosts the engine the workflow tools use (Handles), runs
@@ -33,7 +32,7 @@ func (r workflowRunner) Check(spec bus.TurnSpec) error {
 // turns when this one does not. A turn id already used means the turn was queued before.
 func (r workflowRunner) Queue(ctx context.Context, spec bus.TurnSpec) error {
 	if r.n.intake != nil {
-		_, err := r.n.Submit(ctx, spec, "")
+		_, err := r.n.submit(ctx, spec, "")
 		if errors.Is(err, ErrTurnExists) {
 			return nil
 		}
@@ -59,7 +58,3 @@ func (r workflowRunner) Queue(ctx context.Context, spec bus.TurnSpec) error {
 
 // Abort asks a turn to stop.
 func (r workflowRunner) Abort(turn, reason string) error { return publishAbort(r.n.nc, turn, reason) }
-
-// Services are the node's categories' stores and engines (toolsets.OpenServices): its
-// workflow engine, its profiles.
-func (n *Node) Services() *toolsets.Services { return n.svc }

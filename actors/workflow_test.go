@@ -474,7 +474,7 @@ func TestPersistedSchemaRevalidation(t *testing.T) {
 	// The turn's own copy lacks the minimum.
 	spec := bus.TurnSpec{ID: bus.AttemptTurn(id, "count", 1), Kind: bus.TurnTask, Agent: wfAgent, Workflow: id, Task: "count",
 		Input: "Count.", ResultSchema: json.RawMessage(countSchema), Script: wf.Tasks[0].Script}
-	if _, err := h.node.Submit(ctx, spec, ""); err != nil {
+	if _, err := h.node.submit(ctx, spec, ""); err != nil {
 		t.Fatal(err)
 	}
 	got := h.waitEnded(id)
@@ -681,7 +681,7 @@ func TestMainTurnStartsWorkflow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if _, err := h.node.Submit(ctx, bus.TurnSpec{ID: turn, Agent: wfAgent, Input: "start it", Script: mainScript}, ""); err != nil {
+	if _, err := h.node.submit(ctx, bus.TurnSpec{ID: turn, Agent: wfAgent, Input: "start it", Script: mainScript}, ""); err != nil {
 		t.Fatal(err)
 	}
 	var st bus.TurnStatus

@@ -39,7 +39,7 @@ func (s *suite) abortLatency(ctx context.Context, inflight, rounds int) (Row, er
 		s.blockCh.Store(r)
 		m := &stepModel{tool: s.block.Name, calls: inflight, steps: 1}
 		done := make(chan actors.TurnResult, 1)
-		id, err := s.node.Spawn(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+		id, err := s.node.Actors().Spawn(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 			Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: 2}}, Done: func(r actors.TurnResult) { done <- r }})
 		if err != nil {
 			return Row{}, err
@@ -94,7 +94,7 @@ func (s *suite) waitingTurns(ctx context.Context, n int) ([]Row, error) {
 	var aborted atomic.Int64
 	ids := make([]string, 0, n)
 	for range n {
-		id, err := s.node.Spawn(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+		id, err := s.node.Actors().Spawn(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 			Spec: bus.TurnSpec{Input: "wait"},
 			Done: func(r actors.TurnResult) {
 				if r.State == bus.TurnAborted {

@@ -38,7 +38,7 @@ func (s *suite) assembly(ctx context.Context) ([]Row, error) {
 		defer func() { _ = svc.Stop() }()
 		profile.Namespaces = append(profile.Namespaces, toolsets.NamespaceRef{Name: ns})
 	}
-	cat := catalog.New(s.node.Conn(), catalog.Options{Logger: actors.DiscardLogger()})
+	cat := catalog.New(s.node.Actors().Conn(), catalog.Options{Logger: actors.DiscardLogger()})
 	if err := cat.Refresh(ctx); err != nil {
 		return nil, err
 	}

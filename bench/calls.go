@@ -189,7 +189,7 @@ func (s *suite) turnSteps(ctx context.Context, what string, tool *toolbus.Spec, 
 // steps, after a turn to warm up when warm is set. Turns of at most 100 steps keep the
 // transcript, and its copies to the model, realistic.
 func (s *suite) turnSamples(ctx context.Context, tool *toolbus.Spec, calls, steps int, warm bool) (samples, trips []time.Duration, err error) {
-	return s.turnSamplesOn(ctx, s.node.Node, tool, calls, steps, warm)
+	return s.turnSamplesOn(ctx, s.node.Actors(), tool, calls, steps, warm)
 }
 
 // turnSamplesOn is turnSamples with turns on node n.
@@ -259,7 +259,7 @@ func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
 		start = time.Now()
 		if err := s.concurrently(func() error {
 			m := &stepModel{tool: s.noop.Name, calls: 1, steps: per}
-			res, err := s.node.Node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
 			if err == nil && res.State != bus.TurnCompleted {
 				err = fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())
@@ -316,7 +316,7 @@ func (s *suite) messagesPerCall(ctx context.Context) ([]Row, error) {
 		calls := 0
 		for range turns {
 			m := &stepModel{tool: s.noop.Name, calls: 1, steps: steps}
-			res, err := s.node.Node.Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+			res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
 				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: steps + 1}}})
 			if err != nil {
 				return 0, err

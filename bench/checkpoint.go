@@ -43,7 +43,7 @@ func (s *suite) checkpointCost(ctx context.Context) ([]Row, error) {
 	}
 	// The durable turn includes the bench category through its agent's profile (a
 	// category without a namespace is the namespace of its name).
-	profiles, err := s.node.Profiles(ctx)
+	profiles, err := s.node.Actors().Profiles(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -64,12 +64,12 @@ func (s *suite) checkpointCost(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	kit, err := s.node.Assemble(ctx, spec)
+	kit, err := s.node.Actors().Assemble(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
 	t0 := time.Now()
-	res, err := s.node.Node.Run(ctx, actors.TurnConfig{Spec: spec, Model: scripted, Kit: kit})
+	res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Spec: spec, Model: scripted, Kit: kit})
 	if err != nil {
 		return nil, err
 	}
@@ -79,13 +79,13 @@ func (s *suite) checkpointCost(ctx context.Context) ([]Row, error) {
 	plain := time.Since(t0) / time.Duration(res.Steps)
 
 	// Durable: through the intake, waiting for its done status.
-	done, err := s.node.Conn().SubscribeSync(bus.AllStatuses)
+	done, err := s.node.Actors().Conn().SubscribeSync(bus.AllStatuses)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = done.Unsubscribe() }()
 	t0 = time.Now()
-	id, err := s.node.Start(ctx, spec)
+	id, err := s.node.Actors().Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +106,7 @@ func (s *suite) checkpointCost(ctx context.Context) ([]Row, error) {
 		return nil, fmt.Errorf("checkpoint bench: durable turn ended %s: %s", st.State, st.Error)
 	}
 	fenced := time.Since(t0) / time.Duration(st.Step)
-	audit, err := durable.AuditTranscript(ctx, s.node.JetStream(), id)
+	audit, err := durable.AuditTranscript(ctx, s.node.Actors().JetStream(), id)
 	if err != nil {
 		return nil, err
 	}

@@ -28,7 +28,7 @@ func (s *suite) foreignTool(ctx context.Context) (*toolbus.Spec, func(), error) 
 		return nil, nil, err
 	}
 	stop := func() { _ = svc.Stop(); nc.Close() }
-	cat := catalog.New(s.node.Conn(), catalog.Options{Logger: actors.DiscardLogger()})
+	cat := catalog.New(s.node.Actors().Conn(), catalog.Options{Logger: actors.DiscardLogger()})
 	if err := cat.Refresh(ctx); err != nil {
 		stop()
 		return nil, nil, err

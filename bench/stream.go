@@ -129,7 +129,7 @@ func (s *suite) pacedPublish(ctx context.Context, n int) (Row, error) {
 	}
 	req := bus.ToolRequest{Turn: bus.NewID(), Call: "c0", Agent: "bench", Deadline: time.Now().Add(time.Minute),
 		Traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
-	pub := s.node.Node.Conn()
+	pub := s.node.Actors().Conn()
 	samples := make([]time.Duration, 0, n)
 	tick := time.NewTicker(donePace)
 	defer tick.Stop()
@@ -192,7 +192,7 @@ func (s *suite) streamStep(ctx context.Context, kit *toolsets.Kit, noStream bool
 	if err != nil {
 		return 0, err
 	}
-	res, err := s.node.Node.Run(ctx, actors.TurnConfig{Spec: bus.TurnSpec{Agent: "bench", Input: "bench"}, Model: model, Kit: kit})
+	res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Spec: bus.TurnSpec{Agent: "bench", Input: "bench"}, Model: model, Kit: kit})
 	if err != nil {
 		return 0, err
 	}
@@ -268,7 +268,7 @@ func (s *suite) doneToRequest(ctx context.Context, n int) (Row, error) {
 	if err != nil {
 		return Row{}, err
 	}
-	res, err := s.node.Node.Run(ctx, actors.TurnConfig{Spec: spec, Model: model, Kit: kit})
+	res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Spec: spec, Model: model, Kit: kit})
 	if err != nil {
 		return Row{}, err
 	}

@@ -20,6 +20,12 @@
 //	}
 //	fmt.Println(res.Text)
 //
+// [Node.Run] is one of the two ways to start a turn: a turn of this program, on this
+// node, which ends with it. The other is client.Start, on a connection from
+// [Node.Connect] or to any bus: a durable turn, taken by a node of the bus that runs
+// turns (NodeConfig.Turns), or by the one it names.
+// [Node.Host] and [Node.Unhost] change what the running node hosts.
+//
 // A node joined to a running bus with Tools and no Categories hosts a category for
 // that bus: its turns, on other nodes, call the tools when their agents' profiles name
 // the tools' namespace. The package function [Run] is `toolbus node`, the daemon, with its flags.

@@ -123,9 +123,13 @@ func byCategory(tools []*toolbus.Tool) (cats []string, of map[string][]*toolbus.
 }
 
 // Node is a running node: its actors, on an embedded server or a connection to a
-// running bus.
+// running bus. A program runs a turn of its own on it with [Node.Run]; a turn for any
+// node of a bus starts with client.Start, on a connection from [Node.Connect].
 type Node struct {
-	*actors.Node
+	// an are the node's actors (the supervisor of its hosts and turns). They are a
+	// field, not embedded, so that a node's API is the methods below and nothing of
+	// package actors' comes with it; [Node.Actors] hands them to the bench and tests.
+	an    *actors.Node
 	srv   *server.Server // nil when joined to a running bus
 	cfg   Config
 	where string
@@ -189,7 +193,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeTelemetry()
 		return nil, err
 	}
-	n.Node = an
+	n.an = an
 	n.cfg = cfg
 	cats, of := byCategory(cfg.Tools)
 	for _, cat := range cats {
@@ -213,7 +217,7 @@ func (n *Node) startMCP(ctx context.Context) error {
 		if sc.Logger == nil {
 			sc.Logger = n.cfg.Node.Logger
 		}
-		c, err := mcp.Start(sc, n.Node)
+		c, err := mcp.Start(sc, n.an)
 		if err != nil {
 			return err
 		}
@@ -231,6 +235,35 @@ func (n *Node) startMCP(ctx context.Context) error {
 
 // MCP are the node's MCP server categories, in the order of Config.MCP.
 func (n *Node) MCP() []*mcp.Category { return n.mcp }
+
+// Name is the node's name (Config.Node.Name, DefaultName for an embedded node given
+// none): the name its turns and hosts carry on the bus.
+func (n *Node) Name() string { return n.cfg.Node.Name }
+
+// Host hosts tools of category on the running node, as Start hosts Config.Tools: on a
+// connection of its own, served to every node of the bus; it returns once the host
+// serves them. A category's tools are fixed while it is hosted: to change them, Unhost
+// it, then Host it again.
+func (n *Node) Host(ctx context.Context, category string, tools []*toolbus.Tool) error {
+	return n.an.Host(ctx, category, tools)
+}
+
+// Unhost stops the node's host of category: its calls in flight end as a stopping
+// host's do, and the bus's catalogs hear that it is gone. A category the node does not
+// host is no error.
+func (n *Node) Unhost(ctx context.Context, category string) error {
+	return n.an.Unhost(ctx, category)
+}
+
+// Actors are the node's actors: its supervisor of hosts and turns, for the bench and
+// for tests that drive turns below [Node.Run] (a gateway.Model or a toolsets.Kit of
+// their own, a turn spawned and then aborted, the durable intake).
+//
+// A method rather than fields on Turn for such turns (a Model, a Kit): those would put
+// the lower layers' types into the API every program reads, for the bench alone, and
+// still not reach the intake or a turn spawned without waiting for its end. Programs
+// need none of it: Run, or client.Start on a connection from Connect.
+func (n *Node) Actors() *actors.Node { return n.an }
 
 // Connect opens a client connection to the node's bus under name: in-process when
 // embedded, dialed with the node's credentials otherwise.
@@ -265,7 +298,7 @@ func (n *Node) Close() {
 	for _, c := range n.mcp {
 		c.Close()
 	}
-	n.Node.Close()
+	n.an.Close()
 	n.closeServer()
 	n.closeTelemetry()
 }

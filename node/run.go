@@ -93,7 +93,7 @@ func (n *Node) Run(ctx context.Context, t Turn) (Result, error) {
 		}
 		cfg.Kit = toolsets.NewKit(set)
 	}
-	ar, err := n.Node.Run(ctx, cfg)
+	ar, err := n.an.Run(ctx, cfg)
 	res := newResult(ar)
 	if err != nil {
 		return res, fmt.Errorf("run turn: %w", err)
