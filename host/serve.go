@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -29,6 +30,9 @@ import (
 func Serve(ctx context.Context, nc *nats.Conn, tools ...*toolbus.Tool) error {
 	return ServeConfig(ctx, Config{Conn: nc, Tools: tools})
 }
+
+// flushTimeout bounds the flush of what a stopping Serve published.
+const flushTimeout = 2 * time.Second
 
 // ServeConfig is Serve with the rest of a host's Config: a logger, the calls a
 // category runs at once, their default timeout, a home. cfg.Tools may hold several
@@ -90,6 +94,9 @@ func ServeConfig(ctx context.Context, cfg Config) error {
 		for i := len(started) - 1; i >= 0; i-- {
 			started[i].Stop()
 		}
+		// What the hosts published last (the catalogs told they left) reaches the server
+		// before Serve returns, and the program, perhaps, exits.
+		_ = nc.FlushTimeout(flushTimeout)
 		nc.SetReconnectHandler(prevReconnected)
 		nc.SetClosedHandler(prevClosed)
 	}()

@@ -99,22 +99,29 @@ func TestHostServesOnRemoteBus(t *testing.T) {
 		_ = cmd.Process.Kill()
 		<-exited
 	})
-	waitChange := func(state string) {
+	// waitChange waits for the catalog to say text is in state, the process running
+	// meanwhile unless it has exited already.
+	waitChange := func(state string, running bool) {
 		t.Helper()
+		ex := exited
+		if !running {
+			ex = nil
+		}
 		for {
 			select {
 			case c := <-changes:
 				if c.State == state {
 					return
 				}
-			case err := <-exited:
+			case err := <-ex:
+				exited <- err // for the cleanup
 				t.Fatalf("go-host exited (%v) before the catalog said %s:\n%s", err, state, out.String())
 			case <-ctx.Done():
 				t.Fatalf("the catalog never said text is %s:\n%s", state, out.String())
 			}
 		}
 	}
-	waitChange(bus.CatalogUp)
+	waitChange(bus.CatalogUp, true)
 
 	// A turn of the node calls it: the test's copy of the tool gives the turn its spec,
 	// and would answer otherwise, so the answer says where it ran.
@@ -150,11 +157,10 @@ func TestHostServesOnRemoteBus(t *testing.T) {
 		t.Fatalf("a request with a number for text: %s; want invalid arguments", m.Data)
 	}
 
-	// Stopped, it leaves the catalog and exits cleanly.
+	// Stopped, it exits cleanly, and it told the catalogs it left before it did.
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitChange(bus.CatalogDown)
 	select {
 	case err := <-exited:
 		exited <- err // for the cleanup
@@ -164,6 +170,7 @@ func TestHostServesOnRemoteBus(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("go-host did not exit on SIGTERM")
 	}
+	waitChange(bus.CatalogDown, false)
 }
 
 // countWordsHere is examples/go-host's tool as the test knows it; run here, it would
