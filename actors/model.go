@@ -89,7 +89,13 @@ func lastChunk(step int, resp *gateway.Response, err error, n int) *modelReply {
 		return m
 	}
 	m.rest = resp.Items[n:]
-	m.info = responseInfo{id: resp.ID, usage: resp.Usage, truncated: resp.Truncated, text: resp.Text(), calls: len(resp.Calls())}
+	calls := 0 // counted, not collected (resp.Calls copies them)
+	for i := range resp.Items {
+		if resp.Items[i].Kind == toolbus.KindFunctionCall {
+			calls++
+		}
+	}
+	m.info = responseInfo{id: resp.ID, usage: resp.Usage, truncated: resp.Truncated, text: resp.Text(), calls: calls}
 	return m
 }
 
