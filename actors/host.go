@@ -651,15 +651,22 @@ func (h *host) run(ctx context.Context, m *hostCall) {
 	}
 	call.Args = args
 
+	// A free slot is taken without asking for ctx.Done, which makes the context a channel
+	// (an allocation, and a close when the call ends) that a call that never waits for
+	// it does not need.
 	select {
 	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
-	case <-ctx.Done():
-		reply.Outcome, reply.Error = h.cancelOutcome(ctx), "cancelled while waiting for an execution slot: "+context.Cause(ctx).Error()
-		st.errors.Add(1)
-		h.replyCall(m, reply)
-		return
+	default:
+		select {
+		case h.slots <- struct{}{}:
+		case <-ctx.Done():
+			reply.Outcome, reply.Error = h.cancelOutcome(ctx), "cancelled while waiting for an execution slot: "+context.Cause(ctx).Error()
+			st.errors.Add(1)
+			h.replyCall(m, reply)
+			return
+		}
 	}
+	defer func() { <-h.slots }()
 
 	call.Progress = m.progress
 	m.emit(bus.EventStarted, func() string { return tool.ActivityLabel(args) })
