@@ -74,11 +74,16 @@ type resumePoint struct {
 // streamJournal is the journal of a turn that cannot be resumed: it appends the
 // transcript to its stream without waiting (nothing without a JetStream), its steps
 // together at most transcriptBatch apart, and all of them when the turn ends.
+//
+// What it appends is read from the turn's transcript (t.transcript[saved:]), to which
+// the turn appends each item it records, just before it tells the journal: a copy of
+// them kept here until the next append was a second transcript, grown as the first
+// (a tenth of the bytes a step allocated, BenchmarkTurnStep).
 type streamJournal struct {
 	t       *turn
 	js      jetstream.JetStream
-	unsaved []toolbus.Item // items not yet appended to the stream
-	flushed time.Time      // when unsaved items last went to the stream
+	saved   int       // the items of t.transcript appended to the stream
+	flushed time.Time // when items last went to the stream
 	appends []*transcriptAppend
 	seq     int // the last transcript message's position (HeaderSeq)
 	// payloads stores the bodies too large for a message (TurnConfig.payloads).
@@ -91,20 +96,16 @@ type streamJournal struct {
 const transcriptBatch = 100 * time.Millisecond
 
 func (j *streamJournal) begin(t *turn) beginning {
+	// The input, which the turn puts in its transcript next, goes with the first append.
 	j.t, j.js, j.payloads = t, t.cfg.JS, t.cfg.payloads
-	j.record(t.cfg.Input)
 	return beginning{}
 }
 
-func (j *streamJournal) afterResponse(items []toolbus.Item, then func()) {
-	j.record(items)
-	then()
-}
+func (j *streamJournal) afterResponse(_ []toolbus.Item, then func()) { then() }
 
 func (j *streamJournal) afterCall(toolbus.Item) bool { return false }
 
-func (j *streamJournal) afterBatch(outputs []toolbus.Item) {
-	j.record(outputs)
+func (j *streamJournal) afterBatch([]toolbus.Item) {
 	if time.Since(j.flushed) >= transcriptBatch {
 		j.flush()
 	}
@@ -119,25 +120,18 @@ func (j *streamJournal) handBack() error { return errNotKept }
 func (j *streamJournal) confirm() error  { return nil }
 func (j *streamJournal) kept() bool      { return false }
 
-// record queues items for the transcript stream; a step's items (the model's response
-// and the calls' outputs) are stored as one message.
-func (j *streamJournal) record(items []toolbus.Item) {
-	if j.js != nil {
-		j.unsaved = append(j.unsaved, items...)
-	}
-}
-
-// flush appends the queued items to the stream without waiting. Each message carries
+// flush appends the items of the transcript not appended yet to the stream without waiting. Each message carries
 // its position in the turn (HeaderSeq), so a message retried after a failure is read
 // back in order, and once, even if both attempts were stored. (The reader deduplicates;
 // a Nats-Msg-Id would make the stream do it on every append, retried or not.)
 func (j *streamJournal) flush() {
-	if len(j.unsaved) == 0 {
+	items := j.t.transcript[j.saved:]
+	if j.js == nil || len(items) == 0 {
 		return
 	}
 	j.flushed = time.Now()
-	b, err := json.Marshal(j.unsaved)
-	j.unsaved = reuse(j.unsaved)
+	j.saved = len(j.t.transcript)
+	b, err := json.Marshal(items)
 	if err != nil {
 		j.t.log.Warn("encode transcript", "err", err)
 		return

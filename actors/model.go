@@ -1,6 +1,7 @@
 package actors
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"unicode/utf8"
+
+	"github.com/asynkron/protoactor-go/actor"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -28,45 +31,68 @@ func (t *turn) callModel() {
 		t.finish(bus.TurnStepLimit, fmt.Errorf("%w: %d steps", ErrStepLimit, t.cfg.Spec.Limits.MaxSteps))
 		return
 	}
-	step, ctx, model := t.step, t.modelCtx, t.cfg.Model
-	sys, self, d := t.sys, t.self, t.disp
-	req := &gateway.Request{
-		Instructions: t.instructions,
-		// Capped, so the turn's later appends never write where the model reads.
-		Input:             t.transcript[:len(t.transcript):len(t.transcript)],
-		Tools:             t.cfg.Kit.Tools.Specs(),
-		ParallelToolCalls: true,
-		Step:              t.step,
+	mc := &modelCall{
+		req: gateway.Request{
+			Instructions: t.instructions,
+			// Capped, so the turn's later appends never write where the model reads.
+			Input:             t.transcript[:len(t.transcript):len(t.transcript)],
+			Tools:             t.cfg.Kit.Tools.Specs(),
+			ParallelToolCalls: true,
+			Step:              t.step,
+		},
+		step: t.step, ctx: t.modelCtx, model: t.cfg.Model,
+		sys: t.sys, self: t.self, d: t.disp,
 	}
-	// Each item reaches the mailbox once, in order: those the gateway streams as they
-	// complete (a call is dispatched from there, onModelStream), then the rest of the
-	// response as its last chunk (onModelReply); a model that does not stream answers in
-	// one chunk. The gateway's contract is that the streamed items are the response's
-	// first ones, Response.Items[:streamed]: the split is made here, once, and the turn
-	// never matches items by position.
-	var streamed atomic.Int64
-	req.Stream = func(ev gateway.StreamEvent) {
-		switch ev.Kind {
-		case gateway.StreamText:
-			d.sendInline(sys, self, &modelStream{step: step, text: ev})
-		case gateway.StreamItem:
-			if ev.Item == nil || int64(ev.Index) != streamed.Load() {
-				return // not the next item (the gateway's contract): the response has it
-			}
-			streamed.Add(1)
-			it := *ev.Item
-			d.sendInline(sys, self, &modelStream{step: step, item: &it})
-		}
-	}
+	mc.req.Stream = mc.stream
 	t.phase = phaseModel
 	t.tel.StartStep(t.step)
 	t.modelOut = true
 	t.beginBatch(true)
 	t.unsent, t.early, t.saidText = nil, false, ""
-	t.cfg.workers.goFunc(func() {
-		resp, err := model.Respond(ctx, req)
-		d.sendInline(sys, self, lastChunk(step, resp, err, int(streamed.Load())))
-	})
+	t.cfg.workers.goFunc(mc.run)
+}
+
+// modelCall is one model call of a turn, off its mailbox: the request, and what the
+// gateway's stream and the answer are sent back with. One object where the request, the
+// stream's count and two closures made four (one step of a no-op call made 121).
+type modelCall struct {
+	req   gateway.Request
+	step  int
+	ctx   context.Context
+	model gateway.Model
+	sys   *actor.ActorSystem
+	self  *actor.PID
+	d     *turnDispatcher
+	// streamed counts the items the gateway streamed.
+	streamed atomic.Int64
+}
+
+// run asks the model, and sends the turn the end of its response.
+func (mc *modelCall) run() {
+	resp, err := mc.model.Respond(mc.ctx, &mc.req)
+	mc.d.sendInline(mc.sys, mc.self, lastChunk(mc.step, resp, err, int(mc.streamed.Load())))
+}
+
+// stream takes a piece of the response as the gateway streams it (Request.Stream).
+//
+// Each item reaches the mailbox once, in order: those the gateway streams as they
+// complete (a call is dispatched from there, onModelStream), then the rest of the
+// response as its last chunk (onModelReply); a model that does not stream answers in one
+// chunk. The gateway's contract is that the streamed items are the response's first
+// ones, Response.Items[:streamed]: the split is made here, once, and the turn never
+// matches items by position.
+func (mc *modelCall) stream(ev gateway.StreamEvent) {
+	switch ev.Kind {
+	case gateway.StreamText:
+		mc.d.sendInline(mc.sys, mc.self, &modelStream{step: mc.step, text: ev})
+	case gateway.StreamItem:
+		if ev.Item == nil || int64(ev.Index) != mc.streamed.Load() {
+			return // not the next item (the gateway's contract): the response has it
+		}
+		mc.streamed.Add(1)
+		it := *ev.Item
+		mc.d.sendInline(mc.sys, mc.self, &modelStream{step: mc.step, item: &it})
+	}
 }
 
 // responseInfo is what a response says of itself, besides its items.
@@ -89,7 +115,13 @@ func lastChunk(step int, resp *gateway.Response, err error, n int) *modelReply {
 		return m
 	}
 	m.rest = resp.Items[n:]
-	m.info = responseInfo{id: resp.ID, usage: resp.Usage, truncated: resp.Truncated, text: resp.Text(), calls: len(resp.Calls())}
+	calls := 0 // counted, not collected (resp.Calls copies them)
+	for i := range resp.Items {
+		if resp.Items[i].Kind == toolbus.KindFunctionCall {
+			calls++
+		}
+	}
+	m.info = responseInfo{id: resp.ID, usage: resp.Usage, truncated: resp.Truncated, text: resp.Text(), calls: calls}
 	return m
 }
 
@@ -140,7 +172,8 @@ func (t *turn) onModelReply(m *modelReply) {
 		t.fail(fmt.Errorf("%w: model step %d: %w", ErrModel, m.step+1, m.err)) // steps are counted from 1 for people
 		return
 	}
-	if u := m.info.usage; u != (bus.Usage{}) {
+	if m.info.usage != (bus.Usage{}) {
+		u := m.info.usage // on the heap only when there are tokens to count
 		t.usage.Add(u)
 		t.stepUsage = &u
 	}

@@ -167,11 +167,19 @@ func (t *turn) traceparent(pc *pendingCall) string {
 	if tp := pc.span.Traceparent(); tp != "" {
 		return tp
 	}
-	flags := "-00"
+	// Written into one buffer: one allocation for the string, where concatenating the
+	// span id's hex made two.
+	var b [64]byte
+	s := append(b[:0], "00-"...)
+	s = append(s, t.trace...)
+	s = append(s, '-')
+	s = appendSpanID(s)
 	if t.cfg.sampled {
-		flags = "-01"
+		s = append(s, "-01"...)
+	} else {
+		s = append(s, "-00"...)
 	}
-	return "00-" + t.trace + "-" + spanID() + flags
+	return string(s)
 }
 
 // vouch is the turn's vouch for a call's validated arguments, or "" without a key.
@@ -275,12 +283,12 @@ func (t *turn) onReply(pc *pendingCall, r *bus.ToolReply, err error) {
 	t.settle(pc, r.Outcome, r.Error, res)
 }
 
-// spanID is a call's span id in hex when no span was started for it (untraced): random
+// appendSpanID appends a call's span id in hex when no span was started for it (untraced): random
 // and never zero, as W3C Trace Context asks, from the runtime's generator, as
 // OpenTelemetry's own ID generator does. crypto/rand cost a system call per call for an
 // id that is no secret.
-func spanID() string {
+func appendSpanID(dst []byte) []byte {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], mrand.Uint64()|1)
-	return hex.EncodeToString(b[:])
+	return hex.AppendEncode(dst, b[:])
 }

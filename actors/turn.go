@@ -277,6 +277,8 @@ type turn struct {
 	usage      bus.Usage  // the model's tokens in the turn
 	stepUsage  *bus.Usage // the last response's, until a step status carries them
 	records    []bus.CallRecord
+	// stepSubject is the subject of the turn's step statuses (statusSubject).
+	stepSubject string
 
 	modelCtx    context.Context
 	modelCancel context.CancelFunc
@@ -500,6 +502,13 @@ func (t *turn) cleanup() {
 
 // status publishes a turn status message.
 func (t *turn) status(kind string, st bus.TurnStatus) {
+	subject := t.statusSubject(kind)
+	if t.cfg.interest != nil && !t.cfg.interest(subject) {
+		if kind == bus.StatusStep {
+			t.stepUsage = nil // as if this status had carried them
+		}
+		return // nobody follows this turn
+	}
 	st.Turn, st.Node, st.Agent, st.Kind, st.Time = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind, time.Now()
 	if st.Step == 0 {
 		st.Step = t.step // the steps counted; a status of the step being written says so
@@ -511,10 +520,6 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 		total := t.usage
 		st.Usage = &total
 	}
-	subject := bus.TurnStatusSubject(t.cfg.Spec.ID, kind)
-	if t.cfg.interest != nil && !t.cfg.interest(subject) {
-		return // nobody follows this turn
-	}
 	if kind != bus.StatusDone && t.leaseUnsure() {
 		return // another node may speak for the turn now
 	}
@@ -525,6 +530,18 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	if err != nil {
 		t.log.Warn("publish status", "kind", kind, "err", err)
 	}
+}
+
+// statusSubject is the subject of the turn's statuses of a kind; the step status's, sent
+// (or asked about) at every step, is made once.
+func (t *turn) statusSubject(kind string) string {
+	if kind != bus.StatusStep {
+		return bus.TurnStatusSubject(t.cfg.Spec.ID, kind)
+	}
+	if t.stepSubject == "" {
+		t.stepSubject = bus.TurnStatusSubject(t.cfg.Spec.ID, kind)
+	}
+	return t.stepSubject
 }
 
 // lowest is the lower of two bounds where zero is none.

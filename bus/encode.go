@@ -14,8 +14,7 @@ import (
 // also checks and compacts the raw data.
 func (e *Event) AppendJSON(b []byte) ([]byte, error) {
 	if len(e.Data) > 0 || e.Time.Year() < 0 || e.Time.Year() > 9999 {
-		data, err := json.Marshal(e)
-		return append(b, data...), err
+		return appendMarshal(b, *e)
 	}
 	b = append(b, `{"turn_id":`...)
 	b = appendJSONString(b, e.Turn)
@@ -34,6 +33,15 @@ func (e *Event) AppendJSON(b []byte) ([]byte, error) {
 	return append(b, `"}`...), nil
 }
 
+// appendMarshal appends json.Marshal's encoding of v. It takes a copy, made only on this
+// path: given the pointer, json.Marshal would have the receiver of every AppendJSON call
+// escape, the event or reply a host builds on its stack for each call moved to the heap
+// whether it is encoded or not (two allocations a call).
+func appendMarshal(b []byte, v any) ([]byte, error) {
+	data, err := json.Marshal(v)
+	return append(b, data...), err
+}
+
 // appendJSONString appends s as json.Marshal writes a string.
 func appendJSONString(b []byte, s string) []byte { return jsonfast.AppendString(b, s, true) }
 
@@ -42,13 +50,11 @@ func appendJSONString(b []byte, s string) []byte { return jsonfast.AppendString(
 // abort) are written without reflection, the others go through json.Marshal.
 func (r *ToolReply) AppendJSON(b []byte) ([]byte, error) {
 	if len(r.Details) > 0 || len(r.Events) > 0 || r.Completion != nil || r.Abort != nil {
-		data, err := json.Marshal(r)
-		return append(b, data...), err
+		return appendMarshal(b, *r)
 	}
 	for _, p := range r.Content {
 		if len(p.Data) > 0 {
-			data, err := json.Marshal(r)
-			return append(b, data...), err
+			return appendMarshal(b, *r)
 		}
 	}
 	b = append(b, `{"call_id":`...)

@@ -42,9 +42,13 @@ type ToolRequest struct {
 // SetHeaders writes the request's non-empty fields into h, which must not
 // be nil: Deadline as [FormatDeadline] renders it, Truncated as "true".
 func (r ToolRequest) SetHeaders(h nats.Header) {
+	// Every value is a one-element slice of one array: a request's six headers cost one
+	// allocation, not six (a turn's every call sends one).
+	vals := make([]string, 0, 9)
 	set := func(name, value string) {
 		if value != "" {
-			h[name] = []string{value}
+			vals = append(vals, value)
+			h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 		}
 	}
 	set(HeaderTurn, r.Turn)
@@ -52,15 +56,15 @@ func (r ToolRequest) SetHeaders(h nats.Header) {
 	set(HeaderAgent, r.Agent)
 	set(HeaderTask, r.Task)
 	if !r.Deadline.IsZero() {
-		h[HeaderDeadline] = []string{FormatDeadline(r.Deadline)}
+		set(HeaderDeadline, FormatDeadline(r.Deadline))
 	}
 	set(HeaderTraceparent, r.Traceparent)
 	if r.Truncated {
-		h[HeaderTruncated] = []string{"true"}
+		set(HeaderTruncated, "true")
 	}
 	set(HeaderVouch, r.Vouch)
 	if !r.Payload.IsZero() {
-		h[HeaderPayload] = []string{r.Payload.String()}
+		set(HeaderPayload, r.Payload.String())
 	}
 }
 

@@ -106,20 +106,38 @@ func BenchmarkRequestEncoding(b *testing.B) {
 }
 
 // BenchmarkStreamEvent decodes a Responses stream's output_item.done of a function call
-// as streamOnce does (streamEvent, then the item's few fields) against the SDK's event
-// union, which it used before: on the path from the event's arrival to the call's
-// dispatch.
+// as streamOnce does (by hand, streamEvent.read, then the item's few fields), as it did
+// before (encoding/json into streamEvent, as ssestream.Stream hands it an event, without
+// the gjson scan Stream adds), and through the SDK's event union, which it used first:
+// on the path from the event's arrival to the call's dispatch.
 func BenchmarkStreamEvent(b *testing.B) {
 	data := []byte(`{"type":"response.output_item.done","sequence_number":7,"output_index":0,"item":{"id":"fc_0","type":"function_call","status":"completed","arguments":"{\"path\":\"a/b/c.txt\",\"limit\":10}","call_id":"call_0","name":"tool_0"}}`)
 	m := &Responses{}
 	b.Run("streamEvent", func(b *testing.B) {
 		for b.Loop() {
 			var ev streamEvent
-			if err := json.Unmarshal(data, &ev); err != nil {
-				b.Fatal(err)
+			if _, ok := ev.read(data); !ok {
+				b.Fatal("not read by hand")
 			}
 			if it, _, _, err := m.streamedItem(int(ev.OutputIndex), ev.Item, nil); err != nil || it.Arguments == "" {
 				b.Fatal(it, err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		type plain streamEvent
+		for b.Loop() {
+			var ev streamEvent
+			if err := json.Unmarshal(data, (*plain)(&ev)); err != nil {
+				b.Fatal(err)
+			}
+			var head callHead
+			var args string
+			if json.Unmarshal(ev.Item, &head) != nil || json.Unmarshal(head.Arguments, &args) != nil {
+				b.Fatal("not decoded")
+			}
+			if it := m.callItem(ev.Item, head.CallID, head.Name, head.Namespace, args, nil); it.Arguments == "" {
+				b.Fatal(it)
 			}
 		}
 	})

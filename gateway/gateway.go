@@ -94,13 +94,28 @@ func (r *Response) Calls() []toolbus.Item {
 
 // Text joins the assistant messages of the response.
 func (r *Response) Text() string {
+	// A step's response holds one message or none, most often: its text is returned as it
+	// is, with no slice of parts (the turn asks for it at every step).
+	var text string
 	var parts []string
-	for _, it := range r.Items {
-		if it.Kind == toolbus.KindMessage && it.Role == toolbus.RoleAssistant && it.Text != "" {
+	for i := range r.Items {
+		it := &r.Items[i]
+		if it.Kind != toolbus.KindMessage || it.Role != toolbus.RoleAssistant || it.Text == "" {
+			continue
+		}
+		switch {
+		case text == "":
+			text = it.Text
+		case parts == nil:
+			parts = []string{text, it.Text}
+		default:
 			parts = append(parts, it.Text)
 		}
 	}
-	return strings.Join(parts, "\n")
+	if parts != nil {
+		return strings.Join(parts, "\n")
+	}
+	return text
 }
 
 // Error is a provider failure that retrying will not mend (bad key, unknown model,

@@ -334,6 +334,28 @@ func TestStreamBreaks(t *testing.T) {
 			t.Fatalf("err %v, want ErrStreamCut", err)
 		}
 	})
+	// Events the stream's reader hands to ssestream.Stream rather than reading them by
+	// hand: one with an error member, one that is no JSON. Each ends the step as Stream
+	// makes it end (nothing of it was used: it is not asked again).
+	for name, bad := range map[string]struct {
+		event sse
+		want  string
+	}{
+		"error member": {sse{Name: "error", Data: `{"type":"error","error":{"message":"overloaded"}}`}, "the response stream reported an error: received error while streaming: {\"message\":\"overloaded\"}"},
+		"malformed":    {sse{Name: "response.output_text.delta", Data: `{"type":"response.output_text.delta","delta":`}, "unexpected end of JSON input"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			srv := newSSEServer(t, sseStream{Events: []sse{created, bad.event, completed}})
+			cfg := srv.config()
+			cfg.MaxRetries = -1
+			m, _ := gateway.NewResponses("gpt-test", cfg)
+			_, err := m.Respond(context.Background(), &gateway.Request{Input: []toolbus.Item{toolbus.UserMessage("hi")}, Stream: func(gateway.StreamEvent) {}})
+			if err == nil || !strings.Contains(err.Error(), bad.want) {
+				t.Fatalf("err %v, want one that says %q", err, bad.want)
+			}
+		})
+	}
 	t.Run("off", func(t *testing.T) {
 		t.Parallel()
 		// NoStream: the same request is sent whole, and read as one JSON answer.

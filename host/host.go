@@ -106,6 +106,16 @@ type hostCall struct {
 	tel     CallSpan // its span on this node, and its count; nil: none
 	turn    string   // the request's Toolbus-Turn
 	conn    uint64   // Host.connGen when the request came: see keep
+
+	// What running it takes, in the same allocation (begin, work, run): the call as the
+	// tool sees it, the host and the contexts it runs under. One object a call where the
+	// closures of begin and run, the call and the reply they captured made six.
+	h              *Host
+	call           toolbus.Call
+	st             *endpointStats
+	ctx            context.Context
+	cancel         context.CancelCauseFunc
+	cancelDeadline context.CancelFunc
 }
 
 // Host serves one category on one connection, from Start to Stop. Calls do not queue
@@ -131,11 +141,21 @@ type Host struct {
 	payloadsOf *bus.Payloads // opened through the host's connection when the node gave none
 
 	mu sync.Mutex
-	// inflight maps turn → call → cancel, for aborts.
-	inflight map[string]map[string]context.CancelCauseFunc
+	// inflight maps each call in flight (its turn and id) to its cancel, for aborts. One
+	// map keyed by both, not a map of each turn's calls: a turn's map was made and dropped
+	// with each of its calls when they ran one at a time (two allocations a call). An
+	// abort of a turn with calls here walks every call in flight (at most the calls the
+	// host runs and those waiting for a slot); turns counts each turn's, so that the
+	// abort of a turn with none (10 000 turns waiting on their model, aborted at once)
+	// walks nothing.
+	inflight map[inflightKey]context.CancelCauseFunc
+	turns    map[string]int
 	stopped  bool // stop began: the service's end is expected
 	wg       sync.WaitGroup
 }
+
+// inflightKey names a call in flight on a host.
+type inflightKey struct{ turn, call string }
 
 // endpointStats are kept by the host because replies are sent after the micro
 // handler returns, which micro's own stats do not see.
@@ -204,7 +224,8 @@ func New(cfg Config) (*Host, error) {
 		cfg:      cfg,
 		log:      cfg.Logger.With("category", cfg.Category),
 		slots:    make(chan struct{}, cfg.MaxConcurrent),
-		inflight: make(map[string]map[string]context.CancelCauseFunc),
+		inflight: make(map[inflightKey]context.CancelCauseFunc),
+		turns:    make(map[string]int),
 		stats:    stats,
 	}, nil
 }
@@ -369,10 +390,8 @@ func (h *Host) Stop() {
 		h.announce(bus.CatalogDown)
 	}
 	h.mu.Lock()
-	for _, calls := range h.inflight {
-		for _, cancel := range calls {
-			cancel(errHostStopping)
-		}
+	for _, cancel := range h.inflight {
+		cancel(errHostStopping)
 	}
 	h.mu.Unlock()
 	// Calls see their contexts cancelled and their replies still go out; a
@@ -396,9 +415,14 @@ func (h *Host) abort(turn string, cause error) {
 	// at once wants the lock to say it has ended. Holding it through a hundred cancels
 	// made the woken calls queue on it, and the abort took up to 3 ms.
 	h.mu.Lock()
-	cancels := make([]context.CancelCauseFunc, 0, len(h.inflight[turn]))
-	for _, cancel := range h.inflight[turn] {
-		cancels = append(cancels, cancel)
+	var cancels []context.CancelCauseFunc
+	if n := h.turns[turn]; n > 0 {
+		cancels = make([]context.CancelCauseFunc, 0, n)
+		for k, cancel := range h.inflight {
+			if k.turn == turn {
+				cancels = append(cancels, cancel)
+			}
+		}
 	}
 	h.mu.Unlock()
 	for _, cancel := range cancels {
@@ -409,7 +433,7 @@ func (h *Host) abort(turn string, cause error) {
 // abortCall cancels one call of a turn (bus.Abort.Call).
 func (h *Host) abortCall(turn, call string, cause error) {
 	h.mu.Lock()
-	cancel := h.inflight[turn][call]
+	cancel := h.inflight[inflightKey{turn, call}]
 	h.mu.Unlock()
 	if cancel != nil {
 		cancel(cause)
@@ -440,7 +464,8 @@ func (h *Host) begin(m *hostCall) {
 	if h.cfg.Telemetry != nil {
 		m.tel = h.cfg.Telemetry.StartCall(req.Traceparent, CallInfo{Category: h.cfg.Category, Tool: m.tool.Name, ID: req.Call, Turn: req.Turn, Node: h.cfg.Node})
 	}
-	call := toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
+	m.call = toolbus.Call{Turn: req.Turn, ID: req.Call, Tool: m.tool.Name, Agent: req.Agent, Task: req.Task}
+	call := &m.call
 	timeout := m.tool.Timeout
 	if timeout <= 0 {
 		timeout = h.cfg.DefaultTimeout
@@ -453,6 +478,7 @@ func (h *Host) begin(m *hostCall) {
 		call.ID = bus.NewID() // a direct request, e.g. `nats req`
 	}
 	st := h.stats[m.tool.Name]
+	m.h, m.st = h, st
 	if badHeader != nil {
 		st.errors.Add(1)
 		h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: bus.OutcomeInvalid, Error: badHeader.Error()})
@@ -486,39 +512,45 @@ func (h *Host) begin(m *hostCall) {
 		return
 	}
 	if call.Turn != "" {
-		calls := h.inflight[call.Turn]
-		if calls == nil {
-			calls = make(map[string]context.CancelCauseFunc)
-			h.inflight[call.Turn] = calls
+		k := inflightKey{call.Turn, call.ID}
+		if _, dup := h.inflight[k]; !dup {
+			h.turns[call.Turn]++
 		}
-		calls[call.ID] = cancel
+		h.inflight[k] = cancel
 	}
 	h.wg.Add(1)
 	h.mu.Unlock()
-	h.cfg.Go(func() {
-		defer h.wg.Done()
-		defer cancel(nil)
-		defer cancelDeadline()
-		if err := h.identify(cctx, &call); err != nil {
-			outcome := bus.OutcomeUnavailable
-			if errors.Is(err, ErrAgentMismatch) {
-				outcome = bus.OutcomeInvalid
-			}
-			st.errors.Add(1)
-			h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: outcome, Error: err.Error()})
-		} else {
-			h.run(cctx, call, m)
+	m.ctx, m.cancel, m.cancelDeadline = cctx, cancel, cancelDeadline
+	h.cfg.Go(m.work)
+}
+
+// work runs a call begin registered, on a worker, and forgets it.
+func (m *hostCall) work() {
+	h, call := m.h, &m.call
+	defer h.wg.Done()
+	defer m.cancel(nil)
+	defer m.cancelDeadline()
+	if err := h.identify(m.ctx, call); err != nil {
+		outcome := bus.OutcomeUnavailable
+		if errors.Is(err, ErrAgentMismatch) {
+			outcome = bus.OutcomeInvalid
 		}
-		if call.Turn != "" {
-			h.mu.Lock()
-			calls := h.inflight[call.Turn]
-			delete(calls, call.ID)
-			if len(calls) == 0 {
-				delete(h.inflight, call.Turn)
+		m.st.errors.Add(1)
+		h.replyCall(m, bus.ToolReply{Call: call.ID, Tool: call.Tool, Outcome: outcome, Error: err.Error()})
+	} else {
+		h.run(m.ctx, m)
+	}
+	if call.Turn != "" {
+		h.mu.Lock()
+		k := inflightKey{call.Turn, call.ID}
+		if _, ok := h.inflight[k]; ok {
+			delete(h.inflight, k)
+			if h.turns[call.Turn]--; h.turns[call.Turn] <= 0 {
+				delete(h.turns, call.Turn)
 			}
-			h.mu.Unlock()
 		}
-	})
+		h.mu.Unlock()
+	}
 }
 
 // identify settles whose call it is (the turn's stored agent, see turnAgents) and so
@@ -542,9 +574,9 @@ func (h *Host) identify(ctx context.Context, call *toolbus.Call) error {
 }
 
 // run executes one call and replies. It never panics.
-func (h *Host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
-	tool := m.tool
-	st := h.stats[tool.Name]
+func (h *Host) run(ctx context.Context, m *hostCall) {
+	tool, call := m.tool, &m.call
+	st := m.st
 	reply := bus.ToolReply{Call: call.ID, Tool: tool.Name}
 
 	args := m.req.Data()
@@ -573,51 +605,29 @@ func (h *Host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	}
 	call.Args = args
 
+	// A free slot is taken without asking for ctx.Done, which makes the context a channel
+	// (an allocation, and a close when the call ends) that a call that never waits for
+	// it does not need.
 	select {
 	case h.slots <- struct{}{}:
-		defer func() { <-h.slots }()
-	case <-ctx.Done():
-		reply.Outcome, reply.Error = h.cancelOutcome(ctx), "cancelled while waiting for an execution slot: "+context.Cause(ctx).Error()
-		st.errors.Add(1)
-		h.replyCall(m, reply)
-		return
-	}
-
-	// publish sends an event of the call on its event subject, for watchers; label makes
-	// its label, only when someone is to receive it (a label decodes the arguments).
-	publish := func(ev bus.Event, label func() string) {
-		if call.Turn == "" {
+	default:
+		select {
+		case h.slots <- struct{}{}:
+		case <-ctx.Done():
+			reply.Outcome, reply.Error = h.cancelOutcome(ctx), "cancelled while waiting for an execution slot: "+context.Cause(ctx).Error()
+			st.errors.Add(1)
+			h.replyCall(m, reply)
 			return
 		}
-		kind := ev.Kind
-		subject := bus.EventSubject(call.Turn, call.ID, kind)
-		if h.cfg.Interest != nil && !h.cfg.Interest(subject) {
-			return // nobody watches this turn
-		}
-		if label != nil {
-			ev.Label = label()
-		}
-		b, err := ev.AppendJSON(make([]byte, 0, 256))
-		if err == nil {
-			msg := &nats.Msg{Subject: subject, Data: b}
-			if m.trace != "" {
-				msg.Header = nats.Header{bus.HeaderTraceparent: {m.trace}}
-			}
-			err = h.cfg.Conn.PublishMsg(msg)
-		}
-		if err != nil {
-			h.log.Warn("publish event", "turn", call.Turn, "call", call.ID, "kind", kind, "err", err)
-		}
 	}
-	emit := func(kind bus.EventKind, label func() string) {
-		publish(bus.Event{Turn: call.Turn, Call: call.ID, Tool: tool.Name, Kind: kind, Time: time.Now()}, label)
-	}
-	call.Progress = func(label string) { emit(bus.EventProgress, func() string { return label }) }
-	emit(bus.EventStarted, func() string { return tool.ActivityLabel(args) })
+	defer func() { <-h.slots }()
+
+	call.Progress = m.progress
+	m.emit(bus.EventStarted, func() string { return tool.ActivityLabel(args) })
 
 	st.inflight.Add(1)
 	start := time.Now()
-	res, err, panicked := execute(ctx, tool, call)
+	res, err, panicked := execute(ctx, tool, *call)
 	reply.Duration = time.Since(start)
 	st.inflight.Add(-1)
 	st.nanos.Add(int64(reply.Duration))
@@ -664,9 +674,47 @@ func (h *Host) run(ctx context.Context, call toolbus.Call, m *hostCall) {
 	// The presentation events travel in the reply for the turn, and on the
 	// event subject for whoever watches the turn.
 	for _, ev := range reply.Events {
-		publish(ev, nil)
+		m.publish(ev, nil)
 	}
-	emit(bus.EventCompleted, func() string { return reply.Label })
+	m.emit(bus.EventCompleted, func() string { return reply.Label })
+}
+
+// progress is the call's toolbus.Call.Progress: a progress event.
+func (m *hostCall) progress(label string) {
+	m.emit(bus.EventProgress, func() string { return label })
+}
+
+// emit sends an event of a kind of the call; label makes its label (publish).
+func (m *hostCall) emit(kind bus.EventKind, label func() string) {
+	m.publish(bus.Event{Turn: m.call.Turn, Call: m.call.ID, Tool: m.tool.Name, Kind: kind, Time: time.Now()}, label)
+}
+
+// publish sends an event of the call on its event subject, for watchers; label makes its
+// label, only when someone is to receive it (a label decodes the arguments).
+func (m *hostCall) publish(ev bus.Event, label func() string) {
+	h, call := m.h, &m.call
+	if call.Turn == "" {
+		return
+	}
+	kind := ev.Kind
+	subject := bus.EventSubject(call.Turn, call.ID, kind)
+	if h.cfg.Interest != nil && !h.cfg.Interest(subject) {
+		return // nobody watches this turn
+	}
+	if label != nil {
+		ev.Label = label()
+	}
+	b, err := ev.AppendJSON(make([]byte, 0, 256))
+	if err == nil {
+		msg := &nats.Msg{Subject: subject, Data: b}
+		if m.trace != "" {
+			msg.Header = nats.Header{bus.HeaderTraceparent: {m.trace}}
+		}
+		err = h.cfg.Conn.PublishMsg(msg)
+	}
+	if err != nil {
+		h.log.Warn("publish event", "turn", call.Turn, "call", call.ID, "kind", kind, "err", err)
+	}
 }
 
 // arguments reads a call's arguments from the object store (bus.HeaderPayload); on failure

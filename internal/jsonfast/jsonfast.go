@@ -292,6 +292,39 @@ func (s *Scanner) digits() bool {
 	return s.I > start
 }
 
+// Skip reads one value of any kind without keeping it, and reports false where
+// DecodeValue would: on anything encoding/json would refuse or read otherwise (invalid
+// UTF-8 in strings among it), or deeper than maxDepth. Strings without escapes cost no
+// allocation.
+func (s *Scanner) Skip() bool { return s.skip(0) }
+
+func (s *Scanner) skip(depth int) bool {
+	if depth > maxDepth {
+		return false
+	}
+	s.WS()
+	if s.I >= len(s.B) {
+		return false
+	}
+	switch c := s.B[s.I]; {
+	case c == '{':
+		return s.Object(func([]byte) bool { return s.skip(depth + 1) })
+	case c == '[':
+		return s.Array(func() bool { return s.skip(depth + 1) })
+	case c == '"':
+		_, ok := s.Raw()
+		return ok
+	case c == 't' || c == 'f':
+		_, ok := s.Bool()
+		return ok
+	case c == 'n':
+		return s.Literal("null")
+	default:
+		_, ok := s.Number()
+		return ok
+	}
+}
+
 // maxDepth bounds nesting; deeper documents go to encoding/json, which has its own limit.
 const maxDepth = 100
 

@@ -64,6 +64,11 @@ func checkValue(t *testing.T, in []byte) bool {
 	t.Helper()
 	got, ok := DecodeValue(in)
 	want, err := decodeStd(in)
+	// Skip reads what DecodeValue reads, and declines what it declines.
+	sk := Scanner{B: in}
+	if skipped := sk.Skip() && sk.End(); skipped != ok {
+		t.Fatalf("Skip(%q) read it: %v, DecodeValue: %v", in, skipped, ok)
+	}
 	if !ok {
 		return false
 	}
