@@ -109,9 +109,8 @@ func (c *Client) Close() {
 	}
 }
 
-// JetStream is the connection's JetStream context, made once. The stores of the bus
-// that belong to other packages are opened on it: toolsets.ProfilesOf(ctx, c) for
-// the agent profiles, brain.Open for the knowledge pages.
+// JetStream is the connection's JetStream context, made once; stores of other packages
+// open on it (brain.Open for the knowledge pages and their index).
 func (c *Client) JetStream() (jetstream.JetStream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -53,7 +53,7 @@ func startNode(ctx context.Context) (*node.Node, *client.Client, func()) {
 // holdDestructive gives agent a profile that holds its destructive calls for a person's
 // approval.
 func holdDestructive(ctx context.Context, c *client.Client, agent string) error {
-	profiles, err := toolsets.ProfilesOf(ctx, c)
+	profiles, err := c.Profiles(ctx)
 	if err != nil {
 		return err
 	}

@@ -13,16 +13,27 @@ import (
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/profile"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 )
 
 // What the bus keeps in JetStream for its agents, read (and for profiles and pages,
 // written) from the caller's side.
 
-// The agent profiles and the knowledge pages are opened by their own packages on the
-// client's JetStream (toolsets.ProfilesOf, brain.Open): the client links
-// the wire and not the categories, the search index or the server
-// (TestClientLinksNoServer).
+// Profiles opens the agent profiles of the bus, creating their bucket if this is the
+// first profile: package profile's store, which reads and writes them on the client's
+// own JetStream, each document checked against its version's schema before it is stored.
+func (c *Client) Profiles(ctx context.Context) (*profile.Profiles, error) {
+	js, err := c.JetStream()
+	if err != nil {
+		return nil, fmt.Errorf("agent profiles: %w", err)
+	}
+	return profile.OpenProfiles(ctx, js, 1)
+}
+
+// The knowledge pages are the brain category's: a client reads and writes them through
+// its tools (Call), or opens package brain's store on JetStream() (brain.Open), which
+// indexes them and so links bleve; the client does not (TestClientLinksNoServer).
 
 // ErrNoRecords reports a bus that keeps no records of a kind yet (its bucket was never
 // made: no job started, no schedule made).

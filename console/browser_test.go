@@ -336,7 +336,7 @@ func (w *world) start(t *testing.T, id, agent, script string) {
 func (w *world) needsApprovals(t *testing.T, agent string) {
 	t.Helper()
 	ctx := bustest.Context(t)
-	p, err := toolsets.ProfilesOf(ctx, w.cl)
+	p, err := w.cl.Profiles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -841,7 +841,7 @@ func TestConsoleJobsAndSchedules(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, worldOptions{})
 	ctx := bustest.Context(t)
-	p, err := toolsets.ProfilesOf(ctx, w.cl)
+	p, err := w.cl.Profiles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

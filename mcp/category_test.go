@@ -23,7 +23,6 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
-	"github.com/toolbus/toolbus/toolsets"
 )
 
 // wait bounds every wait of these tests: events on a loaded machine, never a pace.
@@ -190,7 +189,7 @@ func TestMCPCategoryHostsServerTools(t *testing.T) {
 	}
 
 	// A turn: the profile names the namespace, the model calls a tool of it.
-	profiles, err := toolsets.ProfilesOf(ctx, cl)
+	profiles, err := cl.Profiles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -259,7 +259,7 @@ func (s *Server) update(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	profiles, err := toolsets.ProfilesOf(ctx, s.cfg.Client)
+	profiles, err := s.cfg.Client.Profiles(ctx)
 	if err != nil {
 		return err
 	}

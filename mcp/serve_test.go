@@ -24,7 +24,6 @@ import (
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
-	"github.com/toolbus/toolbus/toolsets"
 )
 
 // notes is a namespace of tools a Go program hosts on the bus, for the MCP side to
@@ -112,7 +111,7 @@ func startServeWorldTurns(t *testing.T, profile string, cfg mcp.ServeConfig, tur
 	t.Cleanup(w.cl.Close)
 	ctx := bustest.Context(t)
 	if profile != "" {
-		ps, err := toolsets.ProfilesOf(ctx, w.cl)
+		ps, err := w.cl.Profiles(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -419,7 +418,7 @@ func TestMCPServeHeldCallWaitsForApproval(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	ps, err := toolsets.ProfilesOf(ctx, cl)
+	ps, err := cl.Profiles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/toolbus/toolbus/console"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
-	"github.com/toolbus/toolbus/toolsets"
 )
 
 // TestMCPServeSessionIsATurn: an MCP session owns a turn recorded like any other: kind
@@ -294,7 +293,7 @@ func TestMCPServeAsTurnUser(t *testing.T) {
 		return cl
 	}
 	as, ops := dial("mcpu", "mcp-pw-31"), dial("ops", "ops-pw-77")
-	ps, err := toolsets.ProfilesOf(ctx, ops)
+	ps, err := ops.Profiles(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/toolsets/computer"
 	"github.com/toolbus/toolbus/toolsets/jobs"
+	"github.com/toolbus/toolbus/toolsets/profile"
 	"github.com/toolbus/toolbus/toolsets/schedule"
 	"github.com/toolbus/toolbus/toolsets/web"
 	"github.com/toolbus/toolbus/toolsets/workflow"
@@ -294,5 +295,14 @@ func TestComputerHostReadsProfileLimits(t *testing.T) {
 	}
 	if got := limits("ann"); got.Pids != 64 || got.Memory != computer.DefaultMemory {
 		t.Errorf("ann's profile: %+v, want pids 64 and the node's memory", got)
+	}
+}
+
+// TestBuiltinCategories: package profile's list of the built-in categories, by which a
+// profile refuses to name one as an external namespace, is this registry's.
+func TestBuiltinCategories(t *testing.T) {
+	t.Parallel()
+	if got, want := profile.BuiltinCategories(), Categories(); !slices.Equal(got, want) {
+		t.Errorf("profile.BuiltinCategories() = %q, the registry has %q", got, want)
 	}
 }

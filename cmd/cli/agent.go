@@ -348,7 +348,7 @@ func profilesOn(ctx context.Context, bf busFlags, what string) (*toolsets.Profil
 // openProfiles opens the profile bucket of the bus, creating it if this is the first
 // profile.
 func openProfiles(ctx context.Context, nc *nats.Conn) (*toolsets.Profiles, error) {
-	return toolsets.ProfilesOf(ctx, client.New(nc))
+	return client.New(nc).Profiles(ctx)
 }
 
 // dialFor dials -server, which the command needs.

@@ -176,7 +176,7 @@ func cleanArg(p string) string {
 
 // sandboxNote tells the model what the sandbox allows, and the command limits.
 func sandboxNote(c Config) string {
-	note := limitsNote(c.Limits.effective(), c.Sandbox.Mode != SandboxOff)
+	note := limitsNote(c.Limits.Effective(), c.Sandbox.Mode != SandboxOff)
 	if c.Sandbox.Mode == SandboxOff {
 		return note
 	}

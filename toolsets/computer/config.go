@@ -95,6 +95,6 @@ func (c Config) withDefaults() Config {
 	if c.Sandbox.Bwrap == "" {
 		c.Sandbox.Bwrap = "bwrap"
 	}
-	c.Limits = c.Limits.withDefaults()
+	c.Limits = c.Limits.WithDefaults()
 	return c
 }

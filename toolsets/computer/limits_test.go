@@ -259,10 +259,10 @@ func TestLimitsConfig(t *testing.T) {
 		t.Errorf("defaults %+v", d)
 	}
 	c := Config{Limits: Limits{Pids: 100, TmpSize: -1}}.withDefaults()
-	if c.Limits.Pids != 100 || c.Limits.Memory != DefaultMemory || c.Limits.effective().TmpSize != 0 {
+	if c.Limits.Pids != 100 || c.Limits.Memory != DefaultMemory || c.Limits.Effective().TmpSize != 0 {
 		t.Errorf("limits %+v", c.Limits)
 	}
-	if got := (Limits{Pids: 10}).over(c.Limits); got.Pids != 10 || got.TmpSize != -1 || got.FileSize != DefaultFileSize {
+	if got := (Limits{Pids: 10}).Over(c.Limits); got.Pids != 10 || got.TmpSize != -1 || got.FileSize != DefaultFileSize {
 		t.Errorf("over: %+v", got)
 	}
 	for _, tc := range []struct {

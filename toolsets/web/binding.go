@@ -3,35 +3,22 @@
 // it.
 package web
 
+import "github.com/toolbus/toolbus/toolsets/web/binding"
+
 // Category is the web tools' category.
 const Category = "web"
 
-// Binding is an agent's web providers, from its profile (toolsets.Profile.Web). It holds
-// no secret: a provider's key is the web host's own configuration.
-type Binding struct {
-	Search *SearchBinding `json:"search,omitempty"`
-	Fetch  *FetchBinding  `json:"fetch,omitempty"`
-}
-
-// SearchBinding names the search provider of web_search.
-type SearchBinding struct {
-	// Provider is SearXNG, Brave or Tavily.
-	Provider string `json:"provider"`
-	// URL is the provider's endpoint; empty means the provider's public API (required
-	// for SearXNG, which has none).
-	URL string `json:"url,omitempty"`
-}
-
-// Search providers.
-const (
-	SearXNG = "searxng"
-	Brave   = "brave"
-	Tavily  = "tavily"
+// Binding is an agent's web providers, from its profile (package binding, where the
+// profile reads them).
+type (
+	Binding       = binding.Binding
+	SearchBinding = binding.SearchBinding
+	FetchBinding  = binding.FetchBinding
 )
 
-// FetchBinding is how web_fetch may reach the web.
-type FetchBinding struct {
-	// AllowPrivate lets fetch reach loopback, private and link-local addresses (the
-	// node's own services among them). Off unless the profile says so.
-	AllowPrivate bool `json:"allow_private,omitempty"`
-}
+// Search providers (package binding).
+const (
+	SearXNG = binding.SearXNG
+	Brave   = binding.Brave
+	Tavily  = binding.Tavily
+)
