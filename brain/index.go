@@ -24,6 +24,7 @@ import (
 	"github.com/blevesearch/bleve/v2/search/query"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/brain/pages"
 	"github.com/toolbus/toolbus/bus"
 )
 
@@ -158,7 +159,7 @@ var errIndexClosed = errors.New("the index was closed")
 // hold more than MaxIndexes indexes while more agents than that recall at once, and
 // closes the extra ones as their recalls end.
 func (x *indexes) get(ctx context.Context, agent string) (*agentIndex, error) {
-	kv, err := x.s.bucket(ctx)
+	kv, err := x.s.Bucket(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -327,13 +328,13 @@ func (x *indexes) apply(ai *agentIndex, e jetstream.KeyValueEntry, batch *bleve.
 		}
 		return
 	}
-	rec, err := decode(e)
+	rec, err := pages.Decode(e)
 	if err != nil {
 		x.s.log.Warn("knowledge index: a page is left out", "agent", ai.agent, "err", err)
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	text, err := x.s.text(ctx, rec)
+	text, err := x.s.Text(ctx, rec)
 	cancel()
 	if err != nil {
 		// Replaced meanwhile (a later entry follows), or unreadable: the title and tags
@@ -454,7 +455,7 @@ type Recall struct {
 // Recall ranks the agent's pages for a query. The first recall of an agent builds its
 // index from the bucket; later ones search the index its watch keeps current.
 func (s *Store) Recall(ctx context.Context, agent string, q Query) (Recall, error) {
-	if err := checkAgent(agent); err != nil {
+	if err := pages.CheckAgent(agent); err != nil {
 		return Recall{}, err
 	}
 	text := strings.TrimSpace(q.Text)
@@ -475,7 +476,7 @@ func (s *Store) Recall(ctx context.Context, agent string, q Query) (Recall, erro
 	var filter []query.Query
 	for _, t := range q.Tags {
 		t = strings.ToLower(strings.TrimSpace(t))
-		if err := checkTag(t); err != nil {
+		if err := pages.CheckTag(t); err != nil {
 			return Recall{}, fmt.Errorf("tags filter: %w", err)
 		}
 		tq := bleve.NewTermQuery(t)

@@ -176,31 +176,6 @@ func (r Recall) String() string {
 	return b.String()
 }
 
-// String is an excerpt as the model reads it: a header line, the text, and where to
-// read on.
-func (e Excerpt) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "Page %s: %s", e.ID, e.Title)
-	if len(e.Tags) > 0 {
-		fmt.Fprintf(&b, " [%s]", strings.Join(e.Tags, ", "))
-	}
-	fmt.Fprintf(&b, " (updated %s", e.Updated.Format("2006-01-02 15:04 MST"))
-	if e.Offset > 0 || e.NextOffset > 0 {
-		fmt.Fprintf(&b, "; bytes %d–%d of %d", e.Offset, e.End, e.Size)
-	}
-	b.WriteString(")\n\n")
-	b.WriteString(e.Text)
-	if e.NextOffset > 0 {
-		// One blank line between the text and the note, whether or not the part ends
-		// with a line break.
-		if !strings.HasSuffix(e.Text, "\n") {
-			b.WriteByte('\n')
-		}
-		fmt.Fprintf(&b, "\n[The page goes on: call get_page with id %q and offset %d to read on.]", e.ID, e.NextOffset)
-	}
-	return b.String()
-}
-
 // quote quotes a query for a label, cut to 60 characters.
 func quote(s string) string {
 	s = strings.Join(strings.Fields(s), " ")

@@ -110,7 +110,7 @@ func (c *Client) Close() {
 }
 
 // JetStream is the connection's JetStream context, made once; stores of other packages
-// open on it (brain.Open for the knowledge pages and their index).
+// open on it (brain.Open, for the knowledge pages with their search index).
 func (c *Client) JetStream() (jetstream.JetStream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

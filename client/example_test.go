@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus"
+	brainpages "github.com/toolbus/toolbus/brain/pages"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
@@ -430,4 +431,54 @@ func ExampleTurn_Record() {
 	fmt.Println(rec.State, rec.Owner, rec.Spec.Agent)
 	// Output:
 	// completed example demo
+}
+
+// Keep an agent's knowledge pages from a program: the client writes them to the bus's
+// JetStream as the brain category does, and the nodes' recall finds them.
+func ExampleClient_Pages() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	pages, err := c.Pages(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pages.Put(ctx, "ops", brainpages.Page{ID: "deploys", Title: "How we deploy",
+		Tags: []string{"Runbook"}, Text: "Tag a release; the pipeline does the rest."}); err != nil {
+		log.Fatal(err)
+	}
+	p, err := pages.Get(ctx, "ops", "deploys")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(p.Title, p.Tags, p.Text)
+	// Output:
+	// How we deploy [runbook] Tag a release; the pipeline does the rest.
+}
+
+// Give an agent a profile: the document is checked against its version's schema before
+// it is stored, and the agent's next turns are assembled from it.
+func ExampleClient_Profiles() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	profiles, err := c.Profiles(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := profiles.Put(ctx, []byte(`{"version": 5, "agent": "ops", "approvals": "sometimes"}`)); err != nil {
+		fmt.Println(err)
+	}
+	p, err := profiles.Put(ctx, []byte(`{"version": 5, "agent": "ops", "approvals": "destructive"}`))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(p.Agent, p.Approvals)
+	// Output:
+	// invalid agent profile: /approvals: value sometimes should be one of the allowed values: never, destructive, writes
+	// ops destructive
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/toolbus/toolbus/brain/pages"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/toolsets/jobs"
 	"github.com/toolbus/toolbus/toolsets/profile"
@@ -31,9 +32,21 @@ func (c *Client) Profiles(ctx context.Context) (*profile.Profiles, error) {
 	return profile.OpenProfiles(ctx, js, 1)
 }
 
-// The knowledge pages are the brain category's: a client reads and writes them through
-// its tools (Call), or opens package brain's store on JetStream() (brain.Open), which
-// indexes them and so links bleve; the client does not (TestClientLinksNoServer).
+// Pages opens the knowledge pages of the bus's agents: package pages' store, which reads
+// and writes them on the client's own JetStream, each page checked by the rules the
+// brain category keeps. Searching them (recall) is the brain's, on a node: call its
+// tools, or open package brain's store on JetStream(), which links an index.
+func (c *Client) Pages(ctx context.Context) (*pages.Store, error) {
+	js, err := c.JetStream()
+	if err != nil {
+		return nil, fmt.Errorf("knowledge pages: %w", err)
+	}
+	s := pages.NewStore(js, pages.Options{})
+	if _, err := s.Bucket(ctx); err != nil {
+		return nil, bus.NoJetStream("knowledge pages", err)
+	}
+	return s, nil
+}
 
 // ErrNoRecords reports a bus that keeps no records of a kind yet (its bucket was never
 // made: no job started, no schedule made).

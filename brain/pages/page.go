@@ -1,4 +1,9 @@
-package brain
+// Package pages holds the knowledge pages of a bus's agents as JetStream keeps them: a
+// record per page in the KV bucket bus.BucketBrain, the text of a large one in the
+// object store, with their rules and a compare-and-set write. Package brain searches
+// them (a bleve index per agent); this package links none of that, so a client reads
+// and writes pages with it (client.Pages).
+package pages
 
 import (
 	"errors"
@@ -151,7 +156,7 @@ func normalize(p *Page) error {
 	tags := make([]string, 0, len(p.Tags))
 	for _, t := range p.Tags {
 		t = strings.ToLower(strings.TrimSpace(t))
-		if err := checkTag(t); err != nil {
+		if err := CheckTag(t); err != nil {
 			return fmt.Errorf("%w: page %s: %w", ErrBadPage, p.ID, err)
 		}
 		if !slices.Contains(tags, t) {
@@ -165,8 +170,8 @@ func normalize(p *Page) error {
 	return nil
 }
 
-// checkTag applies the rule for a (lower-cased) tag.
-func checkTag(t string) error {
+// CheckTag applies the rule for a (lower-cased) tag.
+func CheckTag(t string) error {
 	if t == "" {
 		return errors.New("a tag is empty")
 	}
@@ -184,8 +189,8 @@ func checkTag(t string) error {
 // key is the KV key of an agent's page.
 func key(agent, id string) string { return agent + "." + id }
 
-// checkAgent refuses a call without an agent and agent ids that cannot key pages.
-func checkAgent(agent string) error {
+// CheckAgent refuses a call without an agent and agent ids that cannot key pages.
+func CheckAgent(agent string) error {
 	if agent == "" {
 		return errors.New("no agent id: the knowledge store keeps pages per agent")
 	}
