@@ -79,16 +79,18 @@ func runSteps(b *testing.B, n *Node, set *toolbus.Set, steps int) {
 // BenchmarkTurnStep is one step of a turn that calls one tool that does nothing, through
 // a real embedded server and a host of the same node: what the runtime adds to a call.
 // Allocations (-benchmem) count the server's too; they are steadier than time on a
-// shared machine.
+// shared machine, and so is the processor time a step costs (cpu-ns/op, the process's).
 func BenchmarkTurnStep(b *testing.B) {
 	_, n, set := benchNode(b)
 	const steps = 100          // a turn's transcript stays realistic
 	runSteps(b, n, set, steps) // warm up
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := processCPU()
 	for i := 0; i < b.N; i += steps {
 		runSteps(b, n, set, steps)
 	}
+	b.ReportMetric(float64((processCPU()-cpu).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkConcurrentTurns is 64 turns at once, each calling the no-op tool once a step,

@@ -285,13 +285,15 @@ func (s *suite) doneToRequest(ctx context.Context, n int) (Row, error) {
 	}
 	samples := make([]time.Duration, n)
 	gwShare := make([]time.Duration, n)
+	turnShare := make([]time.Duration, n)
 	for i := range samples {
 		samples[i] = got[i].Sub(sent[i])
 		gwShare[i] = delivered[i].Sub(sent[i])
+		turnShare[i] = got[i].Sub(delivered[i])
 	}
-	share := latency("", gwShare, "")
+	share, rest := latency("", gwShare, ""), latency("", turnShare, "")
 	return latency("a call's response.output_item.done to its request on the bus", samples,
-		fmt.Sprintf("from just before the fake writes the event, a plain subscriber on the tool's subject hears the request; of it, HTTP, SSE and decoding until the gateway hands the call to the turn: p50 %.1f µs", share.P50)), nil
+		fmt.Sprintf("from just before the fake writes the event, a plain subscriber on the tool's subject hears the request; of it, HTTP, SSE and decoding until the gateway hands the call to the turn: p50 %.1f µs; from there, the turn and the bus: p50 %.1f µs", share.P50, rest.P50)), nil
 }
 
 // deliveryModel notes when its gateway hands the turn a call complete.
