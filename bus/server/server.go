@@ -489,6 +489,10 @@ func (s *Server) Connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 		// beside other packages on 2 cores: "read pipe: i/o timeout"); an in-process
 		// server that does not answer is busy, not gone.
 		nats.Timeout(inProcessTimeout),
+		// No write deadline: on a pipe to a server in this same process, nats.go's one
+		// minute armed and disarmed a timer around every write (about 5 allocations of a
+		// turn's step, BenchmarkTurnStep), to guard against a peer that cannot be gone.
+		nats.FlusherTimeout(0),
 		nats.Name(name),
 		nats.Nkey(s.userPub, s.userKey.Sign),
 	}, opts...)
