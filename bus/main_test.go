@@ -2,15 +2,13 @@ package bus
 
 import (
 	"context"
-	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus/internal/testlog"
 	"github.com/toolbus/toolbus/internal/testmain"
 )
 
@@ -76,31 +74,5 @@ func startServer(t testing.TB, cfg testConfig) (*testServer, *logRecorder) {
 	return &testServer{t: t, ns: ns}, &logRecorder{}
 }
 
-// logRecorder is a slog.Handler that keeps every record.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.records = append(r.records, rec.Clone())
-	return nil
-}
-
-// find returns the messages at level or above that contain substr.
-func (r *logRecorder) find(level slog.Level, substr string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, rec := range r.records {
-		if rec.Level >= level && strings.Contains(rec.Message, substr) {
-			out = append(out, rec.Message)
-		}
-	}
-	return out
-}
+// logRecorder keeps what a test logs (testlog.Recorder).
+type logRecorder = testlog.Recorder

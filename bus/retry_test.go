@@ -215,7 +215,7 @@ func TestRetryBoundsAttemptsAndLogs(t *testing.T) {
 	if err != nil || calls != failures+1 {
 		t.Fatalf("Retry: %v after %d calls, want success after %d", err, calls, failures+1)
 	}
-	logs := len(rec.find(slog.LevelInfo, "JetStream not ready; retrying"))
+	logs := len(rec.Find(slog.LevelInfo, "JetStream not ready; retrying"))
 	if most := 1 + int(elapsed/retryLogEvery); logs < 1 || logs > most {
 		t.Errorf("%d log lines in %v, want 1 to %d", logs, elapsed, most)
 	}

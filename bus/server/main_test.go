@@ -3,14 +3,13 @@ package server
 import (
 	"context"
 	"log/slog"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/testlog"
 	"github.com/toolbus/toolbus/internal/testmain"
 )
 
@@ -50,34 +49,8 @@ func startServer(t testing.TB, cfg Config) (*Server, *logRecorder) {
 	return s, rec
 }
 
-// logRecorder is a slog.Handler that keeps every record.
-type logRecorder struct {
-	mu      sync.Mutex
-	records []slog.Record
-}
-
-func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
-func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.records = append(r.records, rec.Clone())
-	return nil
-}
-
-// find returns the messages at level or above that contain substr.
-func (r *logRecorder) find(level slog.Level, substr string) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for _, rec := range r.records {
-		if rec.Level >= level && strings.Contains(rec.Message, substr) {
-			out = append(out, rec.Message)
-		}
-	}
-	return out
-}
+// logRecorder keeps what a test logs (testlog.Recorder).
+type logRecorder = testlog.Recorder
 
 func testJetStream(t *testing.T, s *Server, name string) jetstream.JetStream {
 	t.Helper()

@@ -61,7 +61,7 @@ func TestStartInProcessOpensNoPort(t *testing.T) {
 	}
 	// The in-process user is an nkey: the server has no plain text password
 	// to warn about.
-	if w := rec.find(slog.LevelWarn, "Plaintext"); len(w) != 0 {
+	if w := rec.Find(slog.LevelWarn, "Plaintext"); len(w) != 0 {
 		t.Errorf("unexpected warning %q", w)
 	}
 }
@@ -226,7 +226,7 @@ func TestListenerAuthentication(t *testing.T) {
 			}
 		})
 	}
-	if w := rec.find(slog.LevelWarn, "Plaintext passwords"); len(w) == 0 {
+	if w := rec.Find(slog.LevelWarn, "Plaintext passwords"); len(w) == 0 {
 		t.Error("no plaintext password warning reached the logger")
 	}
 }
@@ -500,7 +500,7 @@ func TestServerFatalErrorReachesLoggerAndStart(t *testing.T) {
 	if !strings.Contains(err.Error(), "Error listening on port") {
 		t.Errorf("Start error %q does not give the server's reason", err)
 	}
-	if got := rec.find(slog.LevelError, "Error listening on port"); len(got) == 0 {
+	if got := rec.Find(slog.LevelError, "Error listening on port"); len(got) == 0 {
 		t.Error("the fatal error did not reach the logger")
 	}
 }
@@ -526,10 +526,7 @@ func TestServerLoggerLevels(t *testing.T) {
 			l.Fatalf("%s", "fatal")
 			l.Debugf("debug")
 			l.Tracef("trace")
-			var got []string
-			for _, r := range rec.records {
-				got = append(got, r.Message)
-			}
+			got := rec.Messages()
 			if strings.Join(got, ",") != strings.Join(tt.wantMsgs, ",") {
 				t.Errorf("logged %v, want %v", got, tt.wantMsgs)
 			}

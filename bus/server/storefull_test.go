@@ -237,7 +237,7 @@ func TestStoreDiskFullFailsServer(t *testing.T) {
 	ctx := testContext(t)
 	s, rec := startServer(t, Config{Name: "disk1", StoreDir: dir})
 	defer func() {
-		for _, m := range rec.find(slog.LevelWarn, "") {
+		for _, m := range rec.Find(slog.LevelWarn, "") {
 			t.Logf("server: %s", m)
 		}
 	}()
