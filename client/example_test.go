@@ -482,3 +482,57 @@ func ExampleClient_Profiles() {
 	// invalid agent profile: /approvals: value sometimes should be one of the allowed values: never, destructive, writes
 	// ops destructive
 }
+
+// Wait for a turn's end and read how it went: its state, its final text, each call.
+func ExampleTurn_Wait() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "What is in notes.txt?",
+		Script: []byte(`{"responses":[{"calls":[{"name":"read_file","arguments":"{\"path\":\"notes.txt\"}"}]},{"text":"A note."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	end, err := t.Wait(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(end.State, end.Text)
+	for _, call := range end.Calls {
+		fmt.Println(call.Tool, call.Outcome)
+	}
+	// Output:
+	// completed A note.
+	// read_file ok
+}
+
+// Read a finished turn's transcript: the input, each call and its output, the answer.
+func ExampleTurn_Transcript() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, c, stop := startNode(ctx)
+	defer stop()
+
+	t, err := c.Start(ctx, bus.TurnSpec{Kind: bus.TurnMain, Agent: "demo", Input: "Say hello.",
+		Script: []byte(`{"responses":[{"text":"Hello."}]}`)}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer t.Close()
+	if _, err := t.Wait(ctx); err != nil {
+		log.Fatal(err)
+	}
+	items, err := t.Transcript(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, it := range items {
+		fmt.Println(it.Kind, it.Role, it.Text)
+	}
+	// Output:
+	// message user Say hello.
+	// message assistant Hello.
+}
