@@ -7,13 +7,15 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/jstest"
 )
 
 func TestCreateOnceAndGetRecord(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	kv, err := KeyValue(ctx, testJetStream(t, s, "records"), "records", 1)
+	kv, err := KeyValue(ctx, jstest.JetStream(t, s, "records"), "records", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +51,7 @@ func TestListKeys(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	kv, err := KeyValue(ctx, testJetStream(t, s, "keys"), "keys", 1)
+	kv, err := KeyValue(ctx, jstest.JetStream(t, s, "keys"), "keys", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

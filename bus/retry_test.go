@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/jstest"
 )
 
 func TestRetryable(t *testing.T) {
@@ -228,7 +230,7 @@ func TestRetryOnServer(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "retry")
+	js := jstest.JetStream(t, s, "retry")
 
 	failed := make(chan error, 1)
 	done := make(chan error, 1)

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,42 +9,22 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/toolbus/toolbus/internal/jstest"
 )
-
-func testJetStream(t *testing.T, s *testServer, name string) jetstream.JetStream {
-	t.Helper()
-	nc, err := s.Connect(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
-func streamReplicas(ctx context.Context, t *testing.T, js jetstream.JetStream, stream string) int {
-	t.Helper()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.CachedInfo().Config.Replicas
-}
 
 func TestKeyValueOnSingleServer(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "kv")
+	js := jstest.JetStream(t, s, "kv")
 
 	// Three replicas asked of one server: capped to one.
 	kv, err := KeyValue(ctx, js, BucketTodos, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := streamReplicas(ctx, t, js, "KV_"+BucketTodos); r != 1 {
+	if r := jstest.StreamReplicas(ctx, t, js, "KV_"+BucketTodos); r != 1 {
 		t.Errorf("replicas = %d, want 1", r)
 	}
 	rev, err := kv.Put(ctx, "agent1.list", []byte(`["a"]`))
@@ -68,7 +47,7 @@ func TestEnsureKeyValueConcurrently(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "kv")
+	js := jstest.JetStream(t, s, "kv")
 
 	const n = 8
 	var wg sync.WaitGroup
@@ -105,7 +84,7 @@ func TestEnsureKeyValueConcurrently(t *testing.T) {
 func TestKeyValueRejectsBadBucket(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
-	js := testJetStream(t, s, "kv")
+	js := jstest.JetStream(t, s, "kv")
 	if _, err := KeyValue(testContext(t), js, "bad.name", 1); !errors.Is(err, jetstream.ErrInvalidBucketName) {
 		t.Errorf("KeyValue(bad.name): %v, want ErrInvalidBucketName", err)
 	}
@@ -115,7 +94,7 @@ func TestObjectStore(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "obj")
+	js := jstest.JetStream(t, s, "obj")
 
 	obs, err := ObjectStore(ctx, js, "toolbus_outputs", 3)
 	if err != nil {
@@ -142,7 +121,7 @@ func TestStream(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "streams")
+	js := jstest.JetStream(t, s, "streams")
 
 	cfg := jetstream.StreamConfig{Name: "TEST_STREAM", Subjects: []string{"test.>"}, Storage: jetstream.FileStorage, Replicas: 3}
 	st, err := Stream(ctx, js, cfg)
@@ -255,7 +234,7 @@ func TestLeaderLastSeq(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, testConfig{})
 	ctx := testContext(t)
-	js := testJetStream(t, s, "leader-last")
+	js := jstest.JetStream(t, s, "leader-last")
 	if _, err := Stream(ctx, js, jetstream.StreamConfig{Name: "LAST", Subjects: []string{"last.>"}, Storage: jetstream.FileStorage, AllowDirect: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/jstest"
 )
 
 // freePorts finds n free loopback ports that no other test of this process was given
@@ -150,14 +151,14 @@ func TestClusterOfThree(t *testing.T) {
 	})
 
 	t.Run("replicated key-value", func(t *testing.T) {
-		js1 := testJetStream(t, nodes[0], "kv-n1")
-		js3 := testJetStream(t, nodes[2], "kv-n3")
+		js1 := jstest.JetStream(t, nodes[0], "kv-n1")
+		js3 := jstest.JetStream(t, nodes[2], "kv-n3")
 		// Five replicas asked of three servers: capped to three.
 		kv1, err := bus.KeyValue(ctx, js1, "cluster_todos", 5)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := streamReplicas(ctx, t, js1, "KV_cluster_todos"); r != 3 {
+		if r := jstest.StreamReplicas(ctx, t, js1, "KV_cluster_todos"); r != 3 {
 			t.Errorf("replicas = %d, want 3", r)
 		}
 		if _, err := kv1.Put(ctx, "agent1.list", []byte("replicated")); err != nil {

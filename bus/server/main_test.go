@@ -52,28 +52,6 @@ func startServer(t testing.TB, cfg Config) (*Server, *logRecorder) {
 // logRecorder keeps what a test logs (testlog.Recorder).
 type logRecorder = testlog.Recorder
 
-func testJetStream(t *testing.T, s *Server, name string) jetstream.JetStream {
-	t.Helper()
-	nc, err := s.Connect(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return js
-}
-
-func streamReplicas(ctx context.Context, t *testing.T, js jetstream.JetStream, stream string) int {
-	t.Helper()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st.CachedInfo().Config.Replicas
-}
-
 // clusterServers is what package bus reads from an in-process connection to size
 // its creations' replicas (bus.ClusterSizer).
 func clusterServers(js jetstream.JetStream) int {

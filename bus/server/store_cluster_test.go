@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/jstest"
 )
 
 // createR3 creates a stream asking for three replicas as the nodes do, retrying
@@ -63,7 +64,7 @@ func TestReplicasAtClusterStart(t *testing.T) {
 		t.FailNow()
 	}
 	ready := time.Since(began)
-	js := testJetStream(t, first, "replicas-at-start")
+	js := jstest.JetStream(t, first, "replicas-at-start")
 	if n := clusterServers(js); n != 3 {
 		t.Errorf("clusterServers = %d, want the 3 the routes name", n)
 	}
@@ -80,7 +81,7 @@ func TestReplicasCappedOnTwoNodes(t *testing.T) {
 	t.Parallel()
 	nodes := startCluster(t, 2)
 	ctx := testContext(t)
-	js := testJetStream(t, nodes[1], "two-nodes")
+	js := jstest.JetStream(t, nodes[1], "two-nodes")
 	if r := createR3(ctx, t, js, "TWO_NODES"); r != 2 {
 		t.Errorf("replicas = %d, want 2", r)
 	}
@@ -88,7 +89,7 @@ func TestReplicasCappedOnTwoNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := streamReplicas(ctx, t, js, "KV_"+kv.Bucket()); r != 2 {
+	if r := jstest.StreamReplicas(ctx, t, js, "KV_"+kv.Bucket()); r != 2 {
 		t.Errorf("bucket replicas = %d, want 2", r)
 	}
 }
@@ -98,7 +99,7 @@ func TestReplicasCappedOnTwoNodes(t *testing.T) {
 func TestClusterServersUnknown(t *testing.T) {
 	t.Parallel()
 	s, _ := startServer(t, Config{})
-	if n := clusterServers(testJetStream(t, s, "single")); n != 0 {
+	if n := clusterServers(jstest.JetStream(t, s, "single")); n != 0 {
 		t.Errorf("clusterServers of a single server = %d, want 0", n)
 	}
 	if n := clusterServers(nil); n != 0 {
