@@ -7,6 +7,7 @@ import (
 	"log"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,25 +45,35 @@ func startBus(ctx context.Context) (*server.Server, func()) {
 	return srv, func() { srv.Close(); os.RemoveAll(dir) }
 }
 
-// served is closed when a host of category tells the catalogs it serves.
-func served(nc *nats.Conn, category string) <-chan struct{} {
-	up := make(chan struct{})
-	done := false
+// served waits for a host of category to tell the catalogs it serves: up is closed
+// then. stop ends the wait.
+func served(nc *nats.Conn, category string) (up <-chan struct{}, stop func(), err error) {
+	ch := make(chan struct{})
+	var once sync.Once
 	sub, err := nc.Subscribe(bus.CatalogChanged, func(m *nats.Msg) {
 		var c bus.CatalogChange
-		if !done && json.Unmarshal(m.Data, &c) == nil && c.Category == category && c.State == bus.CatalogUp {
-			done = true // one subscription's handler runs one message at a time
-			close(up)
+		if json.Unmarshal(m.Data, &c) == nil && c.Category == category && c.State == bus.CatalogUp {
+			once.Do(func() { close(ch) })
 		}
 	})
 	if err != nil {
-		log.Fatal(err)
+		return nil, nil, err
 	}
+	// The subscription reaches the server before the host may start.
 	if err := nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, nil, err
+	}
+	return ch, func() { _ = sub.Unsubscribe() }, nil
+}
+
+// mustServe is served for an example.
+func mustServe(nc *nats.Conn, category string) (<-chan struct{}, func()) {
+	up, stop, err := served(nc, category)
+	if err != nil {
 		log.Fatal(err)
 	}
-	go func() { <-up; _ = sub.Unsubscribe() }()
-	return up
+	return up, stop
 }
 
 // callShout calls the shout tool as any client of the bus does.
@@ -91,7 +102,8 @@ func ExampleServe() {
 	}
 	defer nc.Close()
 
-	up := served(nc, "voice")
+	up, stopWait := mustServe(nc, "voice")
+	defer stopWait()
 	serving, end := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- host.Serve(serving, nc, shout) }()
@@ -118,7 +130,8 @@ func ExampleServeConfig() {
 	}
 	defer nc.Close()
 
-	up := served(nc, "voice")
+	up, stopWait := mustServe(nc, "voice")
+	defer stopWait()
 	serving, end := context.WithCancel(ctx)
 	defer end()
 	go func() {

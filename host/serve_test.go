@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -249,24 +248,14 @@ func TestServeEnds(t *testing.T) {
 	}
 }
 
-// catalogUp is closed when a host of category tells the catalogs it serves.
+// catalogUp is served for a test, its wait ended with the test.
 func catalogUp(t *testing.T, nc *nats.Conn, category string) <-chan struct{} {
 	t.Helper()
-	up := make(chan struct{})
-	var once sync.Once
-	sub, err := nc.Subscribe(bus.CatalogChanged, func(m *nats.Msg) {
-		var c bus.CatalogChange
-		if json.Unmarshal(m.Data, &c) == nil && c.Category == category && c.State == bus.CatalogUp {
-			once.Do(func() { close(up) })
-		}
-	})
+	up, stop, err := served(nc, category)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	if err := nc.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	t.Cleanup(stop)
 	return up
 }
 
