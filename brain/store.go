@@ -7,7 +7,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/brain/pages"
-	"github.com/toolbus/toolbus/bus"
 )
 
 // Defaults of Options.
@@ -57,18 +56,28 @@ type Store struct {
 // NewStore returns the store on js; nothing is opened until it is used.
 func NewStore(js jetstream.JetStream, opts Options) *Store {
 	opts = opts.withDefaults()
-	s := &Store{Store: pages.NewStore(js, pages.Options{Replicas: opts.Replicas, Logger: opts.Logger}), opts: opts, log: opts.Logger}
-	s.idx = newIndexes(s)
-	return s
+	return withIndex(pages.NewStore(js, pageOptions(opts)), opts)
 }
 
 // Open is NewStore that opens (creating if needed) the page bucket at once.
 func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
-	s := NewStore(js, opts)
-	if _, err := s.Bucket(ctx); err != nil {
-		return nil, bus.NoJetStream("knowledge pages", err)
+	opts = opts.withDefaults()
+	ps, err := pages.Open(ctx, js, pageOptions(opts))
+	if err != nil {
+		return nil, err
 	}
-	return s, nil
+	return withIndex(ps, opts), nil
+}
+
+func pageOptions(opts Options) pages.Options {
+	return pages.Options{Replicas: opts.Replicas, Logger: opts.Logger}
+}
+
+// withIndex is the store of ps's pages with their indexes.
+func withIndex(ps *pages.Store, opts Options) *Store {
+	s := &Store{Store: ps, opts: opts, log: opts.Logger}
+	s.idx = newIndexes(s)
+	return s
 }
 
 // Close stops the store's index watches and drops its indexes. The pages stay in

@@ -41,11 +41,7 @@ func (c *Client) Pages(ctx context.Context) (*pages.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("knowledge pages: %w", err)
 	}
-	s := pages.NewStore(js, pages.Options{})
-	if _, err := s.Bucket(ctx); err != nil {
-		return nil, bus.NoJetStream("knowledge pages", err)
-	}
-	return s, nil
+	return pages.Open(ctx, js, pages.Options{})
 }
 
 // ErrNoRecords reports a bus that keeps no records of a kind yet (its bucket was never

@@ -52,6 +52,16 @@ func NewStore(js jetstream.JetStream, opts Options) *Store {
 	return &Store{js: js, opts: opts, log: opts.Logger}
 }
 
+// Open is NewStore that opens (creating if needed) the page bucket at once; a user
+// without JetStream is told so (bus.NoJetStream).
+func Open(ctx context.Context, js jetstream.JetStream, opts Options) (*Store, error) {
+	s := NewStore(js, opts)
+	if _, err := s.Bucket(ctx); err != nil {
+		return nil, bus.NoJetStream("knowledge pages", err)
+	}
+	return s, nil
+}
+
 // Bucket opens the page bucket on first use (and creates it if missing). A JetStream
 // without a leader yet is waited for within ctx (bus.Retry).
 func (s *Store) Bucket(ctx context.Context) (jetstream.KeyValue, error) {
