@@ -150,8 +150,8 @@ func TestRunOnly(t *testing.T) {
 }
 
 // Run with Only "stream" measures streamed steps against the paced fake: the step not
-// streamed and streamed (in ms, the second against the first), and a call's
-// output_item.done to its request on the bus.
+// streamed and streamed (in ms, the second against the first), the bus's hop and the
+// HTTP hop on their own, and a call's output_item.done to its request on the bus.
 func TestRunStream(t *testing.T) {
 	t.Parallel()
 	r, err := Run(testContext(t), Config{Samples: MinSamples, Only: "stream"}, nil)
@@ -159,12 +159,15 @@ func TestRunStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := r.Results[2:]
-	if len(rows) != 4 {
+	if len(rows) != 5 {
 		t.Fatalf("rows %+v", rows)
 	}
-	whole, streamed, hop, dispatch := rows[0], rows[1], rows[2], rows[3]
+	whole, streamed, hop, http, dispatch := rows[0], rows[1], rows[2], rows[3], rows[4]
 	if hop.Unit != "us" || hop.Samples != 50 || hop.P50 <= 0 || dispatch.Baseline != hop.Name || dispatch.Ratio <= 0 {
 		t.Errorf("bus row %+v\nagainst %+v", hop, dispatch)
+	}
+	if http.Unit != "us" || http.Samples != 50 || http.P50 <= 0 || http.Baseline != hop.Name || http.Met != nil {
+		t.Errorf("HTTP row %+v", http)
 	}
 	if whole.Unit != "ms" || streamed.Unit != "ms" || streamed.Baseline != whole.Name || streamed.Met == nil ||
 		whole.Samples != 1 || streamed.Samples != 1 || whole.P50 <= 0 || streamed.P50 <= 0 {
@@ -172,5 +175,32 @@ func TestRunStream(t *testing.T) {
 	}
 	if dispatch.Unit != "us" || dispatch.Samples != 50 || dispatch.P50 <= 0 || dispatch.Met == nil || dispatch.Target != "p50 ≤ baseline + 30 µs" {
 		t.Errorf("dispatch row %+v", dispatch)
+	}
+}
+
+// Run with Only "throughput" measures calls/s of raw requesters, of the same requesters
+// sending a turn's wire alone, and of turns; the last two against the first, the turns'
+// with their target and their share of the wire's in the note.
+func TestRunThroughput(t *testing.T) {
+	t.Parallel()
+	r, err := Run(testContext(t), Config{Samples: MinSamples, Turns: 4, Only: "throughput"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := r.Results[2:]
+	if len(rows) != 3 {
+		t.Fatalf("rows %+v", rows)
+	}
+	raw, wire, turns := rows[0], rows[1], rows[2]
+	for _, row := range rows {
+		if row.Unit != "calls/s" || row.Value <= 0 || row.Samples == 0 {
+			t.Errorf("row %+v", row)
+		}
+	}
+	if wire.Baseline != raw.Name || wire.Ratio <= 0 || wire.Met != nil || !strings.Contains(wire.Note, "micro endpoint") {
+		t.Errorf("wire row %+v", wire)
+	}
+	if turns.Baseline != raw.Name || turns.Met == nil || turns.Target != "≥ 0.55× baseline" || !strings.Contains(turns.Note, "× the wire of a call alone") {
+		t.Errorf("turns row %+v", turns)
 	}
 }

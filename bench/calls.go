@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/actors"
@@ -225,21 +227,27 @@ func (s *suite) turnSamplesOn(ctx context.Context, node *actors.Node, tool *tool
 }
 
 // throughputs measures, in three rounds taking turns, concurrent core NATS
-// request-reply (as many requesters as there are turns) and concurrent turns of one
-// no-op call per step.
-func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
+// request-reply (as many requesters as there are turns), the wire of a call alone (wire:
+// the same requesters sending what a turn sends, to a service that answers as a host
+// does, and nothing else) and concurrent turns of one no-op call per step.
+func (s *suite) throughputs(ctx context.Context) (raw, wire, turns Row, err error) {
 	req, stop, err := s.echo()
 	if err != nil {
-		return raw, turns, err
+		return raw, wire, turns, err
 	}
 	defer stop()
+	wc, stopWire, err := s.wireService()
+	if err != nil {
+		return raw, wire, turns, err
+	}
+	defer stopWire()
 	set, err := toolbus.NewSet(&s.noop.Spec)
 	if err != nil {
-		return raw, turns, err
+		return raw, wire, turns, err
 	}
 	per := max(s.cfg.Samples/10, 50) // steps of each turn in a round, as many requests of each requester
-	var rawCalls, turnCalls int
-	var rawTime, turnTime time.Duration
+	var rawCalls, wireCalls, turnCalls int
+	var rawTime, wireTime, turnTime time.Duration
 	for range 3 {
 		start := time.Now()
 		if err := s.concurrently(func() error {
@@ -250,10 +258,17 @@ func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
 			}
 			return nil
 		}); err != nil {
-			return raw, turns, err
+			return raw, wire, turns, err
 		}
 		rawTime += time.Since(start)
 		rawCalls += s.cfg.Turns * per
+
+		start = time.Now()
+		if err := s.concurrently(func() error { return wireCallsOn(ctx, wc, per) }); err != nil {
+			return raw, wire, turns, err
+		}
+		wireTime += time.Since(start)
+		wireCalls += s.cfg.Turns * per
 
 		var calls atomic.Int64
 		start = time.Now()
@@ -267,17 +282,106 @@ func (s *suite) throughputs(ctx context.Context) (raw, turns Row, err error) {
 			calls.Add(int64(len(res.Calls)))
 			return err
 		}); err != nil {
-			return raw, turns, err
+			return raw, wire, turns, err
 		}
 		turnTime += time.Since(start)
 		turnCalls += int(calls.Load())
 	}
 	raw = Row{Name: fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", s.cfg.Turns), Unit: "calls/s",
 		Value: float64(rawCalls) / rawTime.Seconds(), Samples: rawCalls}
+	wire = Row{Name: fmt.Sprintf("the wire of a call alone, %d concurrent requesters", s.cfg.Turns), Unit: "calls/s",
+		Value: float64(wireCalls) / wireTime.Seconds(), Samples: wireCalls,
+		Note: "each requester sends what a turn sends for a no-op call (subject, reply subject on a subscription of its own, headers, arguments) to a micro endpoint that reads the headers and answers with a no-op call's reply at once: no turn, no tool, no transcript"}
 	turns = Row{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", s.cfg.Turns), Unit: "calls/s",
 		Value: float64(turnCalls) / turnTime.Seconds(), Samples: turnCalls}
-	return raw, turns, nil
+	if wire.Value > 0 {
+		turns.Note = fmt.Sprintf("%.2f× the wire of a call alone (%.2f× raw)", turns.Value/wire.Value, wire.Value/raw.Value)
+	}
+	return raw, wire, turns, nil
 }
+
+// wireSubject is the subject of the wire measurement's service.
+const wireSubject = "bench.wire.noop"
+
+// wireService is a micro service that answers each request on wireSubject as a host
+// answers a no-op call, with nothing in between (the headers read, a reply encoded once),
+// and a connection of its own for the requesters, as a node's turns share one.
+func (s *suite) wireService() (*nats.Conn, func(), error) {
+	hc, err := s.node.Connect("bench-wire-host")
+	if err != nil {
+		return nil, nil, err
+	}
+	tr := bus.ToolReply{Call: "c", Tool: s.noop.Name, Outcome: bus.OutcomeOK, Content: []toolbus.ContentPart{toolbus.Text("ok")}}
+	reply, err := tr.AppendJSON(nil)
+	if err != nil {
+		hc.Close()
+		return nil, nil, err
+	}
+	svc, err := micro.AddService(hc, micro.Config{Name: "bench-wire", Version: "1.0.0"})
+	if err != nil {
+		hc.Close()
+		return nil, nil, err
+	}
+	if err := svc.AddEndpoint("noop", micro.HandlerFunc(func(r micro.Request) {
+		if _, err := bus.ParseToolRequest(nats.Header(r.Headers())); err != nil {
+			_ = r.Error("400", err.Error(), nil)
+			return
+		}
+		_ = r.Respond(reply)
+	}), micro.WithEndpointSubject(wireSubject)); err != nil {
+		hc.Close()
+		return nil, nil, err
+	}
+	if err := hc.Flush(); err != nil {
+		hc.Close()
+		return nil, nil, err
+	}
+	rc, err := s.node.Connect("bench-wire-turns")
+	if err != nil {
+		hc.Close()
+		return nil, nil, err
+	}
+	return rc, func() { rc.Close(); _ = svc.Stop(); hc.Close() }, nil
+}
+
+// wireCallsOn sends n calls' requests one after another as a turn would (each with a
+// turn's headers and its reply subject, heard on a subscription of its own) and waits
+// for each reply.
+func wireCallsOn(ctx context.Context, nc *nats.Conn, n int) error {
+	turn := bus.NewID()
+	replies := make(chan *nats.Msg, 1)
+	sub, err := nc.Subscribe(bus.ResultSubject(turn, "*"), func(m *nats.Msg) { replies <- m })
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return err
+	}
+	for i := range n {
+		call := "c" + strconv.Itoa(i)
+		m := &nats.Msg{Subject: wireSubject, Reply: bus.ResultSubject(turn, call), Data: []byte(`{}`), Header: make(nats.Header, 8)}
+		bus.ToolRequest{Turn: turn, Call: call, Agent: "bench", Deadline: time.Now().Add(time.Minute),
+			Traceparent: wireTraceparent, Vouch: wireVouch}.SetHeaders(m.Header)
+		if err := nc.PublishMsg(m); err != nil {
+			return err
+		}
+		select {
+		case <-replies:
+		case <-time.After(10 * time.Second):
+			return fmt.Errorf("wire bench: no reply to call %d within 10 s", i)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// A traceparent and a vouch of the sizes a turn sends.
+const (
+	wireTraceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00"
+	wireVouch       = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFG"
+)
 
 // concurrently runs f on as many goroutines as the throughput measurement has turns and
 // returns one of their errors.

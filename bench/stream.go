@@ -1,8 +1,14 @@
 package bench
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -99,8 +105,81 @@ func (s *suite) streamRows(ctx context.Context) ([]Row, error) {
 	if err != nil {
 		return nil, err
 	}
-	// What the gateway and the turn add to the bus's own hop: at most 30 µs.
-	return []Row{base, r, hop, compareAdded(dispatch, hop, 30)}, nil
+	http, err := pacedHTTP(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	http.Baseline = hop.Name
+	if hop.P50 > 0 {
+		http.Ratio = http.P50 / hop.P50
+	}
+	// What the gateway and the turn add to the bus's own hop: at most 30 µs. The HTTP
+	// row is the part of that no gateway can save: the event's trip over loopback.
+	return []Row{base, r, hop, http, compareAdded(dispatch, hop, 30)}, nil
+}
+
+// pacedHTTP measures the HTTP share of doneToRequest: a response of n calls from the same
+// fake, each call's output_item.done written donePace after the one before (1 ms after
+// its output_item.added), read by a plain reader of the body's lines that notes when it
+// has the event's data line. No decoding, no gateway, no turn: the trip of the event over
+// loopback HTTP and what a reader must do to have it at all.
+func pacedHTTP(ctx context.Context, n int) (Row, error) {
+	var (
+		mu   sync.Mutex
+		sent []time.Time
+	)
+	written := func() {
+		now := time.Now()
+		mu.Lock()
+		sent = append(sent, now)
+		mu.Unlock()
+	}
+	b := gatewaytest.NewResponses("resp_hop")
+	for i := range n {
+		b.Pace(donePace-time.Millisecond, nil).Call(fmt.Sprintf("c%d", i), "noop", "{}").DelayLast(time.Millisecond).OnWrite(written)
+	}
+	srv := gatewaytest.NewServer(gatewaytest.Stream{Events: b.Completed(10, 5)})
+	defer srv.Close()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.BaseURL()+"/responses", strings.NewReader(`{"stream":true}`))
+	if err != nil {
+		return Row{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		return Row{}, err
+	}
+	defer resp.Body.Close()
+	got := make([]time.Time, 0, n)
+	r := bufio.NewReaderSize(resp.Body, 64<<10)
+	done := false // the last line read was the event line of an output_item.done
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			return Row{}, fmt.Errorf("stream bench: read the paced response: %w", err)
+		}
+		switch {
+		case done && bytes.HasPrefix(line, []byte("data: ")):
+			got = append(got, time.Now())
+			done = false
+		default:
+			done = bytes.Equal(bytes.TrimSpace(line), []byte("event: response.output_item.done"))
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != n || len(got) != n {
+		return Row{}, fmt.Errorf("stream bench: %d events written, %d read, want %d", len(sent), len(got), n)
+	}
+	samples := make([]time.Duration, n)
+	for i := range samples {
+		samples[i] = got[i].Sub(sent[i])
+	}
+	return latency("a call's response.output_item.done at the same pace, read off loopback HTTP by a plain reader", samples,
+		"the HTTP share of the row below: from just before the fake writes the event to a reader of the body's lines having its data line, nothing decoded"), nil
 }
 
 // donePace is how far apart doneToRequest's calls are: each step's call is written 1 ms

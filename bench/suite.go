@@ -168,11 +168,15 @@ func (s *suite) runAll(ctx context.Context) ([]Row, error) {
 
 	if want("throughput") {
 		s.say("concurrent throughput: raw request-reply and %d turns, taking turns…", s.cfg.Turns)
-		rawT, turnsT, err := s.throughputs(ctx)
+		rawT, wireT, turnsT, err := s.throughputs(ctx)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, rawT, compareThroughput(turnsT, rawT, 0.55))
+		wireT.Baseline = rawT.Name
+		if rawT.Value > 0 {
+			wireT.Ratio = wireT.Value / rawT.Value
+		}
+		out = append(out, rawT, wireT, compareThroughput(turnsT, rawT, 0.55))
 	}
 
 	if want("messages") {
