@@ -39,7 +39,9 @@ func TestHostServesOnRemoteBus(t *testing.T) {
 		t.Skip("needs the go command to build examples/go-host:", err)
 	}
 	bin := filepath.Join(t.TempDir(), "go-host")
-	build := exec.Command(goBin, "build", "-o", bin, "../examples/go-host")
+	// -ldflags=: linked as a user's plain go build links it, with its debug information,
+	// whatever GOFLAGS says (.ci/run links without DWARF, which weighs less).
+	build := exec.Command(goBin, "build", "-ldflags=", "-o", bin, "../examples/go-host")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build examples/go-host: %v\n%s", err, out)
 	}

@@ -48,9 +48,11 @@ var bins struct {
 	cliErr, natsErr error
 	// home isolates the nats CLI from the user's contexts and config.
 	home string
-	// dir caches installed tools across runs: the nats CLI, the Node.js
-	// worker's npm packages.
+	// dir holds the binaries built from this checkout (cmd/cli, slowhost).
 	dir string
+	// tools keeps the installed tools across runs and clones: the nats CLI, the
+	// Node.js worker's npm packages (see toolsDir).
+	tools string
 }
 
 // parallelTests is how many tests run at once when -parallel is not given. The tests
@@ -92,9 +94,12 @@ func prepareBinaries(dir string) {
 		binDir = filepath.Join(root, "integration", ".bin")
 	}
 	bins.dir = binDir
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		bins.cliErr, bins.natsErr = err, err
-		return
+	bins.tools = toolsDir(binDir)
+	for _, d := range []string{binDir, bins.tools} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			bins.cliErr, bins.natsErr = err, err
+			return
+		}
 	}
 	// At once, into binDir, which outlives the run: go build relinks only a binary
 	// whose build ID changed (a link is 4 s of the package's run; an unchanged one
@@ -103,8 +108,25 @@ func prepareBinaries(dir string) {
 	// one link of the command, not two, on the package's critical path.
 	var wg sync.WaitGroup
 	wg.Go(func() { bins.cli, bins.cliErr = goBuild(goCmd, root, "./cmd/cli", filepath.Join(binDir, "cli")) })
-	wg.Go(func() { bins.nats, bins.natsErr = installNatsCLI(goCmd, binDir) })
+	wg.Go(func() { bins.nats, bins.natsErr = installNatsCLI(goCmd, bins.tools) })
 	wg.Wait()
+}
+
+// toolsDir is where the installed tools are kept: TOOLBUS_TEST_BIN when set (with the
+// built binaries), else the user's cache ($XDG_CACHE_HOME or ~/.cache,
+// toolbus-integration), as internal/npmtest keeps its installs. A clean clone (CI)
+// then installs nothing again: in integration/.bin each clone installed the nats CLI
+// (18 s), npm ci'd the worker (33 s) and npm installed mcporter (57 s) while its tests
+// waited. Each tool is installed into a fresh folder and moved into place under a name
+// that says its version, so runs of several clones share them safely.
+func toolsDir(binDir string) string {
+	if os.Getenv("TOOLBUS_TEST_BIN") != "" {
+		return binDir
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(cache, "toolbus-integration")
+	}
+	return binDir
 }
 
 // repoRoot is the module root: tests run in the package directory.
@@ -145,42 +167,49 @@ func goBuild(goCmd, root, pkg, out string) (string, error) {
 	return out, nil
 }
 
-// installNatsCLI makes sure binDir/nats is the pinned nats CLI, installing it
-// when it is missing or another version.
-func installNatsCLI(goCmd, binDir string) (string, error) {
-	nats := filepath.Join(binDir, "nats")
+// installNatsCLI makes sure toolsDir/nats-vVERSION is the pinned nats CLI, installing
+// it when it is missing or does not run as that version.
+func installNatsCLI(goCmd, toolsDir string) (string, error) {
+	nats := filepath.Join(toolsDir, "nats-v"+natsCLIVersion)
 	if v, err := natsCLIVersionOf(nats); err == nil && v == natsCLIVersion {
 		return nats, nil
 	}
-	if err := os.MkdirAll(binDir, 0o755); err != nil {
-		return "", fmt.Errorf("install the nats CLI: %w", err)
-	}
 	// Install from an empty directory outside the module, so that go.mod
-	// and any go.work are neither read nor touched.
+	// and any go.work are neither read nor touched, into a fresh folder beside the
+	// tools: the binary moves into place complete, never written over one that another
+	// run is executing.
 	work, err := os.MkdirTemp("", "toolbus-natscli-")
 	if err != nil {
 		return "", fmt.Errorf("install the nats CLI: %w", err)
 	}
 	defer os.RemoveAll(work)
+	gobin, err := os.MkdirTemp(toolsDir, "nats-installing-")
+	if err != nil {
+		return "", fmt.Errorf("install the nats CLI: %w", err)
+	}
+	defer os.RemoveAll(gobin)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goCmd, "install", natsCLIModule)
 	cmd.Dir = work
-	cmd.Env = append(os.Environ(), "GOBIN="+binDir, "GOFLAGS=-mod=mod", "GOWORK=off")
+	cmd.Env = append(os.Environ(), "GOBIN="+gobin, "GOFLAGS=-mod=mod", "GOWORK=off")
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go install %s (GOBIN=%s): %w\n%s", natsCLIModule, binDir, err, out)
+		return "", fmt.Errorf("go install %s (GOBIN=%s): %w\n%s", natsCLIModule, gobin, err, out)
 	}
-	v, err := natsCLIVersionOf(nats)
+	v, err := natsCLIVersionOf(filepath.Join(gobin, "nats"))
 	if err != nil {
 		return "", fmt.Errorf("installed nats CLI does not run: %w", err)
 	}
 	if v != natsCLIVersion {
 		return "", fmt.Errorf("installed nats CLI reports version %q, want %q", v, natsCLIVersion)
 	}
-	fmt.Fprintf(os.Stderr, "integration: installed the nats CLI v%s into %s in %s\n",
-		natsCLIVersion, binDir, time.Since(start).Round(time.Second))
+	if err := os.Rename(filepath.Join(gobin, "nats"), nats); err != nil {
+		return "", fmt.Errorf("install the nats CLI: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "integration: installed the nats CLI v%s as %s in %s\n",
+		natsCLIVersion, nats, time.Since(start).Round(time.Second))
 	return nats, nil
 }
 

@@ -33,7 +33,8 @@ var mcpTools struct {
 }
 
 // mcpPrefix installs mcporter and the server with `npm install -g --prefix` into a folder
-// of the integration bin dir, once per run and, across runs, once per pair of versions.
+// of the integration tools dir, once per run and, across runs and clones, once per pair
+// of versions.
 // Its bin folder holds both commands; a node started with -sandbox-ro PREFIX shows the
 // folder to sandboxed commands and puts its bin on their PATH.
 func mcpPrefix(t testing.TB) string {
@@ -58,21 +59,21 @@ func installMCPTools() (string, error) {
 	if real, err := filepath.EvalSymlinks(node); err != nil || !(strings.HasPrefix(real, "/usr/") || strings.HasPrefix(real, "/bin/")) {
 		return "", fmt.Errorf("node is %s (%v): sandboxed commands see only /usr and /bin, so mcporter needs a node installed there (apt-get install nodejs)", real, err)
 	}
-	if bins.dir == "" {
-		return "", fmt.Errorf("no integration bin dir: %v", bins.natsErr)
+	if bins.tools == "" {
+		return "", fmt.Errorf("no integration tools dir: %v", bins.natsErr)
 	}
 	name := strings.NewReplacer("@", "", "/", "-").Replace("mcp-" + mcporterPackage + "-" + everythingPackage)
-	prefix := filepath.Join(bins.dir, name)
+	prefix := filepath.Join(bins.tools, name)
 	if _, err := os.Stat(filepath.Join(prefix, ".installed")); err == nil {
 		return prefix, nil
 	}
 	// Install into a fresh folder and move it into place when complete, so that an
 	// interrupted install is never taken for a finished one. npm writes the folder's
 	// path into nothing it installs, so the move is safe.
-	if err := os.MkdirAll(bins.dir, 0o755); err != nil {
+	if err := os.MkdirAll(bins.tools, 0o755); err != nil {
 		return "", err
 	}
-	work, err := os.MkdirTemp(bins.dir, "mcp-installing-")
+	work, err := os.MkdirTemp(bins.tools, "mcp-installing-")
 	if err != nil {
 		return "", err
 	}
@@ -86,6 +87,9 @@ func installMCPTools() (string, error) {
 	}
 	if err := os.WriteFile(filepath.Join(work, ".installed"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return "", err
+	}
+	if _, err := os.Stat(filepath.Join(prefix, ".installed")); err == nil {
+		return prefix, nil // another run finished first: its tests may be using it
 	}
 	_ = os.RemoveAll(prefix) // a half-made one from an older run
 	if err := os.Rename(work, prefix); err != nil {

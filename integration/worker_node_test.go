@@ -77,8 +77,8 @@ func installWorkerDeps() (node, src, mods string, err error) {
 	if err != nil {
 		return "", "", "", err
 	}
-	if bins.dir == "" {
-		return "", "", "", fmt.Errorf("no integration bin dir: %v", bins.natsErr)
+	if bins.tools == "" {
+		return "", "", "", fmt.Errorf("no integration tools dir: %v", bins.natsErr)
 	}
 	src = filepath.Join(root, filepath.FromSlash(workerNodeExample))
 	lock, err := os.ReadFile(filepath.Join(src, "package-lock.json"))
@@ -86,7 +86,7 @@ func installWorkerDeps() (node, src, mods string, err error) {
 		return "", "", "", err
 	}
 	sum := sha256.Sum256(lock)
-	cache := filepath.Join(bins.dir, "worker-node-"+hex.EncodeToString(sum[:8]))
+	cache := filepath.Join(bins.tools, "worker-node-"+hex.EncodeToString(sum[:8]))
 	mods = filepath.Join(cache, "node_modules")
 	if _, err := os.Stat(filepath.Join(cache, ".installed")); err == nil {
 		return node, src, mods, nil
@@ -94,10 +94,10 @@ func installWorkerDeps() (node, src, mods string, err error) {
 
 	// Install into a fresh folder and move it into place when complete, so
 	// that an interrupted install is never taken for a finished one.
-	if err := os.MkdirAll(bins.dir, 0o755); err != nil {
+	if err := os.MkdirAll(bins.tools, 0o755); err != nil {
 		return "", "", "", err
 	}
-	work, err := os.MkdirTemp(bins.dir, "worker-node-installing-")
+	work, err := os.MkdirTemp(bins.tools, "worker-node-installing-")
 	if err != nil {
 		return "", "", "", err
 	}
@@ -119,6 +119,11 @@ func installWorkerDeps() (node, src, mods string, err error) {
 	}
 	if err := os.WriteFile(filepath.Join(work, ".installed"), []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return "", "", "", err
+	}
+	if _, err := os.Stat(filepath.Join(cache, ".installed")); err == nil {
+		// Another run (of this clone or another) finished first: use its copy, which
+		// its tests may be using.
+		return node, src, mods, nil
 	}
 	_ = os.RemoveAll(cache) // a half-made one from an older run
 	if err := os.Rename(work, cache); err != nil {
