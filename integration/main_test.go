@@ -48,10 +48,11 @@ var bins struct {
 	cliErr, natsErr error
 	// home isolates the nats CLI from the user's contexts and config.
 	home string
-	// dir holds the binaries built from this checkout (cmd/cli, slowhost).
+	// dir holds the binaries built from this checkout (cmd/cli, slowhost) and the nats
+	// CLI, installed into the run's own folder.
 	dir string
-	// tools keeps the installed tools across runs and clones: the nats CLI, the
-	// Node.js worker's npm packages (see toolsDir).
+	// tools keeps the npm installs across runs and clones: the Node.js worker's
+	// packages, mcporter and the MCP server (see toolsDir).
 	tools string
 }
 
@@ -108,17 +109,18 @@ func prepareBinaries(dir string) {
 	// one link of the command, not two, on the package's critical path.
 	var wg sync.WaitGroup
 	wg.Go(func() { bins.cli, bins.cliErr = goBuild(goCmd, root, "./cmd/cli", filepath.Join(binDir, "cli")) })
-	wg.Go(func() { bins.nats, bins.natsErr = installNatsCLI(goCmd, bins.tools) })
+	wg.Go(func() { bins.nats, bins.natsErr = installNatsCLI(goCmd, binDir) })
 	wg.Wait()
 }
 
-// toolsDir is where the installed tools are kept: TOOLBUS_TEST_BIN when set (with the
+// toolsDir is where the npm installs are kept: TOOLBUS_TEST_BIN when set (with the
 // built binaries), else the user's cache ($XDG_CACHE_HOME or ~/.cache,
 // toolbus-integration), as internal/npmtest keeps its installs. A clean clone (CI)
-// then installs nothing again: in integration/.bin each clone installed the nats CLI
-// (18 s), npm ci'd the worker (33 s) and npm installed mcporter (57 s) while its tests
-// waited. Each tool is installed into a fresh folder and moved into place under a name
-// that says its version, so runs of several clones share them safely.
+// then installs them only once: in integration/.bin each clone npm ci'd the worker
+// (33 s) and npm installed mcporter (57 s) while its tests waited. Each is installed
+// into a fresh folder and moved into place under a name that says its version, so runs
+// of several clones share them safely. The nats CLI stays in the run's own folder
+// (dir): a go install of it from a warm build cache is a link.
 func toolsDir(binDir string) string {
 	if os.Getenv("TOOLBUS_TEST_BIN") != "" {
 		return binDir
@@ -167,10 +169,10 @@ func goBuild(goCmd, root, pkg, out string) (string, error) {
 	return out, nil
 }
 
-// installNatsCLI makes sure toolsDir/nats-vVERSION is the pinned nats CLI, installing
-// it when it is missing or does not run as that version.
-func installNatsCLI(goCmd, toolsDir string) (string, error) {
-	nats := filepath.Join(toolsDir, "nats-v"+natsCLIVersion)
+// installNatsCLI makes sure dir/nats-vVERSION is the pinned nats CLI, installing it
+// when it is missing or does not run as that version.
+func installNatsCLI(goCmd, dir string) (string, error) {
+	nats := filepath.Join(dir, "nats-v"+natsCLIVersion)
 	if v, err := natsCLIVersionOf(nats); err == nil && v == natsCLIVersion {
 		return nats, nil
 	}
@@ -183,7 +185,7 @@ func installNatsCLI(goCmd, toolsDir string) (string, error) {
 		return "", fmt.Errorf("install the nats CLI: %w", err)
 	}
 	defer os.RemoveAll(work)
-	gobin, err := os.MkdirTemp(toolsDir, "nats-installing-")
+	gobin, err := os.MkdirTemp(dir, "nats-installing-")
 	if err != nil {
 		return "", fmt.Errorf("install the nats CLI: %w", err)
 	}

@@ -85,7 +85,15 @@ func TestReplicasCappedOnTwoNodes(t *testing.T) {
 	if r := createR3(ctx, t, js, "TWO_NODES"); r != 2 {
 		t.Errorf("replicas = %d, want 2", r)
 	}
-	kv, err := bus.KeyValue(ctx, js, "two_nodes", 3)
+	// Retried as createR3 retries: a placement refused while a peer looks offline (the
+	// meta leader's view of a cluster just formed) is not capped away, and a node's own
+	// creations wait it out the same way (bus.Retry).
+	var kv jetstream.KeyValue
+	err := bus.Retry(ctx, "create bucket two_nodes", nil, func(ctx context.Context) error {
+		var err error
+		kv, err = bus.KeyValue(ctx, js, "two_nodes", 3)
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
