@@ -127,10 +127,31 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close reads what is left of the body, at most drainLimit bytes and for drainPatience,
+// then ends the attempt. net/http keeps a connection only for a body read to its end
+// before it is closed; a stream is done at its terminal event (response.completed,
+// [DONE]: the SDK's own stream closes there), and the body's end, its last chunk, follows
+// it, over a network a moment later and often in a packet of its own. Closed at once,
+// every streamed step cost a new connection, over TLS a handshake
+// (TestStreamReusesConnection). A body that failed or ended is closed at once; one whose
+// server keeps it open past drainPatience costs a step that and the connection, as before.
 func (b *boundedBody) Close() error {
+	if b.err == nil {
+		stop := time.AfterFunc(drainPatience, b.cancel) // ends the read that waits
+		_, _ = io.CopyN(io.Discard, b, drainLimit)
+		stop.Stop()
+	}
 	b.cancel()
 	return b.rc.Close()
 }
+
+// What a body's Close reads of what is left (boundedBody.Close): a chunked body's end is
+// five bytes after the stream's terminal event; a server that sends more, or takes
+// longer, loses the connection.
+const (
+	drainLimit    = 64 << 10
+	drainPatience = 100 * time.Millisecond
+)
 
 // formatBytes is a size for people: 32 MiB, 1.5 KiB, 100 bytes.
 func formatBytes(n int64) string {
