@@ -297,7 +297,7 @@ func (s *Store) PutSchedule(ctx context.Context, m *nats.Msg) error {
 	if id, ok := strings.CutPrefix(m.Subject, bus.IntakeSchedule("")); !ok || !bus.ValidToken(id) {
 		return fmt.Errorf("put schedule: %q is not a schedule's subject", m.Subject)
 	}
-	return bus.Retry(ctx, "queue schedule", nil, func(ctx context.Context) error {
+	return bus.Retry(ctx, "queue schedule", s.log, func(ctx context.Context) error {
 		_, err := s.js.PublishMsg(ctx, m)
 		return s.cfg.StoreFull(err)
 	})
@@ -315,7 +315,7 @@ func (s *Store) FireScheduleNow(ctx context.Context, id string) error {
 	if !bus.ValidToken(id) {
 		return fmt.Errorf("fire schedule: invalid schedule id %q", id)
 	}
-	return bus.Retry(ctx, "fire schedule "+id, nil, func(ctx context.Context) error {
+	return bus.Retry(ctx, "fire schedule "+id, s.log, func(ctx context.Context) error {
 		st, err := s.intake(ctx)
 		if err != nil {
 			return err
@@ -348,7 +348,7 @@ func (s *Store) FireScheduleNow(ctx context.Context, id string) error {
 
 // RemoveSchedule removes a schedule's message from the intake: it fires no more.
 func (s *Store) RemoveSchedule(ctx context.Context, id string) error {
-	return bus.Retry(ctx, "remove schedule "+id, nil, func(ctx context.Context) error {
+	return bus.Retry(ctx, "remove schedule "+id, s.log, func(ctx context.Context) error {
 		stream, err := s.js.Stream(ctx, bus.StreamIntake)
 		if err != nil {
 			return err

@@ -109,7 +109,7 @@ func OpenServices(ctx context.Context, cfg ServicesConfig) (*Services, error) {
 			s.h.Profiles = p
 		}
 		if needJobs && s.h.Jobs == nil {
-			j, err := jobs.Open(ctx, cfg.JS, cfg.Replicas)
+			j, err := jobs.Open(ctx, cfg.JS, cfg.Replicas, s.log)
 			if err != nil {
 				return err
 			}

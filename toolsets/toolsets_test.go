@@ -236,7 +236,7 @@ func newHandles(t testing.TB) Handles {
 	if h.Profiles, err = OpenProfiles(t.Context(), js, 1); err != nil {
 		t.Fatal(err)
 	}
-	if h.Jobs, err = jobs.Open(t.Context(), js, 1); err != nil {
+	if h.Jobs, err = jobs.Open(t.Context(), js, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if h.Schedules, err = schedule.Open(t.Context(), js, 1, schedule.Config{}); err != nil {

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -212,12 +213,19 @@ type Store struct {
 	js    jetstream.JetStream
 	kv    jetstream.KeyValue
 	turns *durable.Store
+	// log hears the store's retries: a write or read that JetStream keeps refusing (no
+	// leader, a cluster forming) is retried until the call's deadline, and without a
+	// word a job_start that waits it out looks hung.
+	log *slog.Logger
 }
 
 // Open opens (creating if needed) the jobs bucket and the turns bucket, with the given
-// replicas (capped by the cluster size).
-func Open(ctx context.Context, js jetstream.JetStream, replicas int) (*Store, error) {
-	s := &Store{js: js}
+// replicas (capped by the cluster size). log hears the store's retries (nil: none).
+func Open(ctx context.Context, js jetstream.JetStream, replicas int, log *slog.Logger) (*Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Store{js: js, log: log}
 	var err error
 	if s.kv, err = bus.KeyValueTTL(ctx, js, bus.BucketJobs, replicas); err != nil {
 		return nil, err
@@ -289,7 +297,7 @@ func (s *Store) queue(ctx context.Context, spec bus.TurnSpec) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	var reply bus.StartTurnReply
-	err = bus.Retry(ctx, "start job "+spec.ID, nil, func(ctx context.Context) error {
+	err = bus.Retry(ctx, "start job "+spec.ID, s.log, func(ctx context.Context) error {
 		m, err := s.js.Conn().RequestWithContext(ctx, bus.AnyNodeStartTurn, b)
 		if err != nil {
 			return err
@@ -372,7 +380,7 @@ func (s *Store) changeLedger(ctx context.Context, agent string, change func(l *l
 // ledger reads the agent's ledger and its revision (0: none yet).
 func (s *Store) ledger(ctx context.Context, agent string) (ledger, uint64, error) {
 	var e jetstream.KeyValueEntry
-	err := bus.Retry(ctx, "read the job ledger of "+agent, nil, func(ctx context.Context) (err error) {
+	err := bus.Retry(ctx, "read the job ledger of "+agent, s.log, func(ctx context.Context) (err error) {
 		e, err = s.kv.Get(ctx, ledgerKey(agent))
 		return err
 	})
@@ -434,7 +442,7 @@ func (s *Store) putEnded(ctx context.Context, j Job, rev uint64, keep time.Durat
 	if err != nil {
 		return err
 	}
-	return bus.Retry(ctx, "store job "+j.ID, nil, func(ctx context.Context) error {
+	return bus.Retry(ctx, "store job "+j.ID, s.log, func(ctx context.Context) error {
 		return bus.UpdateWithTTL(ctx, s.js, s.kv.Bucket(), jobKey(j.Agent, j.ID), b, rev, keep)
 	})
 }

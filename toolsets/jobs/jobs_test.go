@@ -62,7 +62,7 @@ func TestLedgerFreesLostPlaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Open(ctx, js, 1)
+	s, err := Open(ctx, js, 1, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
