@@ -286,13 +286,7 @@ func TestRolePermissions(t *testing.T) {
 	s, observer := roleServer(t)
 	const turn, call = "t1", "c1"
 
-	tests := []struct {
-		user    string
-		publish bool   // publish to subject, or subscribe to it
-		subject string // what is published or subscribed
-		sample  string // for subscriptions: a concrete subject the subscription matches
-		allowed bool
-	}{
+	tests := []permissionCase{
 		{"fs", true, bus.ToolSubject("web", "search"), "", false},
 		{"fs", true, bus.ToolSubject("fs", "read"), "", false},
 		{"fs", true, bus.ResultSubject(turn, call), "", false}, // only as the answer to a call it received
@@ -333,49 +327,67 @@ func TestRolePermissions(t *testing.T) {
 		{"admin", false, bus.AllTools, bus.ToolSubject("fs", "read"), true},
 	}
 	for _, tt := range tests {
-		op := "subscribe"
-		if tt.publish {
-			op = "publish"
-		}
-		want := "denied"
-		if tt.allowed {
-			want = "allowed"
-		}
-		t.Run(fmt.Sprintf("%s %s %s %s", tt.user, op, tt.subject, want), func(t *testing.T) {
-			ctx := testContext(t)
+		t.Run(tt.String(), func(t *testing.T) {
 			nc, errs := roleConn(t, s, tt.user)
-			var (
-				sender, receiver = nc, observer
-				subject, sample  = tt.subject, tt.subject
-			)
-			if !tt.publish {
-				sender, receiver, sample = observer, nc, tt.sample
-			}
-			msgs, err := receiver.SubscribeSync(subject)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := receiver.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			if !tt.allowed {
-				if tt.publish {
-					if err := sender.Publish(sample, []byte("x")); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := waitViolation(ctx, errs, subject); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
+			tt.check(t, nc, errs, observer)
+		})
+	}
+}
+
+// permissionCase is one permission of a user to check: a publication to subject, or a
+// subscription to it that a message on sample reaches, allowed or denied.
+type permissionCase struct {
+	user    string
+	publish bool   // publish to subject, or subscribe to it
+	subject string // what is published or subscribed
+	sample  string // for subscriptions: a concrete subject the subscription matches
+	allowed bool
+}
+
+func (tt permissionCase) String() string {
+	op, want := "subscribe", "denied"
+	if tt.publish {
+		op = "publish"
+	}
+	if tt.allowed {
+		want = "allowed"
+	}
+	return fmt.Sprintf("%s %s %s %s", tt.user, op, tt.subject, want)
+}
+
+// check checks the case on nc, the user's connection (errs its asynchronous errors),
+// with observer, a connection allowed everything, on the other end: an allowed message
+// is delivered, a denied one is a permissions violation of nc.
+func (tt permissionCase) check(t *testing.T, nc *nats.Conn, errs <-chan error, observer *nats.Conn) {
+	t.Helper()
+	ctx := testContext(t)
+	sender, receiver, sample := nc, observer, tt.subject
+	if !tt.publish {
+		sender, receiver, sample = observer, nc, tt.sample
+	}
+	msgs, err := receiver.SubscribeSync(tt.subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := receiver.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !tt.allowed {
+		if tt.publish {
 			if err := sender.Publish(sample, []byte("x")); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := msgs.NextMsgWithContext(ctx); err != nil {
-				t.Fatalf("message on %q not delivered: %v", sample, err)
-			}
-		})
+		}
+		if err := waitViolation(ctx, errs, tt.subject); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err := sender.Publish(sample, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := msgs.NextMsgWithContext(ctx); err != nil {
+		t.Fatalf("message on %q not delivered: %v", sample, err)
 	}
 }
 

@@ -208,13 +208,7 @@ func TestRolesFromUsersFile(t *testing.T) {
 		"nkey":     nkeyLogin(kp),
 	}
 
-	subjects := []struct {
-		user    string
-		publish bool
-		subject string
-		sample  string
-		allowed bool
-	}{
+	subjects := []permissionCase{
 		// A host answers the calls it received (TestHostAnswersOnlyItsCalls), and
 		// publishes on no result subject otherwise.
 		{"fs", true, bus.ResultSubject("t1", "c1"), "", false},
@@ -266,39 +260,9 @@ func TestRolesFromUsersFile(t *testing.T) {
 		{"nkey", true, bus.AbortSubject("t1"), "", false},
 	}
 	for _, tt := range subjects {
-		op := map[bool]string{true: "publish", false: "subscribe"}[tt.publish]
-		want := map[bool]string{true: "allowed", false: "denied"}[tt.allowed]
-		t.Run(fmt.Sprintf("%s %s %s %s", tt.user, op, tt.subject, want), func(t *testing.T) {
-			ctx := testContext(t)
+		t.Run(tt.String(), func(t *testing.T) {
 			nc, errs := userConn(t, url, tt.user, creds[tt.user])
-			sender, receiver, subject, sample := nc, observer, tt.subject, tt.subject
-			if !tt.publish {
-				sender, receiver, sample = observer, nc, tt.sample
-			}
-			msgs, err := receiver.SubscribeSync(subject)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := receiver.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			if !tt.allowed {
-				if tt.publish {
-					if err := sender.Publish(sample, []byte("x")); err != nil {
-						t.Fatal(err)
-					}
-				}
-				if err := waitViolation(ctx, errs, subject); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if err := sender.Publish(sample, []byte("x")); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := msgs.NextMsgWithContext(ctx); err != nil {
-				t.Fatalf("message on %q not delivered: %v", sample, err)
-			}
+			tt.check(t, nc, errs, observer)
 		})
 	}
 
