@@ -306,20 +306,23 @@ const wireSubject = "bench.wire.noop"
 // wireService is a micro service that answers each request on wireSubject as a host
 // answers a no-op call, with nothing in between (the headers read, a reply encoded once),
 // and a connection of its own for the requesters, as a node's turns share one.
-func (s *suite) wireService() (*nats.Conn, func(), error) {
+func (s *suite) wireService() (_ *nats.Conn, stop func(), err error) {
+	tr := bus.ToolReply{Call: "c", Tool: s.noop.Name, Outcome: bus.OutcomeOK, Content: []toolbus.ContentPart{toolbus.Text("ok")}}
+	reply, err := tr.AppendJSON(nil)
+	if err != nil {
+		return nil, nil, err
+	}
 	hc, err := s.node.Connect("bench-wire-host")
 	if err != nil {
 		return nil, nil, err
 	}
-	tr := bus.ToolReply{Call: "c", Tool: s.noop.Name, Outcome: bus.OutcomeOK, Content: []toolbus.ContentPart{toolbus.Text("ok")}}
-	reply, err := tr.AppendJSON(nil)
-	if err != nil {
-		hc.Close()
-		return nil, nil, err
-	}
+	defer func() {
+		if err != nil {
+			hc.Close() // its service and subscriptions with it
+		}
+	}()
 	svc, err := micro.AddService(hc, micro.Config{Name: "bench-wire", Version: "1.0.0"})
 	if err != nil {
-		hc.Close()
 		return nil, nil, err
 	}
 	if err := svc.AddEndpoint("noop", micro.HandlerFunc(func(r micro.Request) {
@@ -329,16 +332,13 @@ func (s *suite) wireService() (*nats.Conn, func(), error) {
 		}
 		_ = r.Respond(reply)
 	}), micro.WithEndpointSubject(wireSubject)); err != nil {
-		hc.Close()
 		return nil, nil, err
 	}
 	if err := hc.Flush(); err != nil {
-		hc.Close()
 		return nil, nil, err
 	}
 	rc, err := s.node.Connect("bench-wire-turns")
 	if err != nil {
-		hc.Close()
 		return nil, nil, err
 	}
 	return rc, func() { rc.Close(); _ = svc.Stop(); hc.Close() }, nil
