@@ -33,6 +33,12 @@ const (
 	TurnMCP TurnKind = "mcp"
 )
 
+// SessionLease is the lease of the session of an MCP client with `toolbus mcp`: the
+// process beats for it every third of it (StatusBeat, with Lease), as a node beats for
+// a durable turn with the default lease, and a session without a beat for that long is
+// taken for one whose process is gone (client.Resume ends its record).
+const SessionLease = 15 * time.Second
+
 // Ended reports whether a turn in state s has ended.
 func (s TurnState) Ended() bool { return s != "" && s != TurnQueued && s != TurnRunning }
 

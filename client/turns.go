@@ -229,6 +229,12 @@ var ErrNotLost = errors.New("not a lost turn")
 // Resume queues again a turn whose node was lost while no node could take it over. It
 // first listens for the turn's heartbeat for listen: a turn whose node beats is
 // running, and queueing it again would have two nodes drive it.
+//
+// The session of an MCP client with `toolbus mcp` (bus.TurnMCP) cannot be resumed: no
+// node runs it. One whose process no longer beats (killed without ending it) has its
+// record ended as failed instead (durable.Store.EndLostSession), and the record Resume
+// returns says so (its State ended). For a session it listens for a third of
+// bus.SessionLease and a second at least.
 func (c *Client) Resume(ctx context.Context, turn string, listen time.Duration) (bus.TurnRecord, error) {
 	store, err := c.turnStore(ctx)
 	if err != nil {
@@ -245,8 +251,9 @@ func (c *Client) Resume(ctx context.Context, turn string, listen time.Duration) 
 		return rec, fmt.Errorf("turn %s has ended (%s): nothing to resume: %w", turn, rec.State, ErrNotLost)
 	}
 	if rec.Spec.Kind == bus.TurnMCP {
-		// No node can run it: its calls came from an MCP client, through toolbus mcp.
-		return rec, fmt.Errorf("turn %s is the session of an MCP client with %s: no node runs it, nothing to resume: %w", turn, rec.Owner, ErrNotLost)
+		// Its record is ended, not queued, if no beat is heard: listen for longer than
+		// the process beats at, whatever the caller asked.
+		listen = max(listen, bus.SessionLease/3+time.Second)
 	}
 	beats, err := c.nc.SubscribeSync(bus.TurnStatusSubject(turn, bus.StatusBeat))
 	if err != nil {
@@ -258,9 +265,24 @@ func (c *Client) Resume(ctx context.Context, turn string, listen time.Duration) 
 	if m, err := beats.NextMsgWithContext(lctx); err == nil {
 		var st bus.TurnStatus
 		_ = json.Unmarshal(m.Data, &st)
+		if rec.Spec.Kind == bus.TurnMCP {
+			return rec, fmt.Errorf("turn %s is the session of an MCP client with %s, which beats: it is open, and no node runs it: %w", turn, st.Node, ErrNotLost)
+		}
 		return rec, fmt.Errorf("turn %s is running on node %s (it beats): nothing to resume: %w", turn, st.Node, ErrNotLost)
 	} else if ctx.Err() != nil {
 		return rec, ctx.Err()
+	}
+	if rec.Spec.Kind == bus.TurnMCP {
+		// No node can run it: its calls came from an MCP client, through a toolbus mcp
+		// that is gone. Its record is ended, so that it no longer claims to run.
+		why := fmt.Sprintf("%s stopped beating without ending the session (killed, or its machine lost); ended by toolbus resume", rec.Owner)
+		if rec, err = store.EndLostSession(ctx, turn, rec.Owner, why); err != nil {
+			if errors.Is(err, durable.ErrSessionAlive) || errors.Is(err, durable.ErrTurnOver) {
+				err = fmt.Errorf("%w: %w", err, ErrNotLost)
+			}
+			return rec, err
+		}
+		return rec, nil
 	}
 	if rec, err = store.Requeue(ctx, turn); err != nil {
 		return rec, fmt.Errorf("queue turn %s: %w", turn, err)

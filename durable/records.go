@@ -67,18 +67,28 @@ func (s *Store) Live(ctx context.Context, id string) (bus.TurnRecord, error) {
 	if err != nil || rec.State != bus.TurnRunning {
 		return rec, err
 	}
+	rec.Step = s.lastStep(ctx, id, rec.Step)
+	return rec, nil
+}
+
+// lastStep is the step of a turn's last transcript message, or step if it is later
+// (or the message cannot be read).
+func (s *Store) lastStep(ctx context.Context, id string, step int) int {
 	stream := s.transcripts
 	if stream == nil {
+		var err error
 		if stream, err = s.js.Stream(ctx, bus.StreamTranscripts); err != nil {
-			return rec, nil
+			return step
 		}
 	}
-	if m, err := stream.GetLastMsgForSubject(ctx, bus.TranscriptSubject(id)); err == nil {
-		if step, err := strconv.Atoi(m.Header.Get(bus.HeaderStep)); err == nil {
-			rec.Step = max(rec.Step, step)
-		}
+	m, err := stream.GetLastMsgForSubject(ctx, bus.TranscriptSubject(id))
+	if err != nil {
+		return step
 	}
-	return rec, nil
+	if n, err := strconv.Atoi(m.Header.Get(bus.HeaderStep)); err == nil {
+		return max(step, n)
+	}
+	return step
 }
 
 // List returns every turn record, newest first.

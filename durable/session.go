@@ -16,8 +16,9 @@ import (
 // (bus.TurnMCP), whose calls the client's model makes. It is written as a node writes
 // a turn it claimed, through a Lease (the record at its revision, each transcript
 // message at the turn's last sequence), so `toolbus turns`, the console and the
-// transcript readers see it as any turn. Nothing queues it, so no node claims it; a
-// record left running by a process that died stays so (no node beats for it).
+// transcript readers see it as any turn. Nothing queues it, so no node claims it: the
+// process beats for it on the turn's status subject while it lives, and a record that a
+// process killed without ending it left running is ended by EndLostSession.
 type Session struct {
 	l *Lease
 }
@@ -73,4 +74,52 @@ func (x *Session) Append(ctx context.Context, step int, items ...toolbus.Item) e
 // completed), and its steps (Lease.End).
 func (x *Session) End(ctx context.Context, state bus.TurnState, why string, steps int) error {
 	return x.l.End(ctx, state, why, steps, nil)
+}
+
+// ErrSessionAlive reports a session EndLostSession leaves alone: the process that holds
+// it wrote to its transcript or its record meanwhile.
+var ErrSessionAlive = errors.New("the session's process is at work")
+
+// EndLostSession ends, as failed with why, the running session of id whose process
+// (owner, as its record names it) is gone without ending it: killed, or its machine
+// lost. The caller has made sure that owner no longer beats. It fences the process out
+// as a node fences a turn's earlier holder: a note at the transcript's last message
+// (so an append of the process, woken from a pause, is refused), then the end in the
+// record at the revision it read, under the next epoch (so is the process's end). What
+// the process wrote meanwhile is ErrSessionAlive, and the record stays as it was.
+func (s *Store) EndLostSession(ctx context.Context, id, owner, why string) (bus.TurnRecord, error) {
+	rec, rev, err := s.Record(ctx, id)
+	switch {
+	case err != nil:
+		return rec, err
+	case rec.Spec.Kind != bus.TurnMCP:
+		return rec, fmt.Errorf("turn %s is not the session of an MCP client (kind %s)", id, rec.Spec.Kind)
+	case rec.State.Ended():
+		return rec, fmt.Errorf("turn %s has ended (%s): %w", id, rec.State, ErrTurnOver)
+	case rec.Owner != owner:
+		return rec, fmt.Errorf("turn %s is held by %s now, not %s: %w", id, rec.Owner, owner, ErrSessionAlive)
+	}
+	t, err := s.readTranscript(ctx, id)
+	if err != nil {
+		return rec, fmt.Errorf("end session %s: read its transcript: %w", id, err)
+	}
+	next := rec
+	next.Epoch++
+	l := &Lease{s: s, Spec: rec.Spec, Rec: next, rev: rev, stopProgress: func() {}}
+	l.last, l.pos = t.Last, t.Pos
+	steps := s.lastStep(ctx, id, rec.Step)
+	note, _ := json.Marshal(map[string]any{"type": "toolbus.session_lost", "owner": owner, "at": time.Now(), "why": why})
+	if err := l.Append(ctx, steps, []toolbus.Item{toolbus.Note(note)}); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return rec, fmt.Errorf("turn %s: %s appended to its transcript meanwhile: %w", id, owner, ErrSessionAlive)
+		}
+		return rec, fmt.Errorf("end session %s: %w", id, err)
+	}
+	if err := l.End(ctx, bus.TurnFailed, why, steps, nil); err != nil {
+		if errors.Is(err, ErrFenced) {
+			return rec, fmt.Errorf("turn %s: %s wrote its record meanwhile: %w", id, owner, ErrSessionAlive)
+		}
+		return rec, fmt.Errorf("end session %s: %w", id, err)
+	}
+	return l.Rec, nil
 }

@@ -2,6 +2,7 @@ package durable
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/toolbus/toolbus"
@@ -64,5 +65,55 @@ func TestSessionRecordsATurn(t *testing.T) {
 	}
 	if n, err := s.IntakeMessages(ctx); err != nil || n != 0 {
 		t.Errorf("intake holds %d messages (%v): a session is never queued", n, err)
+	}
+}
+
+// TestEndLostSession: the session of a process that is gone is ended as failed, with a
+// note in its transcript, under the next epoch, and the process is fenced out: its
+// appends and its end are refused. A session of another owner, or ended, is left alone.
+func TestEndLostSession(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t, nil)
+	ctx := bustest.Context(t)
+	s := openStore(t, bustest.JetStream(t, srv, "mcp"), "n1", 1)
+	spec := bus.TurnSpec{ID: bus.NewID(), Kind: bus.TurnMCP, Agent: "ann", Input: "MCP session of a client"}
+	x, err := s.OpenSession(ctx, spec, "toolbus-mcp@h/1", []toolbus.Item{toolbus.UserMessage(spec.Input)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "echo", Arguments: `{}`}
+	if err := x.Append(ctx, 1, call); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.EndLostSession(ctx, spec.ID, "toolbus-mcp@h/2", "gone"); !errors.Is(err, ErrSessionAlive) {
+		t.Errorf("another owner's session: %v", err)
+	}
+	const why = "its toolbus mcp stopped beating"
+	rec, err := s.EndLostSession(ctx, spec.ID, "toolbus-mcp@h/1", why)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, _, err := s.Record(ctx, spec.ID)
+	for _, r := range []bus.TurnRecord{rec, stored} {
+		if err != nil || r.State != bus.TurnFailed || r.Error != why || r.Epoch != 2 || r.Step != 1 || r.Stored != 3 {
+			t.Errorf("ended record %+v %v", r, err)
+		}
+	}
+	items, err := s.ReadTranscript(ctx, spec.ID)
+	if err != nil || len(items) != 3 || items[2].Kind != toolbus.KindNote || !strings.Contains(string(items[2].Raw), "toolbus.session_lost") {
+		t.Errorf("transcript %+v %v", items, err)
+	}
+	// The process, woken: neither its transcript nor its record takes its writes.
+	if err := x.Append(ctx, 2, call); !errors.Is(err, ErrFenced) {
+		t.Errorf("the fenced process's append: %v", err)
+	}
+	if err := x.End(ctx, bus.TurnCompleted, "", 2); !errors.Is(err, ErrFenced) {
+		t.Errorf("the fenced process's end: %v", err)
+	}
+	if _, err := s.EndLostSession(ctx, spec.ID, "toolbus-mcp@h/1", why); !errors.Is(err, ErrTurnOver) {
+		t.Errorf("an ended session again: %v", err)
+	}
+	if after, _, err := s.Record(ctx, spec.ID); err != nil || after.State != bus.TurnFailed || after.Stored != 3 {
+		t.Errorf("record after the fenced writes: %+v %v", after, err)
 	}
 }

@@ -49,6 +49,9 @@ type sessionTurn struct {
 	failed  bool             // a write failed: nothing more is recorded
 	steps   int              // calls begun: the turn's step
 	records []bus.CallRecord // the calls answered, for the final status
+
+	beatMu sync.Mutex
+	quiet  chan struct{} // closed when the session stops beating (silence)
 }
 
 // owner is what a session's record names as its node: this process.
@@ -63,7 +66,7 @@ var owner = func() string {
 // sessionTurn is ss's turn, made (and its recording begun) at its first call; when
 // the session ends, its turn ends with it.
 func (s *Server) sessionTurn(ss *sdk.ServerSession) *sessionTurn {
-	fresh := &sessionTurn{s: s, id: bus.NewID(), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	fresh := &sessionTurn{s: s, id: bus.NewID(), wake: make(chan struct{}, 1), done: make(chan struct{}), quiet: make(chan struct{})}
 	v, loaded := s.turns.LoadOrStore(ss, fresh)
 	t := v.(*sessionTurn)
 	if loaded {
@@ -169,7 +172,42 @@ func (t *sessionTurn) open(ctx context.Context) {
 		return
 	}
 	t.rec = rec
-	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning})
+	t.status(bus.StatusStarted, bus.TurnStatus{State: bus.TurnRunning, Lease: bus.SessionLease})
+	go t.beat()
+}
+
+// beat publishes the session's heartbeat every third of bus.SessionLease until silence: a
+// record running without one is a session whose process is gone (client.Resume).
+func (t *sessionTurn) beat() {
+	tick := time.NewTicker(bus.SessionLease / 3)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.quiet:
+			return
+		case <-tick.C:
+		}
+		t.beatMu.Lock()
+		select {
+		case <-t.quiet:
+		default:
+			t.status(bus.StatusBeat, bus.TurnStatus{State: bus.TurnRunning, Lease: bus.SessionLease})
+		}
+		t.beatMu.Unlock()
+	}
+}
+
+// silence stops the beats, for good: no beat follows its return. The session's end
+// silences it before its done status, and so does a write refused because the record
+// was ended by another (EndLostSession), which a heartbeat would contradict.
+func (t *sessionTurn) silence() {
+	t.beatMu.Lock()
+	defer t.beatMu.Unlock()
+	select {
+	case <-t.quiet:
+	default:
+		close(t.quiet)
+	}
 }
 
 // watchRefusal cancels ctx with the server's refusal of a write to the turn records
@@ -220,6 +258,9 @@ func (t *sessionTurn) append(ctx context.Context, step int, item toolbus.Item) {
 	}
 	if err := t.rec.Append(ctx, step, item); err != nil {
 		t.failed = true
+		if errors.Is(err, durable.ErrFenced) {
+			t.silence() // its record was ended by another (EndLostSession): the session is over for the bus
+		}
 		t.s.log.Warn("mcp session: its transcript could not be written; the session's calls go on unrecorded", "turn", t.id, "err", err)
 	}
 }
@@ -237,6 +278,7 @@ func (t *sessionTurn) end(state bus.TurnState, why string) {
 			// A record that says less than the session did is not an honest "completed".
 			state, why = bus.TurnFailed, "the session's transcript could not be written in full; its calls ran on"
 		}
+		t.silence()
 		if err := t.rec.End(ctx, state, why, steps); err != nil {
 			t.s.log.Warn("mcp session: its turn's end could not be recorded", "turn", t.id, "state", state, "err", err)
 		}

@@ -137,7 +137,8 @@ func TestMCPServeSessionIsATurn(t *testing.T) {
 		t.Errorf("the console's turn: %+v", view.Items)
 	}
 
-	// No node can run it: resume refuses.
+	// No node can run it, and its process beats: resume refuses, having listened for
+	// longer than the 50 ms asked (a beat comes every 5 s).
 	if _, err := w.cl.Resume(ctx, turn, 50*time.Millisecond); !errors.Is(err, client.ErrNotLost) || !strings.Contains(err.Error(), "MCP client") {
 		t.Errorf("resume: %v", err)
 	}
@@ -154,7 +155,7 @@ func TestMCPServeSessionIsATurn(t *testing.T) {
 		return err
 	})
 	kinds := map[string]bus.TurnStatus{}
-	for len(kinds) < 3 {
+	for kinds[bus.StatusDone].Turn == "" { // beats come between the others
 		m, err := statuses.NextMsg(wait)
 		if err != nil {
 			t.Fatalf("statuses %v: %v", kinds, err)
@@ -168,6 +169,11 @@ func TestMCPServeSessionIsATurn(t *testing.T) {
 	if done := kinds[bus.StatusDone]; done.Turn != turn || done.State != bus.TurnCompleted || done.Kind != bus.TurnMCP || len(done.Calls) != 2 ||
 		done.Calls[0].Outcome != bus.OutcomeOK || done.Calls[1].Outcome != bus.OutcomeInvalid {
 		t.Errorf("done status %+v", done)
+	}
+	// The session beat for the resume above to hear it: its process lives.
+	if started, beat := kinds[bus.StatusStarted], kinds[bus.StatusBeat]; started.Lease != bus.SessionLease || beat.Lease != bus.SessionLease ||
+		beat.Turn != turn || beat.State != bus.TurnRunning || beat.Kind != bus.TurnMCP {
+		t.Errorf("started %+v, beat %+v", started, beat)
 	}
 
 	// Served by Run (stdio's path): the client going ends the turn completed; Run's

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,7 +12,13 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/internal/npmtest"
+	"github.com/toolbus/toolbus/mcp"
 )
 
 // TestMcporterCallsToolbusMCP: mcporter, an MCP client nobody here wrote, lists and
@@ -122,5 +129,91 @@ func TestMCPCommandRefusesOpenListen(t *testing.T) {
 	code, _, stderr = cliEnv(testContext(t), testEnv(nil, ""), "mcp", "-approval-wait", "-1s")
 	if code != exitUsage || !strings.Contains(stderr, "-approval-wait -1s: want 0 or more") {
 		t.Errorf("exit %d:\n%s", code, stderr)
+	}
+}
+
+// TestResumeEndsKilledMCPSession: `toolbus mcp` on a remote bus records its client's
+// session as a turn and beats for it, so `toolbus resume` leaves it alone while it lives;
+// killed (SIGKILL, no chance to end the session), it beats no more, and `toolbus resume`
+// ends its record as failed, with a note in its transcript, instead of leaving it
+// running for ever.
+func TestResumeEndsKilledMCPSession(t *testing.T) {
+	t.Parallel()
+	rb := startRemoteBus(t, true)
+	ctx := testContext(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, rb.args("mcp")...)
+	cmd.Env = append(os.Environ(), runCLIEnv+"=1")
+	var mcpErr output
+	cmd.Stderr = &mcpErr
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "test-client", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to toolbus mcp: %v\n%s", err, mcpErr.String())
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cs.Close() // waits for the process (the SDK's transport does)
+	}()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "read_file", Arguments: map[string]any{"path": "notes.txt"}})
+	if err != nil || res.IsError {
+		t.Fatalf("call: %v %+v\n%s", err, res, mcpErr.String())
+	}
+	turn, _ := res.Meta[mcp.MetaTurn].(string)
+	if turn == "" {
+		t.Fatalf("no turn in the result's _meta: %v", res.Meta)
+	}
+	nc, err := rb.srv.Connect("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cl := client.New(nc)
+	listed := func() (bus.TurnRecord, error) {
+		recs, err := cl.Turns(ctx)
+		for _, r := range recs {
+			if r.Spec.ID == turn {
+				return r, nil
+			}
+		}
+		return bus.TurnRecord{}, fmt.Errorf("turn %s not listed (%d turns, %v)", turn, len(recs), err)
+	}
+	bustest.CheckFor(t, time.Minute, 50*time.Millisecond, func() error {
+		if rec, err := listed(); err != nil || rec.State != bus.TurnRunning || rec.Step != 1 || rec.Spec.Kind != bus.TurnMCP {
+			return fmt.Errorf("record %+v %v", rec, err)
+		}
+		return nil
+	})
+
+	// Alive, it beats: nothing to end.
+	code, _, stderr := cliEnv(ctx, testEnv(nil, ""), rb.args("resume", turn)...)
+	if code == exitOK || !strings.Contains(stderr, "which beats: it is open") {
+		t.Fatalf("resume of a live session: exit %d\n%s", code, stderr)
+	}
+
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cs.Wait() // the connection ends with the process
+	if rec, err := listed(); err != nil || rec.State != bus.TurnRunning {
+		t.Fatalf("the killed session's record: %+v %v", rec, err)
+	}
+	code, _, stderr = cliEnv(ctx, testEnv(nil, ""), rb.args("resume", turn)...)
+	if code != exitOK || !strings.Contains(stderr, "no longer beats: its record is ended as failed at step 1") {
+		t.Fatalf("resume of a killed session: exit %d\n%s", code, stderr)
+	}
+	rec, err := listed()
+	if err != nil || rec.State != bus.TurnFailed || rec.Epoch != 2 || !strings.Contains(rec.Error, "stopped beating without ending the session") {
+		t.Errorf("the ended record: %+v %v", rec, err)
+	}
+	items, err := cl.Transcript(ctx, turn)
+	if err != nil || len(items) == 0 || !strings.Contains(string(items[len(items)-1].Raw), "toolbus.session_lost") {
+		t.Errorf("transcript %+v %v", items, err)
+	}
+	code, _, stderr = cliEnv(ctx, testEnv(nil, ""), rb.args("resume", turn)...)
+	if code == exitOK || !strings.Contains(stderr, "has ended (failed)") {
+		t.Errorf("resume of the ended session: exit %d\n%s", code, stderr)
 	}
 }

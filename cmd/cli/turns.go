@@ -70,10 +70,11 @@ func cmdResume(ctx context.Context, e *env, args []string, stdout, stderr io.Wri
 		"Queues a turn again whose node was lost while no node could take it over (it was\n"+
 			"started on a node that went down for good). A node that runs turns resumes it from its\n"+
 			"transcript, as after a node failure. A turn that has ended, or whose node still beats,\n"+
-			"is refused.", stderr)
+			"is refused. The session of an MCP client whose toolbus mcp no longer beats (killed\n"+
+			"without ending it) cannot be resumed: its record is ended as failed.", stderr)
 	var bf busFlags
 	bf.register(fs, e)
-	listen := fs.Duration("listen", 6*time.Second, "how long to listen for the turn's heartbeat first: a turn whose node beats is running, not lost")
+	listen := fs.Duration("listen", 6*time.Second, "how long to listen for the turn's heartbeat first: a turn whose node beats is running, not lost (for an MCP session, 6s at least)")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -93,6 +94,11 @@ func cmdResume(ctx context.Context, e *env, args []string, stdout, stderr io.Wri
 	rec, err := cl.Resume(ctx, id, *listen)
 	if err != nil {
 		return err
+	}
+	if rec.Spec.Kind == bus.TurnMCP {
+		fmt.Fprintf(stderr, "turn %s is the session of an MCP client with %s, which no longer beats: its record is ended as %s at step %d (no node can resume a session)\n",
+			id, rec.Owner, rec.State, rec.Step)
+		return nil
 	}
 	fmt.Fprintf(stderr, "turn %s queued again (it was %s%s at step %d); follow it with toolbus watch\n", id, rec.State, ownerNote(rec.Owner), rec.Step)
 	return nil
