@@ -180,7 +180,8 @@ func TestRunStream(t *testing.T) {
 
 // Run with Only "throughput" measures calls/s of raw requesters, of the same requesters
 // sending a turn's wire alone, and of turns; the last two against the first, the turns'
-// with their target and their share of the wire's in the note.
+// with their target and their share of the wire's in the note; each note gives the
+// processor time a call took.
 func TestRunThroughput(t *testing.T) {
 	t.Parallel()
 	r, err := Run(testContext(t), Config{Samples: MinSamples, Turns: 4, Only: "throughput"}, nil)
@@ -192,9 +193,13 @@ func TestRunThroughput(t *testing.T) {
 		t.Fatalf("rows %+v", rows)
 	}
 	raw, wire, turns := rows[0], rows[1], rows[2]
+	cpu := regexp.MustCompile(`(\d+\.\d) µs of processor time a call, (\d+\.\d\d) processors busy$`)
 	for _, row := range rows {
 		if row.Unit != "calls/s" || row.Value <= 0 || row.Samples == 0 {
 			t.Errorf("row %+v", row)
+		}
+		if m := cpu.FindStringSubmatch(row.Note); m == nil || m[1] == "0.0" || m[2] == "0.00" {
+			t.Errorf("row %q: its note gives no processor time: %q", row.Name, row.Note)
 		}
 	}
 	if wire.Baseline != raw.Name || wire.Ratio <= 0 || wire.Met != nil || !strings.Contains(wire.Note, "micro endpoint") {
