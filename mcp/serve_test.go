@@ -81,6 +81,7 @@ type serveWorld struct {
 	cl    *client.Client
 	notes *notes
 	srv   *mcp.Server
+	log   *bustest.Buffer // what the node and the server logged
 }
 
 func startServeWorld(t *testing.T, profile string, cfg mcp.ServeConfig) *serveWorld {
@@ -92,8 +93,8 @@ func startServeWorld(t *testing.T, profile string, cfg mcp.ServeConfig) *serveWo
 // keeps turn records and transcripts, where an MCP session's turn is recorded.
 func startServeWorldTurns(t *testing.T, profile string, cfg mcp.ServeConfig, turns bool) *serveWorld {
 	t.Helper()
-	log := bustest.Logger(t, slog.LevelInfo)
-	w := &serveWorld{notes: &notes{}}
+	log, logged := bustest.LoggerBuffer(t, slog.LevelInfo)
+	w := &serveWorld{notes: &notes{}, log: logged}
 	n, err := node.Start(bustest.Context(t), node.Config{
 		Bus:   server.Config{StoreDir: t.TempDir(), Logger: log},
 		Node:  node.NodeConfig{Categories: []string{"todo"}, Logger: log, Turns: turns},

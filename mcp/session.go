@@ -279,7 +279,12 @@ func (t *sessionTurn) end(state bus.TurnState, why string) {
 			state, why = bus.TurnFailed, "the session's transcript could not be written in full; its calls ran on"
 		}
 		t.silence()
-		if err := t.rec.End(ctx, state, why, steps); err != nil {
+		if err := t.rec.End(ctx, state, why, steps); errors.Is(err, durable.ErrFenced) {
+			// Taken for lost while it was paused or cut off (toolbus resume): the
+			// record's end stands, and a done status saying otherwise would contradict it.
+			t.s.log.Warn("mcp session: its turn's record was ended by another (toolbus resume took the session for lost); its own end is not recorded", "turn", t.id, "state", state, "err", err)
+			return
+		} else if err != nil {
 			t.s.log.Warn("mcp session: its turn's end could not be recorded", "turn", t.id, "state", state, "err", err)
 		}
 		t.status(bus.StatusDone, bus.TurnStatus{State: state, Step: steps, Error: why, Calls: t.records})

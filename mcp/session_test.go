@@ -12,6 +12,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -19,6 +20,7 @@ import (
 	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/console"
+	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
 )
@@ -387,5 +389,78 @@ func TestMCPServeAsTurnUser(t *testing.T) {
 	}
 	if rec, err := ops.Record(ctx, r.Meta[mcp.MetaTurn].(string)); err != nil || rec != nil {
 		t.Errorf("an operator's session has a record: %+v %v", rec, err)
+	}
+}
+
+// TestMCPSessionEndedByAnother: a session whose record another ended (toolbus resume,
+// taking it for lost while its process was paused or cut off) stops beating at its next
+// write, which is refused, and its own end neither changes the record nor goes out as a
+// done status that would contradict it.
+func TestMCPSessionEndedByAnother(t *testing.T) {
+	t.Parallel()
+	w := startServeWorldTurns(t, annProfile, mcp.ServeConfig{}, true)
+	ctx := bustest.Context(t)
+	nc, err := w.node.Connect("watch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	cs := w.connect(t, nil)
+	ok, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__write_note", Arguments: map[string]any{"title": "plan"}})
+	if err != nil || ok.IsError {
+		t.Fatalf("call: %v %+v", err, ok)
+	}
+	turn, _ := ok.Meta[mcp.MetaTurn].(string)
+	statuses, err := nc.SubscribeSync(bus.TurnStatusSubject(turn, "*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var rec bus.TurnRecord
+	bustest.CheckFor(t, wait, 20*time.Millisecond, func() error {
+		rec, err = listed(ctx, w.cl, turn)
+		if err == nil && rec.Step != 1 {
+			err = fmt.Errorf("record %+v", rec)
+		}
+		return err
+	})
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := durable.Open(ctx, js, durable.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.EndLostSession(ctx, turn, rec.Owner, "taken for lost"); err != nil {
+		t.Fatal(err)
+	}
+	// The next call's record is refused: the session stops beating; its calls go on.
+	again, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "notes__write_note", Arguments: map[string]any{"title": "again"}})
+	if err != nil || again.IsError {
+		t.Fatalf("call after the end: %v %+v", err, again)
+	}
+	if err := cs.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, wait, 20*time.Millisecond, func() error {
+		if !strings.Contains(w.log.String(), "its own end is not recorded") {
+			return errors.New("the session has not ended yet")
+		}
+		return nil
+	})
+	for {
+		m, err := statuses.NextMsg(10 * time.Millisecond)
+		if err != nil {
+			break
+		}
+		if strings.HasSuffix(m.Subject, "."+bus.StatusDone) {
+			t.Errorf("a done status after the record's end by another: %s", m.Data)
+		}
+	}
+	if after, err := listed(ctx, w.cl, turn); err != nil || after.State != bus.TurnFailed || after.Error != "taken for lost" || after.Stored != 4 {
+		t.Errorf("record %+v %v", after, err)
 	}
 }

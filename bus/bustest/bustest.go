@@ -170,6 +170,12 @@ func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
 // Logger is a logger of records at level and above, kept and logged only should t
 // fail: a test's world quiet while it passes and explained when it does not.
 func Logger(t testing.TB, level slog.Level) *slog.Logger {
+	l, _ := LoggerBuffer(t, level)
+	return l
+}
+
+// LoggerBuffer is Logger with the buffer it writes, for a test that waits for a line.
+func LoggerBuffer(t testing.TB, level slog.Level) (*slog.Logger, *Buffer) {
 	b := &Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -178,7 +184,7 @@ func Logger(t testing.TB, level slog.Level) *slog.Logger {
 			}
 		}
 	})
-	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewTextHandler(b, &slog.HandlerOptions{Level: level})), b
 }
 
 // Buffer is a bytes.Buffer that goroutines write while a test reads it: a process's
