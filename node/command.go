@@ -68,6 +68,7 @@ type options struct {
 	routePass     string
 	routePassFile string
 	routePing     time.Duration
+	clientPing    time.Duration
 	vouchKeyFile  string
 	vouchKey      []byte
 	categories    string
@@ -153,6 +154,7 @@ func flagSet(prog string, w io.Writer, o *options) *flag.FlagSet {
 	fs.StringVar(&o.clusterName, "cluster-name", "", "embedded server: join this cluster")
 	fs.StringVar(&o.clusterListen, "cluster-listen", "", "embedded server: route listener host:port")
 	fs.StringVar(&o.routes, "routes", "", "embedded server: comma-separated routes to the other nodes (nats://host:port)")
+	fs.DurationVar(&o.clientPing, "client-ping-interval", server.DefaultClientPingInterval, fmt.Sprintf("embedded server: how long a client may send nothing before it is pinged; one that leaves %d pings unanswered is closed, so a host whose network went silent stops getting requests of its category within about %d intervals", server.DefaultClientMaxPingsOut, server.DefaultClientMaxPingsOut+1))
 	fs.DurationVar(&o.routePing, "route-ping-interval", server.DefaultRoutePingInterval, fmt.Sprintf("embedded server: how often to ping each route; a route that leaves %d pings unanswered is closed, so a node that stops running (paused, swapped out) stops getting requests within about %d intervals", server.DefaultRouteMaxPingsOut, server.DefaultRouteMaxPingsOut+1))
 	fs.StringVar(&o.routeUser, "route-user", "", "cluster route user (required off loopback)")
 	fs.StringVar(&o.routePassFile, "route-pass-file", "", "file holding the cluster route password (default env TOOLBUS_ROUTE_PASSWORD)")
@@ -429,7 +431,7 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 	} else {
 		cfg.Bus = server.Config{
 			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
-			Listen: o.listen, Logger: log, Monitor: o.monitor,
+			Listen: o.listen, Logger: log, Monitor: o.monitor, ClientPingInterval: o.clientPing,
 		}
 		if cfg.Bus.StoreDir == "" {
 			cfg.Bus.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)

@@ -1,0 +1,189 @@
+package actors
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus"
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
+)
+
+// TestRequestsAvoidSilentHost: a host of a category whose network goes silent (cut
+// without a word: nothing it sends arrives, nothing sent to it either, no connection
+// closes) gives its connection up and connects again; the server, with its default
+// client liveness (server.DefaultClientPingInterval), closes the old connection, and
+// with it that member of the category's queue group, within about 15 s. Until then it
+// hands the dead connection some of the category's requests, which are lost: with
+// nats-server's own default (2 minutes) that went on for minutes, each lost request's
+// turn waiting out its call's deadline. Here every request is answered again soon
+// after, by the other host or by the first on its new connection.
+func TestRequestsAvoidSilentHost(t *testing.T) {
+	t.Parallel()
+	ctx := bustest.Context(t)
+	perms, err := server.RolePermissions(server.RoleTool, "tools", []string{"echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := bustest.Server(t, func(c *server.Config) {
+		c.Listen = "127.0.0.1:-1"
+		c.Users = []server.User{{Name: "tools", Password: "tools-pw", Role: server.RoleTool, Permissions: perms}}
+	})
+	say := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "say", Category: "echo", ReadOnly: true},
+		Execute: func(context.Context, toolbus.Call, struct{}) (toolbus.Result, error) {
+			return toolbus.TextResult("said"), nil
+		},
+	})
+	p := startPartitionProxy(t, srv.ClientURL())
+	far, err := StartNode(ctx, NodeConfig{Name: "far", Logger: DiscardLogger(),
+		Connect: func(c string) (*nats.Conn, error) {
+			return bus.Dial(ctx, p.url, c, bus.Credentials{User: "tools", Password: "tools-pw"})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(far.Close)
+	near, err := StartNode(ctx, NodeConfig{Name: "near", Logger: DiscardLogger(),
+		Connect: func(c string) (*nats.Conn, error) { return srv.Connect(c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(near.Close)
+	for _, n := range []*Node{far, near} {
+		if err := n.Host(ctx, "echo", []*toolbus.Tool{say}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc, err := srv.Connect("caller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	subject := bus.ToolSubject("echo", "say")
+	// answered makes n requests in a row; it fails at the first one not answered.
+	answered := func(n int) error {
+		for i := range n {
+			m, err := nc.Request(subject, []byte(`{}`), 300*time.Millisecond)
+			if err != nil {
+				return fmt.Errorf("request %d of %d: %w", i+1, n, err)
+			}
+			if !strings.Contains(string(m.Data), "said") {
+				return fmt.Errorf("reply %s", m.Data)
+			}
+		}
+		return nil
+	}
+	if err := answered(10); err != nil {
+		t.Fatal(err)
+	}
+
+	p.partition()
+	// Lost to the silent connection while the server still counts it in the group.
+	bustest.CheckFor(t, 10*time.Second, 0, func() error {
+		if answered(20) == nil {
+			return fmt.Errorf("every request answered: none reached the silent connection yet")
+		}
+		return nil
+	})
+	// The server closes it within about 15 s (the far host has connected again since).
+	start := time.Now()
+	bustest.CheckFor(t, 45*time.Second, 100*time.Millisecond, func() error { return answered(30) })
+	t.Logf("requests answered again %s after the first lost one", time.Since(start).Round(time.Second))
+}
+
+// partitionProxy forwards TCP connections to a server until partition: from then on
+// the connections it carries go silent both ways, as over a network cut without a word.
+// What either end writes is read and dropped, and a client that gives its connection
+// up closes only its own end: the server's end stays open until the server closes it.
+// Connections made after partition are carried as before.
+type partitionProxy struct {
+	url string
+
+	mu     sync.Mutex
+	dead   map[net.Conn]bool // both ends of a connection cut off by partition
+	others map[net.Conn]net.Conn
+}
+
+func startPartitionProxy(t *testing.T, server string) *partitionProxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &partitionProxy{url: "nats://" + l.Addr().String(), dead: map[net.Conn]bool{}, others: map[net.Conn]net.Conn{}}
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = l.Close()
+		p.mu.Lock()
+		for c := range p.others {
+			_ = c.Close()
+		}
+		p.mu.Unlock()
+		wg.Wait()
+	})
+	addr := strings.TrimPrefix(server, "nats://")
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", addr)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.others[c], p.others[s] = s, c
+			p.mu.Unlock()
+			wg.Go(func() { p.pipe(s, c) })
+			wg.Go(func() { p.pipe(c, s) })
+		}
+	})
+	return p
+}
+
+// pipe copies src to dst while their connection lives; once it is cut off, it drops
+// what src sends, and src's end closing closes dst's only if it was not cut off.
+func (p *partitionProxy) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		p.mu.Lock()
+		cut := p.dead[src]
+		p.mu.Unlock()
+		if n > 0 && !cut {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				_ = src.Close()
+				return
+			}
+		}
+		if err != nil {
+			if !cut {
+				_ = dst.Close()
+			} else if err != io.EOF {
+				_ = src.Close()
+			}
+			return
+		}
+	}
+}
+
+// partition cuts off every connection the proxy carries now.
+func (p *partitionProxy) partition() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.others {
+		p.dead[c] = true
+	}
+}
