@@ -34,8 +34,9 @@ const (
 //   - nats.ErrNoResponders and jetstream.ErrNoStreamResponse: nobody
 //     serves the request (a stream with no leader; a server whose
 //     JetStream is not up yet);
-//   - context.DeadlineExceeded (or nats.ErrTimeout) of an attempt whose
-//     context expired while ctx had not: nobody answered in time;
+//   - any error of an attempt whose context expired while ctx had not
+//     (context.DeadlineExceeded, nats.ErrTimeout, or a library's own words for
+//     it): nobody answered in time;
 //   - JetStream API errors "JetStream system temporarily unavailable"
 //     (10008: no meta leader), "expected last sequence per subject
 //     temporarily unavailable" (10163), "JetStream not enabled" (10076)
@@ -94,8 +95,11 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 			return fmt.Errorf("%s: %w", what, lastErr)
 		}
 		lastErr = err
-		timedOut := attemptEnded && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout))
-		if !timedOut && !retryable(err) {
+		// An attempt whose own context ended ran out of time, whatever its error says
+		// of it: jetstream's Fetch refuses a context already past its deadline as an
+		// invalid option (a transcript's read failed so on a loaded machine, when the
+		// steps before its fetch took the attempt's time).
+		if !attemptEnded && !retryable(err) {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 		if log != nil && time.Since(logged) >= retryLogEvery {

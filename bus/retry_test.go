@@ -153,6 +153,18 @@ func TestRetry(t *testing.T) {
 			wantCalls: 2,
 		},
 		{
+			name: "an attempt that ran out of time is retried whatever its error says",
+			f: func(ctx context.Context, n int, _ context.CancelFunc) error {
+				if n == 1 {
+					<-ctx.Done()
+					// What jetstream's Fetch says of a context past its deadline.
+					return fmt.Errorf("%w: context deadline already exceeded", jetstream.ErrInvalidOption)
+				}
+				return nil
+			},
+			wantCalls: 2,
+		},
+		{
 			name: "a deadline of f's own is not retried",
 			f: func(context.Context, int, context.CancelFunc) error {
 				return fmt.Errorf("inner: %w", context.DeadlineExceeded)

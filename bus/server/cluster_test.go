@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/internal/jstest"
@@ -153,8 +154,15 @@ func TestClusterOfThree(t *testing.T) {
 	t.Run("replicated key-value", func(t *testing.T) {
 		js1 := jstest.JetStream(t, nodes[0], "kv-n1")
 		js3 := jstest.JetStream(t, nodes[2], "kv-n3")
-		// Five replicas asked of three servers: capped to three.
-		kv1, err := bus.KeyValue(ctx, js1, "cluster_todos", 5)
+		// Five replicas asked of three servers: capped to three. Each attempt has its
+		// own deadline (bus.Retry): on a loaded machine one request went unanswered
+		// for the test's whole minute.
+		var kv1 jetstream.KeyValue
+		err := bus.Retry(ctx, "create bucket cluster_todos", nil, func(ctx context.Context) error {
+			var err error
+			kv1, err = bus.KeyValue(ctx, js1, "cluster_todos", 5)
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
