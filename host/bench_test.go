@@ -42,7 +42,9 @@ func BenchmarkServe(b *testing.B) {
 			defer hc.Close()
 			ctx, stop := context.WithCancel(context.Background())
 			served := make(chan error, 1)
-			go func() { served <- host.ServeConfig(ctx, host.Config{Conn: hc, Tools: []*toolbus.Tool{echo}, Go: c.goFn}) }()
+			go func() {
+				served <- host.ServeConfig(ctx, host.Config{Conn: hc, Tools: []*toolbus.Tool{echo}, Go: c.goFn})
+			}()
 			defer func() { stop(); <-served }()
 			rc, err := srv.Connect("bench-requester")
 			if err != nil {
