@@ -1,16 +1,11 @@
 package actors
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/debug"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +23,6 @@ import (
 	"github.com/toolbus/toolbus/host"
 	"github.com/toolbus/toolbus/telemetry"
 	"github.com/toolbus/toolbus/toolsets"
-	"github.com/toolbus/toolbus/toolsets/computer"
 )
 
 // NodeConfig configures a node: which categories it hosts and whether it runs turns.
@@ -338,37 +332,6 @@ func (n *Node) setupStore(ctx context.Context) error {
 	return bus.Retry(ctx, "set up JetStream", n.log, n.ensureTranscripts)
 }
 
-// assembly returns what assembling turns needs, the profile store and the catalog of the
-// bus, opening them on first use: a node that takes turns over the bus opens them when
-// it starts; one whose turns come only through Spawn, when the first needs them.
-func (n *Node) assembly(ctx context.Context) (*toolsets.Profiles, *catalog.Catalog, error) {
-	n.assemblyMu.Lock()
-	defer n.assemblyMu.Unlock()
-	if err := n.openProfiles(ctx); err != nil {
-		return nil, nil, err
-	}
-	if n.catalog == nil {
-		c := catalog.New(n.nc, n.cfg.Catalog)
-		if err := c.Watch(); err != nil {
-			return nil, nil, err
-		}
-		n.catalog = c
-	}
-	return n.profiles, n.catalog, nil
-}
-
-// openProfiles opens the profile store unless it is open; assemblyMu is held.
-func (n *Node) openProfiles(ctx context.Context) error {
-	if n.profiles != nil {
-		return nil
-	}
-	return bus.Retry(ctx, "open the agent profiles", n.log, func(ctx context.Context) error {
-		p, err := toolsets.OpenProfiles(ctx, n.js, n.cfg.Replicas)
-		n.profiles = p
-		return err
-	})
-}
-
 // ensureTranscripts creates the transcript stream if it does not exist; an
 // existing stream keeps the limits an operator gave it.
 func (n *Node) ensureTranscripts(ctx context.Context) error {
@@ -398,12 +361,6 @@ func (n *Node) Conn() *nats.Conn { return n.nc }
 
 // JetStream is the node's JetStream handle.
 func (n *Node) JetStream() jetstream.JetStream { return n.js }
-
-// Profiles is the agent profile store, opened on first use.
-func (n *Node) Profiles(ctx context.Context) (*toolsets.Profiles, error) {
-	p, _, err := n.assembly(ctx)
-	return p, err
-}
 
 // Host starts a host for a category with the given tools, on a connection of
 // its own, and returns once it serves them.
@@ -463,54 +420,6 @@ func (n *Node) request(ctx context.Context, msg any) (*actor.PID, error) {
 	return nil, fmt.Errorf("node %s: unexpected answer %T", n.cfg.Name, res)
 }
 
-// Assemble builds the kit of a turn: its agent's profile (none: built-in tools only) and
-// the node's catalog of the bus decide which external namespaces it includes.
-func (n *Node) Assemble(ctx context.Context, spec bus.TurnSpec) (kit *toolsets.Kit, err error) {
-	return n.assemble(ctx, spec, nil, 0)
-}
-
-// assemble is Assemble for a turn that calls the tools of calls next (a resumed turn's
-// last batch): it waits up to patience for the catalog to serve their namespaces that
-// the profile names.
-func (n *Node) assemble(ctx context.Context, spec bus.TurnSpec, calls []toolbus.Item, patience time.Duration) (kit *toolsets.Kit, err error) {
-	// A category creator that panics (a bug, or a profile, skill or spec nobody foresaw)
-	// fails this turn, with the reason, and not the node with every turn it runs.
-	defer func() {
-		if r := recover(); r != nil {
-			n.log.Error("assemble tools: panic; the turn fails", "turn", spec.ID, "agent", spec.Agent, "panic", r, "stack", string(debug.Stack()))
-			kit, err = nil, fmt.Errorf("assemble tools: panic: %v", r)
-		}
-	}()
-	profiles, cat, err := n.assembly(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("assemble turn: %w", err)
-	}
-	// An agent without a profile gets the built-in tools (profile stays nil).
-	var profile *toolsets.Profile
-	if spec.Agent != "" {
-		err := bus.Retry(ctx, "read profile "+spec.Agent, n.log, func(ctx context.Context) error {
-			p, err := profiles.Get(ctx, spec.Agent)
-			if errors.Is(err, toolsets.ErrNoProfile) {
-				return nil
-			}
-			profile = p
-			return err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("assemble turn: %w", err)
-		}
-	}
-	n.freshenCatalog(ctx, cat, spec.ID, profile, calls, patience)
-	kit, err = toolsets.Assemble(spec, profile, cat, toolsets.Options{Computer: n.cfg.Tools.Computer, Home: n.cfg.Home, HomeRoot: n.cfg.HomeRoot,
-		ScheduleMinInterval: n.cfg.Tools.ScheduleMinInterval})
-	if kit != nil && !slices.Contains(n.cfg.Categories, computer.Category) {
-		// The agent's files are where a computer host works: a node that runs turns
-		// beside tool nodes of their own homes would name a home no tool of the turn uses.
-		kit.Home = ""
-	}
-	return kit, err
-}
-
 // maxWorkers bounds the goroutines a node keeps waiting for work; past it, work runs on
 // goroutines of its own.
 const maxWorkers = 512
@@ -520,280 +429,6 @@ const maxWorkers = 512
 // or whose announcement is still being read, is found by the next turn that needs it,
 // and a namespace with no host costs at most four refreshes a second.
 const catalogPatience = 250 * time.Millisecond
-
-// freshenCatalog refreshes the catalog when the profile names a namespace it lacks.
-// With a patience, it then waits up to that long, refreshing every catalogPatience,
-// until the catalog serves the namespaces of calls (a resumed turn's last batch) that
-// the profile names. A node restarted with its embedded server resumes its turns at
-// once, while the hosts that were connected to it are still reconnecting: without the
-// wait, a resumed call of theirs is refused as an unknown tool (seen: the turn taken
-// 0.3 s after the node was ready, before its host had reconnected).
-func (n *Node) freshenCatalog(ctx context.Context, cat *catalog.Catalog, turn string, profile *toolsets.Profile, calls []toolbus.Item, patience time.Duration) {
-	if profile == nil || len(profile.Namespaces) == 0 {
-		return
-	}
-	names := make([]string, len(profile.Namespaces))
-	for i, ns := range profile.Namespaces {
-		names[i] = ns.Name
-	}
-	if err := cat.Ensure(ctx, catalogPatience, names...); err != nil {
-		n.log.Warn("catalog refresh before a turn failed", "err", err)
-	}
-	var awaited []string
-	for _, c := range calls {
-		if slices.Contains(names, c.Namespace) && !slices.Contains(awaited, c.Namespace) {
-			awaited = append(awaited, c.Namespace)
-		}
-	}
-	if patience <= 0 || len(awaited) == 0 || cat.Serves(awaited...) {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, patience)
-	defer cancel()
-	tick := time.NewTicker(catalogPatience)
-	defer tick.Stop()
-	for !cat.Serves(awaited...) {
-		select {
-		case <-ctx.Done():
-			n.log.Warn("resuming a turn without the hosts of its last calls", "turn", turn, "namespaces", strings.Join(awaited, ","), "waited", patience)
-			return
-		case <-tick.C:
-			_ = cat.Ensure(ctx, catalogPatience, awaited...)
-		}
-	}
-}
-
-// Spawn starts a turn with cfg; Conn, JS, Node, the kit and the defaults come from the
-// node where cfg leaves them empty. The result reaches cfg.Done.
-func (n *Node) Spawn(ctx context.Context, cfg TurnConfig) (string, error) {
-	if cfg.Conn == nil {
-		cfg.Conn = n.nc
-	}
-	if cfg.JS == nil {
-		if err := n.ensureTranscripts(ctx); err != nil {
-			return "", fmt.Errorf("transcript stream: %w", err)
-		}
-		cfg.JS = n.js
-	}
-	if cfg.Node == "" {
-		cfg.Node = n.cfg.Name
-	}
-	if cfg.Spec.Limits.MaxSteps == 0 {
-		cfg.Spec.Limits.MaxSteps = n.cfg.MaxSteps
-	}
-	if cfg.CallTimeout == 0 {
-		cfg.CallTimeout = n.cfg.CallTimeout
-	}
-	if cfg.MaxCalls == 0 {
-		cfg.MaxCalls = n.cfg.MaxTurnCalls
-	}
-	if cfg.AbortGrace == 0 {
-		cfg.AbortGrace = n.cfg.AbortGrace
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = n.log
-	}
-	if cfg.Kit == nil {
-		kit, err := n.Assemble(ctx, cfg.Spec)
-		if err != nil {
-			return "", err
-		}
-		cfg.Kit = kit
-		if cfg.Unavailable == nil {
-			_, cat, _ := n.assembly(ctx)
-			cfg.Unavailable = func(string) { cat.Kick() }
-		}
-	}
-	if err := checkTools(cfg.Model, cfg.Kit); err != nil {
-		return "", err
-	}
-	if cfg.Spec.ID == "" {
-		cfg.Spec.ID = bus.NewID()
-	}
-	cfg.workers, cfg.voucher, cfg.interest, cfg.sampled, cfg.payloads = n.workers, n.voucher, n.cfg.Interest, n.cfg.TraceSampled, n.payloads
-	cfg.telemetry = n.cfg.Telemetry
-	if err := n.listenForLostReplies(); err != nil {
-		return "", err
-	}
-	if _, err := n.request(ctx, &spawnTurn{cfg: &cfg}); err != nil {
-		return "", err
-	}
-	return cfg.Spec.ID, nil
-}
-
-// Run runs a turn to its end. Cancelling ctx aborts the turn, which still
-// ends with an honest record of every call.
-func (n *Node) Run(ctx context.Context, cfg TurnConfig) (TurnResult, error) {
-	done := make(chan TurnResult, 1)
-	cfg.Done = func(r TurnResult) { done <- r }
-	if cfg.Spec.ID == "" {
-		cfg.Spec.ID = bus.NewID()
-	}
-	id, err := n.Spawn(context.WithoutCancel(ctx), cfg)
-	if err != nil {
-		return TurnResult{}, err
-	}
-	select {
-	case r := <-done:
-		return r, nil
-	case <-ctx.Done():
-	}
-	if err := publishAbort(n.nc, id, "cancelled by the caller"); err != nil {
-		return TurnResult{}, err
-	}
-	return <-done, nil
-}
-
-// publishAbort publishes an abort for a turn. Every node hosting one of its calls
-// and the turn itself listen on the subject.
-func publishAbort(nc *nats.Conn, turn, reason string) error {
-	if !bus.ValidToken(turn) {
-		return fmt.Errorf("abort: invalid turn id %q", turn)
-	}
-	b, err := json.Marshal(bus.Abort{Turn: turn, Reason: reason})
-	if err != nil {
-		return err
-	}
-	if err := nc.Publish(bus.AbortSubject(turn), b); err != nil {
-		return fmt.Errorf("abort %s: %w", turn, err)
-	}
-	return nc.Flush()
-}
-
-// listenForTurns takes StartTurn requests on the node's own subject and on the
-// shared queue.
-func (n *Node) listenForTurns() error {
-	handle := func(m *nats.Msg) {
-		node := ""
-		if m.Subject == bus.NodeStartTurnSubject(n.cfg.Name) {
-			node = n.cfg.Name
-		}
-		reply := n.startFromBus(m.Data, node)
-		b, _ := json.Marshal(reply)
-		if err := m.Respond(b); err != nil {
-			n.log.Warn("answer start turn", "err", err)
-		}
-	}
-	sub, err := n.nc.Subscribe(bus.NodeStartTurnSubject(n.cfg.Name), handle)
-	if err != nil {
-		return fmt.Errorf("subscribe start turn: %w", err)
-	}
-	n.subs = append(n.subs, sub)
-	if sub, err = n.nc.QueueSubscribe(bus.AnyNodeStartTurn, bus.StartTurnQueue, handle); err != nil {
-		return fmt.Errorf("subscribe start turn: %w", err)
-	}
-	n.subs = append(n.subs, sub)
-	return n.nc.Flush()
-}
-
-// listenForLostReplies passes a host's word that a reply may be lost (bus.EventReplyLost)
-// to the turn of the call, if it runs here: one subscription for the node, made with its
-// first turn (a node that only hosts tools may not subscribe there), not one more a turn
-// (each costs the server a scan of its subject cache when it goes).
-func (n *Node) listenForLostReplies() error {
-	n.lostMu.Lock()
-	defer n.lostMu.Unlock()
-	if n.lostSub != nil {
-		return nil
-	}
-	sys, pid := n.sys, n.pid
-	sub, err := n.nc.Subscribe(bus.AllRepliesLost, func(m *nats.Msg) {
-		if ts, ok := bus.ParseTurnSubject(m.Subject); ok && ts.Kind == bus.KindEvent {
-			sys.Root.Send(pid, &replyLost{turn: ts.Turn, call: ts.Call})
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("subscribe to lost replies: %w", err)
-	}
-	n.lostSub = sub
-	return nil
-}
-
-// startFromBus queues the turn a TurnSpec envelope describes; node, when set, is the
-// node that must run it.
-func (n *Node) startFromBus(data []byte, node string) bus.StartTurnReply {
-	var spec bus.TurnSpec
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&spec); err != nil {
-		return bus.StartTurnReply{Node: n.cfg.Name, Error: "start turn: malformed turn spec: " + err.Error()}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	id, err := n.submit(ctx, spec, node)
-	if err != nil {
-		reply := bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}
-		if errors.Is(err, ErrTurnExists) {
-			reply.Code = bus.StartTurnExists
-		}
-		return reply
-	}
-	return bus.StartTurnReply{Turn: id, Node: n.cfg.Name}
-}
-
-// Start queues the turn a spec describes as a durable turn (submit): any node that runs
-// turns takes it; its progress and end are published on the turn's subjects.
-func (n *Node) Start(ctx context.Context, spec bus.TurnSpec) (string, error) {
-	if n.intake != nil {
-		return n.submit(ctx, spec, "")
-	}
-	return n.startHere(ctx, spec)
-}
-
-// startHere runs a turn on this node without the intake: it ends with the node.
-func (n *Node) startHere(ctx context.Context, spec bus.TurnSpec) (string, error) {
-	if err := checkStartable(spec); err != nil {
-		return "", err
-	}
-	if spec.Kind == bus.TurnTask {
-		return "", errors.New("start turn: a task turn runs through the turn intake, which this node does not run")
-	}
-	model, err := n.model(spec)
-	if err != nil {
-		return "", fmt.Errorf("start turn: %w", err)
-	}
-	return n.Spawn(ctx, TurnConfig{Spec: spec, Model: model})
-}
-
-// toolChecker is a model whose API has rules of its own for the tools a turn sends
-// (gateway.Anthropic: names), checked once the turn's kit is assembled rather than at
-// its first request.
-type toolChecker interface {
-	CheckTools([]*toolbus.Spec) error
-}
-
-// checkTools applies the model's rules for tools to a kit.
-func checkTools(model gateway.Model, kit *toolsets.Kit) error {
-	tc, ok := model.(toolChecker)
-	if !ok || kit == nil || kit.Tools == nil {
-		return nil
-	}
-	if err := tc.CheckTools(kit.Tools.Specs()); err != nil {
-		return fmt.Errorf("%w: %w", ErrModel, err)
-	}
-	return nil
-}
-
-func (n *Node) model(spec bus.TurnSpec) (gateway.Model, error) {
-	if len(spec.Script) > 0 {
-		var s gateway.Script
-		dec := json.NewDecoder(bytes.NewReader(spec.Script))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&s); err != nil {
-			return nil, fmt.Errorf("inline script: %w", err)
-		}
-		return gateway.OpenScript(s, n.cfg.Gateway)
-	}
-	if spec.Model == "" {
-		return nil, errors.New("no model given")
-	}
-	// A script spec names a file on the node's disk; over the bus a script
-	// travels inline instead.
-	if strings.HasPrefix(spec.Model, "script:") {
-		return nil, errors.New("model script:FILE is not accepted over the bus: send the script inline (the turn spec's script)")
-	}
-	return gateway.Open(spec.Model, n.cfg.Gateway)
-}
 
 // Close stops every turn and host of the node, then its connections.
 func (n *Node) Close() {
