@@ -281,7 +281,9 @@ func Decode(e jetstream.KeyValueEntry) (*Record, error) {
 	return &rec, nil
 }
 
-// Text is a record's text: inline, or read from its object.
+// Text is a record's text: inline, or read from its object. An object deleted while it
+// is read (its page replaced meanwhile) is jetstream.ErrObjectNotFound within
+// objectReadAttempt, as one deleted before: see readObject.
 func (s *Store) Text(ctx context.Context, rec *Record) (string, error) {
 	if rec.Object == "" {
 		return rec.Text, nil
@@ -290,11 +292,38 @@ func (s *Store) Text(ctx context.Context, rec *Record) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := obs.GetBytes(ctx, rec.Object)
+	b, err := readObject(ctx, obs, rec.Object)
 	if err != nil {
 		return "", fmt.Errorf("read the text of page %s: %w", rec.ID, err)
 	}
 	return string(b), nil
+}
+
+// objectReadAttempt bounds one attempt of readObject.
+const objectReadAttempt = 5 * time.Second
+
+// readObject reads an object whole. nats.go reads an object's description, then its
+// chunks: one deleted between the two (a page replaced while the knowledge index or a
+// reader read it) has no chunks left, and the read waited for them until its context's
+// deadline, which a cancellation does not cut short (the index's 30 s: its recall missed
+// the page that long, seen in TestRolesUseTheStore under load). So each attempt has
+// objectReadAttempt; one that runs out of it asks whether the object was deleted
+// (jetstream.ErrObjectNotFound, as for an object deleted before), and if not reads again,
+// until ctx ends.
+func readObject(ctx context.Context, obs jetstream.ObjectStore, name string) ([]byte, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, objectReadAttempt)
+		b, err := obs.GetBytes(actx, name)
+		ranOut := actx.Err() != nil
+		cancel()
+		if err == nil || !ranOut || ctx.Err() != nil {
+			return b, err
+		}
+		info, ierr := obs.GetInfo(ctx, name, jetstream.GetObjectInfoShowDeleted())
+		if errors.Is(ierr, jetstream.ErrObjectNotFound) || (ierr == nil && info.Deleted) {
+			return nil, fmt.Errorf("object %s was deleted while it was read: %w", name, jetstream.ErrObjectNotFound)
+		}
+	}
 }
 
 // List returns the agent's pages without their text, by id.
