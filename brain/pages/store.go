@@ -314,7 +314,10 @@ func readObject(ctx context.Context, obs jetstream.ObjectStore, name string) ([]
 	for {
 		actx, cancel := context.WithTimeout(ctx, objectReadAttempt)
 		b, err := obs.GetBytes(actx, name)
-		ranOut := actx.Err() != nil
+		// By the clock: the read's own deadline (its pipe's) can come a moment before
+		// actx says it ended ("read pipe: i/o timeout", with actx.Err() still nil).
+		dl, _ := actx.Deadline()
+		ranOut := !time.Now().Before(dl)
 		cancel()
 		if err == nil || !ranOut || ctx.Err() != nil {
 			return b, err
