@@ -99,15 +99,17 @@ func (s *Store) window(ctx context.Context, rec *Record, offset, n int) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	r, err := obs.Get(ctx, rec.Object)
-	if err != nil {
-		return nil, fmt.Errorf("read the text of page %s: %w", rec.ID, err)
-	}
-	defer r.Close()
-	if _, err := io.CopyN(io.Discard, r, int64(offset)); err != nil {
-		return nil, fmt.Errorf("read the text of page %s: %w", rec.ID, err)
-	}
-	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	b, err := readDeleting(ctx, obs, rec.Object, func(ctx context.Context) ([]byte, error) {
+		r, err := obs.Get(ctx, rec.Object)
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		if _, err := io.CopyN(io.Discard, r, int64(offset)); err != nil {
+			return nil, err
+		}
+		return io.ReadAll(io.LimitReader(r, int64(n)))
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the text of page %s: %w", rec.ID, err)
 	}

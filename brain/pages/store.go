@@ -299,21 +299,26 @@ func (s *Store) Text(ctx context.Context, rec *Record) (string, error) {
 	return string(b), nil
 }
 
-// objectReadAttempt bounds one attempt of readObject.
+// objectReadAttempt bounds one attempt of readDeleting.
 const objectReadAttempt = 5 * time.Second
 
-// readObject reads an object whole. nats.go reads an object's description, then its
-// chunks: one deleted between the two (a page replaced while the knowledge index or a
-// reader read it) has no chunks left, and the read waited for them until its context's
-// deadline, which a cancellation does not cut short (the index's 30 s: its recall missed
-// the page that long, seen in TestRolesUseTheStore under load). So each attempt has
-// objectReadAttempt; one that runs out of it asks whether the object was deleted
-// (jetstream.ErrObjectNotFound, as for an object deleted before), and if not reads again,
-// until ctx ends.
+// readObject reads an object whole (readDeleting).
 func readObject(ctx context.Context, obs jetstream.ObjectStore, name string) ([]byte, error) {
+	return readDeleting(ctx, obs, name, func(ctx context.Context) ([]byte, error) { return obs.GetBytes(ctx, name) })
+}
+
+// readDeleting runs read, a read of object name, for as long as ctx lasts, in attempts.
+// nats.go reads an object's description, then its chunks: one deleted between the two (a
+// page replaced while the knowledge index or a reader read it) has no chunks left, and
+// the read waited for them until its context's deadline, which a cancellation does not
+// cut short (the index's 30 s: its recall missed the page that long, seen in
+// TestRolesUseTheStore under load). So each attempt has objectReadAttempt; one that runs
+// out asks whether the object was deleted (jetstream.ErrObjectNotFound, as for an object
+// deleted before), and if not reads again.
+func readDeleting(ctx context.Context, obs jetstream.ObjectStore, name string, read func(context.Context) ([]byte, error)) ([]byte, error) {
 	for {
 		actx, cancel := context.WithTimeout(ctx, objectReadAttempt)
-		b, err := obs.GetBytes(actx, name)
+		b, err := read(actx)
 		// By the clock: the read's own deadline (its pipe's) can come a moment before
 		// actx says it ended ("read pipe: i/o timeout", with actx.Err() still nil).
 		dl, _ := actx.Deadline()
