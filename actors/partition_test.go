@@ -3,10 +3,7 @@ package actors
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -44,7 +41,7 @@ func TestRequestsAvoidSilentHost(t *testing.T) {
 			return toolbus.TextResult("said"), nil
 		},
 	})
-	p := startPartitionProxy(t, srv.ClientURL())
+	p := startProxy(t, srv.ClientURL())
 	far, err := StartNode(ctx, NodeConfig{Name: "far", Logger: DiscardLogger(),
 		Connect: func(c string) (*nats.Conn, error) {
 			return bus.Dial(ctx, p.url, c, bus.Credentials{User: "tools", Password: "tools-pw"})
@@ -98,91 +95,4 @@ func TestRequestsAvoidSilentHost(t *testing.T) {
 	start := time.Now()
 	bustest.CheckFor(t, 45*time.Second, 100*time.Millisecond, func() error { return answered(30, 2*time.Second) })
 	t.Logf("requests answered again %s after the first lost one", time.Since(start).Round(time.Second))
-}
-
-// partitionProxy forwards TCP connections to a server until partition: from then on
-// the connections it carries go silent both ways, as over a network cut without a word.
-// What either end writes is read and dropped, and a client that gives its connection
-// up closes only its own end: the server's end stays open until the server closes it.
-// Connections made after partition are carried as before.
-type partitionProxy struct {
-	url string
-
-	mu     sync.Mutex
-	dead   map[net.Conn]bool // both ends of a connection cut off by partition
-	others map[net.Conn]net.Conn
-}
-
-func startPartitionProxy(t *testing.T, server string) *partitionProxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &partitionProxy{url: "nats://" + l.Addr().String(), dead: map[net.Conn]bool{}, others: map[net.Conn]net.Conn{}}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.mu.Lock()
-		for c := range p.others {
-			_ = c.Close()
-		}
-		p.mu.Unlock()
-		wg.Wait()
-	})
-	addr := strings.TrimPrefix(server, "nats://")
-	wg.Go(func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", addr)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.others[c], p.others[s] = s, c
-			p.mu.Unlock()
-			wg.Go(func() { p.pipe(s, c) })
-			wg.Go(func() { p.pipe(c, s) })
-		}
-	})
-	return p
-}
-
-// pipe copies src to dst while their connection lives; once it is cut off, it drops
-// what src sends, and src's end closing closes dst's only if it was not cut off.
-func (p *partitionProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		p.mu.Lock()
-		cut := p.dead[src]
-		p.mu.Unlock()
-		if n > 0 && !cut {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				_ = src.Close()
-				return
-			}
-		}
-		if err != nil {
-			if !cut {
-				_ = dst.Close()
-			} else if err != io.EOF {
-				_ = src.Close()
-			}
-			return
-		}
-	}
-}
-
-// partition cuts off every connection the proxy carries now.
-func (p *partitionProxy) partition() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for c := range p.others {
-		p.dead[c] = true
-	}
 }

@@ -1,11 +1,9 @@
 package actors
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -178,110 +176,4 @@ func replyAfterReconnect(t *testing.T, dead bool) {
 		}
 		return nil
 	})
-}
-
-// proxy forwards TCP connections to a server; the test can cut them, or make them
-// swallow what clients write (a connection that is dead but not closed).
-type proxy struct {
-	url  string
-	addr string // the server's host:port
-
-	mu       sync.Mutex
-	conns    []net.Conn
-	accepted int
-	hole     bool
-	eaten    bytes.Buffer
-}
-
-func startProxy(t *testing.T, server string) *proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{url: "nats://" + l.Addr().String(), addr: strings.TrimPrefix(server, "nats://")}
-	var wg sync.WaitGroup
-	t.Cleanup(func() {
-		_ = l.Close()
-		p.cut()
-		wg.Wait()
-	})
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", p.addr)
-			if err != nil {
-				_ = c.Close()
-				continue
-			}
-			p.mu.Lock()
-			p.conns = append(p.conns, c, s)
-			p.accepted++
-			p.hole = false
-			p.mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); p.pipe(s, c, true) }()
-			go func() { defer wg.Done(); p.pipe(c, s, false) }()
-		}
-	}()
-	return p
-}
-
-// pipe copies from src to dst; from the client, into the black hole while there is one.
-func (p *proxy) pipe(dst, src net.Conn, fromClient bool) {
-	defer func() { _ = dst.Close(); _ = src.Close() }()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			eat := fromClient && p.hole
-			if eat {
-				p.eaten.Write(buf[:n])
-			}
-			p.mu.Unlock()
-			if !eat {
-				if _, err := dst.Write(buf[:n]); err != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (p *proxy) blackHole() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.hole = true
-}
-
-func (p *proxy) swallowed(s string) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return bytes.Contains(p.eaten.Bytes(), []byte(s))
-}
-
-func (p *proxy) connections() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted
-}
-
-// cut closes every connection through the proxy; clients connect again.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	conns := p.conns
-	p.conns = nil
-	p.mu.Unlock()
-	for _, c := range conns {
-		_ = c.Close()
-	}
 }
