@@ -462,7 +462,7 @@ func (n *Node) close() {
 		_ = n.sys.Root.StopFuture(n.pid).Wait()
 		n.pid = nil
 	}
-	n.workers.close(host.StopGrace)
+	n.workers.Close(host.StopGrace)
 	// The actors are gone; what they published must still reach the server.
 	n.connMu.Lock()
 	conns := n.conns

@@ -2,7 +2,6 @@ package actors
 
 import (
 	"sync/atomic"
-	"time"
 
 	"github.com/asynkron/protoactor-go/actor"
 
@@ -27,9 +26,6 @@ func (w *workers) Schedule(fn func()) { w.Go(fn) }
 func (w *workers) Throughput() int { return mailboxThroughput }
 
 var _ actor.Dispatcher = (*workers)(nil)
-
-// close ends the workers (workpool.Pool.Close).
-func (w *workers) close(patience time.Duration) { w.Close(patience) }
 
 // goFunc runs fn on w, or on a goroutine of its own without w (a turn or host made
 // outside a node).
