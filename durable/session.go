@@ -49,8 +49,7 @@ func (s *Store) OpenSession(ctx context.Context, spec bus.TurnSpec, owner string
 	case err != nil:
 		return nil, fmt.Errorf("open session %s: create the turn record: %w", spec.ID, s.cfg.StoreFull(err))
 	}
-	// A lease with no intake message: only its record and transcript writes are used.
-	l := &Lease{s: s, Spec: spec, Rec: rec, rev: rev, stopProgress: func() {}}
+	l := s.sessionLease(rec, rev)
 	if err := l.Append(ctx, 0, first); err != nil {
 		x := &Session{l: l}
 		if eerr := x.End(context.WithoutCancel(ctx), bus.TurnFailed, "the session's first transcript message could not be stored: "+err.Error(), 0); eerr != nil {
@@ -105,7 +104,7 @@ func (s *Store) EndLostSession(ctx context.Context, id, owner, why string) (bus.
 	}
 	next := rec
 	next.Epoch++
-	l := &Lease{s: s, Spec: rec.Spec, Rec: next, rev: rev, stopProgress: func() {}}
+	l := s.sessionLease(next, rev)
 	l.last, l.pos = t.Last, t.Pos
 	steps := s.lastStep(ctx, id, rec.Step)
 	note, _ := json.Marshal(map[string]any{"type": "toolbus.session_lost", "owner": owner, "at": time.Now(), "why": why})
@@ -122,4 +121,10 @@ func (s *Store) EndLostSession(ctx context.Context, id, owner, why string) (bus.
 		return rec, fmt.Errorf("end session %s: %w", id, err)
 	}
 	return l.Rec, nil
+}
+
+// sessionLease is a lease of a session's turn, whose record is rec at revision rev: a
+// lease with no intake message, of which only the record and transcript writes are used.
+func (s *Store) sessionLease(rec bus.TurnRecord, rev uint64) *Lease {
+	return &Lease{s: s, Spec: rec.Spec, Rec: rec, rev: rev, stopProgress: func() {}}
 }
