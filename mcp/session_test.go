@@ -12,7 +12,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
@@ -426,11 +425,7 @@ func TestMCPSessionEndedByAnother(t *testing.T) {
 		}
 		return err
 	})
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := durable.Open(ctx, js, durable.Config{})
+	store, err := durable.Open(ctx, bustest.JetStream(t, w.node.Server(), "resume"), durable.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

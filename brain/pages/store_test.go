@@ -19,11 +19,7 @@ import (
 // read in parts and deleted with this package only, with no index anywhere.
 func TestPagesStandAlone(t *testing.T) {
 	t.Parallel()
-	srv := bustest.Server(t, nil)
-	js, err := jetstream.New(bustest.Conn(t, srv, "pages"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := bustest.JetStream(t, bustest.Server(t, nil), "pages")
 	ctx := bustest.Context(t)
 	s := pages.NewStore(js, pages.Options{})
 
@@ -63,11 +59,7 @@ func TestPagesStandAlone(t *testing.T) {
 // end of its attempt (5 s), when it asks whether the object is still there.
 func TestTextOfObjectDeletedWhileRead(t *testing.T) {
 	t.Parallel()
-	srv := bustest.Server(t, nil)
-	js, err := jetstream.New(bustest.Conn(t, srv, "pages"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := bustest.JetStream(t, bustest.Server(t, nil), "pages")
 	ctx := bustest.Context(t)
 	s := pages.NewStore(js, pages.Options{})
 	big := strings.Repeat("a line of a long runbook\n", 4000)
