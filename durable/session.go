@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 )
@@ -98,15 +100,27 @@ func (s *Store) EndLostSession(ctx context.Context, id, owner, why string) (bus.
 	case rec.Owner != owner:
 		return rec, fmt.Errorf("turn %s is held by %s now, not %s: %w", id, rec.Owner, owner, ErrSessionAlive)
 	}
-	t, err := s.readTranscript(ctx, id)
+	// The transcript's last message, as its stream's leader holds it: where the note goes
+	// (its stream sequence and position) and the session's step.
+	var last *jetstream.RawStreamMsg
+	err = bus.Retry(ctx, "read the last transcript message of "+id, s.log, func(ctx context.Context) (err error) {
+		last, err = bus.LeaderLastMsg(ctx, s.js.Conn(), bus.StreamTranscripts, bus.TranscriptSubject(id))
+		return err
+	})
 	if err != nil {
-		return rec, fmt.Errorf("end session %s: read its transcript: %w", id, err)
+		return rec, fmt.Errorf("end session %s: %w", id, err)
 	}
 	next := rec
 	next.Epoch++
 	l := s.sessionLease(next, rev)
-	l.last, l.pos = t.Last, t.Pos
-	steps := s.lastStep(ctx, id, rec.Step)
+	steps := rec.Step
+	if last != nil {
+		l.last = last.Sequence
+		l.pos, _ = strconv.Atoi(last.Header.Get(bus.HeaderSeq))
+		if n, err := strconv.Atoi(last.Header.Get(bus.HeaderStep)); err == nil {
+			steps = max(steps, n)
+		}
+	}
 	note, _ := json.Marshal(map[string]any{"type": "toolbus.session_lost", "owner": owner, "at": time.Now(), "why": why})
 	if err := l.Append(ctx, steps, []toolbus.Item{toolbus.Note(note)}); err != nil {
 		if errors.Is(err, ErrFenced) {
