@@ -109,6 +109,11 @@ func BenchmarkConcurrentTurns(b *testing.B) {
 		if _, err := resp.Subscribe("bench.echo", func(m *nats.Msg) { _ = m.Respond(m.Data) }); err != nil {
 			b.Fatal(err)
 		}
+		// The server has the subscription once it answers the flush: a request before
+		// that finds no responders (seen in CI).
+		if err := resp.Flush(); err != nil {
+			b.Fatal(err)
+		}
 		req, err := srv.Connect("bench-requester")
 		if err != nil {
 			b.Fatal(err)
