@@ -191,7 +191,8 @@ type stallProbe struct {
 	from    time.Time
 	last    time.Time // the last success after from
 	longest time.Duration
-	ok      int // successes since from
+	began   time.Time // when the longest stall began (the success before it)
+	ok      int       // successes since from
 	lastErr error
 }
 
@@ -218,7 +219,9 @@ func (p *stallProbe) run(stop <-chan struct{}, wg *sync.WaitGroup) {
 		if err != nil {
 			p.lastErr = err
 		} else if !p.from.IsZero() {
-			p.longest = max(p.longest, now.Sub(p.last))
+			if d := now.Sub(p.last); d > p.longest {
+				p.longest, p.began = d, p.last
+			}
 			p.last = now
 			p.ok++
 		}
@@ -232,15 +235,19 @@ func (p *stallProbe) run(stop <-chan struct{}, wg *sync.WaitGroup) {
 // since starts counting stalls at from.
 func (p *stallProbe) since(from time.Time) {
 	p.mu.Lock()
-	p.from, p.last, p.longest, p.ok = from, from, 0, 0
+	p.from, p.last, p.longest, p.began, p.ok = from, from, 0, from, 0
 	p.mu.Unlock()
 }
 
-// stall is the longest stall since from, counting the one still going on.
-func (p *stallProbe) stall() (time.Duration, error) {
+// stall is the longest stall since from, counting the one still going on, and how
+// long after from it began.
+func (p *stallProbe) stall() (d, after time.Duration, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return max(p.longest, time.Since(p.last)), p.lastErr
+	if now := time.Since(p.last); now > p.longest {
+		return now, p.last.Sub(p.from), p.lastErr
+	}
+	return p.longest, p.began.Sub(p.from), p.lastErr
 }
 
 // TestWokenLeaderStallBounded pauses (SIGSTOP) the server that leads the transcripts
@@ -312,7 +319,7 @@ func TestWokenLeaderStallBounded(t *testing.T) {
 	}
 	checkFor(t, "the cluster working without the paused leader", func() error {
 		for _, p := range probes {
-			if d, err := p.stall(); p.successes() == 0 || d > 500*time.Millisecond {
+			if d, _, err := p.stall(); p.successes() == 0 || d > 500*time.Millisecond {
 				return fmt.Errorf("%s stalls (%s): %v", p.name, d.Round(time.Millisecond), err)
 			}
 		}
@@ -324,18 +331,40 @@ func TestWokenLeaderStallBounded(t *testing.T) {
 	// follows expired.
 	wake := time.Now().Add(3 * time.Second)
 	time.Sleep(time.Until(wake)) // the length of the fault, not a wait for an event
+	woke := time.Now()
 	for _, p := range probes {
-		p.since(time.Now())
+		p.since(woke)
 	}
 	resume()
 	// Long enough after the wake for what it stirs up: the woken server's groups hold
 	// their elections within a timeout (at most 1 s; nats-server's own 4-9 s before).
 	time.Sleep(6 * time.Second) // the window observed, not a wait for an event
 	for _, p := range probes {
-		d, err := p.stall()
-		t.Logf("%s: longest stall after the wake %s (last error: %v)", p.name, d.Round(time.Millisecond), err)
+		d, after, err := p.stall()
+		t.Logf("%s: longest stall after the wake %s, from %s after it (last error: %v)", p.name, d.Round(time.Millisecond), after.Round(time.Millisecond), err)
 		if d > 2*time.Second {
 			t.Errorf("%s stalled %s after the woken leader's wake, want at most 2s (last error: %v)", p.name, d.Round(time.Millisecond), err)
 		}
 	}
+	if t.Failed() {
+		// What the servers said of their groups' leaders after the wake, for the cause.
+		for _, n := range nodes {
+			for _, line := range strings.Split(n.proc.stderr.String(), "\n") {
+				if at, ok := logTime(line); ok && !at.Before(woke) && strings.Contains(strings.ToLower(line), "leader") {
+					t.Logf("%s +%s: %s", n.name, at.Sub(woke).Round(time.Millisecond), line)
+				}
+			}
+		}
+	}
+}
+
+// logTime is the time of a node's log line (slog's time=...), if it has one.
+func logTime(line string) (time.Time, bool) {
+	rest, ok := strings.CutPrefix(line, "time=")
+	if !ok {
+		return time.Time{}, false
+	}
+	stamp, _, _ := strings.Cut(rest, " ")
+	at, err := time.Parse(time.RFC3339Nano, stamp)
+	return at, err == nil
 }
