@@ -31,6 +31,11 @@ const (
 	// before the MCP client is told it was not approved. It stays under the 60 s
 	// request timeout common MCP clients default to, so the client hears why.
 	DefaultApprovalWait = 50 * time.Second
+	// DefaultSessionIdle is how long an HTTP client's session may go without a request
+	// before the server closes it (ServeConfig.SessionIdle). Long enough for a person
+	// who left an assistant open over lunch; short enough that a client that went away
+	// without saying goodbye does not leave its session's turn running for days.
+	DefaultSessionIdle = 30 * time.Minute
 	// DefaultRefreshQuiet is how long the server waits after a catalog change before
 	// it reads the catalog again (hosts announce themselves in bursts).
 	DefaultRefreshQuiet = 200 * time.Millisecond
@@ -54,12 +59,23 @@ type ServeConfig struct {
 	// wait (the call is refused at once, saying how to approve it). Zero is
 	// DefaultApprovalWait.
 	ApprovalWait time.Duration
-	Logger       *slog.Logger
+	// SessionIdle closes the session of an HTTP client (Handler) that has had no
+	// request for this long and none in flight (an open event stream is one), and
+	// ends its turn as aborted, saying so. A client that goes away without DELETE
+	// otherwise keeps its session, and its turn running, until the server stops. The
+	// client's next request gets 404, and by the MCP spec it starts a new session.
+	// Zero is DefaultSessionIdle; negative, never. Sessions served by Run end with
+	// their transport.
+	SessionIdle time.Duration
+	Logger      *slog.Logger
 }
 
 func (c ServeConfig) withDefaults() ServeConfig {
 	if c.ApprovalWait == 0 {
 		c.ApprovalWait = DefaultApprovalWait
+	}
+	if c.SessionIdle == 0 {
+		c.SessionIdle = DefaultSessionIdle
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -110,13 +126,15 @@ type Server struct {
 	// recording, so none is added to ending while Close waits for it.
 	endMu   sync.Mutex
 	closing bool
-	stopped map[*sdk.ServerSession]bool // sessions this server ended (Close, Run's ctx)
-	ending  sync.WaitGroup              // the sessions' turns, until their ends are written
+	stopped map[*sdk.ServerSession]string // sessions this server ended, and why
+	ending  sync.WaitGroup                // the sessions' turns, until their ends are written
 
 	refresh chan struct{}
 	sub     *nats.Subscription
+	life    context.Context // ends with Close
 	cancel  context.CancelFunc
 	done    chan struct{}
+	loops   sync.WaitGroup // the HTTP handlers' idle sweeps
 }
 
 // NewServer reads the catalog and the agent's profile once, and keeps the served
@@ -129,7 +147,7 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 	}
 	s := &Server{
 		cfg: cfg, log: cfg.Logger, specs: map[string]*toolbus.Spec{}, sums: map[string]string{},
-		refresh: make(chan struct{}, 1), done: make(chan struct{}), stopped: map[*sdk.ServerSession]bool{},
+		refresh: make(chan struct{}, 1), done: make(chan struct{}), stopped: map[*sdk.ServerSession]string{},
 	}
 	s.srv = sdk.NewServer(&sdk.Implementation{Name: "toolbus", Title: "toolbus: the tools of a bus", Version: "0.1.0"}, &sdk.ServerOptions{
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
@@ -145,9 +163,8 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 		return nil, fmt.Errorf("mcp serve: watch the catalog: %w", err)
 	}
 	s.sub = sub
-	var rctx context.Context
-	rctx, s.cancel = context.WithCancel(context.Background())
-	go s.refreshLoop(rctx)
+	s.life, s.cancel = context.WithCancel(context.Background())
+	go s.refreshLoop(s.life)
 	return s, nil
 }
 
@@ -166,7 +183,7 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	go func() { ended <- ss.Wait() }()
 	select {
 	case <-ctx.Done():
-		s.stop(ss)
+		s.stop(ss, stoppedWhy)
 		<-ended
 		return ctx.Err()
 	case err := <-ended:
@@ -174,12 +191,18 @@ func (s *Server) Run(ctx context.Context, t sdk.Transport) error {
 	}
 }
 
+// stoppedWhy is the error of a session's turn when the server stops with it open.
+const stoppedWhy = "toolbus mcp stopped while the session was open"
+
 // stop ends a session on the server's side: its turn is recorded as aborted, not
-// completed. (A session that ended on its own is no longer among the server's
-// sessions by the time its end is heard: the go-sdk drops it first.)
-func (s *Server) stop(ss *sdk.ServerSession) {
+// completed, with why (the first reason given wins). (A session that ended on its
+// own is no longer among the server's sessions by the time its end is heard: the
+// go-sdk drops it first.)
+func (s *Server) stop(ss *sdk.ServerSession, why string) {
 	s.endMu.Lock()
-	s.stopped[ss] = true
+	if _, ok := s.stopped[ss]; !ok {
+		s.stopped[ss] = why
+	}
 	s.endMu.Unlock()
 	_ = ss.Close()
 }
@@ -191,7 +214,7 @@ func (s *Server) Close() {
 	s.closing = true
 	s.endMu.Unlock()
 	for ss := range s.srv.Sessions() {
-		s.stop(ss)
+		s.stop(ss, stoppedWhy)
 	}
 	// The sessions' ends are written before the process goes, within a bound: a bus
 	// that stopped answering must not hold the exit.
@@ -211,6 +234,7 @@ func (s *Server) Close() {
 	if s.cancel != nil {
 		s.cancel()
 		<-s.done
+		s.loops.Wait()
 	}
 }
 
@@ -645,9 +669,19 @@ func CheckListen(addr string, hasToken bool) error {
 }
 
 // Handler serves the MCP server over streamable HTTP. With a token, every request
-// must carry "Authorization: Bearer TOKEN"; others get 401.
+// must carry "Authorization: Bearer TOKEN"; others get 401. Sessions idle for
+// ServeConfig.SessionIdle are closed.
 func (s *Server) Handler(token string) http.Handler {
-	h := sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, nil)
+	var h http.Handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, nil)
+	if s.cfg.SessionIdle > 0 {
+		idle := &idleSessions{seen: map[string]*sessionUse{}}
+		h = idle.wrap(h)
+		s.loops.Add(1)
+		go func() {
+			defer s.loops.Done()
+			s.closeIdle(s.life, idle)
+		}()
+	}
 	if token == "" {
 		return h
 	}

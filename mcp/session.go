@@ -103,8 +103,8 @@ func (s *Server) sessionTurn(ss *sdk.ServerSession) *sessionTurn {
 		s.turns.Delete(ss)
 		s.endMu.Lock()
 		state, why := bus.TurnCompleted, ""
-		if s.stopped[ss] {
-			state, why = bus.TurnAborted, "toolbus mcp stopped while the session was open"
+		if stopped, ok := s.stopped[ss]; ok {
+			state, why = bus.TurnAborted, stopped
 		}
 		delete(s.stopped, ss)
 		s.endMu.Unlock()

@@ -35,6 +35,7 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 		listen       = fs.String("listen", "", "serve streamable HTTP on host:port (path /mcp) instead of stdio; loopback only unless a token guards it")
 		tokenFile    = fs.String("token-file", "", "with -listen: a file holding the bearer token every request must carry (default env TOOLBUS_MCP_TOKEN; off loopback, else the password of -user)")
 		approvalWait = fs.Duration("approval-wait", mcp.DefaultApprovalWait, "how long a call held for approval waits for `toolbus approve` before the client is told it did not run; 0 refuses such calls at once")
+		sessionIdle  = fs.Duration("session-idle", mcp.DefaultSessionIdle, "with -listen: close a client's session after this long without a request (its turn ends aborted, saying so); 0 never")
 		home         = fs.String("home", ".", "embedded node: the agent home, where the file and command tools work")
 		sandbox      = sandboxFlag(fs)
 	)
@@ -55,6 +56,12 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 	}
 	if *approvalWait < 0 {
 		return usagef("-approval-wait %s: want 0 or more", *approvalWait)
+	}
+	if *sessionIdle < 0 {
+		return usagef("-session-idle %s: want 0 (never) or more", *sessionIdle)
+	}
+	if *listen == "" && flagsSet(fs)["session-idle"] {
+		return usagef("-session-idle closes HTTP sessions: give -listen too (a stdio session ends with its client)")
 	}
 	token := ""
 	if *listen != "" {
@@ -88,8 +95,13 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 	if wait == 0 {
 		wait = -1 // ServeConfig: do not wait
 	}
+	idle := *sessionIdle
+	if idle == 0 {
+		idle = -1 // ServeConfig: never
+	}
 	srv, err := mcp.NewServer(ctx, mcp.ServeConfig{
-		Client: bc.cl, Agent: *agent, Namespaces: mcp.SplitNamespaces(*namespaces), ApprovalWait: wait, Logger: log,
+		Client: bc.cl, Agent: *agent, Namespaces: mcp.SplitNamespaces(*namespaces), ApprovalWait: wait,
+		SessionIdle: idle, Logger: log,
 	})
 	if err != nil {
 		return err

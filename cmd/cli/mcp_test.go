@@ -119,16 +119,26 @@ func TestMcporterCallsToolbusMCP(t *testing.T) {
 }
 
 // TestMCPCommandRefusesOpenListen: an HTTP address other hosts reach needs a token,
-// refused before anything starts; a token makes it acceptable.
+// refused before anything starts; so are waits out of range, and an idle limit for
+// HTTP sessions without -listen.
 func TestMCPCommandRefusesOpenListen(t *testing.T) {
 	t.Parallel()
 	code, _, stderr := cliEnv(testContext(t), testEnv(nil, ""), "mcp", "-listen", "0.0.0.0:0")
 	if code != exitUsage || !strings.Contains(stderr, "-listen 0.0.0.0:0 is reachable from other hosts: give a bearer token with -token-file FILE") {
 		t.Errorf("exit %d:\n%s", code, stderr)
 	}
-	code, _, stderr = cliEnv(testContext(t), testEnv(nil, ""), "mcp", "-approval-wait", "-1s")
-	if code != exitUsage || !strings.Contains(stderr, "-approval-wait -1s: want 0 or more") {
-		t.Errorf("exit %d:\n%s", code, stderr)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-approval-wait", "-1s"}, "-approval-wait -1s: want 0 or more"},
+		{[]string{"-listen", "127.0.0.1:0", "-session-idle", "-1s"}, "-session-idle -1s: want 0 (never) or more"},
+		{[]string{"-session-idle", "5m"}, "-session-idle closes HTTP sessions: give -listen too"},
+	} {
+		code, _, stderr = cliEnv(testContext(t), testEnv(nil, ""), append([]string{"mcp"}, c.args...)...)
+		if code != exitUsage || !strings.Contains(stderr, c.want) {
+			t.Errorf("%q: exit %d:\n%s", c.args, code, stderr)
+		}
 	}
 }
 
