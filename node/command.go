@@ -432,6 +432,10 @@ func Run(ctx context.Context, prog string, args []string, stderr io.Writer) erro
 		cfg.Bus = server.Config{
 			Name: o.name, StoreDir: o.storeDir, MaxMemory: o.maxMemory, MaxStore: o.maxStore,
 			Listen: o.listen, Logger: log, Monitor: o.monitor, ClientPingInterval: o.clientPing,
+			// The embedded server's own debug log (its Raft groups' votes and leaders,
+			// routes, JetStream's API) with the node's: what a stall or a lost leader is
+			// diagnosed from.
+			Debug: level <= slog.LevelDebug,
 		}
 		if cfg.Bus.StoreDir == "" {
 			cfg.Bus.StoreDir = xdgDir("XDG_STATE_HOME", ".local/state", o.name)

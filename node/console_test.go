@@ -48,3 +48,33 @@ func TestRunServesConsole(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// `toolbus node -log-level debug` logs the embedded server's debug lines too (a stalled
+// cluster is diagnosed from its Raft groups' votes and leaders); info does not.
+func TestRunDebugLogsServer(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"debug", "info"} {
+		ctx, cancel := context.WithCancel(bustest.Context(t))
+		var log bustest.Buffer
+		done := make(chan error, 1)
+		dir := t.TempDir()
+		go func() {
+			done <- Run(ctx, "toolbus node", []string{"-name", "d1", "-store-dir", dir, "-home", dir, "-categories", "todo",
+				"-turns=false", "-log-level", level}, &log)
+		}()
+		bustest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+			if !strings.Contains(log.String(), "node ready") {
+				return fmt.Errorf("not ready:\n%s", log.String())
+			}
+			return nil
+		})
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		serverDebug := regexp.MustCompile(`(?m)^time=\S+ level=DEBUG .* server=d1$`).MatchString(log.String())
+		if serverDebug != (level == "debug") {
+			t.Errorf("-log-level %s: the server's debug lines logged %v:\n%s", level, serverDebug, log.String())
+		}
+	}
+}
