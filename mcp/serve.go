@@ -134,7 +134,11 @@ type Server struct {
 	life    context.Context // ends with Close
 	cancel  context.CancelFunc
 	done    chan struct{}
-	loops   sync.WaitGroup // the HTTP handlers' idle sweeps
+	loops   sync.WaitGroup // the idle sweep of the HTTP sessions
+	// idle counts the HTTP sessions' requests for the idle sweep, made with the
+	// first Handler.
+	idleOnce sync.Once
+	idle     *idleSessions
 }
 
 // NewServer reads the catalog and the agent's profile once, and keeps the served
@@ -674,13 +678,17 @@ func CheckListen(addr string, hasToken bool) error {
 func (s *Server) Handler(token string) http.Handler {
 	var h http.Handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, nil)
 	if s.cfg.SessionIdle > 0 {
-		idle := &idleSessions{seen: map[string]*sessionUse{}}
-		h = idle.wrap(h)
-		s.loops.Add(1)
-		go func() {
-			defer s.loops.Done()
-			s.closeIdle(s.life, idle)
-		}()
+		// One account of the sessions' requests however many handlers serve them: a
+		// second sweep would close a session whose requests only the first saw.
+		s.idleOnce.Do(func() {
+			s.idle = &idleSessions{seen: map[string]*sessionUse{}}
+			s.loops.Add(1)
+			go func() {
+				defer s.loops.Done()
+				s.closeIdle(s.life, s.idle)
+			}()
+		})
+		h = s.idle.wrap(h)
 	}
 	if token == "" {
 		return h
