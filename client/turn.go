@@ -91,6 +91,10 @@ func (t *Turn) take() *Watch {
 // one whose done status this connection missed (it moved to another server meanwhile).
 // A turn whose node went silent for GiveUp, and that no node resumed, ends it with
 // ErrNodeLost; ctx's end, with its cause. Stop early by breaking out of the loop.
+//
+// A host publishes a call's completed event after its reply (protocol.md §10): the
+// event may come after the turn's done status, and is then not yielded. The reply,
+// which always comes before, carries its label (ToolReply.Label).
 func (t *Turn) Events(ctx context.Context) iter.Seq2[bus.TurnMessage, error] {
 	return func(yield func(bus.TurnMessage, error) bool) {
 		w := t.take()
