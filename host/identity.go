@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -182,6 +183,11 @@ func (a *turnAgents) bucket(ctx context.Context) (*durable.Store, error) {
 	case err == nil && !store.HasTurns():
 		a.missing = time.Now()
 		return nil, nil
+	case err != nil && errors.Is(err, context.DeadlineExceeded) && !deniedJetStream(a.js.Conn()):
+		// No answer in time, and no refusal from the server: a slow server (CI, under
+		// load: the next call was refused for unstoredPatience too), not a missing
+		// permission. This call fails; the next one asks again.
+		return nil, fmt.Errorf("cannot read turn records to confirm whose call it is: JetStream did not answer within %s: %w", openPatience, err)
 	case err != nil:
 		a.failed = time.Now()
 		a.failErr = fmt.Errorf("cannot read turn records to confirm whose call it is (does this host's user have the tool role's read of the turn records? operations.md §4): %w", err)
@@ -193,6 +199,14 @@ func (a *turnAgents) bucket(ctx context.Context) (*durable.Store, error) {
 
 // openPatience bounds opening the turn records.
 const openPatience = 3 * time.Second
+
+// deniedJetStream reports whether the server refused nc a JetStream API request: a
+// permissions violation comes back as an asynchronous error (the connection's last),
+// and the request itself only goes unanswered.
+func deniedJetStream(nc *nats.Conn) bool {
+	err := nc.LastError()
+	return errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), "$JS.API.")
+}
 
 // recordKey reports whether a turn id can be the key of a record: ids may hold letters
 // that KV keys may not ("tür-1"), and a turn with such an id has no record.
