@@ -36,6 +36,9 @@ import (
 // s in 14 runs (0.06-1.2 s in 8 before); the turn records' 0.05-0.92 s, the leader that
 // learns of the woken server's term from its answer to an append waits a whole election
 // timeout (nats-server gives no other path).
+//
+// All of these suit servers a few milliseconds apart (one machine, a LAN); across a WAN,
+// where a vote takes tens of milliseconds, elections would more often split.
 const (
 	raftHeartbeat          = 150 * time.Millisecond
 	raftMinElectionTimeout = 600 * time.Millisecond
