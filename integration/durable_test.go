@@ -546,7 +546,7 @@ func TestClientSeesLostOwner(t *testing.T) {
 	select {
 	case <-run.done:
 	case <-ctx.Done():
-		t.Fatalf("toolbus run did not give up:\n%s", run.stdout.String())
+		t.Fatalf("toolbus run did not give up:\n%s\nits goroutines (SIGQUIT):\n%s", run.stdout.String(), run.stacks())
 	}
 	if code := run.wait(t); code != 1 {
 		t.Errorf("toolbus run exited %d, want 1", code)

@@ -397,6 +397,18 @@ func (p *process) kill() {
 	})
 }
 
+// stacks has a Go process that is stuck print its goroutines (SIGQUIT: the runtime
+// prints every stack to stderr and exits) and returns its stderr, for a failure that
+// says where it waited.
+func (p *process) stacks() string {
+	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+	}
+	return p.stderr.String()
+}
+
 // wait waits, bounded by waitLimit, for the process to exit and returns its
 // exit code.
 func (p *process) wait(t testing.TB) int {
@@ -404,7 +416,7 @@ func (p *process) wait(t testing.TB) int {
 	select {
 	case <-p.done:
 	case <-time.After(waitLimit):
-		t.Fatalf("%s did not exit within %s\nstdout:\n%s\nstderr:\n%s", p.name, waitLimit, tail(p.stdout.String()), tail(p.stderr.String()))
+		t.Fatalf("%s did not exit within %s\nstdout:\n%s\nstderr, with its goroutines (SIGQUIT):\n%s", p.name, waitLimit, tail(p.stdout.String()), p.stacks())
 	}
 	var ee *exec.ExitError
 	switch {
