@@ -183,7 +183,7 @@ func (a *turnAgents) bucket(ctx context.Context) (*durable.Store, error) {
 	case err == nil && !store.HasTurns():
 		a.missing = time.Now()
 		return nil, nil
-	case err != nil && errors.Is(err, context.DeadlineExceeded) && !deniedJetStream(a.js.Conn()):
+	case errors.Is(err, context.DeadlineExceeded) && !deniedJetStream(a.js.Conn()):
 		// No answer in time, and no refusal from the server: a slow server (CI, under
 		// load: the next call was refused for unstoredPatience too), not a missing
 		// permission. This call fails; the next one asks again.

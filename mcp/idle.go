@@ -54,25 +54,25 @@ func (u *idleSessions) wrap(h http.Handler) http.Handler {
 	})
 }
 
-// idle is the sessions among live that have had no request in flight for at least
-// limit at now; a session seen for the first time starts its clock at now. It forgets
-// the sessions that are gone.
-func (u *idleSessions) idle(live map[string]bool, now time.Time, limit time.Duration) []string {
+// idle is the sessions among live (by id) that have had no request in flight for at
+// least limit at now; a session seen for the first time starts its clock at now. It
+// forgets the sessions that are gone.
+func (u *idleSessions) idle(live map[string]*sdk.ServerSession, now time.Time, limit time.Duration) []*sdk.ServerSession {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	var out []string
 	for id := range u.seen {
-		if !live[id] {
+		if live[id] == nil {
 			delete(u.seen, id)
 		}
 	}
-	for id := range live {
+	var out []*sdk.ServerSession
+	for id, ss := range live {
 		use := u.seen[id]
 		switch {
 		case use == nil:
 			u.seen[id] = &sessionUse{last: now}
 		case use.inFlight == 0 && now.Sub(use.last) >= limit:
-			out = append(out, id)
+			out = append(out, ss)
 		}
 	}
 	return out
@@ -91,16 +91,15 @@ func (s *Server) closeIdle(ctx context.Context, u *idleSessions) {
 		case <-ctx.Done():
 			return
 		case now := <-tick.C:
-			live := map[string]bool{}
-			sessions := map[string]*sdk.ServerSession{}
+			live := map[string]*sdk.ServerSession{}
 			for ss := range s.srv.Sessions() {
-				if id := ss.ID(); id != "" {
-					live[id], sessions[id] = true, ss
+				if id := ss.ID(); id != "" { // an HTTP session: Run's have no id
+					live[id] = ss
 				}
 			}
-			for _, id := range u.idle(live, now, limit) {
-				s.log.Info("mcp session closed: idle", "session", id, "idle", limit)
-				s.stop(sessions[id], fmt.Sprintf("the MCP client sent no request for %s: toolbus mcp closed its session", limit))
+			for _, ss := range u.idle(live, now, limit) {
+				s.log.Info("mcp session closed: idle", "session", ss.ID(), "idle", limit)
+				s.stop(ss, fmt.Sprintf("the MCP client sent no request for %s: toolbus mcp closed its session", limit))
 			}
 		}
 	}

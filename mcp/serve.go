@@ -131,14 +131,12 @@ type Server struct {
 
 	refresh chan struct{}
 	sub     *nats.Subscription
-	life    context.Context // ends with Close
 	cancel  context.CancelFunc
 	done    chan struct{}
-	loops   sync.WaitGroup // the idle sweep of the HTTP sessions
-	// idle counts the HTTP sessions' requests for the idle sweep, made with the
-	// first Handler.
-	idleOnce sync.Once
-	idle     *idleSessions
+	// idle counts the HTTP sessions' requests, one account however many Handlers
+	// serve them, for the sweep that closes the idle ones (nil: SessionIdle < 0).
+	idle      *idleSessions
+	idleSwept chan struct{} // closed when the sweep ends
 }
 
 // NewServer reads the catalog and the agent's profile once, and keeps the served
@@ -167,8 +165,16 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 		return nil, fmt.Errorf("mcp serve: watch the catalog: %w", err)
 	}
 	s.sub = sub
-	s.life, s.cancel = context.WithCancel(context.Background())
-	go s.refreshLoop(s.life)
+	var life context.Context
+	life, s.cancel = context.WithCancel(context.Background())
+	go s.refreshLoop(life)
+	if cfg.SessionIdle > 0 {
+		s.idle, s.idleSwept = &idleSessions{seen: map[string]*sessionUse{}}, make(chan struct{})
+		go func() {
+			defer close(s.idleSwept)
+			s.closeIdle(life, s.idle)
+		}()
+	}
 	return s, nil
 }
 
@@ -238,7 +244,9 @@ func (s *Server) Close() {
 	if s.cancel != nil {
 		s.cancel()
 		<-s.done
-		s.loops.Wait()
+		if s.idleSwept != nil {
+			<-s.idleSwept
+		}
 	}
 }
 
@@ -677,17 +685,7 @@ func CheckListen(addr string, hasToken bool) error {
 // ServeConfig.SessionIdle are closed.
 func (s *Server) Handler(token string) http.Handler {
 	var h http.Handler = sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s.srv }, nil)
-	if s.cfg.SessionIdle > 0 {
-		// One account of the sessions' requests however many handlers serve them: a
-		// second sweep would close a session whose requests only the first saw.
-		s.idleOnce.Do(func() {
-			s.idle = &idleSessions{seen: map[string]*sessionUse{}}
-			s.loops.Add(1)
-			go func() {
-				defer s.loops.Done()
-				s.closeIdle(s.life, s.idle)
-			}()
-		})
+	if s.idle != nil {
 		h = s.idle.wrap(h)
 	}
 	if token == "" {

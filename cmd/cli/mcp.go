@@ -96,8 +96,8 @@ func cmdMCP(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 		wait = -1 // ServeConfig: do not wait
 	}
 	idle := *sessionIdle
-	if idle == 0 {
-		idle = -1 // ServeConfig: never
+	if idle == 0 || *listen == "" {
+		idle = -1 // ServeConfig: never (a stdio session ends with its client)
 	}
 	srv, err := mcp.NewServer(ctx, mcp.ServeConfig{
 		Client: bc.cl, Agent: *agent, Namespaces: mcp.SplitNamespaces(*namespaces), ApprovalWait: wait,
