@@ -85,7 +85,13 @@ func (s *Store) lastStep(ctx context.Context, id string, step int) int {
 	if err != nil {
 		return step
 	}
-	if n, err := strconv.Atoi(m.Header.Get(bus.HeaderStep)); err == nil {
+	return laterStep(m.Header, step)
+}
+
+// laterStep is the step a transcript message's headers give, or step if it is later
+// (or they give none).
+func laterStep(h nats.Header, step int) int {
+	if n, err := strconv.Atoi(h.Get(bus.HeaderStep)); err == nil {
 		return max(step, n)
 	}
 	return step

@@ -117,9 +117,7 @@ func (s *Store) EndLostSession(ctx context.Context, id, owner, why string) (bus.
 	if last != nil {
 		l.last = last.Sequence
 		l.pos, _ = strconv.Atoi(last.Header.Get(bus.HeaderSeq))
-		if n, err := strconv.Atoi(last.Header.Get(bus.HeaderStep)); err == nil {
-			steps = max(steps, n)
-		}
+		steps = laterStep(last.Header, steps)
 	}
 	note, _ := json.Marshal(map[string]any{"type": "toolbus.session_lost", "owner": owner, "at": time.Now(), "why": why})
 	if err := l.Append(ctx, steps, []toolbus.Item{toolbus.Note(note)}); err != nil {
