@@ -29,8 +29,8 @@ import (
 // that refuses a woken server's vote (its log is behind) campaigns itself after this,
 // not after a whole election timeout; so does a woken former leader's group when the
 // woken server campaigns again because it has not yet heard the next leader (its routes
-// come back over the first second, see routeRedial). Seen with the server logs at debug
-// level: a transcripts group without a leader from 1.03 s to 1.68 s after the wake
+// come back over the first second, see routeRedial). Seen in the servers' logs (their debug
+// lines showed the votes): a transcripts group without a leader from 1.03 s to 1.68 s after the wake
 // (stall 1.2 s), and 2.12 s once in CI with three other packages' tests beside it. With
 // this and routeRedial, under the same load, the transcripts' longest stall was 0.05-0.63
 // s in 14 runs (0.06-1.2 s in 8 before); the turn records' 0.05-0.92 s, the leader that
