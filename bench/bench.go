@@ -6,11 +6,13 @@
 //   - the floor: a no-op tool's Execute called as a Go function, and core NATS request-reply to
 //     an echo responder on another in-process connection;
 //   - a call's share of each layer: a plain request to the no-op tool's host, a call and a whole
-//     step through a turn, and a call through a turn to a foreign host (a plain micro service that
-//     follows docs/protocol.md), all taking turns with the raw baseline in ten rounds;
+//     step through a turn, a call through a turn to a foreign host (a plain micro service that
+//     follows docs/protocol.md), and a call and a step of the design's skeleton (skeleton.go),
+//     all taking turns with the raw baseline in ten rounds;
 //   - parallelism (eight 20 ms calls against one), throughput (concurrent turns against as many
-//     raw requesters, in three rounds), aborts (of 100 calls in flight, and of thousands of
-//     turns waiting on their model, with the memory each of those turns costs);
+//     raw requesters, beside the wire of a call alone and the skeleton, in three rounds), aborts
+//     (of 100 calls in flight, and of thousands of turns waiting on their model, with the
+//     memory each of those turns costs);
 //   - the sandbox's cost per command, a durable turn's checkpoints against the same turn run in
 //     Go, and turn assembly (built-in tools, and from a catalog of 500 foreign tools).
 //

@@ -98,7 +98,8 @@ func testContext(t *testing.T) context.Context {
 }
 
 // Run with Only runs the first two rows and the groups named; the rows of calls
-// through turns include the foreign host's, found through the catalog.
+// through turns include the foreign host's, found through the catalog, and the design's
+// skeleton's.
 func TestRunOnly(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -108,7 +109,8 @@ func TestRunOnly(t *testing.T) {
 	}{
 		{"one call through a turn", 2, []string{"direct Go call of the no-op tool", "raw NATS request-reply",
 			"request to the no-op tool's host, no turn", "no-op call through a turn (dispatch → reply)", "turn step of 1 no-op call",
-			"one no-op call through a turn to a foreign host (dispatch → reply)"}},
+			"one no-op call through a turn to a foreign host (dispatch → reply)",
+			"the design's skeleton: one no-op call (dispatch → reply)", "the design's skeleton: a step of one no-op call"}},
 		{"traced", 3, []string{"direct Go call of the no-op tool", "raw NATS request-reply",
 			"no-op call through a turn, no exporter (dispatch → reply)", "no-op call through a turn, traced to OTLP/HTTP (dispatch → reply)",
 			"turn step of 1 no-op call, no exporter", "turn step of 1 no-op call, traced to OTLP/HTTP"}},
@@ -179,9 +181,9 @@ func TestRunStream(t *testing.T) {
 }
 
 // Run with Only "throughput" measures calls/s of raw requesters, of the same requesters
-// sending a turn's wire alone, and of turns; the last two against the first, the turns'
-// with their target and their share of the wire's in the note; each note gives the
-// processor time a call took.
+// sending a turn's wire alone, of the design's skeleton and of turns; the last three
+// against the first, the turns' with their target and their share of the skeleton's and
+// the wire's in the note; each note gives the processor time a call took.
 func TestRunThroughput(t *testing.T) {
 	t.Parallel()
 	r, err := Run(testContext(t), Config{Samples: MinSamples, Turns: 4, Only: "throughput"}, nil)
@@ -189,10 +191,10 @@ func TestRunThroughput(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows := r.Results[2:]
-	if len(rows) != 3 {
+	if len(rows) != 4 {
 		t.Fatalf("rows %+v", rows)
 	}
-	raw, wire, turns := rows[0], rows[1], rows[2]
+	raw, wire, skel, turns := rows[0], rows[1], rows[2], rows[3]
 	cpu := regexp.MustCompile(`(\d+\.\d) µs of processor time a call, (\d+\.\d\d) processors busy$`)
 	for _, row := range rows {
 		if row.Unit != "calls/s" || row.Value <= 0 || row.Samples == 0 {
@@ -205,7 +207,11 @@ func TestRunThroughput(t *testing.T) {
 	if wire.Baseline != raw.Name || wire.Ratio <= 0 || wire.Met != nil || !strings.Contains(wire.Note, "micro endpoint") {
 		t.Errorf("wire row %+v", wire)
 	}
-	if turns.Baseline != raw.Name || turns.Met == nil || turns.Target != "≥ 0.55× baseline" || !strings.Contains(turns.Note, "× the wire of a call alone") {
+	if skel.Baseline != raw.Name || skel.Ratio <= 0 || skel.Met != nil || !strings.Contains(skel.Name, "design's skeleton") {
+		t.Errorf("skeleton row %+v", skel)
+	}
+	if turns.Baseline != raw.Name || turns.Met == nil || turns.Target != "≥ 0.55× baseline" ||
+		!strings.Contains(turns.Note, "× the design's skeleton") || !strings.Contains(turns.Note, "× the wire of a call alone") {
 		t.Errorf("turns row %+v", turns)
 	}
 }

@@ -54,6 +54,7 @@ func (s *suite) latencies(ctx context.Context, withTurns bool) ([]Row, error) {
 	}
 	defer hostConn.Close()
 	var foreign *toolbus.Spec
+	var skel *skeleton
 	if withTurns {
 		spec, stop, err := s.foreignTool(ctx)
 		if err != nil {
@@ -61,9 +62,14 @@ func (s *suite) latencies(ctx context.Context, withTurns bool) ([]Row, error) {
 		}
 		defer stop()
 		foreign = spec
+		if skel, err = s.startSkeleton(); err != nil {
+			return nil, err
+		}
+		defer skel.stop()
 	}
 	per := max(s.cfg.Samples/rounds, 10)
 	var raw, host, steps, trips, foreignTrips []time.Duration
+	var skelTiming skeletonTiming
 	for round := range rounds {
 		got, err := s.rawSamples(req, per, round == 0)
 		if err != nil {
@@ -86,6 +92,19 @@ func (s *suite) latencies(ctx context.Context, withTurns bool) ([]Row, error) {
 			return nil, err
 		}
 		foreignTrips = append(foreignTrips, tr...)
+		// The skeleton's first step has no step before it; its turns' steps are timed
+		// as the turn rows' are, after a warm-up turn in the first round.
+		if round == 0 {
+			if err := skel.turn(ctx, per, nil); err != nil {
+				return nil, err
+			}
+		}
+		tm := &skeletonTiming{}
+		if err := skel.turn(ctx, per+1, tm); err != nil {
+			return nil, err
+		}
+		skelTiming.trips = append(skelTiming.trips, tm.trips[1:]...)
+		skelTiming.steps = append(skelTiming.steps, tm.steps...)
 	}
 	out := []Row{latency("raw NATS request-reply", raw, "")}
 	if withTurns {
@@ -93,10 +112,15 @@ func (s *suite) latencies(ctx context.Context, withTurns bool) ([]Row, error) {
 			latency("request to the no-op tool's host, no turn", host, ""),
 			latency("no-op call through a turn (dispatch → reply)", trips, ""),
 			latency("turn step of 1 no-op call", steps, ""),
-			latency("one no-op call through a turn to a foreign host (dispatch → reply)", foreignTrips, ""))
+			latency("one no-op call through a turn to a foreign host (dispatch → reply)", foreignTrips, ""),
+			latency("the design's skeleton: one no-op call (dispatch → reply)", skelTiming.trips, skeletonLatencyNote),
+			latency("the design's skeleton: a step of one no-op call", skelTiming.steps, skeletonLatencyNote))
 	}
 	return out, nil
 }
+
+// skeletonLatencyNote is the note of the skeleton's latency rows.
+const skeletonLatencyNote = "a turn of the design's skeleton (skeleton.go: the model asked on a worker, the host handing each request to one, nothing else), timed as the turn rows are: the floor of the call and step rows' designs"
 
 // rawSamples times core NATS request-reply on the same server, with an echo responder on
 // its own connection: the floor of any call over the bus.
@@ -230,26 +254,32 @@ func (s *suite) turnSamplesOn(ctx context.Context, node *actors.Node, tool *tool
 // throughputs measures, in three rounds taking turns, concurrent core NATS
 // request-reply (as many requesters as there are turns), the wire of a call alone (wire:
 // the same requesters sending what a turn sends, to a service that answers as a host
-// does, and nothing else) and concurrent turns of one no-op call per step.
-func (s *suite) throughputs(ctx context.Context) (raw, wire, turns Row, err error) {
+// does, and nothing else), the design's skeleton (skeleton.go) and concurrent turns of one
+// no-op call per step.
+func (s *suite) throughputs(ctx context.Context) (raw, wire, skel, turns Row, err error) {
 	req, stop, err := s.echo()
 	if err != nil {
-		return raw, wire, turns, err
+		return raw, wire, skel, turns, err
 	}
 	defer stop()
 	wc, stopWire, err := s.wireService()
 	if err != nil {
-		return raw, wire, turns, err
+		return raw, wire, skel, turns, err
 	}
 	defer stopWire()
+	k, err := s.startSkeleton()
+	if err != nil {
+		return raw, wire, skel, turns, err
+	}
+	defer k.stop()
 	set, err := toolbus.NewSet(&s.noop.Spec)
 	if err != nil {
-		return raw, wire, turns, err
+		return raw, wire, skel, turns, err
 	}
 	per := max(s.cfg.Samples/10, 50) // steps of each turn in a round, as many requests of each requester
-	var rawCalls, wireCalls, turnCalls int
-	var rawTime, wireTime, turnTime time.Duration
-	var rawCPU, wireCPU, turnCPU time.Duration
+	var rawCalls, wireCalls, skelCalls, turnCalls int
+	var rawTime, wireTime, skelTime, turnTime time.Duration
+	var rawCPU, wireCPU, skelCPU, turnCPU time.Duration
 	for range 3 {
 		start, cpu := time.Now(), processCPU()
 		if err := s.concurrently(func() error {
@@ -260,17 +290,24 @@ func (s *suite) throughputs(ctx context.Context) (raw, wire, turns Row, err erro
 			}
 			return nil
 		}); err != nil {
-			return raw, wire, turns, err
+			return raw, wire, skel, turns, err
 		}
 		rawTime, rawCPU = rawTime+time.Since(start), rawCPU+processCPU()-cpu
 		rawCalls += s.cfg.Turns * per
 
 		start, cpu = time.Now(), processCPU()
 		if err := s.concurrently(func() error { return wireCallsOn(ctx, wc, per) }); err != nil {
-			return raw, wire, turns, err
+			return raw, wire, skel, turns, err
 		}
 		wireTime, wireCPU = wireTime+time.Since(start), wireCPU+processCPU()-cpu
 		wireCalls += s.cfg.Turns * per
+
+		start, cpu = time.Now(), processCPU()
+		if err := s.concurrently(func() error { return k.turn(ctx, per, nil) }); err != nil {
+			return raw, wire, skel, turns, err
+		}
+		skelTime, skelCPU = skelTime+time.Since(start), skelCPU+processCPU()-cpu
+		skelCalls += s.cfg.Turns * per
 
 		var calls atomic.Int64
 		start, cpu = time.Now(), processCPU()
@@ -284,7 +321,7 @@ func (s *suite) throughputs(ctx context.Context) (raw, wire, turns Row, err erro
 			calls.Add(int64(len(res.Calls)))
 			return err
 		}); err != nil {
-			return raw, wire, turns, err
+			return raw, wire, skel, turns, err
 		}
 		turnTime, turnCPU = turnTime+time.Since(start), turnCPU+processCPU()-cpu
 		turnCalls += int(calls.Load())
@@ -295,12 +332,17 @@ func (s *suite) throughputs(ctx context.Context) (raw, wire, turns Row, err erro
 		Value: float64(wireCalls) / wireTime.Seconds(), Samples: wireCalls,
 		Note: "each requester sends what a turn sends for a no-op call (subject, reply subject on a subscription of its own, headers, arguments) to a micro endpoint that reads the headers and answers with a no-op call's reply at once: no turn, no tool, no transcript; " +
 			cpuNote(wireCPU, wireCalls, wireTime)}
+	skel = Row{Name: fmt.Sprintf("the design's skeleton, %d concurrent turns of one no-op call per step", s.cfg.Turns), Unit: "calls/s",
+		Value: float64(skelCalls) / skelTime.Seconds(), Samples: skelCalls,
+		Note: "what any runtime built as toolbus is must do for a call: the model asked on a worker, the request sent with a turn's headers and its reply subject, the host's micro endpoint handing it to a worker that reads the headers, decodes the arguments and answers; no actor, validation, deadline, transcript, event or status; " +
+			cpuNote(skelCPU, skelCalls, skelTime)}
 	turns = Row{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", s.cfg.Turns), Unit: "calls/s",
 		Value: float64(turnCalls) / turnTime.Seconds(), Samples: turnCalls, Note: cpuNote(turnCPU, turnCalls, turnTime)}
-	if wire.Value > 0 {
-		turns.Note = fmt.Sprintf("%.2f× the wire of a call alone (%.2f× raw); %s", turns.Value/wire.Value, wire.Value/raw.Value, turns.Note)
+	if wire.Value > 0 && skel.Value > 0 {
+		turns.Note = fmt.Sprintf("%.2f× the design's skeleton (%.2f× raw), %.2f× the wire of a call alone (%.2f× raw); %s",
+			turns.Value/skel.Value, skel.Value/raw.Value, turns.Value/wire.Value, wire.Value/raw.Value, turns.Note)
 	}
-	return raw, wire, turns, nil
+	return raw, wire, skel, turns, nil
 }
 
 // wireSubject is the subject of the wire measurement's service.

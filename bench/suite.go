@@ -140,7 +140,7 @@ func (s *suite) runAll(ctx context.Context) ([]Row, error) {
 	if len(lat) > 1 {
 		// Targets of the issue "The turn, carved": a call ≤ 2.0× raw, a step ≤ 2.5×.
 		out = append(out, compare(lat[1], raw, 0, false), compare(lat[2], raw, 2.0, true), compare(lat[3], raw, 2.5, true),
-			compare(lat[4], raw, 0, false))
+			compare(lat[4], raw, 0, false), compare(lat[5], raw, 0, false), compare(lat[6], raw, 0, false))
 	}
 
 	if want("parallel") {
@@ -168,15 +168,17 @@ func (s *suite) runAll(ctx context.Context) ([]Row, error) {
 
 	if want("throughput") {
 		s.say("concurrent throughput: raw request-reply and %d turns, taking turns…", s.cfg.Turns)
-		rawT, wireT, turnsT, err := s.throughputs(ctx)
+		rawT, wireT, skelT, turnsT, err := s.throughputs(ctx)
 		if err != nil {
 			return nil, err
 		}
-		wireT.Baseline = rawT.Name
-		if rawT.Value > 0 {
-			wireT.Ratio = wireT.Value / rawT.Value
+		for _, r := range []*Row{&wireT, &skelT} {
+			r.Baseline = rawT.Name
+			if rawT.Value > 0 {
+				r.Ratio = r.Value / rawT.Value
+			}
 		}
-		out = append(out, rawT, wireT, compareThroughput(turnsT, rawT, 0.55))
+		out = append(out, rawT, wireT, skelT, compareThroughput(turnsT, rawT, 0.55))
 	}
 
 	if want("messages") {
