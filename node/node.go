@@ -293,14 +293,34 @@ func (n *Node) Err() error {
 }
 
 // Close stops the node's actors (handing its running turns back), then the embedded
-// server.
+// server. The embedded server of a cluster moves its clients from other processes (hosts,
+// workers, clients) to the other servers first (server.Server.MoveClients): a request
+// routed to a client still here as the server shuts down would be lost.
 func (n *Node) Close() {
+	n.moveClients()
 	for _, c := range n.mcp {
 		c.Close()
 	}
 	n.an.Close()
 	n.closeServer()
 	n.closeTelemetry()
+}
+
+// moveClients has the embedded server's clients from other processes reconnect to the
+// cluster's other servers, and says how many it moved.
+func (n *Node) moveClients() {
+	if n.srv == nil {
+		return
+	}
+	moved, err := n.srv.MoveClients()
+	log := n.cfg.Node.Logger
+	switch {
+	case log == nil:
+	case err != nil:
+		log.Warn("move the embedded server's clients to the cluster's other servers", "err", err)
+	case moved > 0:
+		log.Info("moved the embedded server's clients to the cluster's other servers before stopping", "clients", moved)
+	}
 }
 
 // closeTelemetry exports the last spans of a telemetry Start opened.

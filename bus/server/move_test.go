@@ -1,0 +1,83 @@
+package server
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// MoveClients has a cluster server's clients from the network reconnect to another server
+// and keeps the connections made by Connect; a request then reaches a moved client's
+// subscription through its new server. A server with no routes moves nobody.
+func TestMoveClients(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	nodes := startClusterWith(t, 2, func(c *Config) {
+		c.Listen = "127.0.0.1:-1"
+		c.Users = []User{{Name: "host", Password: "pw"}}
+	})
+	for _, s := range nodes {
+		eventually(ctx, t, s.Name()+" routes to the other", func() bool { return s.NATS().NumRemotes() == 1 })
+	}
+	from, to := nodes[0], nodes[1]
+	var reconnected atomic.Int32
+	// The other server only as the cluster advertises it: the client is given this one.
+	host, err := nats.Connect(from.ClientURL(), nats.UserInfo("host", "pw"), nats.Name("host"),
+		nats.ReconnectHandler(func(*nats.Conn) { reconnected.Add(1) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	eventually(ctx, t, "the client learns of the other server", func() bool { return len(host.DiscoveredServers()) > 0 })
+	if _, err := host.Subscribe("tool.noop", func(m *nats.Msg) { _ = m.Respond([]byte("ok")) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	own, err := from.Connect("own")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Close()
+
+	moved, err := from.MoveClients()
+	if err != nil || moved != 1 {
+		t.Fatalf("MoveClients: %d moved, %v; want the one client from the network", moved, err)
+	}
+	eventually(ctx, t, "the moved client reconnects to "+to.Name(), func() bool {
+		return reconnected.Load() == 1 && host.IsConnected() && host.ConnectedServerName() == to.Name()
+	})
+	if !own.IsConnected() || own.ConnectedServerName() != from.Name() || own.Stats().Reconnects != 0 {
+		t.Errorf("the connection made by Connect: connected %v to %s after %d reconnects; want it left on %s",
+			own.IsConnected(), own.ConnectedServerName(), own.Stats().Reconnects, from.Name())
+	}
+	caller, err := to.Connect("caller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Close()
+	var reply *nats.Msg
+	eventually(ctx, t, "a request reaches the moved client", func() bool {
+		reply, err = caller.Request("tool.noop", nil, time.Second)
+		return err == nil
+	})
+	if string(reply.Data) != "ok" {
+		t.Errorf("reply %q", reply.Data)
+	}
+
+	alone, _ := startServer(t, Config{Listen: "127.0.0.1:-1", Users: []User{{Name: "host", Password: "pw"}}})
+	nc, err := nats.Connect(alone.ClientURL(), nats.UserInfo("host", "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if moved, err := alone.MoveClients(); moved != 0 || err != nil {
+		t.Errorf("a server with no routes moved %d clients (%v), want none", moved, err)
+	}
+	if err := nc.Flush(); err != nil || nc.Stats().Reconnects != 0 {
+		t.Errorf("the client of a server with no routes: %v, %d reconnects", err, nc.Stats().Reconnects)
+	}
+}
