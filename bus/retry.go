@@ -18,15 +18,24 @@ const (
 	// server answers (no meta or stream leader to answer it) would
 	// otherwise hold the whole wait.
 	RetryAttemptTimeout = 3 * time.Second
-	retryMinBackoff     = 50 * time.Millisecond
-	retryMaxBackoff     = time.Second
-	retryLogEvery       = time.Second
+	// retryFirstAttempt bounds the first attempt, and the bound doubles with each
+	// attempt up to RetryAttemptTimeout. A cluster that is forming loses answers: all
+	// three nodes of a cluster started together had a stream's creation, a bucket's
+	// opening or a stream's update go unanswered, once or twice each, and every lost
+	// answer cost a whole 3 s attempt (nodes ready 4-9 s after their start; nats-server's
+	// own tests make short attempts for the same reason, nats-server#4519). An answer
+	// takes milliseconds, and a few hundred on a loaded machine: a slower one still gets
+	// 2 s, then 3 s, on the next attempts.
+	retryFirstAttempt = time.Second
+	retryMinBackoff   = 50 * time.Millisecond
+	retryMaxBackoff   = time.Second
+	retryLogEvery     = time.Second
 )
 
 // Retry calls f until it succeeds, f fails with an error that JetStream
 // does not give only while it has no leader, or ctx ends. Each attempt gets
-// a context bounded by [RetryAttemptTimeout] (and by ctx); attempts are
-// spaced from 50 ms, doubling up to 1 s. Failures are logged to log, when
+// a context bounded by 1 s, then 2 s, then [RetryAttemptTimeout] (and by ctx);
+// attempts are spaced from 50 ms, doubling up to 1 s. Failures are logged to log, when
 // it is not nil, at most once a second.
 //
 // Retried, because a JetStream without a leader, or one still forming,
@@ -76,7 +85,7 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 		}
 	}()
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		actx, cancel := context.WithTimeout(ctx, attemptBound(attempt, attemptTimeout))
 		err := f(actx)
 		attemptEnded := actx.Err() != nil
 		cancel()
@@ -118,6 +127,16 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 		case <-timer.C:
 		}
 	}
+}
+
+// attemptBound is the time the attempt-th attempt gets: retryFirstAttempt, doubling
+// up to max.
+func attemptBound(attempt int, max time.Duration) time.Duration {
+	d := retryFirstAttempt
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	return min(d, max)
 }
 
 // retryBackoff is the wait after the attempt-th failure: 50 ms, doubling

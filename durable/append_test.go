@@ -38,7 +38,7 @@ func (f *lostAcks) publish(ctx context.Context, m *nats.Msg, opts ...jetstream.P
 	f.mu.Unlock()
 	if lose && unsent {
 		f.note(m, nil)
-		<-ctx.Done() // no answer comes: the attempt runs out (bus.RetryAttemptTimeout)
+		<-ctx.Done() // no answer comes: the attempt runs out (its bound, bus.Retry)
 		return nil, ctx.Err()
 	}
 	ack, err := f.js.PublishMsg(ctx, m, opts...)
