@@ -93,9 +93,9 @@ func TestScheduleOnceFires(t *testing.T) {
 	t.Parallel()
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
-	// At least 4 s ahead: its creation is a turn, which took over 2 s on a loaded machine
-	// (the time was then past: "at ... is in the past").
-	at := time.Now().Add(5 * time.Second).UTC().Truncate(time.Second)
+	// At least 9 s ahead: its creation is a turn, which took over 2 s on a loaded machine,
+	// and once over 4 s in CI (the time was then past: "at ... is in the past").
+	at := time.Now().Add(10 * time.Second).UTC().Truncate(time.Second)
 	main, sch := h.createSchedule("sam", `{"prompt":"Remind me to stretch.","at":"`+at.Format(time.RFC3339)+`"}`, say("Time to stretch."))
 	if sch.Kind != schedule.KindAt || !sch.At.Equal(at) || sch.CreatedBy != main.Turn || sch.Pattern != "@at "+at.Format(time.RFC3339) {
 		t.Errorf("schedule %+v", sch)
@@ -262,9 +262,9 @@ func TestScheduleSurvivesRestart(t *testing.T) {
 	h := startBackground(t, bgConfig{minInterval: time.Second})
 	h.profile(`{"version":3,"agent":"sam","schedules":{"enabled":true}}`)
 	_, every := h.createSchedule("sam", `{"prompt":"Tick.","every":"1s"}`, say("Tock."))
-	// At least 4 s ahead: its creation is a turn, which took over 2 s on a loaded machine
-	// (the time was then past: "at ... is in the past").
-	at := time.Now().Add(5 * time.Second).UTC().Truncate(time.Second)
+	// At least 9 s ahead: its creation is a turn, which took over 2 s on a loaded machine,
+	// and once over 4 s in CI (the time was then past: "at ... is in the past").
+	at := time.Now().Add(10 * time.Second).UTC().Truncate(time.Second)
 	_, once := h.createSchedule("sam", `{"prompt":"Once, after the restart.","at":"`+at.Format(time.RFC3339)+`"}`, say("Done."))
 	before := h.waitFired(every.ID, 1, 30*time.Second)
 
