@@ -59,7 +59,9 @@ func ListKeys(ctx context.Context, kv jetstream.KeyValue, filters ...string) ([]
 		for k := range lister.Keys() {
 			keys = append(keys, k)
 		}
-		return nil
+		// The lister ends its keys the same way when it has them all and when ctx
+		// ends: a list cut short by the attempt's time is not the bucket's keys.
+		return ctx.Err()
 	})
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil

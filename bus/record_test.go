@@ -1,10 +1,13 @@
 package bus
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -72,5 +75,34 @@ func TestListKeys(t *testing.T) {
 	slices.Sort(keys)
 	if err != nil || !slices.Equal(keys, []string{"ann.a", "bob.a"}) {
 		t.Errorf("filtered: %v %v", keys, err)
+	}
+}
+
+// A listing cut short by its context's end is an error, never a shorter list: nats.go's
+// lister closes its keys the same way when it has them all.
+func TestListKeysCutShortIsAnError(t *testing.T) {
+	t.Parallel()
+	s, _ := startServer(t, testConfig{})
+	ctx := testContext(t)
+	kv, err := KeyValue(ctx, jstest.JetStream(t, s, "many"), "many", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	for i := range n {
+		if _, err := kv.Put(ctx, fmt.Sprintf("k.%d", i), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []time.Duration{time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond} {
+		short, cancel := context.WithTimeout(ctx, d)
+		keys, err := ListKeys(short, kv)
+		cancel()
+		if err == nil && len(keys) != n {
+			t.Errorf("within %v: %d of %d keys and no error", d, len(keys), n)
+		}
+	}
+	if keys, err := ListKeys(ctx, kv); err != nil || len(keys) != n {
+		t.Errorf("all keys: %d, %v", len(keys), err)
 	}
 }

@@ -61,6 +61,11 @@ func (c *Client) Workflows(ctx context.Context, agent string) ([]bus.Workflow, e
 			out = append(out, wf)
 		}
 	}
+	// The lister ends its keys the same way when ctx ends: a list cut short is not
+	// the bucket's workflows.
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list workflows: %w", err)
+	}
 	slices.SortFunc(out, func(a, b bus.Workflow) int { return b.Created.Compare(a.Created) })
 	if len(out) > MaxWorkflows {
 		out = out[:MaxWorkflows]

@@ -376,6 +376,11 @@ func (e *Engine) List(ctx context.Context, agent string, q ListQuery) (ListPage,
 			}
 			all = append(all, Summarize(wf))
 		}
+		// The lister ends its keys the same way when ctx ends: a list cut short is
+		// not the agent's workflows.
+		if err := ctx.Err(); err != nil {
+			return ListPage{}, fmt.Errorf("list workflows: %w", err)
+		}
 	}
 	newestFirst := func(a, b Summary) int {
 		return cmp.Or(b.Created.Compare(a.Created), strings.Compare(a.ID, b.ID))
