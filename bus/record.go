@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -51,7 +52,10 @@ func GetRecord[T any](ctx context.Context, kv jetstream.KeyValue, key string) (T
 func ListKeys(ctx context.Context, kv jetstream.KeyValue, filters ...string) ([]string, error) {
 	var keys []string
 	err := Retry(ctx, "list the keys of "+kv.Bucket(), nil, func(ctx context.Context) error {
-		lister, err := kv.ListKeysFiltered(ctx, filters...)
+		// A copy for each attempt: nats.go writes the bucket's prefix into the filters
+		// it is given, and the next attempt's would then be refused as invalid keys
+		// ("$KV.<bucket>.…"; seen in a schedule listing under load).
+		lister, err := kv.ListKeysFiltered(ctx, slices.Clone(filters)...)
 		if err != nil {
 			return err
 		}
