@@ -34,9 +34,9 @@ const (
 
 // Retry calls f until it succeeds, f fails with an error that JetStream
 // does not give only while it has no leader, or ctx ends. Each attempt gets
-// a context bounded by 1 s, then 2 s, then [RetryAttemptTimeout] (and by ctx);
-// attempts are spaced from 50 ms, doubling up to 1 s. Failures are logged to log, when
-// it is not nil, at most once a second.
+// a context bounded by 1 s, then 2 s, then [RetryAttemptTimeout] (and by
+// ctx); attempts are spaced from 50 ms, doubling up to 1 s. Failures are
+// logged to log, when it is not nil, at most once a second.
 //
 // Retried, because a JetStream without a leader, or one still forming,
 // answers so for a few seconds:
@@ -130,13 +130,13 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 }
 
 // attemptBound is the time the attempt-th attempt gets: retryFirstAttempt, doubling
-// up to max.
-func attemptBound(attempt int, max time.Duration) time.Duration {
+// up to limit.
+func attemptBound(attempt int, limit time.Duration) time.Duration {
 	d := retryFirstAttempt
-	for i := 1; i < attempt && d < max; i++ {
+	for i := 1; i < attempt && d < limit; i++ {
 		d *= 2
 	}
-	return min(d, max)
+	return min(d, limit)
 }
 
 // retryBackoff is the wait after the attempt-th failure: 50 ms, doubling
