@@ -73,3 +73,76 @@ func TestFollow(t *testing.T) {
 		t.Errorf("gave up after %s, before the give-up time", waited)
 	}
 }
+
+// Before any lease is heard, a follower checks every third of its wait, and gives up
+// only once its own connection has been down for the whole wait; a lease heard, or the
+// connection back, starts the count again.
+func TestLivenessOffline(t *testing.T) {
+	t.Parallel()
+	var l Liveness
+	if got := l.Next(3 * time.Second); got != time.Second {
+		t.Errorf("Next without a lease: %v, want 1s", got)
+	}
+	if got := l.Next(0); got != 100*time.Millisecond {
+		t.Errorf("Next of no wait: %v, want 100ms", got)
+	}
+	t0 := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		up   bool
+		at   time.Duration
+		want time.Duration
+		gone bool
+	}{
+		{true, 0, 0, false},
+		{false, time.Second, 0, false},
+		{false, 2 * time.Second, time.Second, false},
+		{true, 3 * time.Second, 0, false}, // back: the count starts again
+		{false, 4 * time.Second, 0, false},
+		{false, 7 * time.Second, 3 * time.Second, true},
+	} {
+		d, gone := l.Offline(tc.up, t0.Add(tc.at), 3*time.Second)
+		if d != tc.want || gone != tc.gone {
+			t.Errorf("at %v, up %v: down %v gone %v; want %v %v", tc.at, tc.up, d, gone, tc.want, tc.gone)
+		}
+	}
+	l.Lease = time.Second
+	if d, gone := l.Offline(false, t0.Add(time.Hour), 3*time.Second); d != 0 || gone {
+		t.Errorf("with a lease heard: down %v gone %v; the lease's count decides", d, gone)
+	}
+	if got := l.Next(3 * time.Second); got != time.Second {
+		t.Errorf("Next with a lease: %v", got)
+	}
+}
+
+// A follower that heard nothing of the turn gives up with ErrBusLost once its connection
+// has been down for its wait (the bus's only server gone before the turn's first
+// status); with the connection up, it waits for a turn still queued.
+func TestFollowWithoutTheBus(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t, nil)
+	c := New(bustest.Conn(t, srv, "follow"))
+	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	defer cancel()
+	if _, err := c.Follow(ctx, "queued", 300*time.Millisecond, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a turn not yet taken, the bus up: %v; want to wait until ctx ends", err)
+	}
+	w, err := c.Watch("lost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	done := make(chan error, 1)
+	go func() {
+		_, err := FollowWatch(context.Background(), w, "lost", 300*time.Millisecond, nil)
+		done <- err
+	}()
+	srv.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrBusLost) {
+			t.Errorf("the bus gone: %v, want ErrBusLost", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Follow did not give up with the bus gone")
+	}
+}

@@ -95,6 +95,36 @@ type Liveness struct {
 	Node   string        // the node that runs the turn, from its statuses
 	Lease  time.Duration // from its started or beat status; 0 until one is heard
 	missed int           // leases in a row without a status
+	// down is when the follower's connection was first found down at a check, before
+	// any lease was heard (zero: it was up).
+	down time.Time
+}
+
+// Next is how long a follower waits for a word of the turn before it checks again: a
+// lease, once a status gave one. Until then a third of giveUp (at least 100 ms): a turn
+// queued behind others is heard of only when a node takes it, and the follower's own
+// connection may be gone meanwhile (Offline).
+func (l *Liveness) Next(giveUp time.Duration) time.Duration {
+	if l.Lease > 0 {
+		return l.Lease
+	}
+	return max(giveUp/3, 100*time.Millisecond)
+}
+
+// Offline notes a check, before any lease was heard, that found the follower's
+// connection up or down, and reports how long it has been down, and whether that is
+// giveUp: then nothing of the turn can reach the follower, whose node may have been
+// lost before it said a word. A turn queued with the connection up is waited for.
+func (l *Liveness) Offline(up bool, now time.Time, giveUp time.Duration) (time.Duration, bool) {
+	if up || l.Lease > 0 {
+		l.down = time.Time{}
+		return 0, false
+	}
+	if l.down.IsZero() {
+		l.down = now
+	}
+	d := now.Sub(l.down)
+	return d, d >= giveUp
 }
 
 // Heard notes a message of the turn; it reports whether it was a word of the turn's
@@ -138,6 +168,11 @@ func (l *Liveness) Lost(giveUp time.Duration) bool {
 // within the wait Follow was given. The turn may still be resumed (Resume).
 var ErrNodeLost = errors.New("the turn's node was lost and no node resumed the turn")
 
+// ErrBusLost reports a turn of which nothing was heard while the follower's connection
+// to the bus was down for the wait Follow was given: its node may have been lost
+// before its first status. The turn may still run; its record says once the bus is back.
+var ErrBusLost = errors.New("nothing was heard of the turn and the connection to the bus was down")
+
 // Follow waits for a turn's end and returns its final status. each, when set, hears
 // every message of the turn (statuses, events, results, aborts, approval requests, and
 // the model's text as it streams: TurnMessage.Text).
@@ -176,7 +211,7 @@ type followed struct {
 // status, nil error).
 func follow(ctx context.Context, w *Watch, turn string, giveUp time.Duration, each func(bus.TurnMessage) bool) (followed, error) {
 	var live Liveness
-	silent := time.NewTimer(time.Hour)
+	silent := time.NewTimer(live.Next(giveUp))
 	defer silent.Stop()
 	for {
 		select {
@@ -188,10 +223,13 @@ func follow(ctx context.Context, w *Watch, turn string, giveUp time.Duration, ea
 			if st, ok := w.Ended(ctx, turn); ok {
 				return followed{TurnStatus: st}, nil
 			}
+			if down, gone := live.Offline(w.c.nc.IsConnected(), time.Now(), giveUp); gone {
+				return followed{}, fmt.Errorf("turn %s: %w for %s", turn, ErrBusLost, down.Round(time.Millisecond))
+			}
 			if _, waited := live.Silent(); live.Lost(giveUp) {
 				return followed{}, fmt.Errorf("turn %s: %w within %s", turn, ErrNodeLost, waited)
 			}
-			silent.Reset(live.Lease)
+			silent.Reset(live.Next(giveUp))
 		case m := <-w.C:
 			if m.Subject.Turn != turn {
 				continue

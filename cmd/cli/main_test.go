@@ -411,6 +411,57 @@ func TestRunWithoutNode(t *testing.T) {
 	}
 }
 
+// A run that heard nothing of its turn gives up once its connection to the bus has been
+// down for -give-up, and says what it knows: the node that took the turn (a stand-in
+// that answers the start and says nothing more) went away with the bus's only server
+// before the turn's first status.
+func TestRunGivesUpWithoutTheBus(t *testing.T) {
+	t.Parallel()
+	rb := startRemoteBus(t, false)
+	ctx := testContext(t)
+	ghost, err := rb.srv.Connect("ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan struct{})
+	if _, err := ghost.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
+		var spec bus.TurnSpec
+		_ = json.Unmarshal(m.Data, &spec)
+		b, _ := json.Marshal(bus.StartTurnReply{Turn: spec.ID, Node: "ghost"})
+		_ = m.Respond(b)
+		close(answered)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ghost.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, stderr := cli(ctx, rb.args("run", "-give-up", "1s", "-model", "script:"+demoScript, "hello")...)
+		done <- result{code, stdout, stderr}
+	}()
+	select {
+	case <-answered:
+	case r := <-done:
+		t.Fatalf("run ended before its start was answered: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rb.srv.Close()
+	select {
+	case r := <-done:
+		if r.code != exitFailed || !strings.Contains(r.stderr, "nothing was heard of it, and the connection to nats://127.0.0.1:") ||
+			!strings.Contains(r.stderr, "toolbus watch ") {
+			t.Errorf("exit %d, stderr:\n%s\nstdout:\n%s", r.code, r.stderr, r.stdout)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("toolbus run did not give up with the bus gone")
+	}
+}
+
 // A watcher's run is refused by the bus, and says so at once (client.ErrRefused, the
 // server's words), on any node or a named one, rather than waiting out the start's
 // timeout for a node that never heard it.

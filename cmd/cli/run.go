@@ -43,7 +43,7 @@ func cmdRun(ctx context.Context, e *env, args []string, stdout, stderr io.Writer
 		maxSteps     = fs.Int("max-steps", 0, fmt.Sprintf("the most model calls in the turn (default %d)", bus.DefaultMaxSteps))
 		instructions = fs.String("instructions", "", "instructions (system prompt) for the model")
 		asJSON       = fs.Bool("json", false, "print only the turn's transcript and final status, as JSON")
-		giveUp       = fs.Duration("give-up", 30*time.Second, "when the turn's node is lost: how long to wait for another node to resume the turn (at least three of its leases)")
+		giveUp       = fs.Duration("give-up", 30*time.Second, "when the turn's node is lost: how long to wait for another node to resume the turn (at least three of its leases); before the turn's first status, how long the connection to the bus may stay down")
 		sandbox      = sandboxFlag(fs)
 		logFile      = fs.String("log", "", "embedded node: append its whole log to this file (info and up; debug with -v)")
 		verbose      = fs.Bool("v", false, "show the embedded node's info lines too, and every repeat of a warning (default: warnings and errors, once each)")
@@ -198,7 +198,7 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 	if bc.node == nil {
 		approvals.server = bc.where
 	}
-	lost := time.NewTimer(time.Hour)
+	lost := time.NewTimer(ow.live.Next(giveUp))
 	defer lost.Stop()
 
 	var logLines <-chan struct{}
@@ -240,10 +240,13 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 				r.done(st, time.Since(began))
 				return st, nil
 			}
+			if err := ow.offline(bc); err != nil {
+				return bus.TurnStatus{}, err
+			}
 			if err := ow.silent(); err != nil {
 				return bus.TurnStatus{}, err
 			}
-			lost.Reset(ow.live.Lease)
+			lost.Reset(ow.live.Next(giveUp))
 		case m := <-w.C:
 			ow.live.Heard(m)
 			if m.Approval != nil {
@@ -267,6 +270,19 @@ type ownerWatch struct {
 	r      *renderer
 	giveUp time.Duration
 	live   client.Liveness
+}
+
+// offline gives up when nothing of the turn was heard (no lease yet) and the connection
+// to the bus has been down for giveUp: the turn's node may have been lost before its
+// first status, and nothing more can come.
+func (w *ownerWatch) offline(bc *busConn) error {
+	down, gone := w.live.Offline(bc.nc.IsConnected(), time.Now(), w.giveUp)
+	if !gone {
+		return nil
+	}
+	return &exitError{code: exitFailed, err: fmt.Errorf(
+		"turn %s: nothing was heard of it, and the connection to %s has been down for %s; the turn may still run: `toolbus watch %s` once the bus is back",
+		w.turn, bc.where, down.Round(time.Millisecond), w.turn)}
 }
 
 // silent notes a whole lease without a word of the turn's node.
