@@ -293,11 +293,16 @@ func (n *Node) Err() error {
 }
 
 // Close stops the node's actors (handing its running turns back), then the embedded
-// server. The embedded server of a cluster moves its clients from other processes (hosts,
-// workers, clients) to the other servers first (server.Server.MoveClients): a request
-// routed to a client still here as the server shuts down would be lost.
+// server. The embedded server of a cluster first moves its clients from other processes
+// (hosts, workers, clients) to the other servers (server.Server.MoveClients), and hands
+// the Raft groups it leads to them (server.Server.StepDownLeaders): a request routed to a
+// client still here as the server shuts down would be lost, and so would what a group it
+// led had not replicated yet (the hand-backs of the turns below among them).
 func (n *Node) Close() {
 	n.moveClients()
+	if n.srv != nil && n.srv.StepDownLeaders() && n.cfg.Node.Logger != nil {
+		n.cfg.Node.Logger.Info("handed the embedded server's Raft leadership to the cluster's other servers before stopping")
+	}
 	for _, c := range n.mcp {
 		c.Close()
 	}

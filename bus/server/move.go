@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	_ "unsafe" // go:linkname, for transferRaftLeaders
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 )
@@ -50,3 +51,28 @@ func (s *Server) MoveClients() (int, error) {
 	}
 	return moved, nil
 }
+
+// StepDownLeaders hands the leadership of every Raft group this server leads (the
+// JetStream meta group, replicated streams and consumers) to another server, and keeps
+// it from being elected again, as nats-server's lame duck mode does before it shuts
+// down; it reports whether any group moved. A server that shuts down while it leads a
+// group takes with it what the group's followers have not applied yet: seen in CI, the
+// intake consumer's new leader did not know that the turn the stopping node had just
+// handed back was delivered to another node, delivered it a third time, and a live
+// node's turn was taken over (its read-only call run twice). A leader that steps down
+// first hands over a follower that is current. A server with no routes has no group to
+// hand over.
+func (s *Server) StepDownLeaders() bool {
+	if s.ns.NumRoutes() == 0 {
+		return false
+	}
+	return transferRaftLeaders(s.ns)
+}
+
+// transferRaftLeaders is nats-server's own step of its lame duck mode (raft.go): each
+// Raft node of the server steps down and becomes an observer. nats-server offers no
+// exported way to do it without entering lame duck mode, which also closes every
+// client, this process's own, and ends with the server's shutdown.
+//
+//go:linkname transferRaftLeaders github.com/nats-io/nats-server/v2/server.(*Server).transferRaftLeaders
+func transferRaftLeaders(s *natsserver.Server) bool

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // MoveClients has a cluster server's clients from the network reconnect to another server
@@ -80,4 +81,79 @@ func TestMoveClients(t *testing.T) {
 	if err := nc.Flush(); err != nil || nc.Stats().Reconnects != 0 {
 		t.Errorf("the client of a server with no routes: %v, %d reconnects", err, nc.Stats().Reconnects)
 	}
+}
+
+// StepDownLeaders hands every group a server leads to another: the meta group and a
+// replicated stream and its consumer, each with a leader elsewhere, and the stream
+// still written; a server with no routes has nothing to hand over.
+func TestStepDownLeaders(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	nodes := startCluster(t, 3)
+	nc, err := nodes[0].Connect("steps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stream jetstream.Stream
+	eventually(ctx, t, "an R3 stream", func() bool {
+		stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "STEPS", Subjects: []string{"steps.>"}, Replicas: 3})
+		return err == nil
+	})
+	var cons jetstream.Consumer
+	eventually(ctx, t, "an R3 consumer", func() bool {
+		cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", Replicas: 3})
+		return err == nil
+	})
+	leaders := func() (meta, st, co string) {
+		if i, err := stream.Info(ctx); err == nil && i.Cluster != nil {
+			st = i.Cluster.Leader
+			meta = metaLeader(nodes)
+		}
+		if i, err := cons.Info(ctx); err == nil && i.Cluster != nil {
+			co = i.Cluster.Leader
+		}
+		return meta, st, co
+	}
+	// The stream's leader steps down from everything it leads.
+	var leader *Server
+	eventually(ctx, t, "the stream's leader known", func() bool {
+		_, st, _ := leaders()
+		for _, s := range nodes {
+			if s.Name() == st {
+				leader = s
+			}
+		}
+		return leader != nil
+	})
+	if !leader.StepDownLeaders() {
+		t.Fatalf("%s led the stream and handed over nothing", leader.Name())
+	}
+	eventually(ctx, t, "every group led elsewhere", func() bool {
+		meta, st, co := leaders()
+		return meta != "" && st != "" && co != "" && meta != leader.Name() && st != leader.Name() && co != leader.Name()
+	})
+	eventually(ctx, t, "the stream written", func() bool {
+		_, err := js.Publish(ctx, "steps.a", nil)
+		return err == nil
+	})
+
+	alone, _ := startServer(t, Config{})
+	if alone.StepDownLeaders() {
+		t.Error("a server with no routes handed leadership over")
+	}
+}
+
+// metaLeader is the JetStream meta leader's name, as the servers know it.
+func metaLeader(nodes []*Server) string {
+	for _, s := range nodes {
+		if s.NATS().JetStreamIsLeader() {
+			return s.Name()
+		}
+	}
+	return ""
 }
