@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"time"
 	_ "unsafe" // go:linkname, for transferRaftLeaders
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
@@ -60,13 +61,22 @@ func (s *Server) MoveClients() (int, error) {
 // intake consumer's new leader did not know that the turn the stopping node had just
 // handed back was delivered to another node, delivered it a third time, and a live
 // node's turn was taken over (its read-only call run twice). A leader that steps down
-// first hands over a follower that is current. A server with no routes has no group to
-// hand over.
+// first hands over a follower that is current. A leader with no current follower keeps
+// its group (a loaded machine): it is asked again, twice, 200 ms apart, while the last
+// round moved any. A server with no routes has no group to hand over.
 func (s *Server) StepDownLeaders() bool {
 	if s.ns.NumRoutes() == 0 {
 		return false
 	}
-	return transferRaftLeaders(s.ns)
+	moved := false
+	for range 3 {
+		if !transferRaftLeaders(s.ns) {
+			break
+		}
+		moved = true
+		time.Sleep(200 * time.Millisecond)
+	}
+	return moved
 }
 
 // transferRaftLeaders is nats-server's own step of its lame duck mode (raft.go): each
