@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -277,34 +276,9 @@ func childEnv(home string) []string {
 	)
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago, and that no
-// other test of this process was given: the kernel hands a port it just freed to the
-// next listener now and then, and a cluster test once got one port twice (n1's client
-// port was n3's cluster port: "bind: address already in use").
-func freePort(t testing.TB) int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			return port
-		}
-	}
-	t.Fatal("find a free port: every port the kernel offered was given out already")
-	return 0
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
+// freePort returns a TCP port on 127.0.0.1 that was free a moment ago and that no other
+// test of this process was given (bustest.FreePorts).
+func freePort(t testing.TB) int { return bustest.FreePorts(t, 1)[0] }
 
 // process is a child process in a process group of its own, so that it and
 // everything it started can be signalled at once.

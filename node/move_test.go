@@ -3,7 +3,6 @@ package node
 import (
 	"fmt"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -21,7 +20,10 @@ import (
 func TestCloseMovesClients(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
-	addrs := freeAddrs(t, 4)
+	var addrs []string
+	for _, p := range bustest.FreePorts(t, 4) {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
+	}
 	routes := []string{"nats://" + addrs[0], "nats://" + addrs[1]}
 	listen := addrs[2:]
 	logs := []*bustest.Buffer{{}, {}}
@@ -77,19 +79,4 @@ func TestCloseMovesClients(t *testing.T) {
 	if got := host.ConnectedServerName(); got != "m2" {
 		t.Errorf("the client is on %q, want m2", got)
 	}
-}
-
-// freeAddrs are n loopback addresses with ports free a moment ago, each a different one.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close() // open until all are chosen: no port twice
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs
 }
