@@ -132,21 +132,22 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 // attemptBound is the time the attempt-th attempt gets: retryFirstAttempt, doubling
 // up to limit.
 func attemptBound(attempt int, limit time.Duration) time.Duration {
-	d := retryFirstAttempt
-	for i := 1; i < attempt && d < limit; i++ {
-		d *= 2
-	}
-	return min(d, limit)
+	return doubled(retryFirstAttempt, limit, attempt)
 }
 
 // retryBackoff is the wait after the attempt-th failure: 50 ms, doubling
 // up to 1 s.
 func retryBackoff(attempt int) time.Duration {
-	d := retryMinBackoff
-	for i := 1; i < attempt && d < retryMaxBackoff; i++ {
+	return doubled(retryMinBackoff, retryMaxBackoff, attempt)
+}
+
+// doubled is first doubled for each attempt after the first, up to limit.
+func doubled(first, limit time.Duration, attempt int) time.Duration {
+	d := first
+	for i := 1; i < attempt && d < limit; i++ {
 		d *= 2
 	}
-	return min(d, retryMaxBackoff)
+	return min(d, limit)
 }
 
 // JetStream API error codes that a leaderless or starting JetStream gives
