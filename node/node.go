@@ -299,10 +299,7 @@ func (n *Node) Err() error {
 // client still here as the server shuts down would be lost, and so would what a group it
 // led had not replicated yet (the hand-backs of the turns below among them).
 func (n *Node) Close() {
-	n.moveClients()
-	if n.srv != nil && n.srv.StepDownLeaders() && n.cfg.Node.Logger != nil {
-		n.cfg.Node.Logger.Info("handed the embedded server's Raft leadership to the cluster's other servers before stopping")
-	}
+	n.leaveCluster()
 	for _, c := range n.mcp {
 		c.Close()
 	}
@@ -311,20 +308,27 @@ func (n *Node) Close() {
 	n.closeTelemetry()
 }
 
-// moveClients has the embedded server's clients from other processes reconnect to the
-// cluster's other servers, and says how many it moved.
-func (n *Node) moveClients() {
+// leaveCluster has the embedded server's clients from other processes reconnect to the
+// cluster's other servers, and hands those servers the Raft groups it leads; it logs
+// what it did. A node joined to a running bus, or alone, has nothing to do.
+func (n *Node) leaveCluster() {
 	if n.srv == nil {
 		return
 	}
 	moved, err := n.srv.MoveClients()
+	stepped := n.srv.StepDownLeaders()
 	log := n.cfg.Node.Logger
+	if log == nil {
+		return
+	}
 	switch {
-	case log == nil:
 	case err != nil:
 		log.Warn("move the embedded server's clients to the cluster's other servers", "err", err)
 	case moved > 0:
 		log.Info("moved the embedded server's clients to the cluster's other servers before stopping", "clients", moved)
+	}
+	if stepped {
+		log.Info("handed the embedded server's Raft leadership to the cluster's other servers before stopping")
 	}
 }
 
