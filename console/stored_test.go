@@ -40,7 +40,7 @@ func TestConsoleStoredTurnShowsDurations(t *testing.T) {
 	    {"id":"c2","name":"read_file","arguments":"{\"path\":\"a.txt\"}"},
 	    {"id":"c3","name":"read_file","arguments":"{'path': 'b.txt',}"},
 	    {"id":"c4","name":"write_file","arguments":"{\"path\":\"out.txt\",\"content\":\"one\\n\"}"},
-	    {"id":"c5","name":"run_command","arguments":"{\"command\":\"sleep 0.3; cat out.txt\"}"}]},
+	    {"id":"c5","name":"run_command","arguments":"{\"command\":\"sleep 1; cat out.txt\"}"}]},
 	  {"calls":[{"id":"c6","name":"read_file","arguments":"{\"path\":\"out.txt\"}"}]},
 	  {"text":"Done."}]}`)
 	ctx := bustest.Context(t)
@@ -63,7 +63,7 @@ func TestConsoleStoredTurnShowsDurations(t *testing.T) {
 	if fmt.Sprint(meta) != fmt.Sprint(liveMeta) {
 		t.Errorf("opened after the end, the calls say\n%s\nwatched live, they said\n%s", strings.Join(meta, "\n"), strings.Join(liveMeta, "\n"))
 	}
-	wantLabel := map[string]string{"c1": "Listed ", "c2": "Read 1 line of a.txt", "c3": "Read 2 lines of b.txt", "c4": "Wrote ", "c5": "Ran `sleep 0.3; cat out.txt` (exit 0)", "c6": "Read 1 line of out.txt"}
+	wantLabel := map[string]string{"c1": "Listed ", "c2": "Read 1 line of a.txt", "c3": "Read 2 lines of b.txt", "c4": "Wrote ", "c5": "Ran `sleep 1; cat out.txt` (exit 0)", "c6": "Read 1 line of out.txt"}
 	duration := `(<1 ms|\d+ ms|\d+\.\d+ s) · `
 	for _, m := range meta {
 		call, text, _ := strings.Cut(m, ": ")
@@ -81,7 +81,8 @@ func TestConsoleStoredTurnShowsDurations(t *testing.T) {
 		t.Errorf("%d steps with a time axis, %d live, want 2 (the steps with calls)", axes, liveAxes)
 	}
 	// Laid out on the axis: the sequential write starts after the parallel reads, and the
-	// slow command's bar is the longest of its step.
+	// slow command's bar is the longest of its step. It sleeps 1 s: with 0.3 s, list_files
+	// took longer once in CI (race-built, beside other packages' tests).
 	bars := eval[map[string][]float64](t, tab, `Object.fromEntries([...document.querySelectorAll('#timeline .lane')].map(l => { const b = l.querySelector('.bar'); return [l.dataset.call, [parseFloat(b.style.left), parseFloat(b.style.width)]]; }))`)
 	if bars["c4"][0] <= 0 || bars["c5"][0] <= bars["c4"][0] {
 		t.Errorf("the runs of step 1 do not follow each other on the axis: %v", bars)
