@@ -142,10 +142,11 @@ func (j *streamJournal) flush() {
 		// Too large for a message: the body goes to the object store first, off the
 		// mailbox, and the message names it.
 		a.large = make(chan error, 1)
+		a.object = bus.PayloadName(j.t.cfg.Spec.ID, "transcript")
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), transcriptPatience)
 			defer cancel()
-			a.large <- j.publishLarge(ctx, m)
+			a.large <- j.publishLarge(ctx, a)
 		}()
 	} else {
 		a.ack, a.err = j.js.PublishMsgAsync(m)
@@ -154,17 +155,17 @@ func (j *streamJournal) flush() {
 }
 
 // publishLarge stores the body of a transcript message too large for a message in
-// bus.ObjectTranscripts (once: a retry finds it there), then publishes the message that
-// names it.
-func (j *streamJournal) publishLarge(ctx context.Context, m *nats.Msg) error {
+// bus.ObjectTranscripts, as the append's object (once: a retry finds it there, or
+// replaces a store whose answer was lost), then publishes the message that names it.
+func (j *streamJournal) publishLarge(ctx context.Context, a *transcriptAppend) error {
 	p := j.payloads
 	if p == nil {
 		p = bus.NewPayloads(j.js, 1)
 	}
-	if _, err := p.Offload(ctx, m, bus.ObjectTranscripts, bus.PayloadName(j.t.cfg.Spec.ID, "transcript"), -1); err != nil {
+	if _, err := p.Offload(ctx, a.msg, bus.ObjectTranscripts, a.object, -1); err != nil {
 		return err
 	}
-	_, err := j.js.PublishMsg(ctx, m)
+	_, err := j.js.PublishMsg(ctx, a.msg)
 	return err
 }
 
@@ -210,7 +211,7 @@ func (j *streamJournal) wait() error {
 		j.t.log.Info("transcript append failed; retrying", "err", err)
 		if err := bus.Retry(ctx, "store transcript", j.t.log, func(ctx context.Context) error {
 			if len(a.msg.Data) > bus.InlineLimit(j.js.Conn().MaxPayload()) {
-				return j.publishLarge(ctx, a.msg)
+				return j.publishLarge(ctx, a)
 			}
 			_, err := j.js.PublishMsg(ctx, a.msg)
 			return err
@@ -236,6 +237,8 @@ type transcriptAppend struct {
 	err error // publishing failed before any acknowledgement was awaited
 	// large, for a body stored in the object store, answers once the message is stored.
 	large chan error
+	// object names the body's object, the same for every attempt (bus.Payloads.Offload).
+	object string
 }
 
 // transcriptPatience bounds how long a finishing turn keeps trying to store

@@ -307,6 +307,10 @@ func (p *Payloads) Delete(ctx context.Context, ref PayloadRef) error {
 // (see [InlineLimit]): m then carries the reference in HeaderPayload and PayloadNote as
 // its body. A body that fits is left alone and the reference is zero. A message that
 // carries a reference already (a retry) is not stored again.
+//
+// A caller that tries again after an error passes the same name: a store whose answer
+// was lost may have landed all the same, and storing under the same name replaces that
+// object, where a new name would leave it behind, named by no message.
 func (p *Payloads) Offload(ctx context.Context, m *nats.Msg, bucket, name string, limit int) (PayloadRef, error) {
 	if len(m.Data) <= limit {
 		return PayloadRef{}, nil

@@ -271,11 +271,17 @@ func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) erro
 	// with the first one's sequence), never stored twice.
 	id := l.msgID(pos)
 	m.Header.Set(jetstream.MsgIDHeader, id)
+	// The body's object, for a message too large, has one name for every attempt, as
+	// the message has one id: an attempt's store whose answer was lost may have landed
+	// (the object store's meta message is published last, and a 2 MiB body took over a
+	// second on a loaded CI machine), and the next attempt then replaces that object
+	// instead of leaving it beside a second one that no message would name.
 	var ref bus.PayloadRef
+	name := bus.PayloadName(l.Spec.ID, "transcript")
 	err = bus.Retry(ctx, "store transcript", l.s.log, func(ctx context.Context) error {
 		if len(m.Data) > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
 			var err error
-			if ref, err = l.s.payloadStore().Offload(ctx, m, bus.ObjectTranscripts, bus.PayloadName(l.Spec.ID, "transcript"), -1); err != nil {
+			if ref, err = l.s.payloadStore().Offload(ctx, m, bus.ObjectTranscripts, name, -1); err != nil {
 				return err
 			}
 		}

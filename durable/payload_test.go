@@ -2,10 +2,13 @@ package durable
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus"
@@ -78,4 +81,88 @@ func TestLargeTranscriptMessage(t *testing.T) {
 	if list, err := obs.List(ctx); !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		t.Errorf("objects after the transcript was deleted: %d, %v", len(list), err)
 	}
+}
+
+// TestLargeAppendAnswerLost: a large append whose first store of the body landed but
+// whose answer was lost (it came after the attempt's deadline) is tried again under the
+// same object name, so the turn keeps one object, the one its message names.
+func TestLargeAppendAnswerLost(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t, nil)
+	ctx := bustest.Context(t)
+	js := &lostPuts{JetStream: bustest.JetStream(t, srv, "a")}
+	js.lose.Store(1)
+	s := openStore(t, js, "n1", 1)
+	msg := queued(t, s, 1)[0]
+	spec := specOf(t, msg)
+	l, err := claim(t, ctx, s, msg, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
+		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
+	if err := l.Append(ctx, 1, []toolbus.Item{big}); err != nil {
+		t.Fatal(err)
+	}
+	if js.lose.Load() >= 0 {
+		t.Fatal("no store's answer was lost: the test tested nothing")
+	}
+	stored, err := s.StoredTranscript(ctx, spec.ID)
+	if err != nil || len(stored) != 2 {
+		t.Fatalf("stored: %d messages, %v", len(stored), err)
+	}
+	ref, ok, err := bus.PayloadOf(stored[1].Header)
+	if !ok || err != nil {
+		t.Fatalf("the large message names no object: %v %v", ok, err)
+	}
+	obs, err := js.JetStream.ObjectStore(ctx, bus.ObjectTranscripts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := obs.List(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != ref.Name {
+		names := make([]string, len(list))
+		for i, o := range list {
+			names[i] = o.Name
+		}
+		t.Fatalf("objects %q (%v), want only the message's %q", names, err, ref.Name)
+	}
+}
+
+// lostPuts is a JetStream whose object stores lose the answer of the first lose stores
+// that landed: the store waits out its context and says nats.ErrTimeout, as nats.go's
+// Put does when the acknowledgement of its meta message comes after the context ended.
+type lostPuts struct {
+	jetstream.JetStream
+	lose atomic.Int32
+}
+
+func (j *lostPuts) ObjectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
+	obs, err := j.JetStream.ObjectStore(ctx, bucket)
+	if err != nil {
+		return nil, err
+	}
+	return &lostPutStore{ObjectStore: obs, j: j}, nil
+}
+
+func (j *lostPuts) CreateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	obs, err := j.JetStream.CreateObjectStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &lostPutStore{ObjectStore: obs, j: j}, nil
+}
+
+type lostPutStore struct {
+	jetstream.ObjectStore
+	j *lostPuts
+}
+
+func (o *lostPutStore) PutBytes(ctx context.Context, name string, data []byte) (*jetstream.ObjectInfo, error) {
+	info, err := o.ObjectStore.PutBytes(ctx, name, data)
+	if err == nil && o.j.lose.Add(-1) >= 0 {
+		<-ctx.Done()
+		return nil, nats.ErrTimeout
+	}
+	return info, err
 }
