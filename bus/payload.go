@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -275,6 +276,11 @@ func (p *Payloads) Get(ctx context.Context, ref PayloadRef) ([]byte, error) {
 		return nil, fmt.Errorf("read payload %s/%s: %w (expired or deleted)", ref.Bucket, ref.Name, ErrPayloadMissing)
 	case errors.Is(err, jetstream.ErrDigestMismatch):
 		return nil, fmt.Errorf("read payload %s/%s: %w: %w", ref.Bucket, ref.Name, ErrPayloadMismatch, err)
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// nats.go's reader times out on a pipe's deadline (ctx's, or 5 s for each read
+		// without one), and says "read pipe: i/o timeout" even when that came first
+		// (nats.go's object.go, objResult.Read): it is the read's timeout all the same.
+		return nil, fmt.Errorf("read payload %s/%s: %w (%w)", ref.Bucket, ref.Name, nats.ErrTimeout, err)
 	case err != nil:
 		p.forget(ref.Bucket, err)
 		return nil, fmt.Errorf("read payload %s/%s: %w", ref.Bucket, ref.Name, err)

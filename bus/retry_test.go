@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -311,3 +312,59 @@ func TestRetryOnServer(t *testing.T) {
 		t.Errorf("Retry: %v after %d calls; want ErrStreamNotFound after 1", err, calls)
 	}
 }
+
+// An attempt that fails on a timer of its own set at its deadline is out of time, even
+// when its context's timer has not ended the context yet: nats.go's object reader times
+// out so, on a net.Pipe, and the read is tried again rather than failed.
+func TestRetryLibraryDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for i := range 20 {
+		calls := 0
+		err := retry(ctx, "read payload", nil, 5*time.Millisecond, func(ctx context.Context) error {
+			calls++
+			if calls > 1 {
+				return nil
+			}
+			r, w := net.Pipe()
+			defer r.Close()
+			defer w.Close()
+			d, _ := ctx.Deadline()
+			_ = r.SetReadDeadline(d)
+			_, err := r.Read(make([]byte, 1))
+			return err
+		})
+		if err != nil || calls != 2 {
+			t.Fatalf("run %d: %d attempts, %v; want the timed-out read tried again", i, calls, err)
+		}
+	}
+}
+
+func TestPastDeadline(t *testing.T) {
+	t.Parallel()
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	for _, tt := range []struct {
+		name string
+		ctx  context.Context
+		want bool
+	}{
+		{"no deadline", context.Background(), false},
+		{"deadline ahead", deadlineOnly{time.Now().Add(time.Hour)}, false},
+		{"deadline come, the context's timer not yet", deadlineOnly{time.Now().Add(-time.Millisecond)}, true},
+		{"ended", past, true},
+	} {
+		if got := pastDeadline(tt.ctx); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// deadlineOnly is a context whose deadline has a value and that has not ended, as a
+// context is between its deadline and its timer's firing.
+type deadlineOnly struct{ d time.Time }
+
+func (c deadlineOnly) Deadline() (time.Time, bool) { return c.d, true }
+func (deadlineOnly) Done() <-chan struct{}         { return nil }
+func (deadlineOnly) Err() error                    { return nil }
+func (deadlineOnly) Value(any) any                 { return nil }
