@@ -87,7 +87,7 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, attemptBound(attempt, attemptTimeout))
 		err := f(actx)
-		attemptEnded := pastDeadline(actx)
+		attemptEnded := OutOfTime(actx)
 		cancel()
 		if err == nil {
 			return nil
@@ -129,12 +129,13 @@ func retry(ctx context.Context, what string, log *slog.Logger, attemptTimeout ti
 	}
 }
 
-// pastDeadline reports whether ctx has ended or its deadline has come. A library that
-// sets its own timer at the context's deadline can fail before the context's timer has
-// ended it: nats.go's object reader puts the deadline on a net.Pipe, and its "read pipe:
-// i/o timeout" came while ctx.Err() was still nil in 121 of 200 reads here (a large
-// transcript's read then failed a claim instead of being tried again).
-func pastDeadline(ctx context.Context) bool {
+// OutOfTime reports whether ctx has ended or its deadline has come. A library that sets
+// its own timer at the context's deadline can fail before the context's timer has ended
+// it: nats.go's object reader puts the deadline on a net.Pipe, and its "read pipe: i/o
+// timeout" came while ctx.Err() was still nil in 121 of 200 reads here (a large
+// transcript's read then failed a claim instead of being tried again). A caller that
+// asks whether an attempt ran out of time asks this, not ctx.Err().
+func OutOfTime(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return true
 	}

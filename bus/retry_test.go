@@ -340,7 +340,7 @@ func TestRetryLibraryDeadline(t *testing.T) {
 	}
 }
 
-func TestPastDeadline(t *testing.T) {
+func TestOutOfTime(t *testing.T) {
 	t.Parallel()
 	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 	defer cancel()
@@ -354,7 +354,7 @@ func TestPastDeadline(t *testing.T) {
 		{"deadline come, the context's timer not yet", deadlineOnly{time.Now().Add(-time.Millisecond)}, true},
 		{"ended", past, true},
 	} {
-		if got := pastDeadline(tt.ctx); got != tt.want {
+		if got := OutOfTime(tt.ctx); got != tt.want {
 			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
 		}
 	}

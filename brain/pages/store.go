@@ -320,9 +320,8 @@ func readDeleting(ctx context.Context, obs jetstream.ObjectStore, name string, r
 		actx, cancel := context.WithTimeout(ctx, objectReadAttempt)
 		b, err := read(actx)
 		// By the clock: the read's own deadline (its pipe's) can come a moment before
-		// actx says it ended ("read pipe: i/o timeout", with actx.Err() still nil).
-		dl, _ := actx.Deadline()
-		ranOut := !time.Now().Before(dl)
+		// actx says it ended.
+		ranOut := bus.OutOfTime(actx)
 		cancel()
 		if err == nil || !ranOut || ctx.Err() != nil {
 			return b, err
