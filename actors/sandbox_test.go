@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/durable"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/toolsets"
 	"github.com/toolbus/toolbus/toolsets/computer"
 )
@@ -82,6 +83,9 @@ func TestAbortedStubbornCommandIsStopped(t *testing.T) {
 	t.Parallel()
 	for _, mode := range []computer.SandboxMode{computer.SandboxBwrap, computer.SandboxOff} {
 		t.Run(string(mode), func(t *testing.T) {
+			if mode == computer.SandboxBwrap {
+				needs.Bwrap(t)
+			}
 			t.Parallel() // a node of its own; each waits out the kill grace
 			home := t.TempDir()
 			cfg := computer.Config{Sandbox: computer.SandboxConfig{Mode: mode}}
@@ -110,6 +114,7 @@ func TestAbortedStubbornCommandIsStopped(t *testing.T) {
 
 // The node's environment never reaches a transcript, whatever a command prints.
 func TestTranscriptHoldsNoSecrets(t *testing.T) {
+	needs.Bwrap(t) // the commands run in the default sandbox
 	const secret = "sk-test-7d1e5b-not-a-real-key"
 	t.Setenv("OPENAI_API_KEY", secret) // in the node's environment from here on
 	// What /proc/<pid>/environ shows of this process: its environment as started.
@@ -157,17 +162,21 @@ func TestTranscriptHoldsNoSecrets(t *testing.T) {
 func TestNodeLogsTheSandbox(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name string
-		cfg  computer.Config
-		want string
+		name  string
+		cfg   computer.Config
+		want  string
+		bwrap bool // the node's sandbox check runs the real bwrap
 	}{
 		{"off", computer.Config{Sandbox: computer.SandboxConfig{Mode: computer.SandboxOff}},
-			`level=WARN msg="NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off)`},
+			`level=WARN msg="NO SANDBOX: run_command runs commands as bare processes of the node (-sandbox=off)`, false},
 		{"unavailable", computer.Config{Sandbox: computer.SandboxConfig{Bwrap: "/nonexistent/bwrap"}},
-			`level=ERROR msg="run_command will refuse every call" node=n1 err="command sandbox unavailable: bubblewrap is not installed (/nonexistent/bwrap: no such file or directory)`},
-		{"bwrap", computer.Config{}, ""},
+			`level=ERROR msg="run_command will refuse every call" node=n1 err="command sandbox unavailable: bubblewrap is not installed (/nonexistent/bwrap: no such file or directory)`, false},
+		{"bwrap", computer.Config{}, "", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.bwrap {
+				needs.Bwrap(t)
+			}
 			var logs logBuffer
 			computerNodeLogging(t, t.TempDir(), tc.cfg, logs.logger())
 			got := logs.String()

@@ -30,6 +30,7 @@ import (
 	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/console"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/internal/redact"
 	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/node"
@@ -81,7 +82,7 @@ func newTab(t *testing.T) context.Context {
 	t.Helper()
 	path := chromium()
 	if path == "" {
-		t.Skip("no chromium on PATH (apt-get install chromium, or set TOOLBUS_CHROMIUM)")
+		needs.Missing(t, "no chromium on PATH (apt-get install chromium, or set TOOLBUS_CHROMIUM)")
 	}
 	browser.once.Do(func() {
 		opts := append(chromedp.DefaultExecAllocatorOptions[:],

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // turnLine is the first line `toolbus run` prints.
@@ -46,6 +48,7 @@ func processesRunning(t testing.TB, cmdline string) []string {
 }
 
 func TestAbortFromAnotherProcess(t *testing.T) {
+	needs.Bwrap(t) // the aborted sleeps run in the node's sandbox
 	t.Parallel()
 	n := startNode(t, "n1", "-home", t.TempDir())
 	n.waitReady(t)

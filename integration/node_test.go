@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/toolsets"
 )
 
@@ -188,6 +189,7 @@ func TestNatsReqRunsTool(t *testing.T) {
 		outcome   string
 		contains  []string // in the content, or in the error when the outcome is not ok
 		afterward func(t *testing.T)
+		bwrap     bool // the command runs, in the sandbox
 	}{
 		{
 			name: "read_file", tool: "read_file", args: `{"path":"x.txt"}`,
@@ -220,6 +222,7 @@ func TestNatsReqRunsTool(t *testing.T) {
 					t.Errorf("the command's file in a1's home: %q, %v", b, err)
 				}
 			},
+			bwrap: true,
 		},
 		{
 			name: "run_command bad agent header", tool: "run_command", args: `{"command":"echo no"}`,
@@ -229,6 +232,9 @@ func TestNatsReqRunsTool(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.bwrap {
+				needs.Bwrap(t)
+			}
 			args := []string{"--server", n.url, "req", "--raw", "toolbus.tool.computer." + tt.tool, tt.args}
 			for _, h := range tt.headers {
 				args = append(args, "-H", h)

@@ -19,6 +19,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -224,6 +225,7 @@ func TestInboxIsPrivate(t *testing.T) {
 // turn starts: the command used to sleep 3 s, in which the test had to hear of the
 // call, subscribe to its result and see the forgery refused, or miss the result.
 func TestHostAnswersOnlyItsCalls(t *testing.T) {
+	needs.Bwrap(t) // the turn's command runs in the tool node's sandbox
 	t.Parallel()
 	n, server, as := rolesNode(t, `[
 	  {"user": "ops", "password": "ops-pw-5d1c", "role": "operator"},

@@ -10,6 +10,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // withMarker lists the processes of this machine whose command line holds marker, as
@@ -30,6 +32,7 @@ func withMarker(marker string) []string {
 // A node killed with SIGKILL takes its commands' processes with it, detached ones too:
 // bubblewrap dies with the node, and the sandbox with bubblewrap.
 func TestCommandDiesWithNode(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	n := startNode(t, "n1")
 	n.waitReady(t)
@@ -74,6 +77,7 @@ func TestCommandDiesWithNode(t *testing.T) {
 // A command sees nothing of the node process that runs it: not its environment, not its
 // password.
 func TestCommandSeesNothingOfTheNode(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	const secret = "sk-integration-3c7f-not-a-real-key"
 	const pass = "pw-of-the-node-user-91b2"

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // An MCP-backed skill: the agent's skill declares the reference MCP server
@@ -110,6 +112,7 @@ const defaultSandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 // runs a scripted turn that loads it, lists the server's tools and calls its echo tool
 // through run_command and mcporter, in the sandbox. The outputs reach the transcript.
 func TestMCPSkillThroughMcporter(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	prefix := mcpPrefix(t)
 	n := startNode(t, "n1", "-sandbox-ro", prefix)

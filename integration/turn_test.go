@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/durable"
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // runOutput is what `toolbus run -json` prints: the final turn status and
@@ -190,6 +191,7 @@ func TestClusterCrossNode(t *testing.T) {
 	waitForResponders(t, probe, "toolbus.tool.computer.list_files", "{}", true)
 
 	t.Run("calls cross to n2", func(t *testing.T) {
+		needs.Bwrap(t) // its command runs in n2's sandbox
 		script := writeScript(t, "Looked around.",
 			[]scriptCall{
 				{ID: "list", Name: "list_files", Arguments: `{}`},

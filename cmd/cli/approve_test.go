@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // TestApproveFromAnotherShell: a turn of an agent whose profile holds destructive calls
@@ -47,11 +48,15 @@ func TestApproveFromAnotherShell(t *testing.T) {
 		name     string
 		decision []string
 		want     []string
+		bwrap    bool // the approved command runs, in the sandbox
 	}{
-		{"approved", nil, []string{"waiting for approval: run_command (destructive): Running `echo approved-run`, with {\"command\":\"echo approved-run\"}", "approve: toolbus approve -server " + rb.url + " ", "✓ Ran `echo approved-run` (exit 0", "completed"}},
-		{"refused", []string{"-refuse", "-reason", "not on a Friday"}, []string{"✗ run_command: call refused by", "not on a Friday", "completed"}},
+		{"approved", nil, []string{"waiting for approval: run_command (destructive): Running `echo approved-run`, with {\"command\":\"echo approved-run\"}", "approve: toolbus approve -server " + rb.url + " ", "✓ Ran `echo approved-run` (exit 0", "completed"}, true},
+		{"refused", []string{"-refuse", "-reason", "not on a Friday"}, []string{"✗ run_command: call refused by", "not on a Friday", "completed"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.bwrap {
+				needs.Bwrap(t)
+			}
 			type result struct {
 				code        int
 				out, errOut string

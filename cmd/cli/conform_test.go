@@ -10,6 +10,7 @@ import (
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/catalog"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/schema"
 )
 
@@ -17,6 +18,7 @@ import (
 // node of a listening bus, the slow call a sandboxed sleep: every case passes, none is
 // skipped, and the output shows each case's request, expected reply and answer.
 func TestConformGoHost(t *testing.T) {
+	needs.Bwrap(t) // the slow call is a sandboxed sleep, and every case must pass
 	t.Parallel()
 	rb := startRemoteBus(t, true)
 	code, stdout, stderr := cli(testContext(t), rb.args("conform", "-category", "computer",

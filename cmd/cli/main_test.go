@@ -24,6 +24,7 @@ import (
 	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/internal/testmain"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -154,6 +155,7 @@ func snapshot(t *testing.T, dir string) map[string]string {
 }
 
 func TestRunDemo(t *testing.T) {
+	needs.Bwrap(t) // the demo runs sh check.sh, in the sandbox
 	t.Parallel()
 	before := snapshot(t, demoHome)
 	code, stdout, stderr := cli(testContext(t), "run", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
@@ -216,6 +218,7 @@ func equalMaps(a, b map[string]string) bool {
 }
 
 func TestRunJSON(t *testing.T) {
+	needs.Bwrap(t) // the demo runs sh check.sh, in the sandbox
 	t.Parallel()
 	code, stdout, stderr := cli(testContext(t), "run", "-json", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
 	if code != exitOK {
@@ -298,6 +301,7 @@ func writeScript(t testing.TB, script string) string {
 }
 
 func TestRunInterrupted(t *testing.T) {
+	needs.Bwrap(t) // sleep 30 runs in the sandbox
 	t.Parallel()
 	script := writeScript(t, sleepScript)
 	ctx, interrupt := context.WithCancel(testContext(t))
@@ -498,6 +502,7 @@ func TestRunAsWatcherRefused(t *testing.T) {
 }
 
 func TestRemoteRunWatchAndAbort(t *testing.T) {
+	needs.Bwrap(t) // the demo and the aborted sleep run in the sandbox
 	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)
@@ -701,6 +706,7 @@ func TestCall(t *testing.T) {
 		stdout     []string
 		stderr     []string
 		stdoutJSON bool
+		bwrap      bool // the command runs in the sandbox
 	}{
 		{
 			name:   "read",
@@ -722,6 +728,7 @@ func TestCall(t *testing.T) {
 			code:       exitOK,
 			stdout:     []string{`"outcome": "ok"`, `"tool": "run_command"`, `9`, `"sandbox": "bwrap"`},
 			stdoutJSON: true,
+			bwrap:      true,
 		},
 		{
 			name:       "sandbox off",
@@ -765,6 +772,9 @@ func TestCall(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.bwrap {
+				needs.Bwrap(t)
+			}
 			t.Parallel() // each call starts an embedded bus of its own
 			code, stdout, stderr := cli(ctx, append([]string{"call"}, tc.args...)...)
 			if code != tc.code {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // readmeBlock is the README's fenced ```sh block that holds all of wants, as lines.
@@ -51,6 +53,7 @@ func trimAmp(words []string) ([]string, bool) {
 // the block's URLs name it. The go install and nats lines are left out: they fetch from
 // the network and read the bus, which the integration tests do with the real nats CLI.
 func TestReadmeNodeBlockHasHome(t *testing.T) {
+	needs.Bwrap(t) // the demo runs sh check.sh, in the node's sandbox
 	t.Parallel()
 	ctx := testContext(t)
 	lines := readmeBlock(t, "toolbus node ", "toolbus run -server ")

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // TestWatchStepNumbers watches the demo over the bus: each model step has one number,
@@ -16,6 +17,7 @@ import (
 // on the status of its calls (the streamed words' status said the step before, 0 for the
 // first); and its text comes a whole line at a time, not a piece a line.
 func TestWatchStepNumbers(t *testing.T) {
+	needs.Bwrap(t) // the demo runs sh check.sh, in the sandbox
 	t.Parallel()
 	rb := startRemoteBus(t, true)
 	ctx := testContext(t)

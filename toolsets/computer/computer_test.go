@@ -18,6 +18,7 @@ import (
 	"github.com/toolbus/toolbus/bus/bustest"
 
 	"github.com/toolbus/toolbus/internal/label"
+	"github.com/toolbus/toolbus/internal/needs"
 	"github.com/toolbus/toolbus/internal/testmain"
 )
 
@@ -175,6 +176,9 @@ func TestPathConfinement(t *testing.T) {
 		tool := toolNamed(t, testConfig, toolName)
 		for _, tc := range cases {
 			t.Run(toolName+"/"+tc.name, func(t *testing.T) {
+				if toolName == "run_command" {
+					needs.Bwrap(t) // its commands run in the default sandbox
+				}
 				p := tc.path
 				if (toolName == "list_files" || toolName == "run_command") && filepath.Dir(p) == "." {
 					p = p + "/x" // the file itself is the directory under test
@@ -544,7 +548,7 @@ func testRunCommand(t *testing.T, mode SandboxMode) {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(home, "afile"), "x")
-	tool := toolNamed(t, inMode(mode), "run_command")
+	tool := toolNamed(t, inMode(t, mode), "run_command")
 	// A shell killed by a signal: bare, the host sees the signal; bubblewrap reports
 	// it the way shells do, as exit code 128+n.
 	signal := struct {
@@ -611,6 +615,7 @@ func testRunCommand(t *testing.T, mode SandboxMode) {
 }
 
 func TestRunCommandOutputCap(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	cfg := testConfig
 	cfg.MaxOutput = 2000
@@ -665,7 +670,7 @@ func TestRunCommandCancelKillsProcessTree(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
-			tool := toolNamed(t, inMode(mode), "run_command")
+			tool := toolNamed(t, inMode(t, mode), "run_command")
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
 			type outcome struct {
@@ -702,7 +707,7 @@ func TestRunCommandTimeoutKillsStubbornTree(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
-			cfg := inMode(mode)
+			cfg := inMode(t, mode)
 			cfg.MaxCommandTimeout = time.Second
 			tool := toolNamed(t, cfg, "run_command")
 			m := newMarker()
@@ -740,7 +745,7 @@ func TestRunCommandBackgroundProcessesDoNotOutliveIt(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			home := t.TempDir()
-			tool := toolNamed(t, inMode(mode), "run_command")
+			tool := toolNamed(t, inMode(t, mode), "run_command")
 			for _, cmd := range []string{
 				`sleep %s >/dev/null 2>&1 & echo started`, // output detached
 				`sleep %s & echo started`,                 // still holds the output pipe
@@ -761,6 +766,7 @@ func TestRunCommandBackgroundProcessesDoNotOutliveIt(t *testing.T) {
 }
 
 func TestRunCommandProgress(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	res, err, p := run(t, t.Context(), tool, t.TempDir(), map[string]any{"command": "echo tick; sleep 2.2"})
@@ -813,6 +819,9 @@ func TestToolContract(t *testing.T) {
 	}
 	for _, tool := range tools {
 		t.Run(tool.Name, func(t *testing.T) {
+			if tool.Name == "run_command" {
+				needs.Bwrap(t) // its commands run in the default sandbox
+			}
 			s, ok := samples[tool.Name]
 			if !ok {
 				t.Fatalf("no sample for %s", tool.Name)
@@ -947,8 +956,8 @@ func BenchmarkRunCommand(b *testing.B) {
 		}
 	})
 	for _, mode := range []SandboxMode{SandboxOff, SandboxBwrap} {
-		tool := toolNamed(b, inMode(mode), "run_command")
 		b.Run("run_command/sandbox="+string(mode), func(b *testing.B) {
+			tool := toolNamed(b, inMode(b, mode), "run_command")
 			for b.Loop() {
 				if _, err := tool.Execute(b.Context(), call); err != nil {
 					b.Fatal(err)
@@ -966,6 +975,7 @@ func execTrue(dir string) error {
 }
 
 func TestRunCommandCancelledBeforeStart(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	ctx, cancel := context.WithCancel(t.Context())

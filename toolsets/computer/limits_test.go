@@ -14,9 +14,10 @@ import (
 	"github.com/toolbus/toolbus"
 )
 
-// limited is testConfig in mode with small limits.
-func limited(mode SandboxMode) Config {
-	c := inMode(mode)
+// limited is testConfig in mode with small limits; it skips t as inMode does.
+func limited(t testing.TB, mode SandboxMode) Config {
+	t.Helper()
+	c := inMode(t, mode)
 	c.Limits = Limits{Pids: 32, Memory: 64 << 20, CPUSeconds: 20, FileSize: 12 << 20, TmpSize: 8 << 20}
 	return c
 }
@@ -79,7 +80,7 @@ func TestCommandLimits(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			tool := toolNamed(t, limited(mode), "run_command")
+			tool := toolNamed(t, limited(t, mode), "run_command")
 			home := t.TempDir()
 			// call runs cmd and returns its result, its output section and its limits.
 			call := func(t *testing.T, cmd string) (toolbus.Result, string, *AppliedLimits) {
@@ -216,7 +217,7 @@ func TestCommandLimits(t *testing.T) {
 			})
 
 			t.Run("cpu", func(t *testing.T) {
-				cfg := limited(mode)
+				cfg := limited(t, mode)
 				cfg.Limits.CPUSeconds = 1
 				res, _, l := callWith(t, toolNamed(t, cfg, "run_command"), home, "while :; do :; done")
 				if !res.IsError || !slices.Contains(l.Reached, limitCPU) || !strings.Contains(res.Text(), "SIGXCPU") {
@@ -232,7 +233,7 @@ func TestCommandLimits(t *testing.T) {
 func TestCommandLimitsPerAgent(t *testing.T) {
 	t.Parallel()
 	h := needCgroups(t)
-	cfg := limited(SandboxBwrap)
+	cfg := limited(t, SandboxBwrap)
 	cfg.CallOptions = func(agent string) CallSandbox {
 		return CallSandbox{Limits: Limits{Pids: 64, Memory: -1}}
 	}
@@ -305,7 +306,7 @@ func TestCommandLimitsWithoutCgroups(t *testing.T) {
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
 			t.Parallel()
-			cfg := limited(mode)
+			cfg := limited(t, mode)
 			cfg.cgroups = &cgroupHost{why: "cgroups switched off by the test"}
 			res, out, l := callWith(t, toolNamed(t, cfg, "run_command"), t.TempDir(), "head -c 200000000 /dev/zero | tail | wc -c")
 			if l.Via[limitMemory] != "rlimit" || l.Via[limitCPU] != "rlimit" || l.Via[limitFileSize] != "rlimit" || l.NoCgroup != "cgroups switched off by the test" {

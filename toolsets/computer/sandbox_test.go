@@ -18,13 +18,19 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/needs"
 )
 
 // modes are the sandbox modes the command tests run in.
 var modes = []SandboxMode{SandboxBwrap, SandboxOff}
 
-// inMode is testConfig with the sandbox in mode.
-func inMode(mode SandboxMode) Config {
+// inMode is testConfig with the sandbox in mode; it skips t in the bwrap mode where
+// bubblewrap is missing.
+func inMode(t testing.TB, mode SandboxMode) Config {
+	t.Helper()
+	if mode == SandboxBwrap {
+		needs.Bwrap(t)
+	}
 	c := testConfig
 	c.Sandbox.Mode = mode
 	return c
@@ -126,6 +132,7 @@ func leaks(out string, env []string) []string {
 }
 
 func TestSandboxHidesTheNode(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	env := append(nodeEnv(t), testSecret, testAPIKey)
 	self := filepath.Base(os.Args[0]) // computer.test, on the command line of this process
@@ -158,13 +165,14 @@ func TestSandboxHidesTheNode(t *testing.T) {
 	}
 
 	// Control: bare, the same probe finds the node's environment.
-	out, _ = command(t, toolNamed(t, inMode(SandboxOff), "run_command"), home, "cat /proc/$PPID/environ")
+	out, _ = command(t, toolNamed(t, inMode(t, SandboxOff), "run_command"), home, "cat /proc/$PPID/environ")
 	if len(leaks(out, env)) == 0 {
 		t.Errorf("bare, /proc/$PPID/environ does not show the node's environment: the probe proves nothing")
 	}
 }
 
 func TestSandboxConfinesFiles(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	root := t.TempDir()
 	writeFile(t, filepath.Join(root, "b", "secret.txt"), "b's secret\n")
@@ -254,6 +262,7 @@ echo detached`, m)
 }
 
 func TestSandboxLeavesNothingRunning(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 
@@ -290,6 +299,7 @@ func TestSandboxLeavesNothingRunning(t *testing.T) {
 }
 
 func TestSandboxNetwork(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -335,7 +345,7 @@ func TestSandboxCallEnv(t *testing.T) {
 	t.Parallel()
 	for _, mode := range modes {
 		t.Run(string(mode), func(t *testing.T) {
-			cfg := inMode(mode)
+			cfg := inMode(t, mode)
 			cfg.CallOptions = func(string) CallSandbox {
 				return CallSandbox{Env: map[string]string{"GREETING": "hello there", "LANG": "en_US.UTF-8"}}
 			}
@@ -400,7 +410,10 @@ func TestSandboxUnavailable(t *testing.T) {
 			}
 		})
 	}
+	// A missing read-only path is found before bubblewrap runs: the fake one above stands
+	// in for it.
 	cfg := testConfig
+	cfg.Sandbox.Bwrap = fake
 	cfg.Sandbox.ReadOnly = []string{"/nonexistent/toolchain"}
 	if err := CheckSandbox(cfg); !errors.Is(err, ErrSandboxUnavailable) || !strings.HasSuffix(err.Error(), "read-only path /nonexistent/toolchain: no such file or directory") {
 		t.Errorf("missing read-only path: %v", err)
@@ -415,6 +428,7 @@ func TestSandboxUnavailable(t *testing.T) {
 }
 
 func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	tool := toolNamed(t, testConfig, "run_command")
 	for _, home := range []string{"/", "/tmp"} {
@@ -426,6 +440,7 @@ func TestSandboxRefusesHomesThatCoverIt(t *testing.T) {
 }
 
 func TestSandboxReadOnlyPaths(t *testing.T) {
+	needs.Bwrap(t)
 	t.Parallel()
 	tools := t.TempDir() // a toolchain outside every home
 	writeFile(t, filepath.Join(tools, "bin", "hello"), "#!/bin/sh\necho hello from the toolchain\n")
