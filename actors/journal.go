@@ -209,13 +209,19 @@ func (j *streamJournal) wait() error {
 			continue
 		}
 		j.t.log.Info("transcript append failed; retrying", "err", err)
-		if err := bus.Retry(ctx, "store transcript", j.t.log, func(ctx context.Context) error {
-			if len(a.msg.Data) > bus.InlineLimit(j.js.Conn().MaxPayload()) {
+		if size := len(a.msg.Data); size > bus.InlineLimit(j.js.Conn().MaxPayload()) {
+			// Its body is not stored yet (once it is, the message carries the reference
+			// and a note): attempts sized to it.
+			err = bus.RetryPayload(ctx, "store transcript", j.t.log, int64(size), func(ctx context.Context) error {
 				return j.publishLarge(ctx, a)
-			}
-			_, err := j.js.PublishMsg(ctx, a.msg)
-			return err
-		}); err != nil {
+			})
+		} else {
+			err = bus.Retry(ctx, "store transcript", j.t.log, func(ctx context.Context) error {
+				_, err := j.js.PublishMsg(ctx, a.msg)
+				return err
+			})
+		}
+		if err != nil {
 			return err
 		}
 	}

@@ -187,7 +187,7 @@ func TestRetry(t *testing.T) {
 				cancel()
 			}
 			calls := 0
-			err := retry(ctx, "load", nil, 20*time.Millisecond, func(actx context.Context) error {
+			err := retry(ctx, "load", nil, func(int) time.Duration { return 20 * time.Millisecond }, func(actx context.Context) error {
 				calls++
 				return tt.f(actx, calls, cancel)
 			})
@@ -321,7 +321,7 @@ func TestRetryLibraryDeadline(t *testing.T) {
 	ctx := context.Background()
 	for i := range 20 {
 		calls := 0
-		err := retry(ctx, "read payload", nil, 5*time.Millisecond, func(ctx context.Context) error {
+		err := retry(ctx, "read payload", nil, func(int) time.Duration { return 5 * time.Millisecond }, func(ctx context.Context) error {
 			calls++
 			if calls > 1 {
 				return nil
@@ -368,3 +368,37 @@ func (c deadlineOnly) Deadline() (time.Time, bool) { return c.d, true }
 func (deadlineOnly) Done() <-chan struct{}         { return nil }
 func (deadlineOnly) Err() error                    { return nil }
 func (deadlineOnly) Value(any) any                 { return nil }
+
+// A payload's store gets a second and a second for each MiB, on every attempt: more than
+// Retry's 3 s once it is over 2 MiB.
+func TestRetryPayload(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		size int64
+		want time.Duration
+	}{
+		{0, time.Second},
+		{512 << 10, 1500 * time.Millisecond},
+		{2 << 20, 3 * time.Second},
+		{16 << 20, 17 * time.Second},
+	} {
+		if got := PayloadAttempt(tt.size); got != tt.want {
+			t.Errorf("PayloadAttempt(%d): %v, want %v", tt.size, got, tt.want)
+		}
+	}
+	calls := 0
+	err := RetryPayload(testContext(t), "store payload", nil, 4<<20, func(ctx context.Context) error {
+		calls++
+		dl, ok := ctx.Deadline()
+		if left := time.Until(dl); !ok || left > 5*time.Second || left < 4*time.Second {
+			t.Errorf("attempt %d: %v left (deadline set: %v), want 5 s", calls, left, ok)
+		}
+		if calls < 3 {
+			return nats.ErrNoResponders
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Fatalf("%d attempts, %v", calls, err)
+	}
+}

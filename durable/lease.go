@@ -271,37 +271,50 @@ func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) erro
 	// with the first one's sequence), never stored twice.
 	id := l.msgID(pos)
 	m.Header.Set(jetstream.MsgIDHeader, id)
-	// The body's object, for a message too large, has one name for every attempt, as
-	// the message has one id: an attempt's store whose answer was lost may have landed
-	// (the object store's meta message is published last, and a 2 MiB body took over a
-	// second on a loaded CI machine), and the next attempt then replaces that object
-	// instead of leaving it beside a second one that no message would name.
+	// A body too large for a message is stored first, in attempts sized to it
+	// (bus.RetryPayload), under one name for every attempt as the message has one id: an
+	// attempt whose answer was lost may have stored it all the same (the object store's
+	// description is published last), and the next attempt then replaces that object
+	// instead of leaving it beside another one that no message names.
 	var ref bus.PayloadRef
-	name := bus.PayloadName(l.Spec.ID, "transcript")
-	err = bus.Retry(ctx, "store transcript", l.s.log, func(ctx context.Context) error {
-		if len(m.Data) > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
+	if size := len(m.Data); size > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
+		name := bus.PayloadName(l.Spec.ID, "transcript")
+		err = bus.RetryPayload(ctx, "store transcript body", l.s.log, int64(size), func(ctx context.Context) error {
 			var err error
-			if ref, err = l.s.payloadStore().Offload(ctx, m, bus.ObjectTranscripts, name, -1); err != nil {
-				return err
-			}
+			ref, err = l.s.payloadStore().Offload(ctx, m, bus.ObjectTranscripts, name, -1)
+			return err
+		})
+		if err != nil {
+			l.deleteBody(ctx, bus.PayloadRef{Bucket: bus.ObjectTranscripts, Name: name})
+			return l.s.cfg.StoreFull(err)
 		}
+	}
+	err = bus.Retry(ctx, "store transcript", l.s.log, func(ctx context.Context) error {
 		return l.publish(ctx, m, id)
 	})
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			l.state.set(gone)
-		}
-		if !ref.IsZero() && errors.Is(err, ErrFenced) {
-			// Refused for certain: nothing names the object. (After another error the
-			// message may have landed, and it stays.)
-			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPatience)
-			_ = l.s.payloadStore().Delete(dctx, ref)
-			cancel()
+			if !ref.IsZero() {
+				// Refused for certain: nothing names the object. (After another error
+				// the message may have landed, and it stays.)
+				l.deleteBody(ctx, ref)
+			}
 		}
 		return l.s.cfg.StoreFull(err)
 	}
 	l.pos = pos
 	return nil
+}
+
+// deleteBody deletes the object of a transcript message that no message names, within
+// claimPatience of ctx's values (ctx itself may be over).
+func (l *Lease) deleteBody(ctx context.Context, ref bus.PayloadRef) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), claimPatience)
+	defer cancel()
+	if err := l.s.payloadStore().Delete(dctx, ref); err != nil {
+		l.s.log.Warn("delete the body of a transcript message that was not stored", "turn", l.Spec.ID, "object", ref.Name, "err", err)
+	}
 }
 
 // msgID is the message id (Nats-Msg-Id) of the transcript message at pos of this claim.
