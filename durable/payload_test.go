@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -132,9 +134,13 @@ func TestLargeAppendAnswerLost(t *testing.T) {
 // lostPuts is a JetStream whose object stores lose the answer of the first lose stores
 // that landed: the store waits out its context and says nats.ErrTimeout, as nats.go's
 // Put does when the acknowledgement of its meta message comes after the context ended.
+// It also records how long each read of an object had left of its context.
 type lostPuts struct {
 	jetstream.JetStream
 	lose atomic.Int32
+
+	mu       sync.Mutex
+	readLeft []time.Duration
 }
 
 func (j *lostPuts) ObjectStore(ctx context.Context, bucket string) (jetstream.ObjectStore, error) {
@@ -165,4 +171,47 @@ func (o *lostPutStore) PutBytes(ctx context.Context, name string, data []byte) (
 		return nil, nats.ErrTimeout
 	}
 	return info, err
+}
+
+func (o *lostPutStore) GetBytes(ctx context.Context, name string, opts ...jetstream.GetObjectOpt) ([]byte, error) {
+	left := time.Duration(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		left = time.Until(dl)
+	}
+	o.j.mu.Lock()
+	o.j.readLeft = append(o.j.readLeft, left)
+	o.j.mu.Unlock()
+	return o.ObjectStore.GetBytes(ctx, name, opts...)
+}
+
+// TestLargeBodyReadSized: the body of a large transcript message is read with the time
+// its size needs (bus.PayloadAttempt: 3 s for 2 MiB), not within an attempt of the
+// messages' read (1 s first), and read back whole.
+func TestLargeBodyReadSized(t *testing.T) {
+	t.Parallel()
+	srv := bustest.Server(t, nil)
+	ctx := bustest.Context(t)
+	js := &lostPuts{JetStream: bustest.JetStream(t, srv, "a")}
+	s := openStore(t, js, "n1", 1)
+	msg := queued(t, s, 1)[0]
+	spec := specOf(t, msg)
+	l, err := claim(t, ctx, s, msg, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
+		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
+	if err := l.Append(ctx, 1, []toolbus.Item{big}); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := s.readTranscript(ctx, spec.ID)
+	if err != nil || len(tr.Items) != 2 || tr.Items[1].Arguments != big.Arguments || tr.Pos != 2 {
+		t.Fatalf("read back: %d items, pos %d, %v", len(tr.Items), tr.Pos, err)
+	}
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	want := bus.PayloadAttempt(int64(len(big.Arguments))) - time.Second
+	if len(js.readLeft) != 1 || js.readLeft[0] < want {
+		t.Errorf("the body's reads had %v left, want one read with more than %v", js.readLeft, want)
+	}
 }

@@ -54,15 +54,50 @@ func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, er
 	if !bus.ValidToken(turn) {
 		return Transcript{}, fmt.Errorf("read transcript: invalid turn id %q", turn)
 	}
-	var t Transcript
+	var (
+		t    Transcript
+		kept []transcriptPart
+	)
 	err := bus.Retry(ctx, "read transcript "+turn, s.log, func(ctx context.Context) error {
 		var err error
-		if t, err = s.readOnce(ctx, turn); err != nil {
+		if t, kept, err = s.readOnce(ctx, turn); err != nil {
 			return err
 		}
 		return s.holdsRecorded(ctx, turn, t)
 	})
-	return t, err
+	if err != nil {
+		return Transcript{}, err
+	}
+	// The bodies stored as objects are read once the messages are, each in attempts
+	// sized to it (bus.RetryPayload): Retry's attempts, for a request's answer, also
+	// held the reads of every object, and cut a large one short on a loaded machine.
+	for i := range kept {
+		if ref := kept[i].ref; !ref.IsZero() {
+			if kept[i].items, err = s.readBody(ctx, ref); err != nil {
+				return Transcript{}, fmt.Errorf("read transcript %s: message at position %d: %w", turn, kept[i].pos, err)
+			}
+		}
+	}
+	t.Items = joined(kept)
+	return t, nil
+}
+
+// readBody reads the items of a transcript message whose body is the object ref.
+func (s *Store) readBody(ctx context.Context, ref bus.PayloadRef) ([]toolbus.Item, error) {
+	var body []byte
+	err := bus.RetryPayload(ctx, "read transcript body", s.log, ref.Size, func(ctx context.Context) error {
+		var err error
+		body, err = s.payloadStore().Get(ctx, ref)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var items []toolbus.Item
+	if err := json.Unmarshal(body, &items); err != nil {
+		return nil, fmt.Errorf("object %s: %w", ref.Name, err)
+	}
+	return items, nil
 }
 
 // holdsRecorded makes sure a transcript read holds every message the turn's record
@@ -90,28 +125,45 @@ func (s *Store) holdsRecorded(ctx context.Context, turn string, t Transcript) er
 type transcriptPart struct {
 	pos, epoch int
 	items      []toolbus.Item
+	// ref, when set, names the object that holds the message's body, not read yet
+	// (items is then empty).
+	ref bus.PayloadRef
 }
 
-func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
-	var (
-		parts []transcriptPart
-		out   Transcript
-	)
-	err := eachMessage(ctx, s.js, s.transcripts, s.payloadStore(), turn, func(m jetstream.Msg, items []toolbus.Item) {
-		p := transcriptPart{items: items}
+// readOnce reads a turn's transcript messages and keeps those assemble keeps: t has
+// their position and the last message's sequence, and kept their items, or the object
+// that holds a body too large for a message, to be read after.
+func (s *Store) readOnce(ctx context.Context, turn string) (t Transcript, kept []transcriptPart, err error) {
+	var parts []transcriptPart
+	seen := 0
+	err = eachStored(ctx, s.js, s.transcripts, turn, func(m jetstream.Msg) error {
+		seen++
+		var p transcriptPart
 		// Messages written before positions had none; they keep their stream order.
 		p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
 		p.epoch, _ = strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
+		if ref, ok, err := bus.PayloadOf(m.Headers()); ok {
+			if err == nil {
+				err = ref.Check(bus.ObjectTranscripts, math.MaxInt64)
+			}
+			if err != nil {
+				return fmt.Errorf("message %d: %w", seen, err)
+			}
+			p.ref = ref
+		} else if err := json.Unmarshal(m.Data(), &p.items); err != nil {
+			return fmt.Errorf("message %d: %w", seen, err)
+		}
 		parts = append(parts, p)
 		if md, err := m.Metadata(); err == nil {
-			out.Last = max(out.Last, md.Sequence.Stream)
+			t.Last = max(t.Last, md.Sequence.Stream)
 		}
+		return nil
 	})
 	if err != nil {
-		return Transcript{}, err
+		return Transcript{}, nil, err
 	}
-	out.Items, out.Pos = assemble(parts)
-	return out, nil
+	kept, t.Pos = keep(parts)
+	return t, kept, nil
 }
 
 // assemble reads a transcript's messages, in stream order, as the turn's items and the
@@ -128,6 +180,13 @@ func (s *Store) readOnce(ctx context.Context, turn string) (Transcript, error) {
 // claim read, unseen by it). Transcripts of earlier builds (no claim, or no position)
 // could hold a retried message twice, or after a later one: they are read as they were.
 func assemble(parts []transcriptPart) ([]toolbus.Item, int) {
+	kept, pos := keep(parts)
+	return joined(kept), pos
+}
+
+// keep is assemble's choice: the messages it keeps, in the turn's order, and the
+// position of the last one.
+func keep(parts []transcriptPart) ([]transcriptPart, int) {
 	kept := make([]transcriptPart, 0, len(parts))
 	top := 0
 	for _, p := range parts {
@@ -143,18 +202,23 @@ func assemble(parts []transcriptPart) ([]toolbus.Item, int) {
 		kept = append(kept, p)
 	}
 	slices.SortStableFunc(kept, func(a, b transcriptPart) int { return cmp.Compare(a.pos, b.pos) })
-	var (
-		items []toolbus.Item
-		pos   int
-	)
-	for i, p := range kept {
-		if i > 0 && p.pos != 0 && p.pos == kept[i-1].pos {
-			continue
-		}
-		items = append(items, p.items...)
+	pos := 0
+	kept = slices.DeleteFunc(kept, func(p transcriptPart) bool {
+		repeated := p.pos != 0 && p.pos == pos
 		pos = max(pos, p.pos)
+		return repeated
+	})
+	return kept, pos
+}
+
+// joined is the items of kept messages, each run of call outputs in the order of its
+// calls.
+func joined(kept []transcriptPart) []toolbus.Item {
+	var items []toolbus.Item
+	for _, p := range kept {
+		items = append(items, p.items...)
 	}
-	return inModelOrder(items), pos
+	return inModelOrder(items)
 }
 
 // payloadStore is the store of the bodies of large transcript messages.
