@@ -34,8 +34,7 @@ func TestLargeTranscriptMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
-		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
+	big := bigCall()
 	if err := la.Append(ctx, 1, []toolbus.Item{big}); err != nil {
 		t.Fatal(err)
 	}
@@ -95,14 +94,8 @@ func TestLargeAppendAnswerLost(t *testing.T) {
 	js := &lostPuts{JetStream: bustest.JetStream(t, srv, "a")}
 	js.lose.Store(1)
 	s := openStore(t, js, "n1", 1)
-	msg := queued(t, s, 1)[0]
-	spec := specOf(t, msg)
-	l, err := claim(t, ctx, s, msg, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
-		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
+	l, spec := claimedTurn(t, ctx, s)
+	big := bigCall()
 	if err := l.Append(ctx, 1, []toolbus.Item{big}); err != nil {
 		t.Fatal(err)
 	}
@@ -193,14 +186,8 @@ func TestLargeBodyReadSized(t *testing.T) {
 	ctx := bustest.Context(t)
 	js := &lostPuts{JetStream: bustest.JetStream(t, srv, "a")}
 	s := openStore(t, js, "n1", 1)
-	msg := queued(t, s, 1)[0]
-	spec := specOf(t, msg)
-	l, err := claim(t, ctx, s, msg, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	big := toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
-		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
+	l, spec := claimedTurn(t, ctx, s)
+	big := bigCall()
 	if err := l.Append(ctx, 1, []toolbus.Item{big}); err != nil {
 		t.Fatal(err)
 	}
@@ -214,4 +201,22 @@ func TestLargeBodyReadSized(t *testing.T) {
 	if len(js.readLeft) != 1 || js.readLeft[0] < want {
 		t.Errorf("the body's reads had %v left, want one read with more than %v", js.readLeft, want)
 	}
+}
+
+// bigCall is a call whose arguments (2 MiB) are more than a message carries.
+func bigCall() toolbus.Item {
+	return toolbus.Item{Kind: toolbus.KindFunctionCall, CallID: "c1", Name: "write_file",
+		Arguments: `{"path":"big.txt","content":"` + strings.Repeat("0123456789abcdef", 2<<20/16) + `"}`}
+}
+
+// claimedTurn queues a turn in s and claims it.
+func claimedTurn(t *testing.T, ctx context.Context, s *Store) (*Lease, bus.TurnSpec) {
+	t.Helper()
+	msg := queued(t, s, 1)[0]
+	spec := specOf(t, msg)
+	l, err := claim(t, ctx, s, msg, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, spec
 }
