@@ -68,18 +68,27 @@ func (s *Store) readTranscript(ctx context.Context, turn string) (Transcript, er
 	if err != nil {
 		return Transcript{}, err
 	}
-	// The bodies stored as objects are read once the messages are, each in attempts
-	// sized to it (bus.RetryPayload): Retry's attempts, for a request's answer, also
-	// held the reads of every object, and cut a large one short on a loaded machine.
-	for i := range kept {
-		if ref := kept[i].ref; !ref.IsZero() {
-			if kept[i].items, err = s.readBody(ctx, ref); err != nil {
-				return Transcript{}, fmt.Errorf("read transcript %s: message at position %d: %w", turn, kept[i].pos, err)
-			}
-		}
+	if err := s.readBodies(ctx, turn, kept); err != nil {
+		return Transcript{}, err
 	}
 	t.Items = joined(kept)
 	return t, nil
+}
+
+// readBodies reads the bodies of parts stored as objects, once the messages are read,
+// each in attempts sized to it (bus.RetryPayload): Retry's attempts, for a request's
+// answer, also held the reads of every object, and cut a large one short on a loaded
+// machine.
+func (s *Store) readBodies(ctx context.Context, turn string, parts []transcriptPart) error {
+	for i := range parts {
+		if ref := parts[i].ref; !ref.IsZero() {
+			var err error
+			if parts[i].items, err = s.readBody(ctx, ref); err != nil {
+				return fmt.Errorf("read transcript %s: message at position %d: %w", turn, parts[i].pos, err)
+			}
+		}
+	}
+	return nil
 }
 
 // readBody reads the items of a transcript message whose body is the object ref.
@@ -132,12 +141,22 @@ type transcriptPart struct {
 
 // readOnce reads a turn's transcript messages and keeps those assemble keeps: t has
 // their position and the last message's sequence, and kept their items, or the object
-// that holds a body too large for a message, to be read after.
+// that holds a body too large for a message, to be read after (readBodies).
 func (s *Store) readOnce(ctx context.Context, turn string) (t Transcript, kept []transcriptPart, err error) {
-	var parts []transcriptPart
-	seen := 0
-	err = eachStored(ctx, s.js, s.transcripts, turn, func(m jetstream.Msg) error {
-		seen++
+	parts, last, err := readParts(ctx, s.js, s.transcripts, turn)
+	if err != nil {
+		return Transcript{}, nil, err
+	}
+	kept, t.Pos = keep(parts)
+	t.Last = last
+	return t, kept, nil
+}
+
+// readParts reads a turn's transcript messages, in stream order: each one's position,
+// claim and items, or the object that holds a body too large for a message (read after,
+// readBodies); last is the stream sequence of the last. stream may be nil.
+func readParts(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, turn string) (parts []transcriptPart, last uint64, err error) {
+	err = eachStored(ctx, js, stream, turn, func(m jetstream.Msg) error {
 		var p transcriptPart
 		// Messages written before positions had none; they keep their stream order.
 		p.pos, _ = strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
@@ -147,23 +166,19 @@ func (s *Store) readOnce(ctx context.Context, turn string) (t Transcript, kept [
 				err = ref.Check(bus.ObjectTranscripts, math.MaxInt64)
 			}
 			if err != nil {
-				return fmt.Errorf("message %d: %w", seen, err)
+				return fmt.Errorf("message %d: %w", len(parts)+1, err)
 			}
 			p.ref = ref
 		} else if err := json.Unmarshal(m.Data(), &p.items); err != nil {
-			return fmt.Errorf("message %d: %w", seen, err)
+			return fmt.Errorf("message %d: %w", len(parts)+1, err)
 		}
 		parts = append(parts, p)
 		if md, err := m.Metadata(); err == nil {
-			t.Last = max(t.Last, md.Sequence.Stream)
+			last = max(last, md.Sequence.Stream)
 		}
 		return nil
 	})
-	if err != nil {
-		return Transcript{}, nil, err
-	}
-	kept, t.Pos = keep(parts)
-	return t, kept, nil
+	return parts, last, err
 }
 
 // assemble reads a transcript's messages, in stream order, as the turn's items and the
@@ -225,26 +240,6 @@ func joined(kept []transcriptPart) []toolbus.Item {
 func (s *Store) payloadStore() *bus.Payloads {
 	s.payloadsOnce.Do(func() { s.payloads = bus.NewPayloads(s.js, s.cfg.Replicas) })
 	return s.payloads
-}
-
-// eachMessage calls f with every message of a turn's transcript, as stored, in stream
-// order, each body decoded (read from the object store when the message names one,
-// bus.HeaderPayload); a missing stream is an empty transcript. stream may be nil.
-func eachMessage(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, p *bus.Payloads, turn string, f func(jetstream.Msg, []toolbus.Item)) error {
-	seen := 0
-	return eachStored(ctx, js, stream, turn, func(m jetstream.Msg) error {
-		seen++
-		body, _, err := p.Resolve(ctx, m.Headers(), m.Data(), bus.ObjectTranscripts, math.MaxInt64)
-		if err != nil {
-			return fmt.Errorf("message %d: %w", seen, err)
-		}
-		var items []toolbus.Item
-		if err := json.Unmarshal(body, &items); err != nil {
-			return fmt.Errorf("message %d: %w", seen, err)
-		}
-		f(m, items)
-		return nil
-	})
 }
 
 // eachStored calls f with every message of a turn's transcript, as stored, in stream
@@ -387,34 +382,41 @@ func AuditTranscript(ctx context.Context, js jetstream.JetStream, turn string) (
 	if !bus.ValidToken(turn) {
 		return a, fmt.Errorf("audit transcript: invalid turn id %q", turn)
 	}
+	var parts []transcriptPart
 	err := bus.Retry(ctx, "audit transcript "+turn, nil, func(ctx context.Context) error {
-		a = Audit{Outputs: make(map[string]int)}
-		seen := make(map[int]bool)
-		top := 0
-		return eachMessage(ctx, js, nil, bus.NewPayloads(js, 1), turn, func(m jetstream.Msg, items []toolbus.Item) {
-			a.Messages++
-			pos, _ := strconv.Atoi(m.Headers().Get(bus.HeaderSeq))
-			epoch, _ := strconv.Atoi(m.Headers().Get(bus.HeaderEpoch))
-			a.Epochs = append(a.Epochs, epoch)
-			if pos != 0 && seen[pos] {
-				a.RepeatedPos++
-			}
-			seen[pos] = true
-			if epoch < top {
-				a.StaleAfterFence++
-			}
-			top = max(top, epoch)
-			for _, it := range items {
-				switch it.Kind {
-				case toolbus.KindFunctionCall:
-					a.Calls++
-				case toolbus.KindCallOutput:
-					a.Outputs[it.CallID]++
-				}
-			}
-		})
+		var err error
+		parts, _, err = readParts(ctx, js, nil, turn)
+		return err
 	})
-	return a, err
+	if err == nil {
+		err = (&Store{js: js}).readBodies(ctx, turn, parts)
+	}
+	if err != nil {
+		return a, err
+	}
+	seen := make(map[int]bool)
+	top := 0
+	for _, p := range parts {
+		a.Messages++
+		a.Epochs = append(a.Epochs, p.epoch)
+		if p.pos != 0 && seen[p.pos] {
+			a.RepeatedPos++
+		}
+		seen[p.pos] = true
+		if p.epoch < top {
+			a.StaleAfterFence++
+		}
+		top = max(top, p.epoch)
+		for _, it := range p.items {
+			switch it.Kind {
+			case toolbus.KindFunctionCall:
+				a.Calls++
+			case toolbus.KindCallOutput:
+				a.Outputs[it.CallID]++
+			}
+		}
+	}
+	return a, nil
 }
 
 // StoredMessage is one message of a turn's transcript exactly as the stream holds it. A
