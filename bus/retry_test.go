@@ -132,6 +132,19 @@ func TestRetry(t *testing.T) {
 			wantCalls: 2, wantErr: "load: nats: no response from stream", wantIs: jetstream.ErrNoStreamResponse,
 		},
 		{
+			name: "an attempt cut short by the end of ctx returns the error before it, whatever its words",
+			f: func(ctx context.Context, n int, cancel context.CancelFunc) error {
+				if n == 1 {
+					return fmt.Errorf("read transcript: %w", ErrReadAgain)
+				}
+				cancel()
+				<-ctx.Done()
+				// What jetstream's Fetch says of a context past its deadline.
+				return fmt.Errorf("%w: context deadline already exceeded", jetstream.ErrInvalidOption)
+			},
+			wantCalls: 2, wantErr: "load: read transcript: " + ErrReadAgain.Error(), wantIs: ErrReadAgain,
+		},
+		{
 			name: "an attempt that runs out of time is retried",
 			f: func(ctx context.Context, n int, _ context.CancelFunc) error {
 				if n == 1 {
