@@ -31,6 +31,13 @@ import (
 // Not streamed, the same step answers whole after all of its delays. In a Truncated step
 // streamed, the last call is the one the output limit cut: only it is marked truncated.
 //
+// A step's if_error, when set, is played instead of it once a call of the turn has failed
+// (an output the model was given is an error), as a model would say so rather than claim
+// a success: the demo's script says its checks could not run on a machine without
+// bubblewrap, where it said they passed.
+//
+//	{"text": "The checks pass.", "if_error": {"text": "The checks could not run."}}
+//
 // Child, when set, is the script of the turns a turn playing this one starts: its
 // background jobs and the turns its schedules fire (bus.TurnSpec.ChildModel). Without
 // it they play this script again.
@@ -52,6 +59,9 @@ type ScriptStep struct {
 	DelayMS int `json:"delay_ms,omitempty"`
 	// StreamDelayMS paces the text: the pause before each of its words.
 	StreamDelayMS int `json:"stream_delay_ms,omitempty"`
+	// IfError is played instead of this step once a call of the turn has failed (see
+	// Script); its own if_error is not read.
+	IfError *ScriptStep `json:"if_error,omitempty"`
 }
 
 // ScriptCall is one scripted function call.
@@ -87,15 +97,12 @@ func NewScripted(s Script) (*Scripted, error) {
 		return nil, fmt.Errorf("script has no responses")
 	}
 	for i, st := range s.Responses {
-		if st.DelayMS < 0 || st.StreamDelayMS < 0 {
-			return nil, fmt.Errorf("script response %d: delay_ms %d or stream_delay_ms %d is negative", i, st.DelayMS, st.StreamDelayMS)
+		if err := st.validate(); err != nil {
+			return nil, fmt.Errorf("script response %d: %w", i, err)
 		}
-		for j, c := range st.Calls {
-			if c.Name == "" {
-				return nil, fmt.Errorf("script response %d, call %d: name is empty", i, j)
-			}
-			if c.DelayMS < 0 {
-				return nil, fmt.Errorf("script response %d, call %d: delay_ms %d is negative", i, j, c.DelayMS)
+		if st.IfError != nil {
+			if err := st.IfError.validate(); err != nil {
+				return nil, fmt.Errorf("script response %d, if_error: %w", i, err)
 			}
 		}
 	}
@@ -105,6 +112,31 @@ func NewScripted(s Script) (*Scripted, error) {
 		}
 	}
 	return &Scripted{script: s}, nil
+}
+
+func (st *ScriptStep) validate() error {
+	if st.DelayMS < 0 || st.StreamDelayMS < 0 {
+		return fmt.Errorf("delay_ms %d or stream_delay_ms %d is negative", st.DelayMS, st.StreamDelayMS)
+	}
+	for j, c := range st.Calls {
+		if c.Name == "" {
+			return fmt.Errorf("call %d: name is empty", j)
+		}
+		if c.DelayMS < 0 {
+			return fmt.Errorf("call %d: delay_ms %d is negative", j, c.DelayMS)
+		}
+	}
+	return nil
+}
+
+// failed reports whether an output the model was given is an error.
+func failed(input []toolbus.Item) bool {
+	for i := range input {
+		if input[i].Kind == toolbus.KindCallOutput && input[i].IsError {
+			return true
+		}
+	}
+	return false
 }
 
 // LoadScript reads a script file.
@@ -133,6 +165,9 @@ func (m *Scripted) Respond(ctx context.Context, req *Request) (*Response, error)
 		return nil, &Error{Provider: "script", Message: fmt.Sprintf("no response scripted for step %d (the script has %d)", req.Step+1, len(m.script.Responses))}
 	}
 	st := m.script.Responses[req.Step]
+	if st.IfError != nil && failed(req.Input) {
+		st = *st.IfError
+	}
 	resp := &Response{ID: fmt.Sprintf("script_%d", req.Step), Truncated: st.Truncated}
 	if st.Usage != nil {
 		resp.Usage = *st.Usage

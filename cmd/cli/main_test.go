@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -193,6 +194,44 @@ func TestRunDemo(t *testing.T) {
 	}
 	if after := snapshot(t, demoHome); !equalMaps(before, after) {
 		t.Errorf("the demo changed its home:\nbefore %v\nafter %v", before, after)
+	}
+}
+
+// TestRunDemoWithoutBubblewrap: on a machine without bubblewrap (a fresh one, before
+// apt-get install bubblewrap) the demo says first that run_command will refuse and how
+// to fix it, and its model does not claim that the checks it could not run pass (the
+// script's if_error). The command runs in a process of its own whose PATH has no bwrap
+// (this one's sandbox check is made once, for every test).
+func TestRunDemoWithoutBubblewrap(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(testContext(t), exe, "run", "-model", "script:"+demoScript, "-home", demoHome, demoPrompt)
+	cmd.Env = append(os.Environ(), runCLIEnv+"=1", "PATH="+t.TempDir())
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%v, stderr:\n%s\nstdout:\n%s", err, &stderr, &stdout)
+	}
+	if e := stderr.String(); !strings.Contains(e, "run_command will refuse every call: command sandbox unavailable: bubblewrap is not installed") ||
+		!strings.Contains(e, "apt-get install bubblewrap") {
+		t.Errorf("stderr does not say that commands will be refused, and how to fix it:\n%s", e)
+	}
+	out := stdout.String()
+	for _, want := range []string{
+		"✗ Could not run `sh check.sh` (error)",
+		"check.sh could not run, so I can't say whether the checks pass.",
+		"The checks could not run here (run_command's error above says why)",
+		"completed · 4 steps · 5 calls · ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "checks pass:") || strings.Contains(out, "The checks pass.") {
+		t.Errorf("the model claims the checks pass:\n%s", out)
 	}
 }
 
