@@ -153,6 +153,14 @@ func (t *turn) onModelReply(m *modelReply) {
 		}
 		return
 	case phaseAborting:
+		if t.early {
+			// Some of the response was taken before the abort (its calls went out, and
+			// the transcript holds them as this step's): the step counts, whatever
+			// became of the rest, so the turn's steps agree with its transcript. Which
+			// came first, the response's end or the abort, is the machine's timing
+			// (TestAbortRecordsHonestOutcomes saw no step under load).
+			t.step++
+		}
 		if t.b.InFlight() == 0 {
 			t.completeBatch()
 		}

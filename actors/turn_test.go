@@ -588,6 +588,44 @@ func TestAbortRecordsHonestOutcomes(t *testing.T) {
 	}
 }
 
+// A response the abort cuts after its first call went out is a step of the turn: the
+// transcript holds the call as the step's, and the turn's steps say so (they said none).
+func TestAbortMidResponseCountsStep(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	coop := toolbus.MustDefine(toolbus.Def[noArgs]{
+		Spec: toolbus.Spec{Name: "coop", Category: "test", Timeout: time.Minute},
+		Execute: func(ctx context.Context, c toolbus.Call, _ noArgs) (toolbus.Result, error) {
+			close(started)
+			<-ctx.Done()
+			return toolbus.Result{}, ctx.Err()
+		},
+	})
+	h := newHarness(t, coop)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-started
+		cancel() // node.Run turns this into an abort on the bus
+	}()
+	// The model writes its second call a minute after the first: the abort comes first.
+	res := h.run(ctx, []*toolbus.Tool{coop}, gateway.ScriptStep{Calls: []gateway.ScriptCall{
+		{ID: "a", Name: "coop", Arguments: `{}`},
+		{ID: "b", Name: "coop", Arguments: `{}`, DelayMS: 60_000},
+	}})
+	if res.State != bus.TurnAborted {
+		t.Fatalf("state %s: %s", res.State, res.ErrorText())
+	}
+	var step int
+	for _, it := range res.Transcript {
+		if it.Kind == toolbus.KindFunctionCall && it.CallID == "a" && it.Run != nil {
+			step = it.Run.Step
+		}
+	}
+	if step != 1 || res.Steps != 1 {
+		t.Errorf("the call is step %d's, the turn took %d steps; want 1 and 1", step, res.Steps)
+	}
+}
+
 func TestAbortWhileWaitingForModel(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
