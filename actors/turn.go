@@ -509,7 +509,7 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 		}
 		return // nobody follows this turn
 	}
-	st.Turn, st.Node, st.Agent, st.Kind, st.Time = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind, time.Now()
+	st.Turn, st.Node, st.Agent, st.Kind = t.cfg.Spec.ID, t.cfg.Node, t.cfg.Spec.Agent, t.cfg.Spec.Kind
 	if st.Step == 0 {
 		st.Step = t.step // the steps counted; a status of the step being written says so
 	}
@@ -523,6 +523,9 @@ func (t *turn) status(kind string, st bus.TurnStatus) {
 	if kind != bus.StatusDone && t.leaseUnsure() {
 		return // another node may speak for the turn now
 	}
+	// Stamped once the lease is known to hold: a status whose time is before a pause of
+	// its node was said before it (it may reach a watcher only after the wake).
+	st.Time = time.Now()
 	b, err := bus.EncodeStatus(st, int(t.cfg.Conn.MaxPayload()))
 	if err == nil {
 		err = t.cfg.Conn.Publish(subject, b)

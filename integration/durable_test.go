@@ -156,6 +156,7 @@ type turnStarted struct {
 		From string `json:"from"`
 		Why  string `json:"why"`
 	} `json:"resumed"`
+	Time time.Time `json:"time"` // when its node made it
 }
 
 func nextStarted(t testing.TB, ch chan turnStarted) turnStarted {
