@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/toolsets"
 )
@@ -67,7 +68,12 @@ type ServeConfig struct {
 	// Zero is DefaultSessionIdle; negative, never. Sessions served by Run end with
 	// their transport.
 	SessionIdle time.Duration
-	Logger      *slog.Logger
+	// Refresh reads the catalog again this often, whatever was announced: a backstop,
+	// as a node's catalog has (catalog.DefaultRefresh), for a host that comes or goes
+	// without a word (killed, or slow to answer the first read). Zero is
+	// catalog.DefaultRefresh; negative, never.
+	Refresh time.Duration
+	Logger  *slog.Logger
 }
 
 func (c ServeConfig) withDefaults() ServeConfig {
@@ -76,6 +82,9 @@ func (c ServeConfig) withDefaults() ServeConfig {
 	}
 	if c.SessionIdle == 0 {
 		c.SessionIdle = DefaultSessionIdle
+	}
+	if c.Refresh == 0 {
+		c.Refresh = catalog.DefaultRefresh
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -259,16 +268,23 @@ func (s *Server) poke() {
 
 func (s *Server) refreshLoop(ctx context.Context) {
 	defer close(s.done)
+	var every <-chan time.Time
+	if s.cfg.Refresh > 0 {
+		tick := time.NewTicker(s.cfg.Refresh)
+		defer tick.Stop()
+		every = tick.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-every:
 		case <-s.refresh:
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(DefaultRefreshQuiet):
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(DefaultRefreshQuiet):
+			}
 		}
 		uctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		if err := s.update(uctx); err != nil && ctx.Err() == nil {

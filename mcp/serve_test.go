@@ -16,11 +16,13 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/bus/server"
+	"github.com/toolbus/toolbus/catalog"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/mcp"
 	"github.com/toolbus/toolbus/node"
@@ -597,4 +599,44 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// TestMCPServeRefreshesWithoutAnnouncement: a host that never announced itself (it
+// came up while the first read of the catalog missed it, or announces nothing) is
+// served once the server reads the catalog again on its own (ServeConfig.Refresh).
+func TestMCPServeRefreshesWithoutAnnouncement(t *testing.T) {
+	t.Parallel()
+	const profile = `{"version": 2, "agent": "ann", "namespaces": [{"name": "quiet"}]}`
+	w := startServeWorld(t, profile, mcp.ServeConfig{Refresh: 100 * time.Millisecond})
+	cs := w.connect(t, nil)
+	if toolNames(t, cs)["quiet__hush"] != nil {
+		t.Fatal("hush is served before its host started")
+	}
+	// A micro service as a host publishes it, without the host's announcement.
+	nc, err := w.node.Connect("quiet-host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc, err := micro.AddService(nc, micro.Config{Name: bus.CategoryService("quiet"), Version: "0.1.0", QueueGroup: bus.CategoryQueue("quiet")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	hush := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "hush", Description: "Say nothing.", Category: "quiet", Namespace: "quiet", ReadOnly: true},
+		Execute: func(context.Context, toolbus.Call, struct{}) (toolbus.Result, error) {
+			return toolbus.Result{}, nil
+		},
+	})
+	if err := svc.AddEndpoint("hush", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte(`{}`)) }),
+		micro.WithEndpointSubject(bus.ToolSubject("quiet", "hush")), micro.WithEndpointMetadata(catalog.Metadata(&hush.Spec))); err != nil {
+		t.Fatal(err)
+	}
+	bustest.CheckFor(t, wait, 50*time.Millisecond, func() error {
+		if names := toolNames(t, cs); names["quiet__hush"] == nil {
+			return fmt.Errorf("hush is not served: %v", slices.Collect(mapsKeys(names)))
+		}
+		return nil
+	})
 }
