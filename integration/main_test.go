@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/internal/jstest"
 	"github.com/toolbus/toolbus/internal/testmain"
 )
 
@@ -277,8 +278,8 @@ func childEnv(home string) []string {
 }
 
 // freePort returns a TCP port on 127.0.0.1 that was free a moment ago and that no other
-// test of this process was given (bustest.FreePorts).
-func freePort(t testing.TB) int { return bustest.FreePorts(t, 1)[0] }
+// test of this process was given (jstest.FreePorts).
+func freePort(t testing.TB) int { return jstest.FreePorts(t, 1)[0] }
 
 // process is a child process in a process group of its own, so that it and
 // everything it started can be signalled at once.

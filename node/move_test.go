@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/bus/server"
+	"github.com/toolbus/toolbus/internal/jstest"
 )
 
 // A node of a cluster that closes moves its embedded server's clients from the network
@@ -21,7 +22,7 @@ func TestCloseMovesClients(t *testing.T) {
 	t.Parallel()
 	ctx := bustest.Context(t)
 	var addrs []string
-	for _, p := range bustest.FreePorts(t, 4) {
+	for _, p := range jstest.FreePorts(t, 4) {
 		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", p))
 	}
 	routes := []string{"nats://" + addrs[0], "nats://" + addrs[1]}

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus/server"
+	"github.com/toolbus/toolbus/internal/jstest"
 )
 
 // Context is a context that ends with the test, or after a minute.
@@ -109,42 +109,9 @@ func waitPeers(t testing.TB, nodes []*server.Server) {
 	})
 }
 
-// FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago and that no
-// other test of this process was given: the kernel hands a port it just freed to the
-// next listener now and then, and a cluster test once got one port twice (n1's client
-// port was n3's cluster port: "bind: address already in use"). Another process may
-// still take one before it is bound: Cluster starts again on others when that happens.
-func FreePorts(t testing.TB, n int) []int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			t.Fatal("find free ports: every port the kernel offered was given out already")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("find a free port: %v", err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			ports = append(ports, port)
-		}
-	}
-	return ports
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
-
 func tryCluster(t testing.TB, n int, edit func(*server.Config)) ([]*server.Server, error) {
 	ctx := Context(t)
-	ports := FreePorts(t, n)
+	ports := jstest.FreePorts(t, n)
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))

@@ -19,37 +19,6 @@ import (
 	"github.com/toolbus/toolbus/internal/jstest"
 )
 
-// freePorts finds n free loopback ports that no other test of this process was given
-// (the kernel may offer a port it just freed again). Another process could take one
-// before the server binds it; on a test machine that is rare enough.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	portsMu.Lock()
-	defer portsMu.Unlock()
-	var ports []int
-	for tries := 0; len(ports) < n; tries++ {
-		if tries > 100*n {
-			t.Fatal("find free ports: the kernel offered only ports given out already")
-		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			ports = append(ports, port)
-		}
-	}
-	return ports
-}
-
-var (
-	portsMu    sync.Mutex
-	portsGiven = map[int]bool{}
-)
-
 // startCluster starts n nodes concurrently (each Start waits for a
 // JetStream meta leader, which needs a quorum).
 func startCluster(t *testing.T, n int) []*Server {
@@ -84,7 +53,7 @@ func startClusterWith(t *testing.T, n int, edit func(*Config)) []*Server {
 
 func tryCluster(t *testing.T, n int, edit func(*Config)) ([]*Server, error) {
 	ctx := testContext(t)
-	ports := freePorts(t, n)
+	ports := jstest.FreePorts(t, n)
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
@@ -261,7 +230,7 @@ func TestClusterOfThree(t *testing.T) {
 // when ctx ends, and clean up.
 func TestClusterNodeStartHonoursContext(t *testing.T) {
 	t.Parallel()
-	ports := freePorts(t, 3)
+	ports := jstest.FreePorts(t, 3)
 	ctx, cancel := context.WithCancel(testContext(t))
 	var routes []string
 	for _, p := range ports {

@@ -119,7 +119,7 @@ func TestClusterServersUnknown(t *testing.T) {
 // every route list naming all n, as startCluster makes them.
 func clusterConfigs(t *testing.T, n int) []Config {
 	t.Helper()
-	ports := freePorts(t, n)
+	ports := jstest.FreePorts(t, n)
 	var routes []string
 	for _, p := range ports {
 		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
