@@ -42,29 +42,23 @@ func (c *Client) Workflows(ctx context.Context, agent string) ([]bus.Workflow, e
 	if agent != "" {
 		filter = bus.AgentWorkflows(agent)
 	}
-	keys, err := kv.ListKeysFiltered(ctx, filter)
+	keys, err := bus.ListKeys(ctx, kv, filter)
 	if err != nil {
 		return nil, fmt.Errorf("list workflows: %w", err)
 	}
 	out := []bus.Workflow{}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		e, err := kv.Get(ctx, k)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
 			continue // removed meanwhile
 		}
 		if err != nil {
-			_ = keys.Stop()
 			return nil, fmt.Errorf("read workflow %s: %w", k, err)
 		}
 		var wf bus.Workflow
 		if json.Unmarshal(e.Value(), &wf) == nil {
 			out = append(out, wf)
 		}
-	}
-	// The lister ends its keys the same way when ctx ends: a list cut short is not
-	// the bucket's workflows.
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list workflows: %w", err)
 	}
 	slices.SortFunc(out, func(a, b bus.Workflow) int { return b.Created.Compare(a.Created) })
 	if len(out) > MaxWorkflows {

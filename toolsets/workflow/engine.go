@@ -357,30 +357,21 @@ func (e *Engine) List(ctx context.Context, agent string, q ListQuery) (ListPage,
 	if err != nil {
 		return ListPage{}, err
 	}
-	lister, err := kv.ListKeysFiltered(ctx, bus.AgentWorkflows(agent))
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		lister = nil
-	} else if err != nil {
+	keys, err := bus.ListKeys(ctx, kv, bus.AgentWorkflows(agent))
+	if err != nil {
 		return ListPage{}, fmt.Errorf("list workflows: %w", err)
 	}
 	var all []Summary
-	if lister != nil {
-		for key := range lister.Keys() {
-			_, id, _ := strings.Cut(key, ".")
-			wf, _, err := e.Get(ctx, agent, id)
-			if errors.Is(err, ErrNotFound) {
-				continue // removed meanwhile
-			}
-			if err != nil {
-				return ListPage{}, err
-			}
-			all = append(all, Summarize(wf))
+	for _, key := range keys {
+		_, id, _ := strings.Cut(key, ".")
+		wf, _, err := e.Get(ctx, agent, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // removed meanwhile
 		}
-		// The lister ends its keys the same way when ctx ends: a list cut short is
-		// not the agent's workflows.
-		if err := ctx.Err(); err != nil {
-			return ListPage{}, fmt.Errorf("list workflows: %w", err)
+		if err != nil {
+			return ListPage{}, err
 		}
+		all = append(all, Summarize(wf))
 	}
 	newestFirst := func(a, b Summary) int {
 		return cmp.Or(b.Created.Compare(a.Created), strings.Compare(a.ID, b.ID))
