@@ -155,18 +155,25 @@ func (j *streamJournal) flush() {
 }
 
 // publishLarge stores the body of a transcript message too large for a message in
-// bus.ObjectTranscripts, as the append's object (once: a retry finds it there, or
-// replaces a store whose answer was lost), then publishes the message that names it.
+// bus.ObjectTranscripts, as the append's object (bus.Payloads.OffloadRetried: once, a
+// retry finds it there), then publishes the message that names it, until ctx ends.
 func (j *streamJournal) publishLarge(ctx context.Context, a *transcriptAppend) error {
 	p := j.payloads
 	if p == nil {
 		p = bus.NewPayloads(j.js, 1)
 	}
-	if _, err := p.Offload(ctx, a.msg, bus.ObjectTranscripts, a.object, -1); err != nil {
+	if _, err := p.OffloadRetried(ctx, a.msg, bus.ObjectTranscripts, a.object, j.t.log); err != nil {
 		return err
 	}
-	_, err := j.js.PublishMsg(ctx, a.msg)
-	return err
+	return j.publishRetried(ctx, a.msg)
+}
+
+// publishRetried publishes m until JetStream acknowledges it or ctx ends (bus.Retry).
+func (j *streamJournal) publishRetried(ctx context.Context, m *nats.Msg) error {
+	return bus.Retry(ctx, "store transcript", j.t.log, func(ctx context.Context) error {
+		_, err := j.js.PublishMsg(ctx, m)
+		return err
+	})
 }
 
 // msg is the next message of the turn's transcript, every secret the process knows
@@ -209,17 +216,10 @@ func (j *streamJournal) wait() error {
 			continue
 		}
 		j.t.log.Info("transcript append failed; retrying", "err", err)
-		if size := len(a.msg.Data); size > bus.InlineLimit(j.js.Conn().MaxPayload()) {
-			// Its body is not stored yet (once it is, the message carries the reference
-			// and a note): attempts sized to it.
-			err = bus.RetryPayload(ctx, "store transcript", j.t.log, int64(size), func(ctx context.Context) error {
-				return j.publishLarge(ctx, a)
-			})
+		if a.object != "" {
+			err = j.publishLarge(ctx, a)
 		} else {
-			err = bus.Retry(ctx, "store transcript", j.t.log, func(ctx context.Context) error {
-				_, err := j.js.PublishMsg(ctx, a.msg)
-				return err
-			})
+			err = j.publishRetried(ctx, a.msg)
 		}
 		if err != nil {
 			return err

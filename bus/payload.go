@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -334,6 +335,19 @@ func (p *Payloads) Offload(ctx context.Context, m *nats.Msg, bucket, name string
 	m.Header[HeaderPayload] = []string{ref.String()}
 	m.Data = PayloadNote
 	return ref, nil
+}
+
+// OffloadRetried is Offload tried again while JetStream is not ready, in attempts sized
+// to the body (RetryPayload), all under name: an attempt whose answer was lost may have
+// stored the object all the same, and the next one replaces it.
+func (p *Payloads) OffloadRetried(ctx context.Context, m *nats.Msg, bucket, name string, log *slog.Logger) (PayloadRef, error) {
+	var ref PayloadRef
+	err := RetryPayload(ctx, "store "+bucket+" object", log, int64(len(m.Data)), func(ctx context.Context) error {
+		var err error
+		ref, err = p.Offload(ctx, m, bucket, name, -1)
+		return err
+	})
+	return ref, err
 }
 
 // Resolve returns a message's body: data itself when h has no HeaderPayload, else the

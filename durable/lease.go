@@ -272,19 +272,14 @@ func (l *Lease) Append(ctx context.Context, step int, items []toolbus.Item) erro
 	id := l.msgID(pos)
 	m.Header.Set(jetstream.MsgIDHeader, id)
 	// A body too large for a message is stored first, in attempts sized to it
-	// (bus.RetryPayload), under one name for every attempt as the message has one id: an
-	// attempt whose answer was lost may have stored it all the same (the object store's
-	// description is published last), and the next attempt then replaces that object
-	// instead of leaving it beside another one that no message names.
+	// (bus.Payloads.OffloadRetried), under one name for every attempt as the message has
+	// one id: an attempt whose answer was lost may have stored it all the same (the
+	// object store's description is published last), and the next attempt then replaces
+	// that object instead of leaving it beside another one that no message names.
 	var ref bus.PayloadRef
-	if size := len(m.Data); size > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
+	if len(m.Data) > bus.InlineLimit(l.s.js.Conn().MaxPayload()) {
 		name := bus.PayloadName(l.Spec.ID, "transcript")
-		err = bus.RetryPayload(ctx, "store transcript body", l.s.log, int64(size), func(ctx context.Context) error {
-			var err error
-			ref, err = l.s.payloadStore().Offload(ctx, m, bus.ObjectTranscripts, name, -1)
-			return err
-		})
-		if err != nil {
+		if ref, err = l.s.payloadStore().OffloadRetried(ctx, m, bus.ObjectTranscripts, name, l.s.log); err != nil {
 			l.deleteBody(ctx, bus.PayloadRef{Bucket: bus.ObjectTranscripts, Name: name})
 			return l.s.cfg.StoreFull(err)
 		}
