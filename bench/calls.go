@@ -277,72 +277,84 @@ func (s *suite) throughputs(ctx context.Context) (raw, wire, skel, turns Row, er
 		return raw, wire, skel, turns, err
 	}
 	per := max(s.cfg.Samples/10, 50) // steps of each turn in a round, as many requests of each requester
-	var rawCalls, wireCalls, skelCalls, turnCalls int
-	var rawTime, wireTime, skelTime, turnTime time.Duration
-	var rawCPU, wireCPU, skelCPU, turnCPU time.Duration
+	each := s.cfg.Turns * per        // the calls of a round of the requesters or skeleton turns
+	var rawT, wireT, skelT, turnT tally
 	for range 3 {
-		start, cpu := time.Now(), processCPU()
-		if err := s.concurrently(func() error {
-			for range per {
-				if _, err := req.Request("bench.echo", []byte(`{}`), 10*time.Second); err != nil {
-					return err
+		if err := rawT.run(each, func() error {
+			return s.concurrently(func() error {
+				for range per {
+					if _, err := req.Request("bench.echo", []byte(`{}`), 10*time.Second); err != nil {
+						return err
+					}
 				}
-			}
-			return nil
+				return nil
+			})
 		}); err != nil {
 			return raw, wire, skel, turns, err
 		}
-		rawTime, rawCPU = rawTime+time.Since(start), rawCPU+processCPU()-cpu
-		rawCalls += s.cfg.Turns * per
-
-		start, cpu = time.Now(), processCPU()
-		if err := s.concurrently(func() error { return wireCallsOn(ctx, wc, per) }); err != nil {
+		if err := wireT.run(each, func() error {
+			return s.concurrently(func() error { return wireCallsOn(ctx, wc, per) })
+		}); err != nil {
 			return raw, wire, skel, turns, err
 		}
-		wireTime, wireCPU = wireTime+time.Since(start), wireCPU+processCPU()-cpu
-		wireCalls += s.cfg.Turns * per
-
-		start, cpu = time.Now(), processCPU()
-		if err := s.concurrently(func() error { return k.turn(ctx, per, nil) }); err != nil {
+		if err := skelT.run(each, func() error {
+			return s.concurrently(func() error { return k.turn(ctx, per, nil) })
+		}); err != nil {
 			return raw, wire, skel, turns, err
 		}
-		skelTime, skelCPU = skelTime+time.Since(start), skelCPU+processCPU()-cpu
-		skelCalls += s.cfg.Turns * per
-
 		var calls atomic.Int64
-		start, cpu = time.Now(), processCPU()
-		if err := s.concurrently(func() error {
-			m := &stepModel{tool: s.noop.Name, calls: 1, steps: per}
-			res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
-				Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
-			if err == nil && res.State != bus.TurnCompleted {
-				err = fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())
-			}
-			calls.Add(int64(len(res.Calls)))
-			return err
+		if err := turnT.run(0, func() error {
+			return s.concurrently(func() error {
+				m := &stepModel{tool: s.noop.Name, calls: 1, steps: per}
+				res, err := s.node.Actors().Run(ctx, actors.TurnConfig{Model: m, Kit: toolsets.NewKit(set),
+					Spec: bus.TurnSpec{Input: "bench", Limits: bus.TurnLimits{MaxSteps: per + 1}}})
+				if err == nil && res.State != bus.TurnCompleted {
+					err = fmt.Errorf("turn ended %s: %s", res.State, res.ErrorText())
+				}
+				calls.Add(int64(len(res.Calls)))
+				return err
+			})
 		}); err != nil {
 			return raw, wire, skel, turns, err
 		}
-		turnTime, turnCPU = turnTime+time.Since(start), turnCPU+processCPU()-cpu
-		turnCalls += int(calls.Load())
+		turnT.calls += int(calls.Load())
 	}
-	raw = Row{Name: fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", s.cfg.Turns), Unit: "calls/s",
-		Value: float64(rawCalls) / rawTime.Seconds(), Samples: rawCalls, Note: cpuNote(rawCPU, rawCalls, rawTime)}
-	wire = Row{Name: fmt.Sprintf("the wire of a call alone, %d concurrent requesters", s.cfg.Turns), Unit: "calls/s",
-		Value: float64(wireCalls) / wireTime.Seconds(), Samples: wireCalls,
-		Note: "each requester sends what a turn sends for a no-op call (subject, reply subject on a subscription of its own, headers, arguments) to a micro endpoint that reads the headers and answers with a no-op call's reply at once: no turn, no tool, no transcript; " +
-			cpuNote(wireCPU, wireCalls, wireTime)}
-	skel = Row{Name: fmt.Sprintf("the design's skeleton, %d concurrent turns of one no-op call per step", s.cfg.Turns), Unit: "calls/s",
-		Value: float64(skelCalls) / skelTime.Seconds(), Samples: skelCalls,
-		Note: "what any runtime built as toolbus is must do for a call: the model asked on a worker, the request sent with a turn's headers and its reply subject, the host's micro endpoint handing it to a worker that reads the headers, decodes the arguments and answers; no actor, validation, deadline, transcript, event or status; " +
-			cpuNote(skelCPU, skelCalls, skelTime)}
-	turns = Row{Name: fmt.Sprintf("%d concurrent turns, one no-op call per step", s.cfg.Turns), Unit: "calls/s",
-		Value: float64(turnCalls) / turnTime.Seconds(), Samples: turnCalls, Note: cpuNote(turnCPU, turnCalls, turnTime)}
+	raw = rawT.row(fmt.Sprintf("raw NATS request-reply, %d concurrent requesters", s.cfg.Turns), "")
+	wire = wireT.row(fmt.Sprintf("the wire of a call alone, %d concurrent requesters", s.cfg.Turns),
+		"each requester sends what a turn sends for a no-op call (subject, reply subject on a subscription of its own, headers, arguments) to a micro endpoint that reads the headers and answers with a no-op call's reply at once: no turn, no tool, no transcript; ")
+	skel = skelT.row(fmt.Sprintf("the design's skeleton, %d concurrent turns of one no-op call per step", s.cfg.Turns),
+		"what any runtime built as toolbus is must do for a call: the model asked on a worker, the request sent with a turn's headers and its reply subject, the host's micro endpoint handing it to a worker that reads the headers, decodes the arguments and answers; no actor, validation, deadline, transcript, event or status; ")
+	turns = turnT.row(fmt.Sprintf("%d concurrent turns, one no-op call per step", s.cfg.Turns), "")
 	if wire.Value > 0 && skel.Value > 0 {
 		turns.Note = fmt.Sprintf("%.2f× the design's skeleton (%.2f× raw), %.2f× the wire of a call alone (%.2f× raw); %s",
 			turns.Value/skel.Value, skel.Value/raw.Value, turns.Value/wire.Value, wire.Value/raw.Value, turns.Note)
 	}
 	return raw, wire, skel, turns, nil
+}
+
+// tally adds up the rounds of one throughput row: the calls made, the time they took and
+// the processor time the process spent meanwhile.
+type tally struct {
+	calls     int
+	time, cpu time.Duration
+}
+
+// run times f, a round of calls calls (0: f's caller counts them).
+func (t *tally) run(calls int, f func() error) error {
+	start, cpu := time.Now(), processCPU()
+	if err := f(); err != nil {
+		return err
+	}
+	t.time, t.cpu = t.time+time.Since(start), t.cpu+processCPU()-cpu
+	t.calls += calls
+	return nil
+}
+
+// row is the tally as a row of calls a second, its note what is measured before the
+// processor time a call.
+func (t *tally) row(name, what string) Row {
+	return Row{Name: name, Unit: "calls/s", Value: float64(t.calls) / t.time.Seconds(), Samples: t.calls,
+		Note: what + cpuNote(t.cpu, t.calls, t.time)}
 }
 
 // wireSubject is the subject of the wire measurement's service.
