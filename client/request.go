@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 )
@@ -47,26 +48,86 @@ func (c *Client) send(ctx context.Context, m *nats.Msg) error {
 }
 
 // request sends m as a request and waits for its one reply within ctx. Unlike
-// Conn.RequestMsgWithContext, a request the server refuses under the user's
+// Conn.RequestMsgWithContext, a request the server refused under the user's
 // permissions is ErrRefused at once, rather than a wait for a reply that cannot
 // come: the request is flushed before the wait, and the flush tells.
+//
+// The connection going down does not end the wait (ask).
 func (c *Client) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	inbox := c.nc.NewInbox()
-	sub, err := c.nc.SubscribeSync(inbox)
+	resp, _, err := c.ask(ctx, m, false, nil)
+	return resp, err
+}
+
+// askAgainEvery spaces the asks of a request asked again (ask) that no one answers
+// after the connection came back: its answerer's own connection may be a moment
+// behind (bus.Dial reconnects every 250 ms).
+const askAgainEvery = 250 * time.Millisecond
+
+// ask is request, and reports whether the connection went down after m was sent:
+// then m may have reached the server or not, and its reply, if one was sent while the
+// connection was down, is lost. The wait goes on: a reply sent once the connection is
+// back comes to the inbox, which nats.go subscribes again; and cut, once the
+// connection went down, ends it (ctx.Err(), lost).
+//
+// again asks once more when the connection is back, for a request its answerer takes
+// once by an id in it (a turn's start), and then every askAgainEvery while no one
+// answers (no responders); the answer to any ask is the answer.
+func (c *Client) ask(ctx context.Context, m *nats.Msg, again bool, cut <-chan struct{}) (resp *nats.Msg, lost bool, err error) {
+	status := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
+	defer c.nc.RemoveStatusListener(status)
+	// The reply, and the no-responders statuses of asks that may come before it.
+	replies := make(chan *nats.Msg, 8)
+	m.Reply = c.nc.NewInbox()
+	sub, err := c.nc.ChanSubscribe(m.Reply, replies)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	m.Reply = inbox
-	if err := c.send(ctx, m); err != nil {
-		return nil, err
+	send := func() error {
+		err := c.send(ctx, m)
+		if errors.Is(err, nats.ErrConnectionClosed) && !c.nc.IsClosed() {
+			// The connection went down during the flush, m in it or not: the
+			// status listener has heard it too.
+			return nil
+		}
+		return err
 	}
-	resp, err := sub.NextMsgWithContext(ctx)
-	if err != nil {
-		return nil, err
+	if err := send(); err != nil {
+		return nil, false, err
 	}
-	if len(resp.Data) == 0 && resp.Header.Get("Status") == "503" {
-		return nil, nats.ErrNoResponders
+	var retry <-chan time.Time
+	for {
+		var cutNow <-chan struct{}
+		if lost {
+			cutNow = cut
+		}
+		select {
+		case resp := <-replies:
+			if len(resp.Data) != 0 || resp.Header.Get("Status") != "503" {
+				return resp, lost, nil
+			}
+			if !again || !lost {
+				return nil, lost, nats.ErrNoResponders
+			}
+			retry = time.After(askAgainEvery)
+		case s := <-status:
+			if s != nats.CONNECTED {
+				lost = true
+			} else if again && lost {
+				retry = time.After(0)
+			}
+		case <-retry:
+			retry = nil
+			if !c.nc.IsConnected() {
+				continue // asked when it is back
+			}
+			if err := send(); err != nil {
+				return nil, lost, err
+			}
+		case <-cutNow:
+			return nil, lost, context.Canceled
+		case <-ctx.Done():
+			return nil, lost, ctx.Err()
+		}
 	}
-	return resp, nil
 }

@@ -43,6 +43,11 @@ var ErrTurnExists = durable.ErrTurnExists
 // A spec too large for a message is durable.ErrSpecTooLarge, the intake's own refusal; a
 // user whose role may not start turns (a watcher) gets ErrRefused. An id a turn has
 // already is ErrTurnExists, with the handle of that turn.
+//
+// Should the connection to the bus go down before a node answers, Start asks again
+// once it is back, with the same id, for StartTimeout in all or until ctx ends; a
+// start still not answered then is ErrStartUnanswered, with the handle of the turn,
+// which may run.
 func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (*Turn, error) {
 	if spec.ID == "" {
 		spec.ID = bus.NewID()
@@ -52,7 +57,7 @@ func (c *Client) Start(ctx context.Context, spec bus.TurnSpec, node string) (*Tu
 		return nil, fmt.Errorf("start turn: %w", err)
 	}
 	reply, err := c.start(ctx, spec, node)
-	if err != nil && !errors.Is(err, durable.ErrTurnExists) {
+	if err != nil && !errors.Is(err, durable.ErrTurnExists) && !errors.Is(err, ErrStartUnanswered) {
 		w.Stop()
 		return nil, err
 	}

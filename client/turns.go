@@ -24,6 +24,11 @@ const StartTimeout = 15 * time.Second
 // longer than this.
 const AbortGrace = bus.DefaultAbortGrace
 
+// ErrStartUnanswered reports a turn's start that no node answered, the connection to
+// the bus having gone down after it was sent: the turn may have been queued or not.
+// Its record says once the bus is back (Client.Turn, Turn.Wait).
+var ErrStartUnanswered = errors.New("the start of the turn was not answered")
+
 // start asks for the turn spec describes: on the node named node, or on any node that
 // runs turns when node is empty (Start).
 func (c *Client) start(ctx context.Context, spec bus.TurnSpec, node string) (bus.StartTurnReply, error) {
@@ -39,11 +44,17 @@ func (c *Client) start(ctx context.Context, spec bus.TurnSpec, node string) (bus
 		subject = bus.NodeStartTurnSubject(node)
 	}
 	// Asked once, the start is answered even when ctx ends meanwhile: a turn queued
-	// but not known to its starter could not be followed or aborted.
+	// but not known to its starter could not be followed or aborted. Should the
+	// connection go down before the answer, the start is asked again once it is back
+	// (a node queues a turn id once, and answers a second ask that it exists), until
+	// StartTimeout or ctx's end: the answer is unsure anyway.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
 	defer cancel()
-	m, err := c.request(rctx, &nats.Msg{Subject: subject, Data: b})
+	m, lost, err := c.ask(rctx, &nats.Msg{Subject: subject, Data: b}, true, ctx.Done())
 	switch {
+	case lost && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+		return bus.StartTurnReply{}, fmt.Errorf("turn %s: %w: the connection to %s went down after it was sent, and no node answered it since; the turn may have been queued",
+			spec.ID, ErrStartUnanswered, c.where)
 	case errors.Is(err, ErrRefused):
 		return bus.StartTurnReply{}, fmt.Errorf("start turn: %w", err)
 	case errors.Is(err, nats.ErrNoResponders) && node != "":
@@ -62,6 +73,11 @@ func (c *Client) start(ctx context.Context, spec bus.TurnSpec, node string) (bus
 	if reply.Error != "" {
 		err := &refusal{msg: fmt.Sprintf("node %s: %s", reply.Node, reply.Error)}
 		if reply.Code == bus.StartTurnExists {
+			if lost {
+				// This start's first ask, its answer lost with the connection (or a
+				// turn that had the id before it: Start cannot tell).
+				return bus.StartTurnReply{Turn: spec.ID, Node: reply.Node}, nil
+			}
 			err.is = durable.ErrTurnExists
 		}
 		return reply, err

@@ -189,6 +189,9 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 	}
 	began := time.Now()
 	t, err := bc.cl.Start(ctx, req, nodeName)
+	if errors.Is(err, client.ErrStartUnanswered) {
+		return bus.TurnStatus{}, fmt.Errorf("%w: `toolbus watch %s` once the bus is back", err, req.ID)
+	}
 	if err != nil {
 		return bus.TurnStatus{}, err
 	}

@@ -1,0 +1,152 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/toolbus/toolbus/bus"
+	"github.com/toolbus/toolbus/bus/bustest"
+	"github.com/toolbus/toolbus/bus/server"
+	"github.com/toolbus/toolbus/internal/jstest"
+)
+
+// restartable is a bus's one server on a port of its own, which a test stops and
+// starts again on the same port and store, for connections that reconnect to it.
+type restartable struct {
+	t   *testing.T
+	cfg server.Config
+	srv *server.Server
+}
+
+func newRestartable(t *testing.T) *restartable {
+	port := jstest.FreePorts(t, 1)[0]
+	r := &restartable{t: t, cfg: server.Config{
+		Name: "n1", StoreDir: t.TempDir(), Listen: fmt.Sprintf("127.0.0.1:%d", port),
+		Logger: bustest.Logger(t, slog.LevelWarn), Users: []server.User{{Name: "ops", Password: "pw"}},
+	}}
+	r.start()
+	t.Cleanup(func() { r.srv.Close() })
+	return r
+}
+
+func (r *restartable) start() {
+	srv, err := server.Start(bustest.Context(r.t), r.cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.srv = srv
+}
+
+// dial connects to the server as name, reconnecting for as long as the test runs.
+func (r *restartable) dial(name string) *nats.Conn {
+	nc, err := bus.Dial(bustest.Context(r.t), r.srv.ClientURL(), name, bus.Credentials{User: "ops", Password: "pw"})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(nc.Close)
+	return nc
+}
+
+// A turn's start whose answer is lost with the connection (the bus's server gone once
+// the node had the start, before the answer reached the starter) is asked again once
+// the connection is back, with the same id; the node that queued the first ask answers
+// that the turn exists, and Start takes that for the answer. Should no node answer
+// after the connection is back (none runs turns now), Start says the start was not
+// answered, with the turn's handle: it may have been queued.
+func TestStartAskedAgainAfterReconnect(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		nodeBack bool
+	}{
+		{"the node answers again", true},
+		{"no node after", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRestartable(t)
+			ghost := r.dial("ghost")
+			asks := make(chan string, 4)
+			var n atomic.Int32
+			if _, err := ghost.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
+				var spec bus.TurnSpec
+				_ = json.Unmarshal(m.Data, &spec)
+				asks <- spec.ID
+				if n.Add(1) == 1 {
+					return // queued; its answer lost with the server
+				}
+				b, _ := json.Marshal(bus.StartTurnReply{Turn: spec.ID, Node: "ghost",
+					Error: "turn " + spec.ID + " exists", Code: bus.StartTurnExists})
+				_ = m.Respond(b)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := ghost.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			c := New(r.dial("starter"))
+
+			type started struct {
+				t   *Turn
+				err error
+			}
+			done := make(chan started, 1)
+			// Without a node, the start is asked until ctx ends.
+			ctx := context.Background()
+			if !tc.nodeBack {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, 3*time.Second)
+				defer cancel()
+			}
+			go func() {
+				turn, err := c.Start(ctx, bus.TurnSpec{ID: "t1", Kind: bus.TurnMain, Agent: "a1", Input: "hi"}, "")
+				done <- started{turn, err}
+			}()
+			select {
+			case <-asks:
+			case s := <-done:
+				t.Fatalf("Start ended before the node had its ask: %+v", s)
+			}
+			if !tc.nodeBack {
+				ghost.Close()
+			}
+			r.srv.Close()
+			r.start()
+
+			var s started
+			select {
+			case s = <-done:
+			case <-time.After(StartTimeout + 5*time.Second):
+				t.Fatal("Start did not end")
+			}
+			if s.t != nil {
+				defer s.t.Close()
+			}
+			if tc.nodeBack {
+				if s.err != nil || s.t == nil || s.t.ID != "t1" || s.t.Node != "ghost" {
+					t.Fatalf("Start: %+v, %v; want turn t1 on ghost", s.t, s.err)
+				}
+				if again := <-asks; again != "t1" {
+					t.Errorf("asked again for %q, want t1", again)
+				}
+				return
+			}
+			if !errors.Is(s.err, ErrStartUnanswered) || errors.Is(s.err, ErrTurnExists) ||
+				!strings.Contains(s.err.Error(), "turn t1: the start of the turn was not answered: the connection to "+r.srv.ClientURL()) {
+				t.Fatalf("Start with no node after: %v; want ErrStartUnanswered naming the turn and the bus", s.err)
+			}
+			if s.t == nil || s.t.ID != "t1" {
+				t.Errorf("handle %+v, want turn t1's", s.t)
+			}
+		})
+	}
+}
