@@ -310,9 +310,12 @@ func (s *Store) queue(ctx context.Context, spec bus.TurnSpec) error {
 	if err != nil {
 		return err
 	}
-	if reply.Error != "" {
+	if reply.Error != "" && reply.Code != bus.StartTurnExists {
 		return fmt.Errorf("start job: %s", reply.Error)
 	}
+	// A job's id is new (bus.NewID), so a node that says its turn exists has it from an
+	// earlier attempt here, whose answer was lost: it is queued, as the first answer
+	// would have said.
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/toolbus/toolbus/bus"
@@ -88,5 +89,48 @@ func TestLedgerFreesLostPlaces(t *testing.T) {
 	}
 	if l, _, _ := s.ledger(ctx, "ann"); l.holds("new") >= 0 || l.holds("starting") < 0 {
 		t.Errorf("after release: %+v", l)
+	}
+}
+
+// A job's start whose answer is lost (the attempt ran out of time) is asked again with
+// the same id; the node that queued it the first time says the turn exists, and the job
+// is queued, not failed while its turn runs.
+func TestQueueTakesExistsOfAnEarlierAttempt(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv := bustest.Server(t, nil)
+	js, err := jetstream.New(bustest.Conn(t, srv, "jobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, js, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := bustest.Conn(t, srv, "node")
+	asks := make(chan string, 4)
+	if _, err := node.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
+		var spec bus.TurnSpec
+		_ = json.Unmarshal(m.Data, &spec)
+		asks <- spec.ID
+		if len(asks) == 1 {
+			return // queued; the answer lost
+		}
+		b, _ := json.Marshal(bus.StartTurnReply{Turn: spec.ID, Node: "node",
+			Error: "start turn " + spec.ID + ": turn id already used", Code: bus.StartTurnExists})
+		_ = m.Respond(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := node.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	spec := bus.TurnSpec{ID: bus.NewID(), Kind: bus.TurnJob, Agent: "ann", Input: "go"}
+	if err := s.queue(ctx, spec); err != nil {
+		t.Fatalf("queue, its first answer lost: %v", err)
+	}
+	if first, second := <-asks, <-asks; first != spec.ID || second != spec.ID {
+		t.Errorf("asked for %s then %s, want %s twice", first, second, spec.ID)
 	}
 }
