@@ -508,6 +508,56 @@ func TestRunGivesUpWithoutTheBus(t *testing.T) {
 	}
 }
 
+// A run whose start reached a node, and whose answer was lost with the bus's only
+// server, does not say the start failed: it waits for the connection to come back, to
+// ask again, for -give-up, and then says the turn may have been queued and how to find
+// out.
+func TestRunStartUnansweredWithoutTheBus(t *testing.T) {
+	t.Parallel()
+	rb := startRemoteBus(t, false)
+	ctx := testContext(t)
+	ghost, err := rb.srv.Connect("ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := make(chan string, 1)
+	if _, err := ghost.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
+		var spec bus.TurnSpec
+		_ = json.Unmarshal(m.Data, &spec)
+		asked <- spec.ID // queued, and no answer
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ghost.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	type result struct {
+		code           int
+		stdout, stderr string
+	}
+	done := make(chan result, 1)
+	go func() {
+		code, stdout, stderr := cli(ctx, rb.args("run", "-give-up", "1s", "-model", "script:"+demoScript, "hello")...)
+		done <- result{code, stdout, stderr}
+	}()
+	var id string
+	select {
+	case id = <-asked:
+	case r := <-done:
+		t.Fatalf("run ended before its start was heard: %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	rb.srv.Close()
+	select {
+	case r := <-done:
+		want := "turn " + id + ": the start of the turn was not answered: the connection to nats://127.0.0.1:"
+		if r.code != exitFailed || !strings.Contains(r.stderr, want) || !strings.Contains(r.stderr, "`toolbus watch "+id+"` once the bus is back") {
+			t.Errorf("exit %d, stderr:\n%s\nstdout:\n%s\nwant %q and how to watch it", r.code, r.stderr, r.stdout, want)
+		}
+	case <-time.After(10 * time.Second): // the start's own bound is 15 s; -give-up is 1 s
+		t.Fatal("toolbus run did not give up on its start with the bus gone")
+	}
+}
+
 // A watcher's run is refused by the bus, and says so at once (client.ErrRefused, the
 // server's words), on any node or a named one, rather than waiting out the start's
 // timeout for a node that never heard it.

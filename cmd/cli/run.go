@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/client"
 	"github.com/toolbus/toolbus/gateway"
@@ -188,7 +190,9 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 		return bus.TurnStatus{}, &exitError{code: exitInterrupted, err: errors.New("interrupted before the turn started")}
 	}
 	began := time.Now()
-	t, err := bc.cl.Start(ctx, req, nodeName)
+	sctx, stop := untilDownFor(ctx, bc.nc, giveUp)
+	t, err := bc.cl.Start(sctx, req, nodeName)
+	stop()
 	if errors.Is(err, client.ErrStartUnanswered) {
 		return bus.TurnStatus{}, fmt.Errorf("%w: `toolbus watch %s` once the bus is back", err, req.ID)
 	}
@@ -264,6 +268,35 @@ func followTurn(ctx context.Context, e *env, bc *busConn, nodeName string, req b
 			}
 		}
 	}
+}
+
+// untilDownFor is ctx, ended also once nc has been down for d: a start whose answer
+// was lost with the connection is waited for (client.Start) as long as -give-up says
+// the connection may stay down before the turn's first status.
+func untilDownFor(ctx context.Context, nc *nats.Conn, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	status := nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
+	go func() {
+		defer nc.RemoveStatusListener(status)
+		var over <-chan time.Time
+		for {
+			select {
+			case s := <-status:
+				switch {
+				case s == nats.CONNECTED:
+					over = nil
+				case over == nil:
+					over = time.After(d)
+				}
+			case <-over:
+				cancel()
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return ctx, cancel
 }
 
 // ownerWatch tells the person when the node that runs the turn seems lost, and gives
