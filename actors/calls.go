@@ -395,7 +395,11 @@ func (t *turn) onExpired(wireID string) {
 		t.settle(pc, bus.OutcomeAbandoned, abandonedMsg(t.cfg.AbortGrace), toolbus.Result{})
 		return
 	}
-	t.settle(pc, bus.OutcomeTimeout, fmt.Sprintf("tool %s did not answer before its deadline", pc.tool.Name), toolbus.Result{})
+	msg := fmt.Sprintf("tool %s did not answer before its deadline", pc.tool.Name)
+	if nc := t.cfg.Conn; !nc.IsConnected() || nc.Stats().Reconnects != pc.reconnects {
+		msg += bus.AnswerMayBeLost
+	}
+	t.settle(pc, bus.OutcomeTimeout, msg, toolbus.Result{})
 }
 
 // completeBatch appends every call's output in the model's order and moves

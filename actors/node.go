@@ -170,6 +170,7 @@ type Node struct {
 	subs       []*nats.Subscription
 	lostMu     sync.Mutex
 	lostSub    *nats.Subscription // listenForLostReplies
+	lostBack   chan nats.Status   // listenForLostReplies: the connection re-established
 	// transcripts is set once the transcript stream is known to exist.
 	transcripts atomic.Bool
 	closeOnce   sync.Once
@@ -191,6 +192,9 @@ type (
 	}
 	// replyLost: a host said that its reply to a call of the turn may be lost.
 	replyLost struct{ turn, call string }
+	// turnsReconnected: the connection nc was re-established; replies sent to the
+	// turns on it meanwhile are lost.
+	turnsReconnected struct{ nc *nats.Conn }
 )
 
 // nodeActor spawns hosts and turns as its children, so stopping the node
@@ -220,6 +224,12 @@ func (nodeActor) Receive(ctx actor.Context) {
 	case *replyLost:
 		for _, c := range ctx.Children() {
 			if strings.HasSuffix(c.Id, "/turn-"+m.turn) {
+				ctx.Send(c, m)
+			}
+		}
+	case *turnsReconnected:
+		for _, c := range ctx.Children() {
+			if strings.Contains(c.Id, "/turn-") {
 				ctx.Send(c, m)
 			}
 		}
@@ -452,6 +462,8 @@ func (n *Node) close() {
 	if n.lostSub != nil {
 		_ = n.lostSub.Unsubscribe()
 		n.lostSub = nil
+		n.nc.RemoveStatusListener(n.lostBack)
+		n.lostBack = nil
 	}
 	n.lostMu.Unlock()
 	if n.super != nil {

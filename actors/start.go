@@ -144,14 +144,19 @@ func (n *Node) listenForTurns() error {
 // to the turn of the call, if it runs here: one subscription for the node, made with its
 // first turn (a node that only hosts tools may not subscribe there), not one more a turn
 // (each costs the server a scan of its subject cache when it goes).
+//
+// A reply a host sends while the node's own connection is down is lost too, and the
+// host cannot know: when the connection is re-established, every turn on it asks again
+// for the replies of its calls in flight (turnsReconnected), which a host keeps for
+// bus.ReplyKeep.
 func (n *Node) listenForLostReplies() error {
 	n.lostMu.Lock()
 	defer n.lostMu.Unlock()
 	if n.lostSub != nil {
 		return nil
 	}
-	sys, pid := n.sys, n.pid
-	sub, err := n.nc.Subscribe(bus.AllRepliesLost, func(m *nats.Msg) {
+	sys, pid, nc := n.sys, n.pid, n.nc
+	sub, err := nc.Subscribe(bus.AllRepliesLost, func(m *nats.Msg) {
 		if ts, ok := bus.ParseTurnSubject(m.Subject); ok && ts.Kind == bus.KindEvent {
 			sys.Root.Send(pid, &replyLost{turn: ts.Turn, call: ts.Call})
 		}
@@ -160,6 +165,14 @@ func (n *Node) listenForLostReplies() error {
 		return fmt.Errorf("subscribe to lost replies: %w", err)
 	}
 	n.lostSub = sub
+	// A status listener, not the reconnect handler: that is the connection's owner's.
+	back := nc.StatusChanged(nats.CONNECTED)
+	n.lostBack = back
+	go func() {
+		for range back { // closed by close (RemoveStatusListener)
+			sys.Root.Send(pid, &turnsReconnected{nc: nc})
+		}
+	}()
 	return nil
 }
 

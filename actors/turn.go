@@ -174,6 +174,9 @@ type pendingCall struct {
 	start    time.Time
 	// expires is when a call sent to its host is given up on: its deadline and replyGrace.
 	expires time.Time
+	// reconnects is how often the turn's connection had reconnected when the call was
+	// sent (nats.Statistics.Reconnects).
+	reconnects uint64
 	record  bus.CallRecord
 	output  toolbus.Result
 	// argsHash names the arguments a held call's approval must name (their SHA-256).
@@ -363,6 +366,10 @@ func (t *turn) Receive(ctx actor.Context) {
 		t.onHandBack(m.grace)
 	case *replyLost:
 		t.askResend(m.call)
+	case *turnsReconnected:
+		if m.nc == t.cfg.Conn {
+			t.askResendAll()
+		}
 	case *checkLease:
 		if m.unconfirmed != nil {
 			t.unconfirmed(m.unconfirmed)

@@ -136,6 +136,11 @@ const DefaultCallTimeout = 2 * time.Minute
 // enforces the deadline and needs a moment to say so.
 const ReplyGrace = 500 * time.Millisecond
 
+// AnswerMayBeLost ends the error of a call given up at its deadline (OutcomeTimeout)
+// whose caller's connection to the bus went down while it ran: the host's reply may
+// have been lost on its way, and the tool may have run.
+const AnswerMayBeLost = "; the connection to the bus went down while it ran, so its answer may have been lost: it may have run"
+
 // ReplyKeep is how long a host keeps a reply it sent, to send it again when asked on
 // [ResendSubject]: when its connection is re-established, it announces ([EventReplyLost])
 // every reply it sent this long before. It covers the time a client of [Dial] takes to

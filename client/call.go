@@ -156,7 +156,7 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 		case <-rctx.Done():
 		}
 	}()
-	resp, err := c.request(rctx, m)
+	resp, lost, err := c.ask(rctx, m, false, nil)
 	cancel()
 	<-watched
 	switch {
@@ -165,8 +165,11 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 	case errors.Is(err, nats.ErrNoResponders):
 		return bus.ToolReply{}, fmt.Errorf("no host serves the %s category on %s: start a node with -categories %s", tool.Category, c.where, tool.Category)
 	case errors.Is(err, context.DeadlineExceeded):
-		return bus.ToolReply{Call: call, Tool: tool.Name, Outcome: bus.OutcomeTimeout,
-			Error: fmt.Sprintf("tool %s did not answer before its deadline", tool.Name)}, nil
+		msg := fmt.Sprintf("tool %s did not answer before its deadline", tool.Name)
+		if lost {
+			msg += bus.AnswerMayBeLost
+		}
+		return bus.ToolReply{Call: call, Tool: tool.Name, Outcome: bus.OutcomeTimeout, Error: msg}, nil
 	case err != nil:
 		return bus.ToolReply{}, fmt.Errorf("call %s: %w", tool.Name, err)
 	}
