@@ -177,8 +177,8 @@ type pendingCall struct {
 	// reconnects is how often the turn's connection had reconnected when the call was
 	// sent (nats.Statistics.Reconnects).
 	reconnects uint64
-	record  bus.CallRecord
-	output  toolbus.Result
+	record     bus.CallRecord
+	output     toolbus.Result
 	// argsHash names the arguments a held call's approval must name (their SHA-256).
 	argsHash string
 	label    string // the host's activity label for a held call
