@@ -65,8 +65,11 @@ func TestRequestTimeoutRetriedThenReported(t *testing.T) {
 			if err.Error() != want {
 				t.Errorf("err = %q\nwant  %q", err, want)
 			}
-			if n := len(api.requests()); n != tc.attempts {
-				t.Errorf("%d attempts reached the server, want %d", n, tc.attempts)
+			// The gateway counts its attempts (the error, the log); the server sees those
+			// that reached it within their timeout: under heavy load (the whole suite run
+			// twice at once) a retry's 500 ms ran out before its request was read.
+			if n := len(api.requests()); n < 1 || n > tc.attempts {
+				t.Errorf("%d attempts reached the server, want 1 to %d", n, tc.attempts)
 			}
 			if got := strings.Count(logs.String(), "no answer from"); got != tc.attempts {
 				t.Errorf("%d attempts logged as timed out, want %d:\n%s", got, tc.attempts, logs.String())

@@ -23,7 +23,10 @@ import (
 // its call completes, and the session is closed only after.
 func TestMCPHTTPSessionIdleCloses(t *testing.T) {
 	t.Parallel()
-	const idle = 400 * time.Millisecond
+	// 1.5 s: with 400 ms, a session was closed between its initialize and its next
+	// request under heavy load (the whole suite run twice at once), a client's requests
+	// a moment apart.
+	const idle = 1500 * time.Millisecond
 	w := startServeWorldTurns(t, annProfile, mcp.ServeConfig{SessionIdle: idle}, true)
 	hs := httptest.NewServer(w.srv.Handler(""))
 	t.Cleanup(hs.Close)
@@ -33,11 +36,11 @@ func TestMCPHTTPSessionIdleCloses(t *testing.T) {
 	res := gone.call(t, "tools/call", map[string]any{"name": "todo_read", "arguments": map[string]any{}})
 	goneTurn := metaTurn(t, res)
 
-	// A call of 20 steps of 50 ms: a second, more than the idle time, in flight.
+	// A call of 40 steps of 50 ms: two seconds, more than the idle time, in flight.
 	busy := newRawMCP(t, hs.URL)
 	slow := make(chan json.RawMessage, 1)
 	go func() {
-		slow <- busy.call(t, "tools/call", map[string]any{"name": "notes__slow_read", "arguments": map[string]any{"steps": 20}})
+		slow <- busy.call(t, "tools/call", map[string]any{"name": "notes__slow_read", "arguments": map[string]any{"steps": 40}})
 	}()
 
 	bustest.CheckFor(t, wait, 20*time.Millisecond, func() error {
@@ -47,7 +50,7 @@ func TestMCPHTTPSessionIdleCloses(t *testing.T) {
 			return err
 		case rec == nil || rec.State != bus.TurnAborted:
 			return fmt.Errorf("record %+v", rec)
-		case !strings.Contains(rec.Error, "sent no request for 400ms") || rec.Step != 1:
+		case !strings.Contains(rec.Error, "sent no request for 1.5s") || rec.Step != 1:
 			return fmt.Errorf("record's error %q, step %d", rec.Error, rec.Step)
 		}
 		return nil
