@@ -138,6 +138,14 @@ type Server struct {
 	stopped map[*sdk.ServerSession]string // sessions this server ended, and why
 	ending  sync.WaitGroup                // the sessions' turns, until their ends are written
 
+	// updateMu orders the reads of the catalog (update): an older read applied after a
+	// newer one would take back what the newer added.
+	updateMu sync.Mutex
+	// missMu guards missAt, when a call of a tool not served last read the catalog
+	// (refreshOnMiss).
+	missMu sync.Mutex
+	missAt time.Time
+
 	refresh chan struct{}
 	sub     *nats.Subscription
 	cancel  context.CancelFunc
@@ -164,6 +172,7 @@ func NewServer(ctx context.Context, cfg ServeConfig) (*Server, error) {
 		Capabilities: &sdk.ServerCapabilities{Tools: &sdk.ToolCapabilities{ListChanged: true}},
 		Logger:       cfg.Logger,
 	})
+	s.srv.AddReceivingMiddleware(s.refreshOnMiss)
 	if err := s.update(ctx); err != nil {
 		return nil, err
 	}
@@ -304,9 +313,47 @@ func Name(s *toolbus.Spec) string {
 	return s.Namespace + toolbus.NamespaceSeparator + s.Name
 }
 
+// missRefreshEvery bounds how often calls of tools the server does not serve read the
+// catalog again (refreshOnMiss): a client that keeps calling a name nobody serves costs
+// one read a second.
+const missRefreshEvery = time.Second
+
+// refreshOnMiss is the server's middleware: a tools/call of a tool it does not serve
+// reads the catalog again first (once a missRefreshEvery at most), so that a host that
+// started a moment ago is found by the call that wants it, not by the next refresh. Its
+// announcement may have come before this server watched, or its answer to the first
+// read come late (seen on a loaded machine: `toolbus mcp -listen` on an embedded node
+// answered "unknown tool" for one of the node's own tools).
+func (s *Server) refreshOnMiss(next sdk.MethodHandler) sdk.MethodHandler {
+	return func(ctx context.Context, method string, req sdk.Request) (sdk.Result, error) {
+		if p, ok := req.GetParams().(*sdk.CallToolParamsRaw); ok && method == "tools/call" && !s.serves(p.Name) {
+			s.missMu.Lock()
+			if time.Since(s.missAt) >= missRefreshEvery {
+				s.missAt = time.Now()
+				uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				if err := s.update(uctx); err != nil {
+					s.log.Warn("mcp serve: read the catalog for a tool not served", "tool", p.Name, "err", err)
+				}
+				cancel()
+			}
+			s.missMu.Unlock()
+		}
+		return next(ctx, method, req)
+	}
+}
+
+// serves reports whether the server serves the tool named name.
+func (s *Server) serves(name string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.specs[name] != nil
+}
+
 // update reads the catalog and the profile, and adds, changes and removes tools to
 // match.
 func (s *Server) update(ctx context.Context) error {
+	s.updateMu.Lock()
+	defer s.updateMu.Unlock()
 	cats, err := s.cfg.Client.Categories(ctx)
 	if err != nil {
 		return err

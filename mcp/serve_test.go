@@ -640,3 +640,47 @@ func TestMCPServeRefreshesWithoutAnnouncement(t *testing.T) {
 		return nil
 	})
 }
+
+// TestMCPServeFindsAToolOnItsFirstCall: a call of a tool the server does not serve yet
+// reads the catalog again before it is answered: a host that started a moment ago, and
+// whose announcement the server did not hear, is found by the call that wants it (no
+// backstop refresh here), not refused as an unknown tool.
+func TestMCPServeFindsAToolOnItsFirstCall(t *testing.T) {
+	t.Parallel()
+	const profile = `{"version": 2, "agent": "ann", "namespaces": [{"name": "quiet"}]}`
+	w := startServeWorld(t, profile, mcp.ServeConfig{Refresh: -1})
+	cs := w.connect(t, nil)
+	ctx := bustest.Context(t)
+	if toolNames(t, cs)["quiet__hush"] != nil {
+		t.Fatal("hush is served before its host started")
+	}
+	// A micro service as a host publishes it, without the host's announcement.
+	nc, err := w.node.Connect("quiet-host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	svc, err := micro.AddService(nc, micro.Config{Name: bus.CategoryService("quiet"), Version: "0.1.0", QueueGroup: bus.CategoryQueue("quiet")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = svc.Stop() })
+	hush := toolbus.MustDefine(toolbus.Def[struct{}]{
+		Spec: toolbus.Spec{Name: "hush", Description: "Say nothing.", Category: "quiet", Namespace: "quiet", ReadOnly: true},
+		Execute: func(context.Context, toolbus.Call, struct{}) (toolbus.Result, error) {
+			return toolbus.Result{}, nil
+		},
+	})
+	reply, _ := json.Marshal(bus.ToolReply{Tool: "hush", Outcome: bus.OutcomeOK, Content: []bus.ContentPart{{Type: bus.ContentText, Text: "shh"}}})
+	if err := svc.AddEndpoint("hush", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond(reply) }),
+		micro.WithEndpointSubject(bus.ToolSubject("quiet", "hush")), micro.WithEndpointMetadata(catalog.Metadata(&hush.Spec))); err != nil {
+		t.Fatal(err)
+	}
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "quiet__hush", Arguments: map[string]any{}})
+	if err != nil || res.IsError || len(res.Content) == 0 {
+		t.Fatalf("the first call after its host started: %+v, %v", res, err)
+	}
+	if text, ok := res.Content[0].(*sdk.TextContent); !ok || text.Text != "shh" {
+		t.Errorf("content %+v, want the host's answer", res.Content[0])
+	}
+}
