@@ -601,60 +601,10 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// TestMCPServeRefreshesWithoutAnnouncement: a host that never announced itself (it
-// came up while the first read of the catalog missed it, or announces nothing) is
-// served once the server reads the catalog again on its own (ServeConfig.Refresh).
-func TestMCPServeRefreshesWithoutAnnouncement(t *testing.T) {
-	t.Parallel()
-	const profile = `{"version": 2, "agent": "ann", "namespaces": [{"name": "quiet"}]}`
-	w := startServeWorld(t, profile, mcp.ServeConfig{Refresh: 100 * time.Millisecond})
-	cs := w.connect(t, nil)
-	if toolNames(t, cs)["quiet__hush"] != nil {
-		t.Fatal("hush is served before its host started")
-	}
-	// A micro service as a host publishes it, without the host's announcement.
-	nc, err := w.node.Connect("quiet-host")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	svc, err := micro.AddService(nc, micro.Config{Name: bus.CategoryService("quiet"), Version: "0.1.0", QueueGroup: bus.CategoryQueue("quiet")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = svc.Stop() })
-	hush := toolbus.MustDefine(toolbus.Def[struct{}]{
-		Spec: toolbus.Spec{Name: "hush", Description: "Say nothing.", Category: "quiet", Namespace: "quiet", ReadOnly: true},
-		Execute: func(context.Context, toolbus.Call, struct{}) (toolbus.Result, error) {
-			return toolbus.Result{}, nil
-		},
-	})
-	if err := svc.AddEndpoint("hush", micro.HandlerFunc(func(r micro.Request) { _ = r.Respond([]byte(`{}`)) }),
-		micro.WithEndpointSubject(bus.ToolSubject("quiet", "hush")), micro.WithEndpointMetadata(catalog.Metadata(&hush.Spec))); err != nil {
-		t.Fatal(err)
-	}
-	bustest.CheckFor(t, wait, 50*time.Millisecond, func() error {
-		if names := toolNames(t, cs); names["quiet__hush"] == nil {
-			return fmt.Errorf("hush is not served: %v", slices.Collect(mapsKeys(names)))
-		}
-		return nil
-	})
-}
-
-// TestMCPServeFindsAToolOnItsFirstCall: a call of a tool the server does not serve yet
-// reads the catalog again before it is answered: a host that started a moment ago, and
-// whose announcement the server did not hear, is found by the call that wants it (no
-// backstop refresh here), not refused as an unknown tool.
-func TestMCPServeFindsAToolOnItsFirstCall(t *testing.T) {
-	t.Parallel()
-	const profile = `{"version": 2, "agent": "ann", "namespaces": [{"name": "quiet"}]}`
-	w := startServeWorld(t, profile, mcp.ServeConfig{Refresh: -1})
-	cs := w.connect(t, nil)
-	ctx := bustest.Context(t)
-	if toolNames(t, cs)["quiet__hush"] != nil {
-		t.Fatal("hush is served before its host started")
-	}
-	// A micro service as a host publishes it, without the host's announcement.
+// startQuietHost serves quiet.hush, which answers "shh", from a micro service as a host
+// publishes it, without the host's announcement on toolbus.catalog.changed.
+func startQuietHost(t *testing.T, w *serveWorld) {
+	t.Helper()
 	nc, err := w.node.Connect("quiet-host")
 	if err != nil {
 		t.Fatal(err)
@@ -676,6 +626,43 @@ func TestMCPServeFindsAToolOnItsFirstCall(t *testing.T) {
 		micro.WithEndpointSubject(bus.ToolSubject("quiet", "hush")), micro.WithEndpointMetadata(catalog.Metadata(&hush.Spec))); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// quietProfile gives ann the quiet namespace (startQuietHost).
+const quietProfile = `{"version": 2, "agent": "ann", "namespaces": [{"name": "quiet"}]}`
+
+// TestMCPServeRefreshesWithoutAnnouncement: a host that never announced itself (it
+// came up while the first read of the catalog missed it, or announces nothing) is
+// served once the server reads the catalog again on its own (ServeConfig.Refresh).
+func TestMCPServeRefreshesWithoutAnnouncement(t *testing.T) {
+	t.Parallel()
+	w := startServeWorld(t, quietProfile, mcp.ServeConfig{Refresh: 100 * time.Millisecond})
+	cs := w.connect(t, nil)
+	if toolNames(t, cs)["quiet__hush"] != nil {
+		t.Fatal("hush is served before its host started")
+	}
+	startQuietHost(t, w)
+	bustest.CheckFor(t, wait, 50*time.Millisecond, func() error {
+		if names := toolNames(t, cs); names["quiet__hush"] == nil {
+			return fmt.Errorf("hush is not served: %v", slices.Collect(mapsKeys(names)))
+		}
+		return nil
+	})
+}
+
+// TestMCPServeFindsAToolOnItsFirstCall: a call of a tool the server does not serve yet
+// reads the catalog again before it is answered: a host that started a moment ago, and
+// whose announcement the server did not hear, is found by the call that wants it (no
+// backstop refresh here), not refused as an unknown tool.
+func TestMCPServeFindsAToolOnItsFirstCall(t *testing.T) {
+	t.Parallel()
+	w := startServeWorld(t, quietProfile, mcp.ServeConfig{Refresh: -1})
+	cs := w.connect(t, nil)
+	ctx := bustest.Context(t)
+	if toolNames(t, cs)["quiet__hush"] != nil {
+		t.Fatal("hush is served before its host started")
+	}
+	startQuietHost(t, w)
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "quiet__hush", Arguments: map[string]any{}})
 	if err != nil || res.IsError || len(res.Content) == 0 {
 		t.Fatalf("the first call after its host started: %+v, %v", res, err)

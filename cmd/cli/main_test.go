@@ -454,6 +454,51 @@ func TestRunWithoutNode(t *testing.T) {
 	}
 }
 
+// cliResult is what a command run in the background ended with.
+type cliResult struct {
+	code           int
+	stdout, stderr string
+}
+
+// runWithGhost runs `toolbus run -give-up 1s` against rb, whose only taker of turns is
+// a stand-in node that hears the start and answers it (when answer is set) with
+// nothing more: it returns the turn's id once the stand-in heard it, and the run's end.
+func runWithGhost(t *testing.T, rb *remoteBus, answer bool) (string, <-chan cliResult) {
+	t.Helper()
+	ghost, err := rb.srv.Connect("ghost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	heard := make(chan string, 1)
+	if _, err := ghost.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
+		var spec bus.TurnSpec
+		_ = json.Unmarshal(m.Data, &spec)
+		if answer {
+			b, _ := json.Marshal(bus.StartTurnReply{Turn: spec.ID, Node: "ghost"})
+			_ = m.Respond(b)
+		}
+		heard <- spec.ID
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ghost.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan cliResult, 1)
+	ctx := testContext(t)
+	go func() {
+		code, stdout, stderr := cli(ctx, rb.args("run", "-give-up", "1s", "-model", "script:"+demoScript, "hello")...)
+		done <- cliResult{code, stdout, stderr}
+	}()
+	select {
+	case id := <-heard:
+		return id, done
+	case r := <-done:
+		t.Fatalf("run ended before its start was heard: %d\n%s%s", r.code, r.stdout, r.stderr)
+		return "", nil
+	}
+}
+
 // A run that heard nothing of its turn gives up once its connection to the bus has been
 // down for -give-up, and says what it knows: the node that took the turn (a stand-in
 // that answers the start and says nothing more) went away with the bus's only server
@@ -461,38 +506,7 @@ func TestRunWithoutNode(t *testing.T) {
 func TestRunGivesUpWithoutTheBus(t *testing.T) {
 	t.Parallel()
 	rb := startRemoteBus(t, false)
-	ctx := testContext(t)
-	ghost, err := rb.srv.Connect("ghost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	answered := make(chan struct{})
-	if _, err := ghost.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
-		var spec bus.TurnSpec
-		_ = json.Unmarshal(m.Data, &spec)
-		b, _ := json.Marshal(bus.StartTurnReply{Turn: spec.ID, Node: "ghost"})
-		_ = m.Respond(b)
-		close(answered)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ghost.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		code           int
-		stdout, stderr string
-	}
-	done := make(chan result, 1)
-	go func() {
-		code, stdout, stderr := cli(ctx, rb.args("run", "-give-up", "1s", "-model", "script:"+demoScript, "hello")...)
-		done <- result{code, stdout, stderr}
-	}()
-	select {
-	case <-answered:
-	case r := <-done:
-		t.Fatalf("run ended before its start was answered: %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
+	_, done := runWithGhost(t, rb, true)
 	rb.srv.Close()
 	select {
 	case r := <-done:
@@ -515,37 +529,7 @@ func TestRunGivesUpWithoutTheBus(t *testing.T) {
 func TestRunStartUnansweredWithoutTheBus(t *testing.T) {
 	t.Parallel()
 	rb := startRemoteBus(t, false)
-	ctx := testContext(t)
-	ghost, err := rb.srv.Connect("ghost")
-	if err != nil {
-		t.Fatal(err)
-	}
-	asked := make(chan string, 1)
-	if _, err := ghost.Subscribe(bus.AnyNodeStartTurn, func(m *nats.Msg) {
-		var spec bus.TurnSpec
-		_ = json.Unmarshal(m.Data, &spec)
-		asked <- spec.ID // queued, and no answer
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ghost.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	type result struct {
-		code           int
-		stdout, stderr string
-	}
-	done := make(chan result, 1)
-	go func() {
-		code, stdout, stderr := cli(ctx, rb.args("run", "-give-up", "1s", "-model", "script:"+demoScript, "hello")...)
-		done <- result{code, stdout, stderr}
-	}()
-	var id string
-	select {
-	case id = <-asked:
-	case r := <-done:
-		t.Fatalf("run ended before its start was heard: %d\n%s%s", r.code, r.stdout, r.stderr)
-	}
+	id, done := runWithGhost(t, rb, false)
 	rb.srv.Close()
 	select {
 	case r := <-done:
