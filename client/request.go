@@ -73,7 +73,7 @@ const askAgainEvery = 250 * time.Millisecond
 // once by an id in it (a turn's start), and then every askAgainEvery while no one
 // answers (no responders); the answer to any ask is the answer.
 func (c *Client) ask(ctx context.Context, m *nats.Msg, again bool, cut <-chan struct{}) (resp *nats.Msg, lost bool, err error) {
-	status := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED)
+	status := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	defer c.nc.RemoveStatusListener(status)
 	// The reply, and the no-responders statuses of asks that may come before it.
 	replies := make(chan *nats.Msg, 8)
@@ -111,9 +111,12 @@ func (c *Client) ask(ctx context.Context, m *nats.Msg, again bool, cut <-chan st
 			}
 			retry = time.After(askAgainEvery)
 		case s := <-status:
-			if s != nats.CONNECTED {
+			switch {
+			case s == nats.CLOSED:
+				return nil, true, nats.ErrConnectionClosed // nothing more can come
+			case s != nats.CONNECTED:
 				lost = true
-			} else if again && lost {
+			case again && lost:
 				retry = time.After(0)
 			}
 		case <-retry:

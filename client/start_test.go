@@ -61,15 +61,19 @@ func (r *restartable) dial(name string) *nats.Conn {
 // the connection is back, with the same id; the node that queued the first ask answers
 // that the turn exists, and Start takes that for the answer. Should no node answer
 // after the connection is back (none runs turns now), Start says the start was not
-// answered, with the turn's handle: it may have been queued.
+// answered, with the turn's handle: it may have been queued; and so it says at once when
+// the starter's connection is closed after the ask.
 func TestStartAskedAgainAfterReconnect(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		nodeBack bool
+		// closeConn closes the starter's connection instead: nothing can come on it.
+		closeConn bool
 	}{
-		{"the node answers again", true},
-		{"no node after", false},
+		{"the node answers again", true, false},
+		{"no node after", false, false},
+		{"the starter's connection closed", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -116,11 +120,16 @@ func TestStartAskedAgainAfterReconnect(t *testing.T) {
 			case s := <-done:
 				t.Fatalf("Start ended before the node had its ask: %+v", s)
 			}
-			if !tc.nodeBack {
+			switch {
+			case tc.closeConn:
+				c.Conn().Close()
+			case !tc.nodeBack:
 				ghost.Close()
+				fallthrough
+			default:
+				r.srv.Close()
+				r.start()
 			}
-			r.srv.Close()
-			r.start()
 
 			var s started
 			select {

@@ -52,7 +52,7 @@ func (c *Client) start(ctx context.Context, spec bus.TurnSpec, node string) (bus
 	defer cancel()
 	m, lost, err := c.ask(rctx, &nats.Msg{Subject: subject, Data: b}, true, ctx.Done())
 	switch {
-	case lost && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)):
+	case lost && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrConnectionClosed)):
 		return bus.StartTurnReply{}, fmt.Errorf("turn %s: %w: the connection to %s went down after it was sent, and no node answered it since; the turn may have been queued",
 			spec.ID, ErrStartUnanswered, c.where)
 	case errors.Is(err, ErrRefused):
