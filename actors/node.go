@@ -168,9 +168,16 @@ type Node struct {
 	conns      []*nats.Conn
 	super      *nodeSupervisor
 	subs       []*nats.Subscription
-	lostMu     sync.Mutex
-	lostSub    *nats.Subscription // listenForLostReplies
-	lostBack   chan nats.Status   // listenForLostReplies: the connection re-established
+	// starting counts the start requests being answered (listenForTurns); startClosed,
+	// under startMu, says no more are taken (close).
+	starting    sync.WaitGroup
+	startMu     sync.Mutex
+	startClosed bool
+	// beforeStart, set by tests only, runs before a start request's turn is queued.
+	beforeStart atomic.Pointer[func(bus.TurnSpec)]
+	lostMu      sync.Mutex
+	lostSub     *nats.Subscription // listenForLostReplies
+	lostBack    chan nats.Status   // listenForLostReplies: the connection re-established
 	// transcripts is set once the transcript stream is known to exist.
 	transcripts atomic.Bool
 	closeOnce   sync.Once
@@ -446,6 +453,16 @@ func (n *Node) Close() {
 }
 
 func (n *Node) close() {
+	// No start is taken from now on, and those being answered are answered before the
+	// intake stops.
+	for _, s := range n.subs {
+		_ = s.Unsubscribe()
+	}
+	n.subs = nil
+	n.startMu.Lock()
+	n.startClosed = true
+	n.startMu.Unlock()
+	n.starting.Wait()
 	if n.intake != nil {
 		n.intake.stop(n.cfg.HandBackGrace)
 	}
@@ -454,10 +471,6 @@ func (n *Node) close() {
 		n.catalog.Close()
 	}
 	n.assemblyMu.Unlock()
-	for _, s := range n.subs {
-		_ = s.Unsubscribe()
-	}
-	n.subs = nil
 	n.lostMu.Lock()
 	if n.lostSub != nil {
 		_ = n.lostSub.Unsubscribe()

@@ -114,19 +114,39 @@ func publishAbort(nc *nats.Conn, turn, reason string) error {
 	return nc.Flush()
 }
 
+// maxStarting bounds the start requests a node answers at once (listenForTurns).
+const maxStarting = 32
+
 // listenForTurns takes StartTurn requests on the node's own subject and on the
-// shared queue.
+// shared queue. Each is answered on a worker: queueing a turn waits on JetStream (its
+// record and its intake message, replicated), and a subscription hands its handler one
+// message at a time, so one slow start held up every start after it, and a caller that
+// asked again (its answer late) queued one more behind it. At most maxStarting run at
+// once; past that the subscription waits.
 func (n *Node) listenForTurns() error {
+	slots := make(chan struct{}, maxStarting)
 	handle := func(m *nats.Msg) {
 		node := ""
 		if m.Subject == bus.NodeStartTurnSubject(n.cfg.Name) {
 			node = n.cfg.Name
 		}
-		reply := n.startFromBus(m.Data, node)
-		b, _ := json.Marshal(reply)
-		if err := m.Respond(b); err != nil {
-			n.log.Warn("answer start turn", "err", err)
+		slots <- struct{}{}
+		n.startMu.Lock()
+		if n.startClosed {
+			n.startMu.Unlock()
+			<-slots
+			return // the node is closing: the caller's ask goes unanswered, as to a node gone
 		}
+		n.starting.Add(1)
+		n.startMu.Unlock()
+		n.workers.goFunc(func() {
+			defer func() { <-slots; n.starting.Done() }()
+			reply := n.startFromBus(m.Data, node)
+			b, _ := json.Marshal(reply)
+			if err := m.Respond(b); err != nil {
+				n.log.Warn("answer start turn", "err", err)
+			}
+		})
 	}
 	sub, err := n.nc.Subscribe(bus.NodeStartTurnSubject(n.cfg.Name), handle)
 	if err != nil {
@@ -187,6 +207,9 @@ func (n *Node) startFromBus(data []byte, node string) bus.StartTurnReply {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if f := n.beforeStart.Load(); f != nil {
+		(*f)(spec)
+	}
 	id, err := n.submit(ctx, spec, node)
 	if err != nil {
 		reply := bus.StartTurnReply{Turn: spec.ID, Node: n.cfg.Name, Error: err.Error()}

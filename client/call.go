@@ -156,7 +156,15 @@ func (c *Client) CallWith(ctx context.Context, tool *toolbus.Spec, agent string,
 		case <-rctx.Done():
 		}
 	}()
-	resp, lost, err := c.ask(rctx, m, false, nil)
+	// The reply goes to the call's result subject, as a turn's does: a host keeps it
+	// there, and sends it again when asked (protocol.md §14), should this connection
+	// be re-established before it arrives or the host say it may be lost.
+	m.Reply = bus.ResultSubject(turn, call)
+	resend := &nats.Msg{
+		Subject: bus.ResendSubject(tool.Category, tool.Name), Reply: m.Reply,
+		Header: nats.Header{bus.HeaderTurn: {turn}, bus.HeaderCall: {call}},
+	}
+	resp, lost, err := c.ask(rctx, m, asking{resend: resend, lostOn: bus.EventSubject(turn, call, bus.EventReplyLost)})
 	cancel()
 	<-watched
 	switch {

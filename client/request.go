@@ -42,10 +42,17 @@ func (c *Client) send(ctx context.Context, m *nats.Msg) error {
 		err = c.nc.Flush() // FlushWithContext wants a deadline; Flush has its own
 	}
 	if err != nil {
-		return err
+		return flushError{err}
 	}
 	return c.refused(m.Subject)
 }
+
+// flushError is a send whose flush failed: the message was published, and may have
+// reached the server.
+type flushError struct{ err error }
+
+func (e flushError) Error() string { return e.err.Error() }
+func (e flushError) Unwrap() error { return e.err }
 
 // request sends m as a request and waits for its one reply within ctx. Unlike
 // Conn.RequestMsgWithContext, a request the server refused under the user's
@@ -54,59 +61,86 @@ func (c *Client) send(ctx context.Context, m *nats.Msg) error {
 //
 // The connection going down does not end the wait (ask).
 func (c *Client) request(ctx context.Context, m *nats.Msg) (*nats.Msg, error) {
-	resp, _, err := c.ask(ctx, m, false, nil)
+	resp, _, err := c.ask(ctx, m, asking{})
 	return resp, err
 }
 
-// askAgainEvery spaces the asks of a request asked again (ask) that no one answers
-// after the connection came back: its answerer's own connection may be a moment
-// behind (bus.Dial reconnects every 250 ms).
+// askAgainEvery spaces the asks of a request asked again (asking.again) that no one
+// answers after the connection came back: its answerer's own connection may be a
+// moment behind (bus.Dial reconnects every 250 ms).
 const askAgainEvery = 250 * time.Millisecond
 
-// ask is request, and reports whether the connection went down after m was sent:
-// then m may have reached the server or not, and its reply, if one was sent while the
-// connection was down, is lost. The wait goes on: a reply sent once the connection is
-// back comes to the inbox, which nats.go subscribes again; and cut, once the
-// connection went down, ends it (ctx.Err(), lost).
-//
-// again asks once more when the connection is back, for a request its answerer takes
-// once by an id in it (a turn's start), and then every askAgainEvery while no one
-// answers (no responders); the answer to any ask is the answer.
-func (c *Client) ask(ctx context.Context, m *nats.Msg, again bool, cut <-chan struct{}) (resp *nats.Msg, lost bool, err error) {
+// asking is what ask does beyond waiting for the reply; the zero value, nothing.
+type asking struct {
+	// again asks once more when the connection is back, for a request its answerer
+	// takes once by an id in it (a turn's start), and then every askAgainEvery while no
+	// one answers (no responders); the answer to any ask is the answer.
+	again bool
+	// resend is published instead when the connection is back, and when a message
+	// comes on lostOn: for a call, whose host keeps the reply it sent to the call's
+	// result subject (m.Reply) and sends it again when asked (bus.ResendSubject); lostOn
+	// is where the host says its reply may be lost (bus.EventReplyLost).
+	resend *nats.Msg
+	lostOn string
+	// cut, once the connection went down, ends the wait (ctx.Err(), lost).
+	cut <-chan struct{}
+}
+
+// ask is request, with how, and reports whether the connection went down after m was
+// sent: then m may have reached the server or not, and its reply, if one was sent
+// while the connection was down, is lost. The wait goes on: a reply sent once the
+// connection is back reaches its subscription, which nats.go makes again. m's reply
+// subject is a new inbox unless it has one.
+func (c *Client) ask(ctx context.Context, m *nats.Msg, how asking) (resp *nats.Msg, lost bool, err error) {
 	status := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	defer c.nc.RemoveStatusListener(status)
 	// The reply, and the no-responders statuses of asks that may come before it.
 	replies := make(chan *nats.Msg, 8)
-	m.Reply = c.nc.NewInbox()
+	if m.Reply == "" {
+		m.Reply = c.nc.NewInbox()
+	}
 	sub, err := c.nc.ChanSubscribe(m.Reply, replies)
 	if err != nil {
 		return nil, false, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	send := func() error {
-		err := c.send(ctx, m)
-		if errors.Is(err, nats.ErrConnectionClosed) && !c.nc.IsClosed() {
-			// The connection went down during the flush, m in it or not: the
-			// status listener has heard it too.
-			return nil
+	var hostLost chan *nats.Msg
+	if how.lostOn != "" {
+		hostLost = make(chan *nats.Msg, 1)
+		lsub, err := c.nc.ChanSubscribe(how.lostOn, hostLost)
+		if err != nil {
+			return nil, false, err
 		}
-		return err
+		defer func() { _ = lsub.Unsubscribe() }()
 	}
-	if err := send(); err != nil {
-		return nil, false, err
+	// send reports whether m may have gone out: a flush the connection's end cut short
+	// (the connection reconnecting, or closed) may have carried it.
+	send := func(m *nats.Msg) (sent bool, err error) {
+		err = c.send(ctx, m)
+		var fe flushError
+		if errors.As(err, &fe) && errors.Is(err, nats.ErrConnectionClosed) {
+			if c.nc.IsClosed() {
+				return true, err
+			}
+			return true, nil // the status listener has heard it too
+		}
+		return err == nil, err
+	}
+	if sent, err := send(m); err != nil {
+		return nil, sent, err
 	}
 	var retry <-chan time.Time
 	for {
 		var cutNow <-chan struct{}
 		if lost {
-			cutNow = cut
+			cutNow = how.cut
 		}
 		select {
 		case resp := <-replies:
 			if len(resp.Data) != 0 || resp.Header.Get("Status") != "503" {
 				return resp, lost, nil
 			}
-			if !again || !lost {
+			if !how.again || !lost {
 				return nil, lost, nats.ErrNoResponders
 			}
 			retry = time.After(askAgainEvery)
@@ -116,7 +150,11 @@ func (c *Client) ask(ctx context.Context, m *nats.Msg, again bool, cut <-chan st
 				return nil, true, nats.ErrConnectionClosed // nothing more can come
 			case s != nats.CONNECTED:
 				lost = true
-			case again && lost:
+			case lost && (how.again || how.resend != nil):
+				retry = time.After(0)
+			}
+		case <-hostLost:
+			if how.resend != nil {
 				retry = time.After(0)
 			}
 		case <-retry:
@@ -124,7 +162,11 @@ func (c *Client) ask(ctx context.Context, m *nats.Msg, again bool, cut <-chan st
 			if !c.nc.IsConnected() {
 				continue // asked when it is back
 			}
-			if err := send(); err != nil {
+			again := m
+			if how.resend != nil {
+				again = how.resend
+			}
+			if _, err := send(again); err != nil {
 				return nil, lost, err
 			}
 		case <-cutNow:

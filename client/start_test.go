@@ -13,10 +13,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
 	"github.com/toolbus/toolbus/bus/server"
 	"github.com/toolbus/toolbus/internal/jstest"
+	"github.com/toolbus/toolbus/schema"
 )
 
 // restartable is a bus's one server on a port of its own, which a test stops and
@@ -155,6 +157,93 @@ func TestStartAskedAgainAfterReconnect(t *testing.T) {
 			}
 			if s.t == nil || s.t.ID != "t1" {
 				t.Errorf("handle %+v, want turn t1's", s.t)
+			}
+		})
+	}
+}
+
+// TestCallAsksAgainForALostReply: a call's reply goes to its result subject, as a
+// turn's does, so a host that kept it sends it again when asked: the caller asks when
+// its connection is re-established while it waits (the reply may have been sent
+// meanwhile), and when the host says the reply may be lost (its own connection came
+// back). Either way the call ends with the host's answer, not at its deadline.
+func TestCallAsksAgainForALostReply(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		kick bool // the caller's connection is cut; else the host says the reply may be lost
+	}{
+		{"the caller reconnected", true},
+		{"the host said it may be lost", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := bustest.Server(t, nil)
+			host := bustest.Conn(t, srv, "host")
+			spec := &toolbus.Spec{Name: "kept", Category: "crm", Timeout: 20 * time.Second}
+			type ids struct{ turn, call string }
+			heard := make(chan ids, 1)
+			if _, err := host.Subscribe(bus.ToolSubject("crm", "kept"), func(m *nats.Msg) {
+				heard <- ids{m.Header.Get(bus.HeaderTurn), m.Header.Get(bus.HeaderCall)} // the reply is "lost"
+			}); err != nil {
+				t.Fatal(err)
+			}
+			var resent atomic.Int32
+			if _, err := host.Subscribe(bus.ResendSubjects("crm"), func(m *nats.Msg) {
+				turn, call := m.Header.Get(bus.HeaderTurn), m.Header.Get(bus.HeaderCall)
+				if m.Reply != bus.ResultSubject(turn, call) {
+					return // as package host: only to the call's result subject
+				}
+				resent.Add(1)
+				b, _ := json.Marshal(bus.ToolReply{Call: call, Tool: "kept", Outcome: bus.OutcomeOK,
+					Content: []bus.ContentPart{{Type: bus.ContentText, Text: "kept reply"}}})
+				_ = m.Respond(b)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := host.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			c := New(bustest.Conn(t, srv, "caller"))
+			type called struct {
+				r   bus.ToolReply
+				err error
+			}
+			done := make(chan called, 1)
+			go func() {
+				r, err := c.Call(context.Background(), spec, "ann", schema.Args{JSON: []byte(`{}`)})
+				done <- called{r, err}
+			}()
+			var id ids
+			select {
+			case id = <-heard:
+			case r := <-done:
+				t.Fatalf("the call ended before its host heard it: %+v %v", r.r, r.err)
+			}
+			if tc.kick {
+				cid, err := c.Conn().GetClientID()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := srv.NATS().DisconnectClientByID(cid); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				ev, _ := json.Marshal(bus.Event{Turn: id.turn, Call: id.call, Tool: "kept", Kind: bus.EventReplyLost})
+				if err := host.Publish(bus.EventSubject(id.turn, id.call, bus.EventReplyLost), ev); err != nil {
+					t.Fatal(err)
+				}
+			}
+			select {
+			case r := <-done:
+				if r.err != nil || r.r.Outcome != bus.OutcomeOK || len(r.r.Content) == 0 || r.r.Content[0].Text != "kept reply" {
+					t.Fatalf("Call: %+v, %v; want the kept reply", r.r, r.err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Fatal("the call did not end with the kept reply")
+			}
+			if n := resent.Load(); n != 1 {
+				t.Errorf("asked again %d times, want once", n)
 			}
 		})
 	}

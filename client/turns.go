@@ -50,7 +50,7 @@ func (c *Client) start(ctx context.Context, spec bus.TurnSpec, node string) (bus
 	// StartTimeout or ctx's end: the answer is unsure anyway.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), StartTimeout)
 	defer cancel()
-	m, lost, err := c.ask(rctx, &nats.Msg{Subject: subject, Data: b}, true, ctx.Done())
+	m, lost, err := c.ask(rctx, &nats.Msg{Subject: subject, Data: b}, asking{again: true, cut: ctx.Done()})
 	switch {
 	case lost && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) || errors.Is(err, nats.ErrConnectionClosed)):
 		return bus.StartTurnReply{}, fmt.Errorf("turn %s: %w: the connection to %s went down after it was sent, and no node answered it since; the turn may have been queued",
