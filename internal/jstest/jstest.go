@@ -5,7 +5,10 @@ package jstest
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
 	"sync"
 	"testing"
 
@@ -45,29 +48,53 @@ func StreamReplicas(ctx context.Context, t testing.TB, js jetstream.JetStream, s
 // FreePorts returns n TCP ports on 127.0.0.1 that were free a moment ago and that no
 // other test of this process was given: the kernel hands a port it just freed to the
 // next listener now and then, and a cluster test once got one port twice (n1's client
-// port was n3's cluster port: "bind: address already in use"). Another process may
-// still take one before it is bound: bustest.Cluster starts again on others when that happens.
+// port was n3's cluster port: "bind: address already in use").
+//
+// They are picked at random below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), where no outgoing connection takes its local port:
+// a port the kernel gave a listener for 127.0.0.1:0 was free to be the local port of the
+// next connection any process opened, and with the whole suite run twice at once a node
+// of the integration tests found its route port taken so ("bind: address already in
+// use"). Another process's test may still pick the same port at the same moment, one in
+// thousands: bustest.Cluster starts again on others when that happens.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
 	portsMu.Lock()
 	defer portsMu.Unlock()
+	lo, hi := belowEphemeral()
 	var ports []int
 	for tries := 0; len(ports) < n; tries++ {
 		if tries > 100*n {
-			t.Fatal("find free ports: every port the kernel offered was given out already")
+			t.Fatal("find free ports: every port tried was taken or given out already")
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port := lo + rand.IntN(hi-lo)
+		if portsGiven[port] {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			t.Fatalf("find a free port: %v", err)
+			continue // taken
 		}
-		port := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		if !portsGiven[port] {
-			portsGiven[port] = true
-			ports = append(ports, port)
-		}
+		portsGiven[port] = true
+		ports = append(ports, port)
 	}
 	return ports
+}
+
+// belowEphemeral is the range FreePorts picks from: from 20000 up to the first port of
+// the kernel's ephemeral range (32768 when it cannot be read).
+func belowEphemeral() (lo, hi int) {
+	lo, hi = 20000, 32768
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return lo, hi
+	}
+	var first, last int
+	if _, err := fmt.Sscan(string(b), &first, &last); err != nil || first <= lo+1000 {
+		return lo, hi
+	}
+	return lo, first
 }
 
 var (
