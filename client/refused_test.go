@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
+
 	"github.com/toolbus/toolbus"
 	"github.com/toolbus/toolbus/bus"
 	"github.com/toolbus/toolbus/bus/bustest"
@@ -99,5 +101,34 @@ func TestRefusedAtOnce(t *testing.T) {
 	if _, err := ops.Start(ctx, bus.TurnSpec{ID: "t3", Kind: bus.TurnMain, Agent: "ann", Input: "hello"}, ""); errors.Is(err, ErrRefused) ||
 		err == nil || !strings.Contains(err.Error(), "no node runs turns") {
 		t.Errorf("an operator's start with no node: %v", err)
+	}
+}
+
+// A user who may call tools but not read a call's result subject (a hand-made role
+// with only its inbox) is told at once that the reply's subscription was refused,
+// rather than waiting out the call's deadline for a reply that cannot reach it.
+func TestCallRefusedItsResultSubject(t *testing.T) {
+	t.Parallel()
+	perms := server.WithInbox(&natsserver.Permissions{
+		Publish: &natsserver.SubjectPermission{Allow: []string{bus.AllTools}},
+	}, "caller")
+	srv := bustest.Server(t, func(c *server.Config) {
+		c.Listen = "127.0.0.1:-1"
+		c.Users = []server.User{{Name: "caller", Password: "caller-pw", Role: server.RoleAdmin, Permissions: perms}}
+	})
+	ctx := bustest.Context(t)
+	c, err := Dial(ctx, srv.ClientURL(), "test-caller", bus.Credentials{User: "caller", Password: "caller-pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	spec := &toolbus.Spec{Name: "todo_read", Category: "todo", Timeout: time.Minute}
+	began := time.Now()
+	_, err = c.CallWith(ctx, spec, "ann", schema.Args{JSON: []byte(`{}`)}, CallIDs{Turn: "t1", Call: "c1"})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `Permissions Violation for Subscription to "`+bus.ResultSubject("t1", "c1")+`"`) {
+		t.Errorf("call: %v, want the result subject's subscription refused", err)
+	}
+	if waited := time.Since(began); waited > 30*time.Second {
+		t.Errorf("refused after %s: it waited for the call's deadline", waited)
 	}
 }

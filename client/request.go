@@ -94,16 +94,6 @@ type asking struct {
 func (c *Client) ask(ctx context.Context, m *nats.Msg, how asking) (resp *nats.Msg, lost bool, err error) {
 	status := c.nc.StatusChanged(nats.CONNECTED, nats.RECONNECTING, nats.DISCONNECTED, nats.CLOSED)
 	defer c.nc.RemoveStatusListener(status)
-	// The reply, and the no-responders statuses of asks that may come before it.
-	replies := make(chan *nats.Msg, 8)
-	if m.Reply == "" {
-		m.Reply = c.nc.NewInbox()
-	}
-	sub, err := c.nc.ChanSubscribe(m.Reply, replies)
-	if err != nil {
-		return nil, false, err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
 	var hostLost chan *nats.Msg
 	if how.lostOn != "" {
 		hostLost = make(chan *nats.Msg, 1)
@@ -113,6 +103,18 @@ func (c *Client) ask(ctx context.Context, m *nats.Msg, how asking) (resp *nats.M
 		}
 		defer func() { _ = lsub.Unsubscribe() }()
 	}
+	// The reply, and the no-responders statuses of asks that may come before it. Its
+	// subscription is the last before the request: the connection keeps one error, and
+	// the server's refusal of this one must be it (refused, below).
+	replies := make(chan *nats.Msg, 8)
+	if m.Reply == "" {
+		m.Reply = c.nc.NewInbox()
+	}
+	sub, err := c.nc.ChanSubscribe(m.Reply, replies)
+	if err != nil {
+		return nil, false, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
 	// send reports whether m may have gone out: a flush the connection's end cut short
 	// (the connection reconnecting, or closed) may have carried it.
 	send := func(m *nats.Msg) (sent bool, err error) {
@@ -128,6 +130,11 @@ func (c *Client) ask(ctx context.Context, m *nats.Msg, how asking) (resp *nats.M
 	}
 	if sent, err := send(m); err != nil {
 		return nil, sent, err
+	}
+	// The flush has the server's word on the reply subject's subscription too: a
+	// user who may not read a call's result subject would wait out its deadline.
+	if err := c.refused(m.Reply); err != nil {
+		return nil, true, err
 	}
 	var retry <-chan time.Time
 	for {
