@@ -68,8 +68,13 @@ func TestRetry(t *testing.T) {
 	tests := []struct {
 		name string
 		// f is attempt n's outcome (from 1); cancel ends Retry's context.
-		f         func(ctx context.Context, n int, cancel context.CancelFunc) error
-		ctxDone   bool // Retry's context has ended before it is called
+		f       func(ctx context.Context, n int, cancel context.CancelFunc) error
+		ctxDone bool // Retry's context has ended before it is called
+		// outOfTime: an attempt waits for its own deadline, which is then 20 ms. The
+		// others get 10 s, which none reaches: with 20 ms, an attempt descheduled past
+		// it on a loaded machine was retried as one that ran out of time (load 30, a
+		// permanent error retried).
+		outOfTime bool
 		wantCalls int
 		wantErr   string // "" for success
 		wantIs    error
@@ -153,7 +158,7 @@ func TestRetry(t *testing.T) {
 				}
 				return nil
 			},
-			wantCalls: 2,
+			outOfTime: true, wantCalls: 2,
 		},
 		{
 			name: "nats.ErrTimeout of an attempt that ran out of time is retried",
@@ -164,7 +169,7 @@ func TestRetry(t *testing.T) {
 				}
 				return nil
 			},
-			wantCalls: 2,
+			outOfTime: true, wantCalls: 2,
 		},
 		{
 			name: "an attempt that ran out of time is retried whatever its error says",
@@ -176,7 +181,7 @@ func TestRetry(t *testing.T) {
 				}
 				return nil
 			},
-			wantCalls: 2,
+			outOfTime: true, wantCalls: 2,
 		},
 		{
 			name: "a deadline of f's own is not retried",
@@ -200,7 +205,11 @@ func TestRetry(t *testing.T) {
 				cancel()
 			}
 			calls := 0
-			err := retry(ctx, "load", nil, func(int) time.Duration { return 20 * time.Millisecond }, func(actx context.Context) error {
+			bound := 10 * time.Second
+			if tt.outOfTime {
+				bound = 20 * time.Millisecond
+			}
+			err := retry(ctx, "load", nil, func(int) time.Duration { return bound }, func(actx context.Context) error {
 				calls++
 				return tt.f(actx, calls, cancel)
 			})
