@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -99,22 +100,32 @@ func TestStepDownLeaders(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Each poll's own bound: a request to a JetStream API that is electing its leader
+	// goes unanswered, and with the test's whole minute one poll took all of it (seen
+	// under heavy load: "every group led elsewhere: context deadline exceeded").
+	poll := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
 	var stream jetstream.Stream
 	eventually(ctx, t, "an R3 stream", func() bool {
-		stream, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{Name: "STEPS", Subjects: []string{"steps.>"}, Replicas: 3})
+		pctx, cancel := poll()
+		defer cancel()
+		stream, err = js.CreateOrUpdateStream(pctx, jetstream.StreamConfig{Name: "STEPS", Subjects: []string{"steps.>"}, Replicas: 3})
 		return err == nil
 	})
 	var cons jetstream.Consumer
 	eventually(ctx, t, "an R3 consumer", func() bool {
-		cons, err = stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{Durable: "c", Replicas: 3})
+		pctx, cancel := poll()
+		defer cancel()
+		cons, err = stream.CreateOrUpdateConsumer(pctx, jetstream.ConsumerConfig{Durable: "c", Replicas: 3})
 		return err == nil
 	})
 	leaders := func() (meta, st, co string) {
-		if i, err := stream.Info(ctx); err == nil && i.Cluster != nil {
+		ictx, cancel := poll()
+		defer cancel()
+		if i, err := stream.Info(ictx); err == nil && i.Cluster != nil {
 			st = i.Cluster.Leader
 			meta = metaLeader(nodes)
 		}
-		if i, err := cons.Info(ctx); err == nil && i.Cluster != nil {
+		if i, err := cons.Info(ictx); err == nil && i.Cluster != nil {
 			co = i.Cluster.Leader
 		}
 		return meta, st, co
@@ -141,7 +152,9 @@ func TestStepDownLeaders(t *testing.T) {
 		return meta != "" && st != "" && co != "" && meta != leader.Name() && st != leader.Name() && co != leader.Name()
 	})
 	eventually(ctx, t, "the stream written", func() bool {
-		_, err := js.Publish(ctx, "steps.a", nil)
+		pctx, cancel := poll()
+		defer cancel()
+		_, err := js.Publish(pctx, "steps.a", nil)
 		return err == nil
 	})
 
