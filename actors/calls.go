@@ -396,7 +396,7 @@ func (t *turn) onExpired(wireID string) {
 		return
 	}
 	msg := fmt.Sprintf("tool %s did not answer before its deadline", pc.tool.Name)
-	if nc := t.cfg.Conn; !nc.IsConnected() || nc.Stats().Reconnects != pc.reconnects {
+	if pc.connLost || !t.cfg.Conn.IsConnected() {
 		msg += bus.AnswerMayBeLost
 	}
 	t.settle(pc, bus.OutcomeTimeout, msg, toolbus.Result{})

@@ -32,8 +32,6 @@ func (t *turn) send(pc *pendingCall, timeout time.Duration) {
 		Vouch:       t.vouch(pc),
 	}
 	var err error
-	// A reply the host sends while this connection is down is lost: onExpired says so.
-	pc.reconnects = t.cfg.Conn.Stats().Reconnects
 	if len(pc.args) > bus.InlineLimit(t.cfg.Conn.MaxPayload()) {
 		err = t.sendLarge(pc, req)
 	} else {

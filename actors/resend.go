@@ -47,11 +47,16 @@ func (t *turn) resend(pc *pendingCall) bool {
 // askResendAll asks again for the replies of the turn's calls in flight on the bus, its
 // connection having been re-established: a host that answered one meanwhile sent its
 // reply to the old connection. A host still running a call has no reply to send again,
-// and answers it as it would have.
+// and answers it as it would have. Each is marked connLost, for the outcome it gets if
+// no answer comes (onExpired).
 func (t *turn) askResendAll() {
 	n := 0
 	for _, pc := range t.batch {
-		if pc.local == nil && t.state(pc) == batch.Running && !pc.expires.IsZero() && t.resend(pc) {
+		if pc.local != nil || t.state(pc) != batch.Running || pc.expires.IsZero() {
+			continue
+		}
+		pc.connLost = true
+		if t.resend(pc) {
 			n++
 		}
 	}

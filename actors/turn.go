@@ -174,11 +174,11 @@ type pendingCall struct {
 	start    time.Time
 	// expires is when a call sent to its host is given up on: its deadline and replyGrace.
 	expires time.Time
-	// reconnects is how often the turn's connection had reconnected when the call was
-	// sent (nats.Statistics.Reconnects).
-	reconnects uint64
-	record     bus.CallRecord
-	output     toolbus.Result
+	// connLost: the turn's connection was re-established while the call ran
+	// (askResendAll), and a reply sent meanwhile was lost.
+	connLost bool
+	record   bus.CallRecord
+	output   toolbus.Result
 	// argsHash names the arguments a held call's approval must name (their SHA-256).
 	argsHash string
 	label    string // the host's activity label for a held call

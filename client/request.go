@@ -134,7 +134,7 @@ func (c *Client) ask(ctx context.Context, m *nats.Msg, how asking) (resp *nats.M
 	// The flush has the server's word on the reply subject's subscription too: a
 	// user who may not read a call's result subject would wait out its deadline.
 	if err := c.refused(m.Reply); err != nil {
-		return nil, true, err
+		return nil, false, err
 	}
 	var retry <-chan time.Time
 	for {
